@@ -1,0 +1,421 @@
+//! Host slots: the cross-process layer.
+//!
+//! The cap is a property of the GPU, not of one process: under `cargo nextest` every test is a
+//! process of its own, doctests are processes, and two test runs may share a runner. So every
+//! real permit also holds one *slot*: an advisory file lock (`flock` on Unix, `LockFileEx` on
+//! Windows, through std's [`File::try_lock`]) on one of N slot files in a shared directory.
+//! The kernel drops a file lock when its process dies for any reason, SIGKILL included, so a
+//! crashed test never leaks a slot.
+//!
+//! Advisory locks only bind processes that take them: a GPU program that does not use this crate
+//! is not held back.
+//!
+//! Layout of the directory (host treated as one GPU, `gpu0`):
+//! - `gpu0.gate`: whoever holds this lock is the head of the cross-process queue and is the only
+//!   process that may take slots; the others wait for the gate. An exclusive request collects
+//!   slots one by one while holding the gate, so it cannot be starved and two exclusive requests
+//!   cannot deadlock.
+//! - `gpu0.slot<i>`: the slot locks. The holder writes a JSON record of itself (pid, test,
+//!   thread, since) into its slot for diagnostics; records of free slots are stale and ignored.
+//! - `gpu0.notify`: written after every release, so waiters (watching with inotify on Linux)
+//!   wake within microseconds instead of polling.
+
+use std::fs::{File, TryLockError};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys::{self, ChangeWatch};
+
+/// Longest sleep between re-checks while waiting, as a safety net under the change watch (the
+/// kernel reports the close of a killed holder's file just before it drops that file's lock).
+const RECHECK: Duration = Duration::from_millis(25);
+/// Size of a slot file's holder record.
+const RECORD_LEN: usize = 1024;
+const NAME_LIMIT: usize = 300;
+
+/// What a slot's holder writes about itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderRecord {
+    /// Process id.
+    pub pid: u32,
+    /// Test name, as far as it is known.
+    pub test: String,
+    /// Thread name (or id).
+    pub thread: String,
+    /// When the permit was granted, milliseconds since the Unix epoch.
+    pub since_unix_ms: u64,
+    /// Whether this is part of an exclusive permit.
+    pub exclusive: bool,
+    /// The holder's permit count N, to spot processes configured differently.
+    pub concurrency: usize,
+}
+
+impl HolderRecord {
+    fn encode(&self) -> Vec<u8> {
+        let mut r = self.clone();
+        let mut limit = NAME_LIMIT;
+        loop {
+            truncate(&mut r.test, limit);
+            truncate(&mut r.thread, limit);
+            let mut buf = serde_json::to_vec(&r).expect("a holder record always serialises");
+            // Escaping can make a name up to six times longer; shorten until it fits.
+            if buf.len() < RECORD_LEN {
+                buf.push(b'\n');
+                buf.resize(RECORD_LEN, b' ');
+                return buf;
+            }
+            limit /= 2;
+        }
+    }
+
+    fn decode(raw: &[u8]) -> Result<Option<HolderRecord>, String> {
+        let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
+        let text = text.trim_matches(|c: char| c.is_whitespace() || c == '\0');
+        if text.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_str(text).map(Some).map_err(|e| e.to_string())
+    }
+}
+
+fn truncate(s: &mut String, limit: usize) {
+    if s.len() > limit {
+        let mut end = limit;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+}
+
+pub(crate) fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// Why host slots could not be used.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HostError {
+    /// The slot directory is missing, insecure or unusable; the message says what to do.
+    Directory(String),
+    /// A slot file could not be opened or locked.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        error: io::Error,
+    },
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostError::Directory(msg) => write!(f, "{msg}"),
+            HostError::Io { path, error } => write!(
+                f,
+                "cannot use slot file {}: {error}; check the slot directory or set \
+                 GPU_TEST_PERMIT_DIR",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            HostError::Io { error, .. } => Some(error),
+            HostError::Directory(_) => None,
+        }
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> HostError + '_ {
+    move |error| HostError::Io { path: path.to_path_buf(), error }
+}
+
+#[derive(Debug)]
+struct Slot {
+    path: PathBuf,
+    file: File,
+    /// Held by a permit of this process: the lock belongs to the shared open file, so the
+    /// kernel would grant it again to another thread of ours.
+    held: AtomicBool,
+}
+
+/// The slot files of one directory, opened once per process.
+#[derive(Debug)]
+pub(crate) struct HostSlots {
+    dir: PathBuf,
+    gate_path: PathBuf,
+    gate: File,
+    notify_path: PathBuf,
+    notify: File,
+    slots: Vec<Slot>,
+    /// One acquirer of this process at a time goes through the gate (the gate's lock belongs to
+    /// the shared open file, so it cannot tell our threads apart).
+    acquire_lock: parking_lot::Mutex<()>,
+    warned_corrupt: AtomicBool,
+}
+
+/// The outcome of a wait that did not get its slots.
+#[derive(Debug)]
+pub(crate) enum HostWaitError {
+    TimedOut(Vec<HolderRecord>),
+    Failed(HostError),
+}
+
+impl HostSlots {
+    /// Opens (creating if needed) `capacity` slots in `dir`, checking the directory first.
+    pub(crate) fn open(dir: &Path, capacity: usize) -> Result<HostSlots, HostError> {
+        sys::prepare_dir(dir).map_err(HostError::Directory)?;
+        let shared = sys::is_shared_dir(dir);
+        let open = |name: String| -> Result<(PathBuf, File), HostError> {
+            let path = dir.join(name);
+            let file = sys::open_lock_file(&path, shared).map_err(io_err(&path))?;
+            Ok((path, file))
+        };
+        let (gate_path, gate) = open("gpu0.gate".into())?;
+        let (notify_path, notify) = open("gpu0.notify".into())?;
+        let slots = (0..capacity)
+            .map(|i| {
+                open(format!("gpu0.slot{i}"))
+                    .map(|(path, file)| Slot { path, file, held: AtomicBool::new(false) })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(HostSlots {
+            dir: dir.to_path_buf(),
+            gate_path,
+            gate,
+            notify_path,
+            notify,
+            slots,
+            acquire_lock: parking_lot::Mutex::new(()),
+            warned_corrupt: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Takes `units` slots, waiting until `deadline`. Returns the slot indices.
+    pub(crate) fn acquire(
+        &self,
+        units: usize,
+        deadline: Option<Instant>,
+        record: &HolderRecord,
+    ) -> Result<Vec<usize>, HostWaitError> {
+        let _turn = match deadline {
+            None => self.acquire_lock.lock(),
+            Some(d) => match self.acquire_lock.try_lock_until(d) {
+                Some(g) => g,
+                None => return Err(HostWaitError::TimedOut(self.holders(&[]))),
+            },
+        };
+        self.lock_gate(deadline)?;
+        let result = self.collect(units, deadline, record);
+        let unlocked = self.gate.unlock().map_err(io_err(&self.gate_path));
+        self.notify();
+        match (result, unlocked) {
+            (Ok(got), Ok(())) => Ok(got),
+            (Ok(got), Err(e)) => {
+                self.release(&got);
+                Err(HostWaitError::Failed(e))
+            }
+            (Err(e), _) => Err(e),
+        }
+    }
+
+    fn lock_gate(&self, deadline: Option<Instant>) -> Result<(), HostWaitError> {
+        let mut watch: Option<ChangeWatch> = None;
+        loop {
+            match self.gate.try_lock() {
+                Ok(()) => return Ok(()),
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => {
+                    return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
+                }
+            }
+            let Some(w) = watch.as_mut() else {
+                // Arm the watch, then check once more: a release between the check above and
+                // the arming would otherwise go unseen.
+                watch = Some(self.watch(&[&self.gate_path, &self.notify_path])?);
+                continue;
+            };
+            self.wait(w, deadline, &[])?;
+        }
+    }
+
+    fn collect(
+        &self,
+        units: usize,
+        deadline: Option<Instant>,
+        record: &HolderRecord,
+    ) -> Result<Vec<usize>, HostWaitError> {
+        let mut got = Vec::with_capacity(units);
+        let mut busy = Vec::new();
+        let mut watch: Option<ChangeWatch> = None;
+        loop {
+            busy.clear();
+            for (i, slot) in self.slots.iter().enumerate() {
+                if got.len() == units {
+                    break;
+                }
+                if got.contains(&i) {
+                    continue;
+                }
+                if slot.held.load(Ordering::Acquire) {
+                    busy.push(i);
+                    continue;
+                }
+                match slot.file.try_lock() {
+                    Ok(()) => {
+                        slot.held.store(true, Ordering::Release);
+                        got.push(i);
+                    }
+                    Err(TryLockError::WouldBlock) => busy.push(i),
+                    Err(TryLockError::Error(e)) => {
+                        self.release(&got);
+                        return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
+                    }
+                }
+            }
+            if got.len() == units {
+                let bytes = record.encode();
+                for &i in &got {
+                    // A record is diagnostics only; failing to write one must not fail the test.
+                    let _ = sys::write_at(&self.slots[i].file, &bytes, 0);
+                }
+                return Ok(got);
+            }
+            let Some(w) = watch.as_mut() else {
+                let mut paths: Vec<&Path> = self.slots.iter().map(|s| s.path.as_path()).collect();
+                paths.push(&self.notify_path);
+                match self.watch(&paths) {
+                    Ok(w) => watch = Some(w),
+                    Err(e) => {
+                        self.release(&got);
+                        return Err(e);
+                    }
+                }
+                continue;
+            };
+            if let Err(e) = self.wait(w, deadline, &busy) {
+                // Give back what an exclusive request collected so far.
+                self.release(&got);
+                return Err(e);
+            }
+        }
+    }
+
+    fn watch(&self, paths: &[&Path]) -> Result<ChangeWatch, HostWaitError> {
+        ChangeWatch::new(paths).map_err(|e| HostWaitError::Failed(io_err(&self.dir)(e)))
+    }
+
+    fn wait(
+        &self,
+        watch: &mut ChangeWatch,
+        deadline: Option<Instant>,
+        busy: &[usize],
+    ) -> Result<(), HostWaitError> {
+        let step = match deadline {
+            None => RECHECK,
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Err(HostWaitError::TimedOut(self.holders(busy)));
+                }
+                (d - now).min(RECHECK)
+            }
+        };
+        watch.wait(step).map_err(|e| HostWaitError::Failed(io_err(&self.dir)(e)))?;
+        Ok(())
+    }
+
+    /// Frees slots held by this process.
+    pub(crate) fn release(&self, slots: &[usize]) {
+        if slots.is_empty() {
+            return;
+        }
+        let blank = [b' '; RECORD_LEN];
+        for &i in slots {
+            let slot = &self.slots[i];
+            let _ = sys::write_at(&slot.file, &blank, 0);
+            // Unlocking can only fail for a descriptor that is not ours; the lock then dies
+            // with the process at the latest.
+            let _ = slot.file.unlock();
+            slot.held.store(false, Ordering::Release);
+        }
+        self.notify();
+    }
+
+    fn notify(&self) {
+        let _ = sys::write_at(&self.notify, b"x", 0);
+    }
+
+    /// Reads the holder records of `slots` (all slots when empty). Corrupt records are skipped
+    /// with one warning per process.
+    pub(crate) fn holders(&self, slots: &[usize]) -> Vec<HolderRecord> {
+        let all: Vec<usize>;
+        let slots = if slots.is_empty() {
+            all = (0..self.slots.len()).collect();
+            &all
+        } else {
+            slots
+        };
+        let mut out = Vec::new();
+        for &i in slots {
+            let slot = &self.slots[i];
+            let mut buf = vec![0u8; RECORD_LEN];
+            let n = match sys::read_at_start(&slot.file, &mut buf) {
+                Ok(n) => n,
+                Err(_) => continue,
+            };
+            match HolderRecord::decode(&buf[..n]) {
+                Ok(Some(r)) => out.push(r),
+                Ok(None) => {}
+                Err(e) => {
+                    if !self.warned_corrupt.swap(true, Ordering::Relaxed) {
+                        eprintln!(
+                            "gpu-test-permit: ignoring the corrupt holder record in {} ({e}); \
+                             it is rewritten by the slot's next holder",
+                            slot.path.display()
+                        );
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_are_padded() {
+        let r = HolderRecord {
+            pid: 7,
+            test: "t".repeat(2000),
+            thread: "main".into(),
+            since_unix_ms: 5,
+            exclusive: true,
+            concurrency: 2,
+        };
+        let enc = r.encode();
+        assert_eq!(enc.len(), RECORD_LEN);
+        let back = HolderRecord::decode(&enc).unwrap().unwrap();
+        assert_eq!(back.pid, 7);
+        assert!(back.test.len() <= NAME_LIMIT + '…'.len_utf8());
+        assert_eq!(HolderRecord::decode(&[b' '; 64]).unwrap(), None);
+        assert!(HolderRecord::decode(b"{not json").is_err());
+        assert!(HolderRecord::decode(&[0xff, 0xfe]).is_err());
+    }
+}

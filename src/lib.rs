@@ -1,0 +1,62 @@
+//! Cap how many GPU tests use the GPU at once — across test threads, `cargo nextest`'s
+//! process-per-test runs, doctests and side-by-side test runs — with one pool for CUDA and wgpu.
+//!
+//! Too many GPU contexts at once over-subscribe a GPU: drivers hang or crash. Wrap each GPU
+//! test's fixture in a permit, and at most N tests (`REALIZAR_GPU_TEST_CONCURRENCY`, default 2)
+//! hold the GPU at any moment on the host:
+//!
+//! ```
+//! #[test]
+//! # fn dummy() {}
+//! fn matmul_matches_cpu() {
+//!     let _permit = gpu_test_permit::acquire(); // waits while N other tests hold the GPU
+//!     // ... create the device, run the kernels, check the results ...
+//! } // GPU objects declared after the permit drop first, then the permit
+//! ```
+//!
+//! # What you get
+//!
+//! - [`acquire`] / [`acquire_exclusive`] / [`try_acquire_for`]: RAII [`GpuTestPermit`] guards
+//!   from the process-wide [`PermitPool`]. Reentrant per thread (a fixture that builds a CUDA
+//!   and a wgpu object on one thread never waits on itself), movable between threads,
+//!   shareable with worker threads ([`GpuTestPermit::share`]).
+//! - [`Permitted<T>`]: acquire, then build `T`; drop `T`, then release.
+//! - Host slots ([`host`]): the cap holds across processes through file locks that the kernel
+//!   frees when a process dies, even by SIGKILL.
+//! - Fair, bounded waits: FIFO within a process, an exclusive request is not starved, and a
+//!   wait past `GPU_TEST_PERMIT_TIMEOUT` fails with the list of holders instead of hanging.
+//! - [`nextest`] awareness and a [`trace`] of every wait and hold that Perfetto opens.
+//!
+//! # Environment
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU host (≥ 1) | 2 |
+//! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit (`90`, `90s`, `1500ms`, `10m`) | 10m |
+//! | `GPU_TEST_PERMIT_DIR` | absolute path of the slot directory | `/tmp/gpu-test-permit-<uid>` |
+//! | `GPU_TEST_PERMIT_TRACE` | file to append Chrome trace events to | off |
+//!
+//! All of them are parsed in [`config`]; a bad value is reported on one line, never a panic.
+//!
+//! # What it does not do
+//!
+//! Host slots are advisory locks: programs that do not use this crate are not held back. The
+//! slot directory decides who shares a cap, so processes in different containers share one
+//! only if they see the same directory (mount it and set `GPU_TEST_PERMIT_DIR`).
+
+#![warn(missing_docs)]
+
+pub mod config;
+pub mod host;
+pub mod nextest;
+mod permit;
+mod permitted;
+mod sync;
+mod sys;
+pub mod trace;
+
+pub use permit::{
+    AcquireError, EnteredPermit, GpuTestPermit, Holder, PermitKind, PermitPool, PoolBuilder,
+    WaitTimeout, acquire, acquire_exclusive, try_acquire_for,
+};
+pub use permitted::Permitted;

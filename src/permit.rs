@@ -1,0 +1,726 @@
+//! GPU test permits: a counting semaphore per GPU host, reentrant per thread, held by RAII guards.
+
+mod local;
+
+use std::cell::RefCell;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::config::{Config, SlotDir};
+use crate::host::{HolderRecord, HostError, HostSlots, HostWaitError, unix_ms};
+use crate::trace::{TraceArgs, TraceEvent, Tracer};
+use local::LocalPool;
+
+/// Takes a shared GPU permit from the [global pool](PermitPool::global), waiting for one as long
+/// as `GPU_TEST_PERMIT_TIMEOUT` allows (10 minutes by default).
+///
+/// A thread that already holds a permit gets a nested guard at once. Hold the guard for as long
+/// as the test uses the GPU, and create GPU resources only after this returns.
+///
+/// # Panics
+///
+/// When the wait passes its deadline (the message lists who holds the permits), and when the
+/// slot directory is unusable (the message says how to fix it). In a test, that fails the test.
+///
+/// # Examples
+///
+/// ```
+/// let permit = gpu_test_permit::acquire();
+/// // ... create the GPU context, run the test ...
+/// drop(permit); // after every GPU object
+/// ```
+pub fn acquire() -> GpuTestPermit {
+    PermitPool::global().acquire()
+}
+
+/// Takes every permit of the [global pool](PermitPool::global): nothing else runs on the GPU
+/// while the guard lives. For memory-hungry tests and CUDA graph capture tests.
+///
+/// # Panics
+///
+/// As [`acquire`], and when the calling thread already holds a shared permit (waiting would
+/// deadlock on itself; take the exclusive permit first).
+///
+/// # Examples
+///
+/// ```
+/// let all = gpu_test_permit::acquire_exclusive();
+/// assert!(all.is_exclusive());
+/// ```
+pub fn acquire_exclusive() -> GpuTestPermit {
+    PermitPool::global().acquire_exclusive()
+}
+
+/// Like [`acquire`], but waits at most `timeout` and returns an error instead of panicking.
+///
+/// # Errors
+///
+/// [`AcquireError::Timeout`] with the holders when the deadline passes, and
+/// [`AcquireError::Host`] when the slot directory is unusable.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// let permit = gpu_test_permit::try_acquire_for(Duration::from_secs(30))?;
+/// # Ok::<(), gpu_test_permit::AcquireError>(())
+/// ```
+pub fn try_acquire_for(timeout: Duration) -> Result<GpuTestPermit, AcquireError> {
+    PermitPool::global().try_acquire_for(timeout)
+}
+
+/// Whether a permit is one of N or all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PermitKind {
+    /// One of the pool's N permits.
+    Shared,
+    /// All N permits at once.
+    Exclusive,
+}
+
+/// A held GPU permit. Dropping the guard returns the permit (on any thread).
+///
+/// Guards obtained while the thread already holds a permit (nested acquisitions, and
+/// [`share`](Self::share)) keep the same permit; it is returned when the last of its guards
+/// drops. Put the permit *last* in a fixture struct, so the GPU objects declared before it drop
+/// first (or use [`Permitted`](crate::Permitted), which gets the order right).
+#[must_use = "the permit is returned as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct GpuTestPermit {
+    held: Arc<Held>,
+    nested: bool,
+}
+
+impl GpuTestPermit {
+    /// Whether this guard holds the whole pool.
+    pub fn is_exclusive(&self) -> bool {
+        self.held.kind == PermitKind::Exclusive
+    }
+
+    /// Shared or exclusive.
+    pub fn kind(&self) -> PermitKind {
+        self.held.kind
+    }
+
+    /// Whether this guard came from a nested acquisition or [`share`](Self::share), i.e. another
+    /// guard of the same permit exists or existed.
+    pub fn is_nested(&self) -> bool {
+        self.nested
+    }
+
+    /// The host slots this permit holds (one for a shared permit, N for an exclusive one;
+    /// empty for a pool without host slots). The first slot is a natural device ordinal hint.
+    pub fn slots(&self) -> &[usize] {
+        &self.held.slots
+    }
+
+    /// How long the permit has been held.
+    pub fn held_for(&self) -> Duration {
+        self.held.since.elapsed()
+    }
+
+    /// Another guard of the same permit, to hand to a worker thread. The permit is returned
+    /// when the last guard drops. On the worker, [`enter`](Self::enter) makes nested
+    /// acquisitions use this permit instead of waiting for a new one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let permit = gpu_test_permit::acquire();
+    /// let for_worker = permit.share();
+    /// std::thread::spawn(move || {
+    ///     let _entered = for_worker.enter();
+    ///     let nested = gpu_test_permit::acquire(); // free: the worker uses the test's permit
+    ///     assert!(nested.is_nested());
+    /// })
+    /// .join()
+    /// .unwrap();
+    /// ```
+    pub fn share(&self) -> GpuTestPermit {
+        GpuTestPermit { held: self.held.clone(), nested: true }
+    }
+
+    /// Makes the current thread count as holding this permit until the returned guard drops:
+    /// acquisitions from its pool on this thread return nested guards.
+    pub fn enter(&self) -> EnteredPermit<'_> {
+        THREAD_PERMITS.with_borrow_mut(|v| v.push((self.held.pool_id, Arc::downgrade(&self.held))));
+        EnteredPermit { permit: self, _not_send: std::marker::PhantomData }
+    }
+}
+
+impl fmt::Debug for GpuTestPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GpuTestPermit")
+            .field("kind", &self.held.kind)
+            .field("nested", &self.nested)
+            .field("slots", &self.held.slots)
+            .field("held_for", &self.held.since.elapsed())
+            .finish()
+    }
+}
+
+/// The current thread counts as holding a permit while this lives (see
+/// [`GpuTestPermit::enter`]). Not `Send`: it is about the thread that created it.
+#[must_use = "the thread stops counting as a holder when this is dropped"]
+pub struct EnteredPermit<'a> {
+    permit: &'a GpuTestPermit,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for EnteredPermit<'_> {
+    fn drop(&mut self) {
+        let target = Arc::as_ptr(&self.permit.held);
+        THREAD_PERMITS.with_borrow_mut(|v| {
+            if let Some(pos) = v.iter().rposition(|(_, w)| w.as_ptr() == target) {
+                v.remove(pos);
+            }
+        });
+    }
+}
+
+impl fmt::Debug for EnteredPermit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnteredPermit").field("permit", self.permit).finish()
+    }
+}
+
+thread_local! {
+    /// The permits this thread holds, by pool id. Only a lookup aid for reentrancy: the count
+    /// itself lives in the pool, so a guard may be dropped on any thread.
+    static THREAD_PERMITS: RefCell<Vec<(u64, Weak<Held>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One real permit; returned to its pool when the last guard (`Arc`) drops.
+struct Held {
+    pool: Arc<PoolInner>,
+    pool_id: u64,
+    kind: PermitKind,
+    local_id: u64,
+    slots: Vec<usize>,
+    since: Instant,
+    since_wall: SystemTime,
+    test: String,
+    thread: String,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let pool = &self.pool;
+        let end = SystemTime::now();
+        if let Some(host) = &pool.host {
+            host.release(&self.slots);
+        }
+        pool.local.release(self.local_id);
+        if let Some(t) = &pool.tracer {
+            let ts = crate::trace::micros(self.since_wall);
+            t.write(&pool.event("hold", ts, crate::trace::micros(end).saturating_sub(ts), self));
+        }
+    }
+}
+
+/// Why a permit could not be had.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// The deadline passed; the error lists who held the permits.
+    Timeout(WaitTimeout),
+    /// The thread holds a shared permit and asked for an exclusive one, which would wait for
+    /// itself forever. Take the exclusive permit first, or drop the shared one.
+    ExclusiveWhileShared,
+    /// The host slots could not be used.
+    Host(HostError),
+}
+
+impl fmt::Display for AcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireError::Timeout(t) => t.fmt(f),
+            AcquireError::ExclusiveWhileShared => f.write_str(
+                "gpu-test-permit: this thread asked for an exclusive GPU permit while holding a \
+                 shared one, which would wait for itself forever; take the exclusive permit \
+                 before any shared one, or drop the shared one first",
+            ),
+            AcquireError::Host(e) => write!(f, "gpu-test-permit: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for AcquireError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AcquireError::Host(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Someone holding a permit, as shown in a [`WaitTimeout`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Test name, as far as it is known.
+    pub test: String,
+    /// Thread name.
+    pub thread: String,
+    /// Process id.
+    pub pid: u32,
+    /// How long it has held the permit.
+    pub held_for: Duration,
+    /// Whether it holds the whole pool.
+    pub exclusive: bool,
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "test `{}` (thread `{}`, pid {}) for {:.1}s{}",
+            self.test,
+            self.thread,
+            self.pid,
+            self.held_for.as_secs_f64(),
+            if self.exclusive { ", exclusive" } else { "" }
+        )
+    }
+}
+
+/// A wait that passed its deadline.
+#[derive(Clone, Debug)]
+pub struct WaitTimeout {
+    /// How long the caller waited.
+    pub waited: Duration,
+    /// What was asked for.
+    pub kind: PermitKind,
+    /// The test that waited.
+    pub test: String,
+    /// The pool's permit count N.
+    pub concurrency: usize,
+    /// Who held permits when the wait gave up (this process and, through the host slots,
+    /// others).
+    pub holders: Vec<Holder>,
+    /// Requests of this process queued at that moment.
+    pub queued_here: usize,
+}
+
+impl fmt::Display for WaitTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "gpu-test-permit: test `{}` waited {:.1}s for a{} GPU permit (N = {}) and gave up.",
+            self.test,
+            self.waited.as_secs_f64(),
+            if self.kind == PermitKind::Exclusive { "n exclusive" } else { "" },
+            self.concurrency
+        )?;
+        if self.holders.is_empty() {
+            write!(f, " No holder was recorded.")?;
+        } else {
+            write!(f, " Holders:")?;
+            for h in &self.holders {
+                write!(f, "\n  - {h}")?;
+            }
+        }
+        if self.queued_here > 0 {
+            write!(f, "\n  ({} more request(s) of this process queued)", self.queued_here)?;
+        }
+        write!(
+            f,
+            "\nA holder that is stuck is the usual cause; otherwise raise GPU_TEST_PERMIT_TIMEOUT."
+        )
+    }
+}
+
+/// A pool of GPU permits: N per GPU host, shared by the threads of this process and, through
+/// host slots, by every process using the same slot directory.
+///
+/// Most code uses the [global pool](Self::global) through [`acquire`]. Separate pools are for
+/// tests and tools; two pools with the same slot directory and N still share the host's cap.
+///
+/// # Semantics
+///
+/// - **Fair**: requests are served in arrival order within a process; an exclusive request is
+///   not overtaken by later shared ones. Across processes, the head of the queue is whoever
+///   holds the slot directory's gate; among processes waiting for the gate the kernel picks.
+/// - **Reentrant per thread**: a thread holding a permit of this pool gets nested guards
+///   without waiting. At most one real permit per thread.
+/// - **Bounded**: every wait has a deadline; past it the error lists the holders.
+/// - **Crash-safe**: a process killed while holding frees its slot at once.
+pub struct PermitPool {
+    inner: Arc<PoolInner>,
+}
+
+struct PoolInner {
+    id: u64,
+    local: LocalPool,
+    host: Option<HostSlots>,
+    host_error: Option<String>,
+    timeout: Duration,
+    tracer: Option<Tracer>,
+}
+
+impl PoolInner {
+    fn event(&self, name: &str, ts: u64, dur: u64, held: &Held) -> TraceEvent {
+        TraceEvent {
+            name: name.into(),
+            cat: "gpu-test-permit".into(),
+            ph: "X".into(),
+            ts,
+            dur,
+            pid: std::process::id(),
+            tid: crate::sys::thread_number(),
+            args: TraceArgs {
+                test: held.test.clone(),
+                thread: held.thread.clone(),
+                slots: held.slots.clone(),
+                exclusive: held.kind == PermitKind::Exclusive,
+                concurrency: self.local.capacity(),
+            },
+        }
+    }
+}
+
+impl fmt::Debug for PermitPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PermitPool")
+            .field("concurrency", &self.inner.local.capacity())
+            .field("slot_dir", &self.inner.host.as_ref().map(|h| h.dir()))
+            .field("timeout", &self.inner.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`PermitPool`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PoolBuilder {
+    concurrency: usize,
+    slot_dir: Option<SlotDir>,
+    timeout: Duration,
+    trace: Option<PathBuf>,
+}
+
+impl PoolBuilder {
+    /// Permits per host (at least 1).
+    ///
+    /// # Panics
+    ///
+    /// If `n` is 0.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        assert!(n >= 1, "a permit pool needs at least one permit");
+        self.concurrency = n;
+        self
+    }
+
+    /// Keeps host slots in `dir` (shared with every process using the same directory).
+    pub fn slot_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.slot_dir = Some(SlotDir::Explicit(dir.as_ref().to_path_buf()));
+        self
+    }
+
+    /// Limits this process only: no host slots. Other processes are not counted.
+    pub fn in_process_only(mut self) -> Self {
+        self.slot_dir = None;
+        self
+    }
+
+    /// The deadline of [`PermitPool::acquire`] and [`PermitPool::acquire_exclusive`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Appends wait and hold spans to `path` (see [`trace`](crate::trace)).
+    pub fn trace(mut self, path: impl AsRef<Path>) -> Self {
+        self.trace = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Creates the pool. Opening the slot directory happens here; if it fails, the error is
+    /// returned.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError`] when the slot directory is unusable or insecure.
+    pub fn build(self) -> Result<PermitPool, HostError> {
+        let host = match &self.slot_dir {
+            None => None,
+            Some(SlotDir::Default) => {
+                Some(HostSlots::open(&crate::config::default_slot_dir(), self.concurrency)?)
+            }
+            Some(SlotDir::Explicit(dir)) => Some(HostSlots::open(dir, self.concurrency)?),
+            Some(SlotDir::Invalid(msg)) => return Err(HostError::Directory(msg.clone())),
+        };
+        Ok(self.finish(host, None))
+    }
+
+    fn finish(self, host: Option<HostSlots>, host_error: Option<String>) -> PermitPool {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let tracer = self.trace.as_ref().and_then(|p| match Tracer::open(p) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                eprintln!(
+                    "gpu-test-permit: cannot open trace file {} ({e}); tracing is off",
+                    p.display()
+                );
+                None
+            }
+        });
+        PermitPool {
+            inner: Arc::new(PoolInner {
+                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                local: LocalPool::new(self.concurrency),
+                host,
+                host_error,
+                timeout: self.timeout,
+                tracer,
+            }),
+        }
+    }
+}
+
+impl PermitPool {
+    /// A builder with the defaults: N = 2, the default slot directory, a 10-minute deadline.
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder {
+            concurrency: crate::config::DEFAULT_CONCURRENCY,
+            slot_dir: Some(SlotDir::Default),
+            timeout: crate::config::DEFAULT_TIMEOUT,
+            trace: None,
+        }
+    }
+
+    /// The process-wide pool, configured from the environment ([`Config::global`]) on first
+    /// use. If its slot directory is unusable, every acquisition fails with that error.
+    pub fn global() -> &'static PermitPool {
+        static GLOBAL: OnceLock<PermitPool> = OnceLock::new();
+        GLOBAL.get_or_init(|| {
+            let cfg = Config::global();
+            let mut b = PermitPool::builder()
+                .concurrency(cfg.concurrency.get())
+                .timeout(cfg.timeout);
+            b.slot_dir = Some(cfg.slot_dir.clone());
+            b.trace = cfg.trace.clone();
+            match b.clone().build() {
+                Ok(pool) => pool,
+                Err(e) => b.in_process_only().finish(None, Some(e.to_string())),
+            }
+        })
+    }
+
+    /// Permits in the pool (N).
+    pub fn concurrency(&self) -> usize {
+        self.inner.local.capacity()
+    }
+
+    /// The deadline of [`acquire`](Self::acquire) and [`acquire_exclusive`](Self::acquire_exclusive).
+    pub fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    /// The slot directory, or `None` for an in-process-only pool.
+    pub fn slot_dir(&self) -> Option<&Path> {
+        self.inner.host.as_ref().map(|h| h.dir())
+    }
+
+    /// Takes a shared permit, waiting up to the pool's deadline.
+    ///
+    /// # Panics
+    ///
+    /// When the deadline passes or the slot directory is unusable; see [`acquire`].
+    pub fn acquire(&self) -> GpuTestPermit {
+        self.acquire_or_panic(PermitKind::Shared)
+    }
+
+    /// Takes every permit, waiting up to the pool's deadline.
+    ///
+    /// # Panics
+    ///
+    /// As [`acquire_exclusive`].
+    pub fn acquire_exclusive(&self) -> GpuTestPermit {
+        self.acquire_or_panic(PermitKind::Exclusive)
+    }
+
+    /// Takes a shared permit, waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// See [`AcquireError`].
+    pub fn try_acquire_for(&self, timeout: Duration) -> Result<GpuTestPermit, AcquireError> {
+        self.acquire_inner(PermitKind::Shared, Some(Instant::now() + timeout))
+    }
+
+    /// Takes every permit, waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// See [`AcquireError`].
+    pub fn try_acquire_exclusive_for(
+        &self,
+        timeout: Duration,
+    ) -> Result<GpuTestPermit, AcquireError> {
+        self.acquire_inner(PermitKind::Exclusive, Some(Instant::now() + timeout))
+    }
+
+    /// Takes a permit of `kind` waiting until `deadline` (`None`: no deadline; use with care).
+    ///
+    /// # Errors
+    ///
+    /// See [`AcquireError`].
+    pub fn acquire_until(
+        &self,
+        kind: PermitKind,
+        deadline: Option<Instant>,
+    ) -> Result<GpuTestPermit, AcquireError> {
+        self.acquire_inner(kind, deadline)
+    }
+
+    fn acquire_or_panic(&self, kind: PermitKind) -> GpuTestPermit {
+        match self.acquire_inner(kind, Some(Instant::now() + self.inner.timeout)) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The nested guard for a permit this thread already holds, if any.
+    fn nested(&self, kind: PermitKind) -> Option<Result<GpuTestPermit, AcquireError>> {
+        let id = self.inner.id;
+        THREAD_PERMITS.with_borrow_mut(|v| {
+            let mut i = v.len();
+            while i > 0 {
+                i -= 1;
+                if v[i].0 != id {
+                    continue;
+                }
+                match v[i].1.upgrade() {
+                    Some(held) => {
+                        if kind == PermitKind::Exclusive && held.kind == PermitKind::Shared {
+                            return Some(Err(AcquireError::ExclusiveWhileShared));
+                        }
+                        return Some(Ok(GpuTestPermit { held, nested: true }));
+                    }
+                    None => {
+                        v.swap_remove(i);
+                    }
+                }
+            }
+            None
+        })
+    }
+
+    fn acquire_inner(
+        &self,
+        kind: PermitKind,
+        deadline: Option<Instant>,
+    ) -> Result<GpuTestPermit, AcquireError> {
+        if let Some(nested) = self.nested(kind) {
+            return nested;
+        }
+        let inner = &self.inner;
+        if let Some(msg) = &inner.host_error {
+            return Err(AcquireError::Host(HostError::Directory(msg.clone())));
+        }
+        crate::nextest::hint_once(inner.local.capacity());
+        let units = match kind {
+            PermitKind::Shared => 1,
+            PermitKind::Exclusive => inner.local.capacity(),
+        };
+        let asked = Instant::now();
+        let asked_wall = SystemTime::now();
+        let test = crate::nextest::current_test_name();
+        let Some(local_id) = inner.local.acquire(units, deadline) else {
+            return Err(self.timeout_error(kind, asked, test, Vec::new()));
+        };
+        let thread = thread_label();
+        let slots = match &inner.host {
+            None => Vec::new(),
+            Some(host) => {
+                let record = HolderRecord {
+                    pid: std::process::id(),
+                    test: test.clone(),
+                    thread: thread.clone(),
+                    since_unix_ms: unix_ms(SystemTime::now()),
+                    exclusive: kind == PermitKind::Exclusive,
+                    concurrency: inner.local.capacity(),
+                };
+                match host.acquire(units, deadline, &record) {
+                    Ok(slots) => slots,
+                    Err(e) => {
+                        inner.local.release(local_id);
+                        return Err(match e {
+                            HostWaitError::TimedOut(records) => {
+                                self.timeout_error(kind, asked, test, records)
+                            }
+                            HostWaitError::Failed(e) => AcquireError::Host(e),
+                        });
+                    }
+                }
+            }
+        };
+        let held = Arc::new(Held {
+            pool: inner.clone(),
+            pool_id: inner.id,
+            kind,
+            local_id,
+            slots,
+            since: Instant::now(),
+            since_wall: SystemTime::now(),
+            test,
+            thread,
+        });
+        if let Some(t) = &inner.tracer {
+            let ts = crate::trace::micros(asked_wall);
+            let dur = crate::trace::micros(held.since_wall).saturating_sub(ts);
+            t.write(&inner.event("wait", ts, dur, &held));
+        }
+        THREAD_PERMITS.with_borrow_mut(|v| v.push((inner.id, Arc::downgrade(&held))));
+        Ok(GpuTestPermit { held, nested: false })
+    }
+
+    fn timeout_error(
+        &self,
+        kind: PermitKind,
+        asked: Instant,
+        test: String,
+        records: Vec<HolderRecord>,
+    ) -> AcquireError {
+        let (local, queued) = self.inner.local.snapshot();
+        let pid = std::process::id();
+        let mut holders: Vec<Holder> = local
+            .iter()
+            .map(|h| Holder {
+                test: h.thread.name().unwrap_or("?").to_string(),
+                thread: h.thread.name().map_or_else(|| format!("{:?}", h.thread.id()), str::to_string),
+                pid,
+                held_for: h.since.elapsed(),
+                exclusive: h.units > 1 || self.inner.local.capacity() == 1 && h.units == 1,
+            })
+            .collect();
+        let now_ms = unix_ms(SystemTime::now());
+        for r in records.into_iter().filter(|r| r.pid != pid) {
+            holders.push(Holder {
+                test: r.test,
+                thread: r.thread,
+                pid: r.pid,
+                held_for: Duration::from_millis(now_ms.saturating_sub(r.since_unix_ms)),
+                exclusive: r.exclusive,
+            });
+        }
+        AcquireError::Timeout(WaitTimeout {
+            waited: asked.elapsed(),
+            kind,
+            test,
+            concurrency: self.inner.local.capacity(),
+            holders,
+            queued_here: queued,
+        })
+    }
+}
+
+fn thread_label() -> String {
+    let t = std::thread::current();
+    match t.name() {
+        Some(n) => n.to_string(),
+        None => format!("{:?}", t.id()),
+    }
+}

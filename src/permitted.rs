@@ -1,0 +1,110 @@
+//! [`Permitted<T>`]: any value that needs the GPU, built after its permit and dropped before it.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use crate::permit::{AcquireError, GpuTestPermit, PermitPool};
+
+/// A value of type `T` together with the GPU permit it was built under.
+///
+/// The permit is taken first, then `T` is built; on drop `T` goes first (its fields are declared
+/// in that order, and Rust drops fields in declaration order), then the permit. That is the
+/// whole recipe for a fixture type of your own: acquire before creating any GPU object, and keep
+/// the permit as the last field.
+///
+/// # Examples
+///
+/// ```
+/// use gpu_test_permit::Permitted;
+///
+/// struct Context { buffers: Vec<u32> } // stands for a CUDA context or wgpu device
+///
+/// let ctx = Permitted::new(|| Context { buffers: vec![1, 2, 3] });
+/// assert_eq!(ctx.buffers.len(), 3); // derefs to the value
+/// assert!(!ctx.permit().is_exclusive());
+/// // dropping `ctx` drops the Context, then returns the permit
+/// ```
+///
+/// The same for a fixture of your own, written out:
+///
+/// ```
+/// struct MyFixture {
+///     device: Vec<u8>,                             // GPU objects first...
+///     _permit: gpu_test_permit::GpuTestPermit,     // ...the permit last
+/// }
+/// let _permit = gpu_test_permit::acquire();        // before any GPU object
+/// let fixture = MyFixture { device: vec![0; 16], _permit };
+/// ```
+pub struct Permitted<T> {
+    // Field order is drop order: the value must go before the permit.
+    value: T,
+    permit: GpuTestPermit,
+}
+
+impl<T> Permitted<T> {
+    /// Takes a permit from the global pool ([`crate::acquire`]), then builds the value.
+    ///
+    /// # Panics
+    ///
+    /// As [`crate::acquire`].
+    pub fn new(build: impl FnOnce() -> T) -> Permitted<T> {
+        Permitted::with_permit(crate::acquire(), build)
+    }
+
+    /// Takes an exclusive permit ([`crate::acquire_exclusive`]), then builds the value.
+    ///
+    /// # Panics
+    ///
+    /// As [`crate::acquire_exclusive`].
+    pub fn new_exclusive(build: impl FnOnce() -> T) -> Permitted<T> {
+        Permitted::with_permit(crate::acquire_exclusive(), build)
+    }
+
+    /// Builds the value under an existing permit.
+    pub fn with_permit(permit: GpuTestPermit, build: impl FnOnce() -> T) -> Permitted<T> {
+        Permitted { value: build(), permit }
+    }
+
+    /// Takes a permit from `pool`, then builds the value with a fallible constructor; on error
+    /// the permit is returned at once.
+    ///
+    /// # Errors
+    ///
+    /// The constructor's error, or the pool's [`AcquireError`] converted into `E`.
+    pub fn try_new_in<E: From<AcquireError>>(
+        pool: &PermitPool,
+        build: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Permitted<T>, E> {
+        let permit = pool.try_acquire_for(pool.timeout())?;
+        Ok(Permitted { value: build()?, permit })
+    }
+
+    /// The permit.
+    pub fn permit(&self) -> &GpuTestPermit {
+        &self.permit
+    }
+
+    /// Splits into the value and its permit; the caller now keeps the drop order.
+    pub fn into_parts(self) -> (T, GpuTestPermit) {
+        (self.value, self.permit)
+    }
+}
+
+impl<T> Deref for Permitted<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T> DerefMut for Permitted<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Permitted<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permitted").field("value", &self.value).field("permit", &self.permit).finish()
+    }
+}
