@@ -152,7 +152,14 @@ impl Config {
             Some(raw) => Some(PathBuf::from(raw)),
         };
         let nextest = NextestEnv::from_lookup(&lookup, &mut warnings);
-        Config { concurrency, timeout, slot_dir, trace, nextest, warnings }
+        Config {
+            concurrency,
+            timeout,
+            slot_dir,
+            trace,
+            nextest,
+            warnings,
+        }
     }
 }
 

@@ -78,7 +78,9 @@ impl HolderRecord {
         if text.is_empty() {
             return Ok(None);
         }
-        serde_json::from_str(text).map(Some).map_err(|e| e.to_string())
+        serde_json::from_str(text)
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -94,7 +96,9 @@ fn truncate(s: &mut String, limit: usize) {
 }
 
 pub(crate) fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Why host slots could not be used.
@@ -136,7 +140,10 @@ impl std::error::Error for HostError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> HostError + '_ {
-    move |error| HostError::Io { path: path.to_path_buf(), error }
+    move |error| HostError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
 }
 
 #[derive(Debug)]
@@ -184,8 +191,11 @@ impl HostSlots {
         let (notify_path, notify) = open("gpu0.notify".into())?;
         let slots = (0..capacity)
             .map(|i| {
-                open(format!("gpu0.slot{i}"))
-                    .map(|(path, file)| Slot { path, file, held: AtomicBool::new(false) })
+                open(format!("gpu0.slot{i}")).map(|(path, file)| Slot {
+                    path,
+                    file,
+                    held: AtomicBool::new(false),
+                })
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(HostSlots {
@@ -287,6 +297,7 @@ impl HostSlots {
                 }
             }
             if got.len() == units {
+                got.sort_unstable();
                 let bytes = record.encode();
                 for &i in &got {
                     // A record is diagnostics only; failing to write one must not fail the test.
@@ -334,7 +345,9 @@ impl HostSlots {
                 (d - now).min(RECHECK)
             }
         };
-        watch.wait(step).map_err(|e| HostWaitError::Failed(io_err(&self.dir)(e)))?;
+        watch
+            .wait(step)
+            .map_err(|e| HostWaitError::Failed(io_err(&self.dir)(e)))?;
         Ok(())
     }
 

@@ -139,14 +139,20 @@ impl GpuTestPermit {
     /// .unwrap();
     /// ```
     pub fn share(&self) -> GpuTestPermit {
-        GpuTestPermit { held: self.held.clone(), nested: true }
+        GpuTestPermit {
+            held: self.held.clone(),
+            nested: true,
+        }
     }
 
     /// Makes the current thread count as holding this permit until the returned guard drops:
     /// acquisitions from its pool on this thread return nested guards.
     pub fn enter(&self) -> EnteredPermit<'_> {
         THREAD_PERMITS.with_borrow_mut(|v| v.push((self.held.pool_id, Arc::downgrade(&self.held))));
-        EnteredPermit { permit: self, _not_send: std::marker::PhantomData }
+        EnteredPermit {
+            permit: self,
+            _not_send: std::marker::PhantomData,
+        }
     }
 }
 
@@ -182,7 +188,9 @@ impl Drop for EnteredPermit<'_> {
 
 impl fmt::Debug for EnteredPermit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("EnteredPermit").field("permit", self.permit).finish()
+        f.debug_struct("EnteredPermit")
+            .field("permit", self.permit)
+            .finish()
     }
 }
 
@@ -215,7 +223,12 @@ impl Drop for Held {
         pool.local.release(self.local_id);
         if let Some(t) = &pool.tracer {
             let ts = crate::trace::micros(self.since_wall);
-            t.write(&pool.event("hold", ts, crate::trace::micros(end).saturating_sub(ts), self));
+            t.write(&pool.event(
+                "hold",
+                ts,
+                crate::trace::micros(end).saturating_sub(ts),
+                self,
+            ));
         }
     }
 }
@@ -229,6 +242,8 @@ pub enum AcquireError {
     /// The thread holds a shared permit and asked for an exclusive one, which would wait for
     /// itself forever. Take the exclusive permit first, or drop the shared one.
     ExclusiveWhileShared,
+    /// A non-blocking request ([`PermitPool::try_acquire`]) found no free permit.
+    WouldBlock,
     /// The host slots could not be used.
     Host(HostError),
 }
@@ -242,6 +257,9 @@ impl fmt::Display for AcquireError {
                  shared one, which would wait for itself forever; take the exclusive permit \
                  before any shared one, or drop the shared one first",
             ),
+            AcquireError::WouldBlock => {
+                f.write_str("gpu-test-permit: no GPU permit is free right now")
+            }
             AcquireError::Host(e) => write!(f, "gpu-test-permit: {e}"),
         }
     }
@@ -310,7 +328,11 @@ impl fmt::Display for WaitTimeout {
             "gpu-test-permit: test `{}` waited {:.1}s for a{} GPU permit (N = {}) and gave up.",
             self.test,
             self.waited.as_secs_f64(),
-            if self.kind == PermitKind::Exclusive { "n exclusive" } else { "" },
+            if self.kind == PermitKind::Exclusive {
+                "n exclusive"
+            } else {
+                ""
+            },
             self.concurrency
         )?;
         if self.holders.is_empty() {
@@ -322,7 +344,11 @@ impl fmt::Display for WaitTimeout {
             }
         }
         if self.queued_here > 0 {
-            write!(f, "\n  ({} more request(s) of this process queued)", self.queued_here)?;
+            write!(
+                f,
+                "\n  ({} more request(s) of this process queued)",
+                self.queued_here
+            )?;
         }
         write!(
             f,
@@ -445,9 +471,10 @@ impl PoolBuilder {
     pub fn build(self) -> Result<PermitPool, HostError> {
         let host = match &self.slot_dir {
             None => None,
-            Some(SlotDir::Default) => {
-                Some(HostSlots::open(&crate::config::default_slot_dir(), self.concurrency)?)
-            }
+            Some(SlotDir::Default) => Some(HostSlots::open(
+                &crate::config::default_slot_dir(),
+                self.concurrency,
+            )?),
             Some(SlotDir::Explicit(dir)) => Some(HostSlots::open(dir, self.concurrency)?),
             Some(SlotDir::Invalid(msg)) => return Err(HostError::Directory(msg.clone())),
         };
@@ -547,7 +574,10 @@ impl PermitPool {
     ///
     /// See [`AcquireError`].
     pub fn try_acquire_for(&self, timeout: Duration) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(PermitKind::Shared, Some(Instant::now() + timeout))
+        self.acquire_inner(
+            PermitKind::Shared,
+            Wait::Until(Some(Instant::now() + timeout)),
+        )
     }
 
     /// Takes every permit, waiting at most `timeout`.
@@ -559,7 +589,38 @@ impl PermitPool {
         &self,
         timeout: Duration,
     ) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(PermitKind::Exclusive, Some(Instant::now() + timeout))
+        self.acquire_inner(
+            PermitKind::Exclusive,
+            Wait::Until(Some(Instant::now() + timeout)),
+        )
+    }
+
+    /// Takes a permit of `kind` only if one is free now (a nested acquisition always succeeds).
+    ///
+    /// # Errors
+    ///
+    /// [`AcquireError::WouldBlock`] when none is free, and the others of [`AcquireError`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use gpu_test_permit::{AcquireError, PermitKind, PermitPool};
+    ///
+    /// let pool = PermitPool::builder().concurrency(1).in_process_only().build()?;
+    /// let first = pool.try_acquire(PermitKind::Shared)?;
+    /// // The same thread gets a nested guard...
+    /// assert!(pool.try_acquire(PermitKind::Shared)?.is_nested());
+    /// // ...another thread finds the pool full.
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| {
+    ///         assert!(matches!(pool.try_acquire(PermitKind::Shared), Err(AcquireError::WouldBlock)));
+    ///     });
+    /// });
+    /// # drop(first);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire(&self, kind: PermitKind) -> Result<GpuTestPermit, AcquireError> {
+        self.acquire_inner(kind, Wait::No)
     }
 
     /// Takes a permit of `kind` waiting until `deadline` (`None`: no deadline; use with care).
@@ -572,11 +633,11 @@ impl PermitPool {
         kind: PermitKind,
         deadline: Option<Instant>,
     ) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(kind, deadline)
+        self.acquire_inner(kind, Wait::Until(deadline))
     }
 
     fn acquire_or_panic(&self, kind: PermitKind) -> GpuTestPermit {
-        match self.acquire_inner(kind, Some(Instant::now() + self.inner.timeout)) {
+        match self.acquire_inner(kind, Wait::Until(Some(Instant::now() + self.inner.timeout))) {
             Ok(p) => p,
             Err(e) => panic!("{e}"),
         }
@@ -608,11 +669,7 @@ impl PermitPool {
         })
     }
 
-    fn acquire_inner(
-        &self,
-        kind: PermitKind,
-        deadline: Option<Instant>,
-    ) -> Result<GpuTestPermit, AcquireError> {
+    fn acquire_inner(&self, kind: PermitKind, wait: Wait) -> Result<GpuTestPermit, AcquireError> {
         if let Some(nested) = self.nested(kind) {
             return nested;
         }
@@ -628,8 +685,15 @@ impl PermitPool {
         let asked = Instant::now();
         let asked_wall = SystemTime::now();
         let test = crate::nextest::current_test_name();
-        let Some(local_id) = inner.local.acquire(units, deadline) else {
-            return Err(self.timeout_error(kind, asked, test, Vec::new()));
+        let (local_id, deadline) = match wait {
+            Wait::No => match inner.local.try_acquire(units) {
+                Some(id) => (id, Some(asked)),
+                None => return Err(AcquireError::WouldBlock),
+            },
+            Wait::Until(deadline) => match inner.local.acquire(units, deadline) {
+                Some(id) => (id, deadline),
+                None => return Err(self.timeout_error(kind, asked, test, Vec::new())),
+            },
         };
         let thread = thread_label();
         let slots = match &inner.host {
@@ -648,6 +712,9 @@ impl PermitPool {
                     Err(e) => {
                         inner.local.release(local_id);
                         return Err(match e {
+                            HostWaitError::TimedOut(_) if matches!(wait, Wait::No) => {
+                                AcquireError::WouldBlock
+                            }
                             HostWaitError::TimedOut(records) => {
                                 self.timeout_error(kind, asked, test, records)
                             }
@@ -674,7 +741,10 @@ impl PermitPool {
             t.write(&inner.event("wait", ts, dur, &held));
         }
         THREAD_PERMITS.with_borrow_mut(|v| v.push((inner.id, Arc::downgrade(&held))));
-        Ok(GpuTestPermit { held, nested: false })
+        Ok(GpuTestPermit {
+            held,
+            nested: false,
+        })
     }
 
     fn timeout_error(
@@ -686,24 +756,33 @@ impl PermitPool {
     ) -> AcquireError {
         let (local, queued) = self.inner.local.snapshot();
         let pid = std::process::id();
-        let mut holders: Vec<Holder> = local
-            .iter()
-            .map(|h| Holder {
-                test: h.thread.name().unwrap_or("?").to_string(),
-                thread: h.thread.name().map_or_else(|| format!("{:?}", h.thread.id()), str::to_string),
-                pid,
-                held_for: h.since.elapsed(),
-                exclusive: h.units > 1 || self.inner.local.capacity() == 1 && h.units == 1,
-            })
-            .collect();
         let now_ms = unix_ms(SystemTime::now());
-        for r in records.into_iter().filter(|r| r.pid != pid) {
-            holders.push(Holder {
+        // Host records cover every process, this one included; in-process holders add those
+        // not in a record (still waiting for their slot, or a pool without host slots).
+        let mut holders: Vec<Holder> = records
+            .into_iter()
+            .map(|r| Holder {
                 test: r.test,
                 thread: r.thread,
                 pid: r.pid,
                 held_for: Duration::from_millis(now_ms.saturating_sub(r.since_unix_ms)),
                 exclusive: r.exclusive,
+            })
+            .collect();
+        for h in &local {
+            let thread = h
+                .thread
+                .name()
+                .map_or_else(|| format!("{:?}", h.thread.id()), str::to_string);
+            if holders.iter().any(|x| x.pid == pid && x.thread == thread) {
+                continue;
+            }
+            holders.push(Holder {
+                test: h.thread.name().unwrap_or("?").to_string(),
+                thread,
+                pid,
+                held_for: h.since.elapsed(),
+                exclusive: h.units > 1,
             });
         }
         AcquireError::Timeout(WaitTimeout {
@@ -715,6 +794,12 @@ impl PermitPool {
             queued_here: queued,
         })
     }
+}
+
+#[derive(Clone, Copy)]
+enum Wait {
+    No,
+    Until(Option<Instant>),
 }
 
 fn thread_label() -> String {

@@ -62,7 +62,10 @@ impl<T> Permitted<T> {
 
     /// Builds the value under an existing permit.
     pub fn with_permit(permit: GpuTestPermit, build: impl FnOnce() -> T) -> Permitted<T> {
-        Permitted { value: build(), permit }
+        Permitted {
+            value: build(),
+            permit,
+        }
     }
 
     /// Takes a permit from `pool`, then builds the value with a fallible constructor; on error
@@ -76,7 +79,10 @@ impl<T> Permitted<T> {
         build: impl FnOnce() -> Result<T, E>,
     ) -> Result<Permitted<T>, E> {
         let permit = pool.try_acquire_for(pool.timeout())?;
-        Ok(Permitted { value: build()?, permit })
+        Ok(Permitted {
+            value: build()?,
+            permit,
+        })
     }
 
     /// The permit.
@@ -105,6 +111,9 @@ impl<T> DerefMut for Permitted<T> {
 
 impl<T: fmt::Debug> fmt::Debug for Permitted<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permitted").field("value", &self.value).field("permit", &self.permit).finish()
+        f.debug_struct("Permitted")
+            .field("value", &self.value)
+            .field("permit", &self.permit)
+            .finish()
     }
 }

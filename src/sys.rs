@@ -11,7 +11,11 @@ pub(crate) fn default_slot_dir() -> PathBuf {
     #[cfg(unix)]
     {
         let base = Path::new("/tmp");
-        let base = if base.is_dir() { base.to_path_buf() } else { std::env::temp_dir() };
+        let base = if base.is_dir() {
+            base.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
         base.join(format!("gpu-test-permit-{}", effective_uid()))
     }
     #[cfg(not(unix))]
@@ -50,18 +54,29 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<(), String> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             if let Some(parent) = dir.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| {
-                    format!("cannot create the parent of slot directory {}: {e}", dir.display())
+                    format!(
+                        "cannot create the parent of slot directory {}: {e}",
+                        dir.display()
+                    )
                 })?;
             }
             create_private_dir(dir).or_else(|e| {
                 if e.kind() == io::ErrorKind::AlreadyExists {
                     Ok(()) // another process won the race; checked below
                 } else {
-                    Err(format!("cannot create slot directory {}: {e}", dir.display()))
+                    Err(format!(
+                        "cannot create slot directory {}: {e}",
+                        dir.display()
+                    ))
                 }
             })?;
         }
-        Err(e) => return Err(format!("cannot inspect slot directory {}: {e}", dir.display())),
+        Err(e) => {
+            return Err(format!(
+                "cannot inspect slot directory {}: {e}",
+                dir.display()
+            ));
+        }
         Ok(_) => {}
     }
     let meta = std::fs::symlink_metadata(dir)
@@ -84,7 +99,12 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<(), String> {
     // Writability is checked by creating the slot files; an explicit probe here gives the
     // clearer message.
     let probe = dir.join(format!(".write-check-{}", std::process::id()));
-    match OpenOptions::new().write(true).create(true).truncate(true).open(&probe) {
+    match OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&probe)
+    {
         Ok(_) => {
             let _ = std::fs::remove_file(&probe);
             Ok(())
@@ -160,7 +180,9 @@ pub(crate) fn is_shared_dir(dir: &Path) -> bool {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        std::fs::metadata(dir).map(|m| m.mode() & 0o022 != 0).unwrap_or(false)
+        std::fs::metadata(dir)
+            .map(|m| m.mode() & 0o022 != 0)
+            .unwrap_or(false)
     }
     #[cfg(not(unix))]
     {
@@ -254,7 +276,9 @@ impl ChangeWatch {
         #[cfg(not(target_os = "linux"))]
         {
             let _ = paths;
-            Ok(ChangeWatch { step: Duration::from_micros(200) })
+            Ok(ChangeWatch {
+                step: Duration::from_micros(200),
+            })
         }
     }
 
@@ -265,12 +289,20 @@ impl ChangeWatch {
             use std::os::fd::AsRawFd;
             let raw = self.fd.as_raw_fd();
             let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-            let mut pfd = libc::pollfd { fd: raw, events: libc::POLLIN, revents: 0 };
+            let mut pfd = libc::pollfd {
+                fd: raw,
+                events: libc::POLLIN,
+                revents: 0,
+            };
             // SAFETY: `pfd` is a valid pollfd for the duration of the call.
             let n = unsafe { libc::poll(&mut pfd, 1, ms) };
             if n < 0 {
                 let e = io::Error::last_os_error();
-                return if e.kind() == io::ErrorKind::Interrupted { Ok(false) } else { Err(e) };
+                return if e.kind() == io::ErrorKind::Interrupted {
+                    Ok(false)
+                } else {
+                    Err(e)
+                };
             }
             if n == 0 {
                 return Ok(false);

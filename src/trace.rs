@@ -76,7 +76,10 @@ impl Tracer {
             }
         }
         let file = OpenOptions::new().append(true).open(path)?;
-        Ok(Tracer { path: path.to_path_buf(), file })
+        Ok(Tracer {
+            path: path.to_path_buf(),
+            file,
+        })
     }
 
     pub(crate) fn write(&self, event: &TraceEvent) {
@@ -94,7 +97,9 @@ impl Tracer {
 }
 
 pub(crate) fn micros(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }
 
 /// Reads the events of a trace file written by this crate. Lines that are not events (the `[`
@@ -123,7 +128,11 @@ pub fn read_events(path: &Path) -> io::Result<Vec<TraceEvent>> {
 pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     let mut edges: Vec<(u64, i64)> = Vec::new();
     for e in events.iter().filter(|e| e.name == "hold") {
-        let units = if e.args.exclusive { e.args.concurrency } else { 1 } as i64;
+        let units = if e.args.exclusive {
+            e.args.concurrency
+        } else {
+            1
+        } as i64;
         edges.push((e.ts, units));
         edges.push((e.ts + e.dur, -units));
     }

@@ -43,7 +43,12 @@ impl State {
         self.available -= units;
         self.next_id += 1;
         let id = self.next_id;
-        self.holders.push(LocalHolder { id, units, thread, since: Instant::now() });
+        self.holders.push(LocalHolder {
+            id,
+            units,
+            thread,
+            since: Instant::now(),
+        });
         id
     }
 
@@ -133,7 +138,6 @@ impl LocalPool {
     }
 
     /// Takes `units` permits only if that needs no waiting.
-    #[cfg(test)]
     pub(crate) fn try_acquire(&self, units: usize) -> Option<u64> {
         let mut st = self.state.lock();
         if st.queue.is_empty() && st.available >= units {

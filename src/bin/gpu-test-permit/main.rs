@@ -84,9 +84,14 @@ fn hold(args: &[String]) -> Result<ExitCode, String> {
     let permit = take(exclusive)?;
     let slots: Vec<String> = permit.slots().iter().map(|s| s.to_string()).collect();
     let mut out = std::io::stdout().lock();
-    writeln!(out, "held pid={} slots={}", std::process::id(), slots.join(","))
-        .and_then(|()| out.flush())
-        .map_err(|e| e.to_string())?;
+    writeln!(
+        out,
+        "held pid={} slots={}",
+        std::process::id(),
+        slots.join(",")
+    )
+    .and_then(|()| out.flush())
+    .map_err(|e| e.to_string())?;
     drop(out);
     match duration {
         Some(d) => std::thread::sleep(d),

@@ -1,0 +1,96 @@
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use gpu_test_permit::PermitPool;
+
+/// A pool with its own slot directory, so tests never share slots with each other.
+pub fn pool(dir: &Path, n: usize) -> PermitPool {
+    PermitPool::builder()
+        .concurrency(n)
+        .slot_dir(dir)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("gtp-test")
+        .tempdir()
+        .unwrap()
+}
+
+pub fn bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpu-test-permit"))
+}
+
+/// The CLI with a clean permit environment pointing at `dir`.
+pub fn cli(dir: &Path, n: usize) -> Command {
+    let mut c = Command::new(bin());
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("GPU_TEST_PERMIT_")
+            || k.starts_with("NEXTEST_")
+            || k == "REALIZAR_GPU_TEST_CONCURRENCY"
+        {
+            c.env_remove(&*k);
+        }
+    }
+    c.env("GPU_TEST_PERMIT_DIR", dir)
+        .env("REALIZAR_GPU_TEST_CONCURRENCY", n.to_string());
+    c
+}
+
+/// A `hold` child whose stdout lines arrive on a channel.
+pub struct Holder {
+    pub child: Child,
+    pub lines: mpsc::Receiver<String>,
+}
+
+impl Holder {
+    pub fn spawn(mut cmd: Command) -> Holder {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out: ChildStdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Holder { child, lines }
+    }
+
+    /// Waits for the `held` line.
+    pub fn held_within(&self, d: Duration) -> bool {
+        matches!(self.lines.recv_timeout(d), Ok(l) if l.starts_with("held"))
+    }
+
+    /// Closes stdin: the holder releases and exits. Returns its status and stderr.
+    pub fn release(mut self) -> (std::process::ExitStatus, String) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        (status, err)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
