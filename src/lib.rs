@@ -6,12 +6,12 @@
 //! hold the GPU at any moment on the host:
 //!
 //! ```
-//! #[test]
-//! # fn dummy() {}
+//! // In a `#[test]` function:
 //! fn matmul_matches_cpu() {
 //!     let _permit = gpu_test_permit::acquire(); // waits while N other tests hold the GPU
 //!     // ... create the device, run the kernels, check the results ...
 //! } // GPU objects declared after the permit drop first, then the permit
+//! # matmul_matches_cpu();
 //! ```
 //!
 //! # What you get
