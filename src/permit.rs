@@ -2,7 +2,6 @@
 
 mod local;
 
-use std::cell::RefCell;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
@@ -148,7 +147,7 @@ impl GpuTestPermit {
     /// Makes the current thread count as holding this permit until the returned guard drops:
     /// acquisitions from its pool on this thread return nested guards.
     pub fn enter(&self) -> EnteredPermit<'_> {
-        THREAD_PERMITS.with_borrow_mut(|v| v.push((self.held.pool_id, Arc::downgrade(&self.held))));
+        with_thread_permits(|v| v.push((self.held.pool_id, Arc::downgrade(&self.held))));
         EnteredPermit {
             permit: self,
             _not_send: std::marker::PhantomData,
@@ -178,7 +177,7 @@ pub struct EnteredPermit<'a> {
 impl Drop for EnteredPermit<'_> {
     fn drop(&mut self) {
         let target = Arc::as_ptr(&self.permit.held);
-        THREAD_PERMITS.with_borrow_mut(|v| {
+        with_thread_permits(|v| {
             if let Some(pos) = v.iter().rposition(|(_, w)| w.as_ptr() == target) {
                 v.remove(pos);
             }
@@ -194,10 +193,20 @@ impl fmt::Debug for EnteredPermit<'_> {
     }
 }
 
+#[cfg(not(loom))]
 thread_local! {
     /// The permits this thread holds, by pool id. Only a lookup aid for reentrancy: the count
     /// itself lives in the pool, so a guard may be dropped on any thread.
-    static THREAD_PERMITS: RefCell<Vec<(u64, Weak<Held>)>> = const { RefCell::new(Vec::new()) };
+    static THREAD_PERMITS: std::cell::RefCell<Vec<(u64, Weak<Held>)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static THREAD_PERMITS: std::cell::RefCell<Vec<(u64, Weak<Held>)>> = std::cell::RefCell::new(Vec::new());
+}
+
+fn with_thread_permits<R>(f: impl FnOnce(&mut Vec<(u64, Weak<Held>)>) -> R) -> R {
+    THREAD_PERMITS.with(|cell| f(&mut cell.borrow_mut()))
 }
 
 /// One real permit; returned to its pool when the last guard (`Arc`) drops.
@@ -646,7 +655,7 @@ impl PermitPool {
     /// The nested guard for a permit this thread already holds, if any.
     fn nested(&self, kind: PermitKind) -> Option<Result<GpuTestPermit, AcquireError>> {
         let id = self.inner.id;
-        THREAD_PERMITS.with_borrow_mut(|v| {
+        with_thread_permits(|v| {
             let mut i = v.len();
             while i > 0 {
                 i -= 1;
@@ -740,7 +749,7 @@ impl PermitPool {
             let dur = crate::trace::micros(held.since_wall).saturating_sub(ts);
             t.write(&inner.event("wait", ts, dur, &held));
         }
-        THREAD_PERMITS.with_borrow_mut(|v| v.push((inner.id, Arc::downgrade(&held))));
+        with_thread_permits(|v| v.push((inner.id, Arc::downgrade(&held))));
         Ok(GpuTestPermit {
             held,
             nested: false,
