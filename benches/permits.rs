@@ -1,2 +1,268 @@
-//! placeholder
-fn main() {}
+//! Permit benchmarks, each beside a baseline where one makes sense.
+//!
+//! - `uncontended`: acquire + release of the in-process layer, ours against a straightforward
+//!   Mutex + Condvar + thread-local semaphore (the baseline).
+//! - `nested`: a nested acquisition on a thread that already holds a permit.
+//! - `host_slot`: acquire + release including the host slot (file locks).
+//! - `handoff`: release-to-waiter-running latency, in process and across processes.
+//! - `suite`: 48 simulated GPU tests holding 100 ms each with N = 2 (ideal: 2.4 s), as threads
+//!   (like `cargo test`) and as processes (like `cargo nextest`).
+//!
+//! Run with `cargo bench --bench permits`; see BENCHMARKS.md for figures.
+#![allow(missing_docs)]
+
+use std::cell::Cell;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group};
+use gpu_test_permit::PermitPool;
+
+/// The baseline: a counting semaphore from std's Mutex and Condvar, reentrant through a
+/// thread-local depth counter.
+struct Baseline {
+    count: Mutex<usize>,
+    cv: Condvar,
+}
+
+thread_local! {
+    static DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+struct BaselineGuard<'a>(&'a Baseline);
+
+impl Baseline {
+    fn new(n: usize) -> Self {
+        Baseline { count: Mutex::new(n), cv: Condvar::new() }
+    }
+    fn acquire(&self) -> BaselineGuard<'_> {
+        if DEPTH.get() == 0 {
+            let mut c = self.count.lock().unwrap();
+            while *c == 0 {
+                c = self.cv.wait(c).unwrap();
+            }
+            *c -= 1;
+        }
+        DEPTH.set(DEPTH.get() + 1);
+        BaselineGuard(self)
+    }
+}
+
+impl Drop for BaselineGuard<'_> {
+    fn drop(&mut self) {
+        DEPTH.set(DEPTH.get() - 1);
+        if DEPTH.get() == 0 {
+            *self.0.count.lock().unwrap() += 1;
+            self.0.cv.notify_one();
+        }
+    }
+}
+
+fn local_pool(n: usize) -> PermitPool {
+    PermitPool::builder().concurrency(n).in_process_only().build().unwrap()
+}
+
+fn uncontended(c: &mut Criterion) {
+    let mut g = c.benchmark_group("uncontended");
+    let ours = local_pool(2);
+    g.bench_function("gpu-test-permit", |b| b.iter(|| drop(ours.acquire())));
+    let base = Baseline::new(2);
+    g.bench_function("baseline-mutex-condvar", |b| b.iter(|| drop(base.acquire())));
+    g.finish();
+}
+
+fn nested(c: &mut Criterion) {
+    let mut g = c.benchmark_group("nested");
+    let ours = local_pool(2);
+    let _outer = ours.acquire();
+    g.bench_function("gpu-test-permit", |b| b.iter(|| drop(ours.acquire())));
+    let base = Baseline::new(2);
+    let _outer_base = base.acquire();
+    g.bench_function("baseline-mutex-condvar", |b| b.iter(|| drop(base.acquire())));
+    g.finish();
+}
+
+fn host_slot(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PermitPool::builder().concurrency(2).slot_dir(dir.path()).build().unwrap();
+    let mut g = c.benchmark_group("host_slot");
+    g.bench_function("acquire-release", |b| b.iter(|| drop(pool.acquire())));
+    g.finish();
+}
+
+/// Release-to-running latency: a waiter blocks on a full pool; the holder notes the time and
+/// releases; the waiter notes when it runs.
+fn handoff(c: &mut Criterion) {
+    let mut g = c.benchmark_group("handoff");
+    g.sample_size(30);
+
+    let pool = Arc::new(local_pool(1));
+    g.bench_function("in-process/gpu-test-permit", |b| {
+        b.iter_custom(|iters| handoff_threads(iters, || pool.acquire()))
+    });
+    let base = Arc::new(Baseline::new(1));
+    g.bench_function("in-process/baseline-mutex-condvar", |b| {
+        b.iter_custom(|iters| handoff_threads(iters, || base.acquire()))
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PermitPool::builder().concurrency(1).slot_dir(dir.path()).build().unwrap();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .env(CHILD_VAR, "handoff")
+        .env("GPU_TEST_PERMIT_DIR", dir.path())
+        .env("REALIZAR_GPU_TEST_CONCURRENCY", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to_child = child.stdin.take().unwrap();
+    let mut from_child = BufReader::new(child.stdout.take().unwrap());
+    g.bench_function("cross-process/gpu-test-permit", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let held = pool.acquire();
+                writeln!(to_child, "go").unwrap();
+                to_child.flush().unwrap();
+                // Let the child reach its wait before releasing.
+                thread::sleep(Duration::from_millis(2));
+                let t0 = monotonic_ns();
+                drop(held);
+                let mut line = String::new();
+                from_child.read_line(&mut line).unwrap();
+                let t1: u64 = line.trim().parse().unwrap();
+                total += Duration::from_nanos(t1.saturating_sub(t0));
+            }
+            total
+        })
+    });
+    drop(to_child);
+    let _ = child.wait();
+    g.finish();
+}
+
+fn handoff_threads<G>(iters: u64, acquire: impl Fn() -> G + Sync) -> Duration {
+    let mut total = Duration::ZERO;
+    thread::scope(|s| {
+        for _ in 0..iters {
+            let held = acquire();
+            let (ready_tx, ready_rx) = mpsc::channel();
+            let acquire = &acquire;
+            let waiter = s.spawn(move || {
+                ready_tx.send(()).unwrap();
+                let g = acquire();
+                let t = Instant::now();
+                drop(g);
+                t
+            });
+            ready_rx.recv().unwrap();
+            thread::sleep(Duration::from_micros(500));
+            let t0 = Instant::now();
+            drop(held);
+            total += waiter.join().unwrap() - t0;
+        }
+    });
+    total
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec to write to.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+const TESTS: usize = 48;
+const HOLD: Duration = Duration::from_millis(100);
+const RUNNERS: usize = 16;
+
+/// 48 simulated GPU tests, 100 ms of GPU each, N = 2: ideally 48 / 2 x 0.1 s = 2.4 s.
+fn suite(c: &mut Criterion) {
+    let mut g = c.benchmark_group("suite-48x100ms-n2");
+    g.sample_size(10);
+    g.warm_up_time(Duration::from_millis(1));
+    g.measurement_time(Duration::from_secs(25));
+
+    let dir = tempfile::tempdir().unwrap();
+    let pool = PermitPool::builder().concurrency(2).slot_dir(dir.path()).build().unwrap();
+    g.bench_function(BenchmarkId::new("threads", RUNNERS), |b| {
+        b.iter(|| {
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            thread::scope(|s| {
+                for _ in 0..RUNNERS {
+                    s.spawn(|| {
+                        while next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < TESTS {
+                            let _p = pool.acquire();
+                            thread::sleep(HOLD);
+                        }
+                    });
+                }
+            });
+        })
+    });
+    let exe = std::env::current_exe().unwrap();
+    g.bench_function(BenchmarkId::new("processes", RUNNERS), |b| {
+        b.iter(|| {
+            // Like nextest: one process per test, at most RUNNERS running at once.
+            let mut running = Vec::new();
+            for _ in 0..TESTS {
+                if running.len() == RUNNERS {
+                    let mut first: std::process::Child = running.remove(0);
+                    assert!(first.wait().unwrap().success());
+                }
+                running.push(
+                    Command::new(&exe)
+                        .env(CHILD_VAR, "test")
+                        .env("GPU_TEST_PERMIT_DIR", dir.path())
+                        .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
+                        .spawn()
+                        .unwrap(),
+                );
+            }
+            for mut c in running {
+                assert!(c.wait().unwrap().success());
+            }
+        })
+    });
+    g.finish();
+}
+
+const CHILD_VAR: &str = "GPU_TEST_PERMIT_BENCH_CHILD";
+
+fn child(role: &str) {
+    match role {
+        "handoff" => {
+            let stdin = std::io::stdin();
+            let mut out = std::io::stdout().lock();
+            for line in stdin.lock().lines() {
+                if line.is_err() {
+                    break;
+                }
+                let p = gpu_test_permit::acquire();
+                let t = monotonic_ns();
+                drop(p);
+                writeln!(out, "{t}").unwrap();
+                out.flush().unwrap();
+            }
+        }
+        "test" => {
+            let _p = gpu_test_permit::acquire();
+            thread::sleep(HOLD);
+        }
+        other => panic!("unknown bench child role {other}"),
+    }
+}
+
+criterion_group!(benches, uncontended, nested, host_slot, handoff, suite);
+
+fn main() {
+    if let Ok(role) = std::env::var(CHILD_VAR) {
+        child(&role);
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::config::{Config, SlotDir};
 use crate::host::{HolderRecord, HostError, HostSlots, HostWaitError, unix_ms};
 use crate::trace::{TraceArgs, TraceEvent, Tracer};
-use local::LocalPool;
+pub(crate) use local::Deadline;
+use local::{LocalPool, LocalTimeout};
 
 /// Takes a shared GPU permit from the [global pool](PermitPool::global), waiting for one as long
 /// as `GPU_TEST_PERMIT_TIMEOUT` allows (10 minutes by default).
@@ -117,7 +118,7 @@ impl GpuTestPermit {
 
     /// How long the permit has been held.
     pub fn held_for(&self) -> Duration {
-        self.held.since.elapsed()
+        crate::sys::coarse_elapsed(self.held.since)
     }
 
     /// Another guard of the same permit, to hand to a worker thread. The permit is returned
@@ -161,7 +162,7 @@ impl fmt::Debug for GpuTestPermit {
             .field("kind", &self.held.kind)
             .field("nested", &self.nested)
             .field("slots", &self.held.slots)
-            .field("held_for", &self.held.since.elapsed())
+            .field("held_for", &self.held_for())
             .finish()
     }
 }
@@ -216,8 +217,10 @@ struct Held {
     kind: PermitKind,
     local_id: u64,
     slots: Vec<usize>,
-    since: Instant,
-    since_wall: SystemTime,
+    /// [`crate::sys::coarse_ns`] when granted.
+    since: u64,
+    /// Wall-clock time when granted, for the trace only.
+    since_wall: Option<SystemTime>,
     test: String,
     thread: String,
 }
@@ -230,8 +233,8 @@ impl Drop for Held {
             host.release(&self.slots);
         }
         pool.local.release(self.local_id);
-        if let Some(t) = &pool.tracer {
-            let ts = crate::trace::micros(self.since_wall);
+        if let (Some(t), Some(since)) = (&pool.tracer, self.since_wall) {
+            let ts = crate::trace::micros(since);
             t.write(&pool.event(
                 "hold",
                 ts,
@@ -583,10 +586,7 @@ impl PermitPool {
     ///
     /// See [`AcquireError`].
     pub fn try_acquire_for(&self, timeout: Duration) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(
-            PermitKind::Shared,
-            Wait::Until(Some(Instant::now() + timeout)),
-        )
+        self.acquire_inner(PermitKind::Shared, Deadline::After(timeout))
     }
 
     /// Takes every permit, waiting at most `timeout`.
@@ -598,10 +598,7 @@ impl PermitPool {
         &self,
         timeout: Duration,
     ) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(
-            PermitKind::Exclusive,
-            Wait::Until(Some(Instant::now() + timeout)),
-        )
+        self.acquire_inner(PermitKind::Exclusive, Deadline::After(timeout))
     }
 
     /// Takes a permit of `kind` only if one is free now (a nested acquisition always succeeds).
@@ -629,7 +626,7 @@ impl PermitPool {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_acquire(&self, kind: PermitKind) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(kind, Wait::No)
+        self.acquire_inner(kind, Deadline::Now)
     }
 
     /// Takes a permit of `kind` waiting until `deadline` (`None`: no deadline; use with care).
@@ -642,11 +639,11 @@ impl PermitPool {
         kind: PermitKind,
         deadline: Option<Instant>,
     ) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(kind, Wait::Until(deadline))
+        self.acquire_inner(kind, deadline.map_or(Deadline::Never, Deadline::At))
     }
 
     fn acquire_or_panic(&self, kind: PermitKind) -> GpuTestPermit {
-        match self.acquire_inner(kind, Wait::Until(Some(Instant::now() + self.inner.timeout))) {
+        match self.acquire_inner(kind, Deadline::After(self.inner.timeout)) {
             Ok(p) => p,
             Err(e) => panic!("{e}"),
         }
@@ -678,7 +675,11 @@ impl PermitPool {
         })
     }
 
-    fn acquire_inner(&self, kind: PermitKind, wait: Wait) -> Result<GpuTestPermit, AcquireError> {
+    fn acquire_inner(
+        &self,
+        kind: PermitKind,
+        wait: Deadline,
+    ) -> Result<GpuTestPermit, AcquireError> {
         if let Some(nested) = self.nested(kind) {
             return nested;
         }
@@ -691,23 +692,28 @@ impl PermitPool {
             PermitKind::Shared => 1,
             PermitKind::Exclusive => inner.local.capacity(),
         };
-        let asked = Instant::now();
-        let asked_wall = SystemTime::now();
-        let test = crate::nextest::current_test_name();
-        let (local_id, deadline) = match wait {
-            Wait::No => match inner.local.try_acquire(units) {
-                Some(id) => (id, Some(asked)),
-                None => return Err(AcquireError::WouldBlock),
-            },
-            Wait::Until(deadline) => match inner.local.acquire(units, deadline) {
-                Some(id) => (id, deadline),
-                None => return Err(self.timeout_error(kind, asked, test, Vec::new())),
-            },
+        // Only pay for clocks and names where something records them: the uncontended
+        // in-process path reads no clock but the coarse one.
+        let detailed = inner.host.is_some() || inner.tracer.is_some();
+        let asked_wall = inner.tracer.as_ref().map(|_| SystemTime::now());
+        let (local_id, waited_since) = match inner.local.acquire(units, wait) {
+            Ok(granted) => granted,
+            Err(LocalTimeout { since }) => {
+                return Err(match wait {
+                    Deadline::Now => AcquireError::WouldBlock,
+                    _ => self.timeout_error(kind, since, Vec::new()),
+                });
+            }
         };
-        let thread = thread_label();
+        let (test, thread) = if detailed {
+            (crate::nextest::current_test_name(), thread_label())
+        } else {
+            (String::new(), String::new())
+        };
         let slots = match &inner.host {
             None => Vec::new(),
             Some(host) => {
+                let start = waited_since.unwrap_or_else(Instant::now);
                 let record = HolderRecord {
                     pid: std::process::id(),
                     test: test.clone(),
@@ -716,16 +722,16 @@ impl PermitPool {
                     exclusive: kind == PermitKind::Exclusive,
                     concurrency: inner.local.capacity(),
                 };
-                match host.acquire(units, deadline, &record) {
+                match host.acquire(units, wait.resolve(start), &record) {
                     Ok(slots) => slots,
                     Err(e) => {
                         inner.local.release(local_id);
                         return Err(match e {
-                            HostWaitError::TimedOut(_) if matches!(wait, Wait::No) => {
+                            HostWaitError::TimedOut(_) if matches!(wait, Deadline::Now) => {
                                 AcquireError::WouldBlock
                             }
                             HostWaitError::TimedOut(records) => {
-                                self.timeout_error(kind, asked, test, records)
+                                self.timeout_error(kind, start, records)
                             }
                             HostWaitError::Failed(e) => AcquireError::Host(e),
                         });
@@ -739,14 +745,14 @@ impl PermitPool {
             kind,
             local_id,
             slots,
-            since: Instant::now(),
-            since_wall: SystemTime::now(),
+            since: crate::sys::coarse_ns(),
+            since_wall: asked_wall.map(|_| SystemTime::now()),
             test,
             thread,
         });
-        if let Some(t) = &inner.tracer {
-            let ts = crate::trace::micros(asked_wall);
-            let dur = crate::trace::micros(held.since_wall).saturating_sub(ts);
+        if let (Some(t), Some(asked), Some(got)) = (&inner.tracer, asked_wall, held.since_wall) {
+            let ts = crate::trace::micros(asked);
+            let dur = crate::trace::micros(got).saturating_sub(ts);
             t.write(&inner.event("wait", ts, dur, &held));
         }
         with_thread_permits(|v| v.push((inner.id, Arc::downgrade(&held))));
@@ -760,9 +766,9 @@ impl PermitPool {
         &self,
         kind: PermitKind,
         asked: Instant,
-        test: String,
         records: Vec<HolderRecord>,
     ) -> AcquireError {
+        let test = crate::nextest::current_test_name();
         let (local, queued) = self.inner.local.snapshot();
         let pid = std::process::id();
         let now_ms = unix_ms(SystemTime::now());
@@ -790,7 +796,7 @@ impl PermitPool {
                 test: h.thread.name().unwrap_or("?").to_string(),
                 thread,
                 pid,
-                held_for: h.since.elapsed(),
+                held_for: crate::sys::coarse_elapsed(h.since),
                 exclusive: h.units > 1,
             });
         }
@@ -805,11 +811,6 @@ impl PermitPool {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Wait {
-    No,
-    Until(Option<Instant>),
-}
 
 fn thread_label() -> String {
     let t = std::thread::current();

@@ -30,6 +30,28 @@ pub(crate) fn effective_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// A cheap monotonic timestamp in nanoseconds, for "held for how long" diagnostics: the coarse
+/// clock on Linux (a few ms resolution, no syscall), std's `Instant` elsewhere.
+pub(crate) fn coarse_ns() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `ts` is a valid timespec to write to; CLOCK_MONOTONIC_COARSE always exists.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        BASE.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+    }
+}
+
+/// Time since a [`coarse_ns`] timestamp.
+pub(crate) fn coarse_elapsed(since: u64) -> Duration {
+    Duration::from_nanos(coarse_ns().saturating_sub(since))
+}
+
 /// A small number that identifies the calling thread in traces (the kernel thread id on Linux).
 pub(crate) fn thread_number() -> u64 {
     #[cfg(target_os = "linux")]

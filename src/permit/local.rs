@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::sync::{AtomicU64, Mutex, Ordering, Thread, current, park, park_timeout};
 
@@ -18,6 +18,37 @@ pub(crate) struct LocalHolder {
     pub(crate) id: u64,
     pub(crate) units: usize,
     pub(crate) thread: std::thread::Thread,
+    /// [`crate::sys::coarse_ns`] when granted.
+    pub(crate) since: u64,
+}
+
+/// How long a request may wait.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Deadline {
+    /// Not at all.
+    Now,
+    /// Up to this long from when the wait starts (no clock is read when no wait is needed).
+    After(Duration),
+    /// Until this instant.
+    At(Instant),
+    /// Forever.
+    Never,
+}
+
+impl Deadline {
+    pub(crate) fn resolve(self, start: Instant) -> Option<Instant> {
+        match self {
+            Deadline::Now => Some(start),
+            Deadline::After(d) => Some(start + d),
+            Deadline::At(t) => Some(t),
+            Deadline::Never => None,
+        }
+    }
+}
+
+/// A request that gave up; `since` is when it started waiting.
+#[derive(Debug)]
+pub(crate) struct LocalTimeout {
     pub(crate) since: Instant,
 }
 
@@ -47,7 +78,7 @@ impl State {
             id,
             units,
             thread,
-            since: Instant::now(),
+            since: crate::sys::coarse_ns(),
         });
         id
     }
@@ -91,14 +122,22 @@ impl LocalPool {
         self.capacity
     }
 
-    /// Takes `units` permits, waiting in FIFO order until `deadline`. Returns the holder id, or
-    /// `None` when the deadline passed first (nothing is held then).
-    pub(crate) fn acquire(&self, units: usize, deadline: Option<Instant>) -> Option<u64> {
+    /// Takes `units` permits, waiting in FIFO order until the deadline. Returns the holder id
+    /// and, if it had to wait, when the wait started; or the timeout (nothing is held then).
+    pub(crate) fn acquire(
+        &self,
+        units: usize,
+        deadline: Deadline,
+    ) -> Result<(u64, Option<Instant>), LocalTimeout> {
         debug_assert!(units >= 1 && units <= self.capacity);
-        let waiter = {
+        let (waiter, start, deadline) = {
             let mut st = self.state.lock();
             if st.queue.is_empty() && st.available >= units {
-                return Some(st.grant(units, std::thread::current()));
+                return Ok((st.grant(units, std::thread::current()), None));
+            }
+            let start = Instant::now();
+            if let Deadline::Now = deadline {
+                return Err(LocalTimeout { since: start });
             }
             let w = Arc::new(Waiter {
                 units,
@@ -107,12 +146,12 @@ impl LocalPool {
                 thread: std::thread::current(),
             });
             st.queue.push_back(w.clone());
-            w
+            (w, start, deadline.resolve(start))
         };
         loop {
             let id = waiter.granted.load(Ordering::Acquire);
             if id != 0 {
-                return Some(id);
+                return Ok((id, Some(start)));
             }
             match deadline {
                 None => park(),
@@ -129,22 +168,12 @@ impl LocalPool {
         let mut st = self.state.lock();
         let id = waiter.granted.load(Ordering::Acquire);
         if id != 0 {
-            return Some(id);
+            return Ok((id, Some(start)));
         }
         st.queue.retain(|w| !Arc::ptr_eq(w, &waiter));
         // We may have been the head that blocked smaller requests behind us.
         st.grant_waiters();
-        None
-    }
-
-    /// Takes `units` permits only if that needs no waiting.
-    pub(crate) fn try_acquire(&self, units: usize) -> Option<u64> {
-        let mut st = self.state.lock();
-        if st.queue.is_empty() && st.available >= units {
-            Some(st.grant(units, std::thread::current()))
-        } else {
-            None
-        }
+        Err(LocalTimeout { since: start })
     }
 
     /// Returns the permits of holder `id`.
@@ -177,25 +206,23 @@ impl LocalPool {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     #[test]
     fn fifo_exclusive_is_not_starved_by_shared() {
         let pool = Arc::new(LocalPool::new(2));
-        let a = pool.acquire(1, None).unwrap();
+        let a = pool.acquire(1, Deadline::Never).unwrap().0;
         // An exclusive request queues behind the held permit...
         let p = pool.clone();
         let excl = std::thread::spawn(move || {
-            let id = p.acquire(2, None).unwrap();
+            let id = p.acquire(2, Deadline::Never).unwrap().0;
             p.release(id);
         });
         while pool.snapshot().1 == 0 {
             std::thread::yield_now();
         }
         // ...and a later shared request must not overtake it even though one permit is free.
-        assert_eq!(pool.try_acquire(1), None);
-        let short = Instant::now() + Duration::from_millis(20);
-        assert_eq!(pool.acquire(1, Some(short)), None);
+        assert!(pool.acquire(1, Deadline::Now).is_err());
+        assert!(pool.acquire(1, Deadline::After(Duration::from_millis(20))).is_err());
         pool.release(a);
         excl.join().unwrap();
         assert_eq!(pool.available(), 2);
@@ -204,19 +231,20 @@ mod tests {
     #[test]
     fn timed_out_head_lets_the_next_request_through() {
         let pool = Arc::new(LocalPool::new(2));
-        let a = pool.acquire(1, None).unwrap();
+        let a = pool.acquire(1, Deadline::Never).unwrap().0;
         let p = pool.clone();
         // An exclusive head that gives up must not leave a shared request behind it stuck.
         let excl = std::thread::spawn(move || {
-            p.acquire(2, Some(Instant::now() + Duration::from_millis(50)))
+            p.acquire(2, Deadline::After(Duration::from_millis(50))).is_ok()
         });
         while pool.snapshot().1 == 0 {
             std::thread::yield_now();
         }
         let p = pool.clone();
-        let shared = std::thread::spawn(move || p.acquire(1, None).map(|id| p.release(id)));
-        assert_eq!(excl.join().unwrap(), None);
-        assert!(shared.join().unwrap().is_some());
+        let shared =
+            std::thread::spawn(move || p.acquire(1, Deadline::Never).map(|(id, _)| p.release(id)));
+        assert!(!excl.join().unwrap());
+        assert!(shared.join().unwrap().is_ok());
         pool.release(a);
         assert_eq!(pool.available(), 2);
     }
