@@ -36,7 +36,10 @@ struct BaselineGuard<'a>(&'a Baseline);
 
 impl Baseline {
     fn new(n: usize) -> Self {
-        Baseline { count: Mutex::new(n), cv: Condvar::new() }
+        Baseline {
+            count: Mutex::new(n),
+            cv: Condvar::new(),
+        }
     }
     fn acquire(&self) -> BaselineGuard<'_> {
         if DEPTH.get() == 0 {
@@ -62,7 +65,11 @@ impl Drop for BaselineGuard<'_> {
 }
 
 fn local_pool(n: usize) -> PermitPool {
-    PermitPool::builder().concurrency(n).in_process_only().build().unwrap()
+    PermitPool::builder()
+        .concurrency(n)
+        .in_process_only()
+        .build()
+        .unwrap()
 }
 
 fn uncontended(c: &mut Criterion) {
@@ -70,7 +77,9 @@ fn uncontended(c: &mut Criterion) {
     let ours = local_pool(2);
     g.bench_function("gpu-test-permit", |b| b.iter(|| drop(ours.acquire())));
     let base = Baseline::new(2);
-    g.bench_function("baseline-mutex-condvar", |b| b.iter(|| drop(base.acquire())));
+    g.bench_function("baseline-mutex-condvar", |b| {
+        b.iter(|| drop(base.acquire()))
+    });
     g.finish();
 }
 
@@ -81,13 +90,19 @@ fn nested(c: &mut Criterion) {
     g.bench_function("gpu-test-permit", |b| b.iter(|| drop(ours.acquire())));
     let base = Baseline::new(2);
     let _outer_base = base.acquire();
-    g.bench_function("baseline-mutex-condvar", |b| b.iter(|| drop(base.acquire())));
+    g.bench_function("baseline-mutex-condvar", |b| {
+        b.iter(|| drop(base.acquire()))
+    });
     g.finish();
 }
 
 fn host_slot(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let pool = PermitPool::builder().concurrency(2).slot_dir(dir.path()).build().unwrap();
+    let pool = PermitPool::builder()
+        .concurrency(2)
+        .slot_dir(dir.path())
+        .build()
+        .unwrap();
     let mut g = c.benchmark_group("host_slot");
     g.bench_function("acquire-release", |b| b.iter(|| drop(pool.acquire())));
     g.finish();
@@ -109,7 +124,11 @@ fn handoff(c: &mut Criterion) {
     });
 
     let dir = tempfile::tempdir().unwrap();
-    let pool = PermitPool::builder().concurrency(1).slot_dir(dir.path()).build().unwrap();
+    let pool = PermitPool::builder()
+        .concurrency(1)
+        .slot_dir(dir.path())
+        .build()
+        .unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
         .env(CHILD_VAR, "handoff")
         .env("GPU_TEST_PERMIT_DIR", dir.path())
@@ -169,7 +188,10 @@ fn handoff_threads<G>(iters: u64, acquire: impl Fn() -> G + Sync) -> Duration {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid timespec to write to.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -187,7 +209,11 @@ fn suite(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(25));
 
     let dir = tempfile::tempdir().unwrap();
-    let pool = PermitPool::builder().concurrency(2).slot_dir(dir.path()).build().unwrap();
+    let pool = PermitPool::builder()
+        .concurrency(2)
+        .slot_dir(dir.path())
+        .build()
+        .unwrap();
     g.bench_function(BenchmarkId::new("threads", RUNNERS), |b| {
         b.iter(|| {
             let next = std::sync::atomic::AtomicUsize::new(0);

@@ -4,7 +4,8 @@ mod local;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock, Weak};
+use std::ptr::NonNull;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::{Config, SlotDir};
@@ -12,6 +13,8 @@ use crate::host::{HolderRecord, HostError, HostSlots, HostWaitError, unix_ms};
 use crate::trace::{TraceArgs, TraceEvent, Tracer};
 pub(crate) use local::Deadline;
 use local::{LocalPool, LocalTimeout};
+
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// Takes a shared GPU permit from the [global pool](PermitPool::global), waiting for one as long
 /// as `GPU_TEST_PERMIT_TIMEOUT` allows (10 minutes by default).
@@ -89,19 +92,42 @@ pub enum PermitKind {
 #[must_use = "the permit is returned as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct GpuTestPermit {
-    held: Arc<Held>,
+    /// Kept alive by the strong reference the seat owns while any guard of it lives.
+    pool: NonNull<PoolInner>,
+    seat: usize,
     nested: bool,
 }
 
+// SAFETY: a guard only reaches its pool through `pool`, which stays valid while the guard lives
+// (the seat's strong reference is given up by the last guard, after its last use of the pool);
+// everything it touches there is atomics and mutexes, so guards may move to and be used from
+// any thread.
+unsafe impl Send for GpuTestPermit {}
+// SAFETY: as above; `&GpuTestPermit` only reads atomics.
+unsafe impl Sync for GpuTestPermit {}
+
 impl GpuTestPermit {
+    fn pool(&self) -> &PoolInner {
+        // SAFETY: see the `Send` impl; this guard counts in `seat`, so the pool is alive.
+        unsafe { self.pool.as_ref() }
+    }
+
+    fn seat(&self) -> &Seat {
+        &self.pool().seats[self.seat]
+    }
+
     /// Whether this guard holds the whole pool.
     pub fn is_exclusive(&self) -> bool {
-        self.held.kind == PermitKind::Exclusive
+        self.kind() == PermitKind::Exclusive
     }
 
     /// Shared or exclusive.
     pub fn kind(&self) -> PermitKind {
-        self.held.kind
+        if self.seat().exclusive.load(Ordering::Relaxed) {
+            PermitKind::Exclusive
+        } else {
+            PermitKind::Shared
+        }
     }
 
     /// Whether this guard came from a nested acquisition or [`share`](Self::share), i.e. another
@@ -110,20 +136,31 @@ impl GpuTestPermit {
         self.nested
     }
 
-    /// The host slots this permit holds (one for a shared permit, N for an exclusive one;
-    /// empty for a pool without host slots). The first slot is a natural device ordinal hint.
-    pub fn slots(&self) -> &[usize] {
-        &self.held.slots
+    /// The host slots this permit holds: one for a shared permit, all N for an exclusive one,
+    /// none for a pool without host slots. The first slot is a natural device ordinal hint.
+    pub fn slots(&self) -> std::ops::Range<usize> {
+        let first = self.seat().first_slot.load(Ordering::Relaxed);
+        if first == NO_SLOT {
+            0..0
+        } else if self.is_exclusive() {
+            0..self.pool().local.capacity()
+        } else {
+            first..first + 1
+        }
     }
 
     /// How long the permit has been held.
     pub fn held_for(&self) -> Duration {
-        crate::sys::coarse_elapsed(self.held.since)
+        crate::sys::coarse_elapsed(self.seat().since.load(Ordering::Relaxed))
     }
 
     /// Another guard of the same permit, to hand to a worker thread. The permit is returned
     /// when the last guard drops. On the worker, [`enter`](Self::enter) makes nested
     /// acquisitions use this permit instead of waiting for a new one.
+    ///
+    /// # Panics
+    ///
+    /// If one permit has more than 16 million live guards.
     ///
     /// # Examples
     ///
@@ -139,8 +176,14 @@ impl GpuTestPermit {
     /// .unwrap();
     /// ```
     pub fn share(&self) -> GpuTestPermit {
+        let before = self.seat().word.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            before & GUARDS < GUARDS,
+            "gpu-test-permit: too many guards of one permit"
+        );
         GpuTestPermit {
-            held: self.held.clone(),
+            pool: self.pool,
+            seat: self.seat,
             nested: true,
         }
     }
@@ -148,10 +191,30 @@ impl GpuTestPermit {
     /// Makes the current thread count as holding this permit until the returned guard drops:
     /// acquisitions from its pool on this thread return nested guards.
     pub fn enter(&self) -> EnteredPermit<'_> {
-        with_thread_permits(|v| v.push((self.held.pool_id, Arc::downgrade(&self.held))));
+        let generation = self.seat().word.load(Ordering::Relaxed) >> GUARD_BITS;
+        let entry = ThreadPermit {
+            pool_id: self.pool().id,
+            seat: self.seat,
+            generation,
+        };
+        with_thread_permits(|v| v.push(entry));
         EnteredPermit {
             permit: self,
+            entry,
             _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for GpuTestPermit {
+    fn drop(&mut self) {
+        let before = self.seat().word.fetch_sub(1, Ordering::AcqRel);
+        if before & GUARDS == 1 {
+            // The last guard of the permit: return it. `release` gives up the seat's strong
+            // reference to the pool last.
+            // SAFETY: the pool is alive (our guard counted until the line above, and the seat's
+            // reference is only given up inside `release`).
+            unsafe { PoolInner::release(self.pool, self.seat) };
         }
     }
 }
@@ -159,9 +222,9 @@ impl GpuTestPermit {
 impl fmt::Debug for GpuTestPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GpuTestPermit")
-            .field("kind", &self.held.kind)
+            .field("kind", &self.kind())
             .field("nested", &self.nested)
-            .field("slots", &self.held.slots)
+            .field("slots", &self.slots())
             .field("held_for", &self.held_for())
             .finish()
     }
@@ -172,14 +235,15 @@ impl fmt::Debug for GpuTestPermit {
 #[must_use = "the thread stops counting as a holder when this is dropped"]
 pub struct EnteredPermit<'a> {
     permit: &'a GpuTestPermit,
+    entry: ThreadPermit,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for EnteredPermit<'_> {
     fn drop(&mut self) {
-        let target = Arc::as_ptr(&self.permit.held);
+        let entry = self.entry;
         with_thread_permits(|v| {
-            if let Some(pos) = v.iter().rposition(|(_, w)| w.as_ptr() == target) {
+            if let Some(pos) = v.iter().rposition(|e| *e == entry) {
                 v.remove(pos);
             }
         });
@@ -194,53 +258,73 @@ impl fmt::Debug for EnteredPermit<'_> {
     }
 }
 
+/// A permit the current thread holds: its pool, seat and the seat's generation when taken.
+/// Only a lookup aid for reentrancy; the counts live in the pool, so a guard may be dropped on
+/// any thread, and an entry whose permit is gone is recognised by the generation and pruned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct ThreadPermit {
+    pool_id: u64,
+    seat: usize,
+    generation: u64,
+}
+
 #[cfg(not(loom))]
 thread_local! {
-    /// The permits this thread holds, by pool id. Only a lookup aid for reentrancy: the count
-    /// itself lives in the pool, so a guard may be dropped on any thread.
-    static THREAD_PERMITS: std::cell::RefCell<Vec<(u64, Weak<Held>)>> = const { std::cell::RefCell::new(Vec::new()) };
+    static THREAD_PERMITS: std::cell::RefCell<Vec<ThreadPermit>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 #[cfg(loom)]
 loom::thread_local! {
-    static THREAD_PERMITS: std::cell::RefCell<Vec<(u64, Weak<Held>)>> = std::cell::RefCell::new(Vec::new());
+    static THREAD_PERMITS: std::cell::RefCell<Vec<ThreadPermit>> =
+        std::cell::RefCell::new(Vec::new());
 }
 
-fn with_thread_permits<R>(f: impl FnOnce(&mut Vec<(u64, Weak<Held>)>) -> R) -> R {
+fn with_thread_permits<R>(f: impl FnOnce(&mut Vec<ThreadPermit>) -> R) -> R {
     THREAD_PERMITS.with(|cell| f(&mut cell.borrow_mut()))
 }
 
-/// One real permit; returned to its pool when the last guard (`Arc`) drops.
-struct Held {
-    pool: Arc<PoolInner>,
-    pool_id: u64,
-    kind: PermitKind,
-    local_id: u64,
-    slots: Vec<usize>,
+/// Bits of a seat's word that count live guards; the rest is the seat's generation.
+const GUARD_BITS: u32 = 24;
+const GUARDS: u64 = (1 << GUARD_BITS) - 1;
+const NO_SLOT: usize = usize::MAX;
+
+/// Where one real permit keeps its state. A pool has N seats, as many as it can have permits
+/// (each permit holds at least one unit), so a request that got its units always finds a free
+/// seat.
+#[derive(Debug)]
+struct Seat {
+    /// Claimed by a permit (set first on claim, cleared last on release).
+    claimed: AtomicBool,
+    /// Generation (high bits) and number of live guards (low [`GUARD_BITS`]).
+    word: AtomicU64,
+    exclusive: AtomicBool,
+    first_slot: AtomicUsize,
     /// [`crate::sys::coarse_ns`] when granted.
-    since: u64,
-    /// Wall-clock time when granted, for the trace only.
-    since_wall: Option<SystemTime>,
-    test: String,
-    thread: String,
+    since: AtomicU64,
+    /// Thread that took it, for diagnostics.
+    thread: AtomicU64,
+    /// Names and wall-clock start, kept only where host records or a trace need them.
+    detail: parking_lot::Mutex<Option<Detail>>,
 }
 
-impl Drop for Held {
-    fn drop(&mut self) {
-        let pool = &self.pool;
-        let end = SystemTime::now();
-        if let Some(host) = &pool.host {
-            host.release(&self.slots);
-        }
-        pool.local.release(self.local_id);
-        if let (Some(t), Some(since)) = (&pool.tracer, self.since_wall) {
-            let ts = crate::trace::micros(since);
-            t.write(&pool.event(
-                "hold",
-                ts,
-                crate::trace::micros(end).saturating_sub(ts),
-                self,
-            ));
+#[derive(Debug)]
+struct Detail {
+    test: String,
+    thread: String,
+    since_wall: SystemTime,
+}
+
+impl Seat {
+    fn new() -> Seat {
+        Seat {
+            claimed: AtomicBool::new(false),
+            word: AtomicU64::new(0),
+            exclusive: AtomicBool::new(false),
+            first_slot: AtomicUsize::new(NO_SLOT),
+            since: AtomicU64::new(0),
+            thread: AtomicU64::new(0),
+            detail: parking_lot::Mutex::new(None),
         }
     }
 }
@@ -391,6 +475,7 @@ pub struct PermitPool {
 struct PoolInner {
     id: u64,
     local: LocalPool,
+    seats: Box<[Seat]>,
     host: Option<HostSlots>,
     host_error: Option<String>,
     timeout: Duration,
@@ -398,7 +483,21 @@ struct PoolInner {
 }
 
 impl PoolInner {
-    fn event(&self, name: &str, ts: u64, dur: u64, held: &Held) -> TraceEvent {
+    /// Whether permits record names and wall-clock times (for host records or the trace).
+    fn detailed(&self) -> bool {
+        self.host.is_some() || self.tracer.is_some()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &self,
+        name: &str,
+        ts: u64,
+        dur: u64,
+        detail: &Detail,
+        slots: std::ops::Range<usize>,
+        exclusive: bool,
+    ) -> TraceEvent {
         TraceEvent {
             name: name.into(),
             cat: "gpu-test-permit".into(),
@@ -408,13 +507,77 @@ impl PoolInner {
             pid: std::process::id(),
             tid: crate::sys::thread_number(),
             args: TraceArgs {
-                test: held.test.clone(),
-                thread: held.thread.clone(),
-                slots: held.slots.clone(),
-                exclusive: held.kind == PermitKind::Exclusive,
+                test: detail.test.clone(),
+                thread: detail.thread.clone(),
+                slots: slots.collect(),
+                exclusive,
                 concurrency: self.local.capacity(),
             },
         }
+    }
+
+    /// Claims a free seat for a permit that holds its units. Returns the seat and its
+    /// generation.
+    fn claim_seat(&self) -> (usize, u64) {
+        loop {
+            for (i, seat) in self.seats.iter().enumerate() {
+                if seat
+                    .claimed
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    let generation = (seat.word.load(Ordering::Relaxed) >> GUARD_BITS) + 1;
+                    seat.word
+                        .store(generation << GUARD_BITS | 1, Ordering::Release);
+                    return (i, generation);
+                }
+            }
+            // Unreachable by counting (N seats, at most N permits hold units); a releasing
+            // permit frees its seat before its units, so this only waits out that window.
+            crate::sync::yield_now();
+        }
+    }
+
+    /// Returns the permit in `seat`, whose last guard just dropped, and gives up the seat's
+    /// strong reference to the pool.
+    ///
+    /// # Safety
+    ///
+    /// `this` points to a live pool kept alive by the seat's strong reference, which the caller
+    /// hands over.
+    unsafe fn release(this: NonNull<PoolInner>, seat: usize) {
+        {
+            // SAFETY: the seat's reference keeps the pool alive until the end of this block.
+            let pool = unsafe { this.as_ref() };
+            let s = &pool.seats[seat];
+            let exclusive = s.exclusive.load(Ordering::Relaxed);
+            let first_slot = s.first_slot.load(Ordering::Relaxed);
+            let detail = if pool.detailed() {
+                s.detail.lock().take()
+            } else {
+                None
+            };
+            let units = if exclusive { pool.local.capacity() } else { 1 };
+            // Read everything first: once unclaimed, the seat belongs to the next permit.
+            s.claimed.store(false, Ordering::Release);
+            let end = pool.tracer.as_ref().map(|_| SystemTime::now());
+            let slots = match first_slot {
+                NO_SLOT => 0..0,
+                _ if exclusive => 0..units,
+                f => f..f + 1,
+            };
+            if let Some(host) = &pool.host {
+                host.release(&slots.clone().collect::<Vec<_>>());
+            }
+            pool.local.release(units);
+            if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {
+                let ts = crate::trace::micros(d.since_wall);
+                let dur = crate::trace::micros(end).saturating_sub(ts);
+                t.write(&pool.event("hold", ts, dur, d, slots, exclusive));
+            }
+        }
+        // SAFETY: the seat's strong reference, taken in `acquire_inner` with `Arc::into_raw`.
+        unsafe { Arc::decrement_strong_count(this.as_ptr()) };
     }
 }
 
@@ -509,6 +672,7 @@ impl PoolBuilder {
             inner: Arc::new(PoolInner {
                 id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 local: LocalPool::new(self.concurrency),
+                seats: (0..self.concurrency).map(|_| Seat::new()).collect(),
                 host,
                 host_error,
                 timeout: self.timeout,
@@ -651,23 +815,45 @@ impl PermitPool {
 
     /// The nested guard for a permit this thread already holds, if any.
     fn nested(&self, kind: PermitKind) -> Option<Result<GpuTestPermit, AcquireError>> {
-        let id = self.inner.id;
+        let inner = &*self.inner;
         with_thread_permits(|v| {
             let mut i = v.len();
             while i > 0 {
                 i -= 1;
-                if v[i].0 != id {
+                let e = v[i];
+                if e.pool_id != inner.id {
                     continue;
                 }
-                match v[i].1.upgrade() {
-                    Some(held) => {
-                        if kind == PermitKind::Exclusive && held.kind == PermitKind::Shared {
-                            return Some(Err(AcquireError::ExclusiveWhileShared));
-                        }
-                        return Some(Ok(GpuTestPermit { held, nested: true }));
-                    }
-                    None => {
+                let seat = &inner.seats[e.seat];
+                let mut word = seat.word.load(Ordering::Relaxed);
+                loop {
+                    if word >> GUARD_BITS != e.generation || word & GUARDS == 0 {
+                        // That permit is gone; forget it.
                         v.swap_remove(i);
+                        break;
+                    }
+                    assert!(
+                        word & GUARDS < GUARDS,
+                        "gpu-test-permit: too many guards of one permit"
+                    );
+                    match seat.word.compare_exchange_weak(
+                        word,
+                        word + 1,
+                        Ordering::Acquire,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => {
+                            let guard = GpuTestPermit {
+                                pool: NonNull::from(inner),
+                                seat: e.seat,
+                                nested: true,
+                            };
+                            if kind == PermitKind::Exclusive && !guard.is_exclusive() {
+                                return Some(Err(AcquireError::ExclusiveWhileShared));
+                            }
+                            return Some(Ok(guard));
+                        }
+                        Err(now) => word = now,
                     }
                 }
             }
@@ -683,21 +869,18 @@ impl PermitPool {
         if let Some(nested) = self.nested(kind) {
             return nested;
         }
-        let inner = &self.inner;
+        let inner = &*self.inner;
         if let Some(msg) = &inner.host_error {
             return Err(AcquireError::Host(HostError::Directory(msg.clone())));
         }
         crate::nextest::hint_once(inner.local.capacity());
-        let units = match kind {
-            PermitKind::Shared => 1,
-            PermitKind::Exclusive => inner.local.capacity(),
-        };
-        // Only pay for clocks and names where something records them: the uncontended
+        let exclusive = kind == PermitKind::Exclusive;
+        let units = if exclusive { inner.local.capacity() } else { 1 };
+        // Only pay for wall clocks and names where something records them: the uncontended
         // in-process path reads no clock but the coarse one.
-        let detailed = inner.host.is_some() || inner.tracer.is_some();
         let asked_wall = inner.tracer.as_ref().map(|_| SystemTime::now());
-        let (local_id, waited_since) = match inner.local.acquire(units, wait) {
-            Ok(granted) => granted,
+        let waited_since = match inner.local.acquire(units, wait) {
+            Ok(since) => since,
             Err(LocalTimeout { since }) => {
                 return Err(match wait {
                     Deadline::Now => AcquireError::WouldBlock,
@@ -705,27 +888,31 @@ impl PermitPool {
                 });
             }
         };
-        let (test, thread) = if detailed {
-            (crate::nextest::current_test_name(), thread_label())
-        } else {
-            (String::new(), String::new())
-        };
-        let slots = match &inner.host {
-            None => Vec::new(),
-            Some(host) => {
+        let mut first_slot = NO_SLOT;
+        let mut detail = None;
+        if inner.detailed() {
+            let mut d = Detail {
+                test: crate::nextest::current_test_name(),
+                thread: thread_label(),
+                since_wall: SystemTime::now(),
+            };
+            if let Some(host) = &inner.host {
                 let start = waited_since.unwrap_or_else(Instant::now);
                 let record = HolderRecord {
                     pid: std::process::id(),
-                    test: test.clone(),
-                    thread: thread.clone(),
-                    since_unix_ms: unix_ms(SystemTime::now()),
-                    exclusive: kind == PermitKind::Exclusive,
+                    test: d.test.clone(),
+                    thread: d.thread.clone(),
+                    since_unix_ms: unix_ms(d.since_wall),
+                    exclusive,
                     concurrency: inner.local.capacity(),
                 };
                 match host.acquire(units, wait.resolve(start), &record) {
-                    Ok(slots) => slots,
+                    Ok(slots) => {
+                        first_slot = slots[0];
+                        d.since_wall = SystemTime::now();
+                    }
                     Err(e) => {
-                        inner.local.release(local_id);
+                        inner.local.release(units);
                         return Err(match e {
                             HostWaitError::TimedOut(_) if matches!(wait, Deadline::Now) => {
                                 AcquireError::WouldBlock
@@ -738,26 +925,40 @@ impl PermitPool {
                     }
                 }
             }
-        };
-        let held = Arc::new(Held {
-            pool: inner.clone(),
-            pool_id: inner.id,
-            kind,
-            local_id,
-            slots,
-            since: crate::sys::coarse_ns(),
-            since_wall: asked_wall.map(|_| SystemTime::now()),
-            test,
-            thread,
-        });
-        if let (Some(t), Some(asked), Some(got)) = (&inner.tracer, asked_wall, held.since_wall) {
-            let ts = crate::trace::micros(asked);
-            let dur = crate::trace::micros(got).saturating_sub(ts);
-            t.write(&inner.event("wait", ts, dur, &held));
+            detail = Some(d);
         }
-        with_thread_permits(|v| v.push((inner.id, Arc::downgrade(&held))));
+        let (seat_index, generation) = inner.claim_seat();
+        let seat = &inner.seats[seat_index];
+        seat.exclusive.store(exclusive, Ordering::Relaxed);
+        seat.first_slot.store(first_slot, Ordering::Relaxed);
+        seat.since.store(crate::sys::coarse_ns(), Ordering::Relaxed);
+        seat.thread
+            .store(crate::sys::thread_number(), Ordering::Relaxed);
+        if let Some(d) = detail {
+            if let (Some(t), Some(asked)) = (&inner.tracer, asked_wall) {
+                let ts = crate::trace::micros(asked);
+                let dur = crate::trace::micros(d.since_wall).saturating_sub(ts);
+                let slots = match first_slot {
+                    NO_SLOT => 0..0,
+                    _ if exclusive => 0..units,
+                    f => f..f + 1,
+                };
+                t.write(&inner.event("wait", ts, dur, &d, slots, exclusive));
+            }
+            *seat.detail.lock() = Some(d);
+        }
+        // The seat owns one strong reference to the pool while any guard of it lives.
+        let pool = NonNull::new(Arc::into_raw(self.inner.clone()).cast_mut()).unwrap();
+        with_thread_permits(|v| {
+            v.push(ThreadPermit {
+                pool_id: inner.id,
+                seat: seat_index,
+                generation,
+            })
+        });
         Ok(GpuTestPermit {
-            held,
+            pool,
+            seat: seat_index,
             nested: false,
         })
     }
@@ -769,11 +970,16 @@ impl PermitPool {
         records: Vec<HolderRecord>,
     ) -> AcquireError {
         let test = crate::nextest::current_test_name();
-        let (local, queued) = self.inner.local.snapshot();
+        let inner = &*self.inner;
+        let records = match (&inner.host, records.is_empty()) {
+            // The wait ended in this process's queue: the host slots still say who holds them.
+            (Some(host), true) => host.holders(&[]),
+            _ => records,
+        };
         let pid = std::process::id();
         let now_ms = unix_ms(SystemTime::now());
-        // Host records cover every process, this one included; in-process holders add those
-        // not in a record (still waiting for their slot, or a pool without host slots).
+        // Host records cover every process, this one included; seats add this process's
+        // holders without a record (a pool without host slots).
         let mut holders: Vec<Holder> = records
             .into_iter()
             .map(|r| Holder {
@@ -784,33 +990,32 @@ impl PermitPool {
                 exclusive: r.exclusive,
             })
             .collect();
-        for h in &local {
-            let thread = h
-                .thread
-                .name()
-                .map_or_else(|| format!("{:?}", h.thread.id()), str::to_string);
-            if holders.iter().any(|x| x.pid == pid && x.thread == thread) {
-                continue;
+        if inner.host.is_none() {
+            for seat in inner
+                .seats
+                .iter()
+                .filter(|s| s.claimed.load(Ordering::Acquire))
+            {
+                let thread = crate::sys::thread_name(seat.thread.load(Ordering::Relaxed));
+                holders.push(Holder {
+                    test: thread.clone(),
+                    thread,
+                    pid,
+                    held_for: crate::sys::coarse_elapsed(seat.since.load(Ordering::Relaxed)),
+                    exclusive: seat.exclusive.load(Ordering::Relaxed),
+                });
             }
-            holders.push(Holder {
-                test: h.thread.name().unwrap_or("?").to_string(),
-                thread,
-                pid,
-                held_for: crate::sys::coarse_elapsed(h.since),
-                exclusive: h.units > 1,
-            });
         }
         AcquireError::Timeout(WaitTimeout {
             waited: asked.elapsed(),
             kind,
             test,
-            concurrency: self.inner.local.capacity(),
+            concurrency: inner.local.capacity(),
             holders,
-            queued_here: queued,
+            queued_here: inner.local.queued(),
         })
     }
 }
-
 
 fn thread_label() -> String {
     let t = std::thread::current();

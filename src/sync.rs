@@ -5,14 +5,14 @@
 //! against other threads by the pool mutex, which is loom's.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(loom)]
-pub(crate) use loom::thread::{Thread, current, park};
+pub(crate) use loom::thread::{Thread, current, park, yield_now};
 #[cfg(not(loom))]
-pub(crate) use std::thread::{Thread, current, park, park_timeout};
+pub(crate) use std::thread::{Thread, current, park, park_timeout, yield_now};
 
 /// Under loom there are no timed waits; a model never passes a deadline.
 #[cfg(loom)]

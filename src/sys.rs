@@ -35,7 +35,10 @@ pub(crate) fn effective_uid() -> u32 {
 pub(crate) fn coarse_ns() -> u64 {
     #[cfg(target_os = "linux")]
     {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: `ts` is a valid timespec to write to; CLOCK_MONOTONIC_COARSE always exists.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -43,7 +46,9 @@ pub(crate) fn coarse_ns() -> u64 {
     #[cfg(not(target_os = "linux"))]
     {
         static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-        BASE.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
+        BASE.get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_nanos() as u64
     }
 }
 
@@ -52,8 +57,43 @@ pub(crate) fn coarse_elapsed(since: u64) -> Duration {
     Duration::from_nanos(coarse_ns().saturating_sub(since))
 }
 
-/// A small number that identifies the calling thread in traces (the kernel thread id on Linux).
+/// A small number that identifies the calling thread in traces and diagnostics (the kernel
+/// thread id on Linux), cached per thread. The first call on a thread also records its name for
+/// [`thread_name`].
 pub(crate) fn thread_number() -> u64 {
+    thread_local! {
+        static NUMBER: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    NUMBER.with(|c| {
+        if c.get() == 0 {
+            let n = raw_thread_number();
+            let t = std::thread::current();
+            let name = t
+                .name()
+                .map_or_else(|| format!("{:?}", t.id()), str::to_string);
+            thread_names().lock().insert(n, name);
+            c.set(n);
+        }
+        c.get()
+    })
+}
+
+fn thread_names() -> &'static parking_lot::Mutex<std::collections::HashMap<u64, String>> {
+    static NAMES: std::sync::OnceLock<parking_lot::Mutex<std::collections::HashMap<u64, String>>> =
+        std::sync::OnceLock::new();
+    NAMES.get_or_init(Default::default)
+}
+
+/// The name recorded for a [`thread_number`].
+pub(crate) fn thread_name(number: u64) -> String {
+    thread_names()
+        .lock()
+        .get(&number)
+        .cloned()
+        .unwrap_or_else(|| format!("thread {number}"))
+}
+
+fn raw_thread_number() -> u64 {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: gettid has no preconditions and cannot fail.
@@ -61,10 +101,8 @@ pub(crate) fn thread_number() -> u64 {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        std::thread::current().id().hash(&mut h);
-        h.finish() & 0xffff_ffff
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
 }
 

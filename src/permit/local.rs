@@ -1,26 +1,20 @@
-//! The in-process layer: a FIFO-fair counting semaphore whose waiters park (no spinning) and
-//! whose uncontended acquire and release take one uncontended mutex each and make no syscall.
+//! The in-process layer: a FIFO-fair counting semaphore.
 //!
-//! A request asks for `units` permits (1 for a shared permit, all of them for an exclusive one).
-//! Requests are granted strictly in arrival order: a request that cannot be served waits, and so
-//! does everything that arrives after it, so an exclusive request is never starved by a stream
-//! of shared ones.
+//! The count and a "someone is queued" flag share one atomic word. While nobody is queued,
+//! acquire and release are a single atomic operation each: no lock, no syscall. Once a request
+//! has to wait it joins a FIFO queue under a mutex and parks (no spinning); the flag then makes
+//! every later request queue behind it, and makes releases go through the mutex to hand their
+//! units to the queue's head. So requests are granted strictly in arrival order and an
+//! exclusive request (all units) is never starved by a stream of shared ones.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sync::{AtomicU64, Mutex, Ordering, Thread, current, park, park_timeout};
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, current, park, park_timeout};
 
-/// Who holds in-process permits, for diagnostics.
-#[derive(Clone, Debug)]
-pub(crate) struct LocalHolder {
-    pub(crate) id: u64,
-    pub(crate) units: usize,
-    pub(crate) thread: std::thread::Thread,
-    /// [`crate::sys::coarse_ns`] when granted.
-    pub(crate) since: u64,
-}
+/// Set in the state word while the queue is not empty.
+const QUEUED: usize = 1 << (usize::BITS - 1);
 
 /// How long a request may wait.
 #[derive(Clone, Copy, Debug)]
@@ -55,66 +49,26 @@ pub(crate) struct LocalTimeout {
 #[derive(Debug)]
 struct Waiter {
     units: usize,
-    /// 0 while waiting; the holder id once granted.
-    granted: AtomicU64,
+    granted: AtomicBool,
     parker: Thread,
-    thread: std::thread::Thread,
-}
-
-#[derive(Debug)]
-struct State {
-    available: usize,
-    next_id: u64,
-    queue: VecDeque<Arc<Waiter>>,
-    holders: Vec<LocalHolder>,
-}
-
-impl State {
-    fn grant(&mut self, units: usize, thread: std::thread::Thread) -> u64 {
-        self.available -= units;
-        self.next_id += 1;
-        let id = self.next_id;
-        self.holders.push(LocalHolder {
-            id,
-            units,
-            thread,
-            since: crate::sys::coarse_ns(),
-        });
-        id
-    }
-
-    /// Grants queued requests from the front while they fit.
-    fn grant_waiters(&mut self) {
-        while let Some(w) = self.queue.front() {
-            if w.units > self.available {
-                break;
-            }
-            let w = self.queue.pop_front().unwrap();
-            let id = self.grant(w.units, w.thread.clone());
-            w.granted.store(id, Ordering::Release);
-            w.parker.unpark();
-        }
-    }
 }
 
 /// The in-process semaphore.
 #[derive(Debug)]
 pub(crate) struct LocalPool {
     capacity: usize,
-    state: Mutex<State>,
+    /// Free units, plus [`QUEUED`].
+    state: AtomicUsize,
+    queue: Mutex<VecDeque<Arc<Waiter>>>,
 }
 
 impl LocalPool {
     pub(crate) fn new(capacity: usize) -> LocalPool {
-        assert!(capacity >= 1);
+        assert!((1..QUEUED).contains(&capacity));
         LocalPool {
             capacity,
-            state: Mutex::new(State {
-                available: capacity,
-                next_id: 0,
-                queue: VecDeque::new(),
-                holders: Vec::new(),
-            }),
+            state: AtomicUsize::new(capacity),
+            queue: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -122,36 +76,60 @@ impl LocalPool {
         self.capacity
     }
 
-    /// Takes `units` permits, waiting in FIFO order until the deadline. Returns the holder id
-    /// and, if it had to wait, when the wait started; or the timeout (nothing is held then).
+    /// Takes `units` if they are free and nobody is queued.
+    fn try_fast(&self, units: usize) -> bool {
+        let mut s = self.state.load(Ordering::Relaxed);
+        loop {
+            if s & QUEUED != 0 || s < units {
+                return false;
+            }
+            match self.state.compare_exchange_weak(
+                s,
+                s - units,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => s = now,
+            }
+        }
+    }
+
+    /// Takes `units` permits, waiting in FIFO order until the deadline. Returns when the wait
+    /// started (`None`: no wait was needed), or the timeout (nothing is held then).
     pub(crate) fn acquire(
         &self,
         units: usize,
         deadline: Deadline,
-    ) -> Result<(u64, Option<Instant>), LocalTimeout> {
+    ) -> Result<Option<Instant>, LocalTimeout> {
         debug_assert!(units >= 1 && units <= self.capacity);
-        let (waiter, start, deadline) = {
-            let mut st = self.state.lock();
-            if st.queue.is_empty() && st.available >= units {
-                return Ok((st.grant(units, std::thread::current()), None));
+        if self.try_fast(units) {
+            return Ok(None);
+        }
+        let start = Instant::now();
+        let (waiter, deadline) = {
+            let mut q = self.queue.lock();
+            if q.is_empty() && self.try_fast(units) {
+                return Ok(Some(start));
             }
-            let start = Instant::now();
             if let Deadline::Now = deadline {
                 return Err(LocalTimeout { since: start });
             }
             let w = Arc::new(Waiter {
                 units,
-                granted: AtomicU64::new(0),
+                granted: AtomicBool::new(false),
                 parker: current(),
-                thread: std::thread::current(),
             });
-            st.queue.push_back(w.clone());
-            (w, start, deadline.resolve(start))
+            // Raise the flag before looking at the count: a release either sees the flag and
+            // comes through the mutex, or its units are visible to `grant` below.
+            self.state.fetch_or(QUEUED, Ordering::AcqRel);
+            q.push_back(w.clone());
+            self.grant(&mut q);
+            (w, deadline.resolve(start))
         };
         loop {
-            let id = waiter.granted.load(Ordering::Acquire);
-            if id != 0 {
-                return Ok((id, Some(start)));
+            if waiter.granted.load(Ordering::Acquire) {
+                return Ok(Some(start));
             }
             match deadline {
                 None => park(),
@@ -165,41 +143,61 @@ impl LocalPool {
             }
         }
         // Deadline passed: leave the queue, unless a release granted us in the meantime.
-        let mut st = self.state.lock();
-        let id = waiter.granted.load(Ordering::Acquire);
-        if id != 0 {
-            return Ok((id, Some(start)));
+        let mut q = self.queue.lock();
+        if waiter.granted.load(Ordering::Acquire) {
+            return Ok(Some(start));
         }
-        st.queue.retain(|w| !Arc::ptr_eq(w, &waiter));
+        q.retain(|w| !Arc::ptr_eq(w, &waiter));
         // We may have been the head that blocked smaller requests behind us.
-        st.grant_waiters();
+        self.grant(&mut q);
         Err(LocalTimeout { since: start })
     }
 
-    /// Returns the permits of holder `id`.
-    pub(crate) fn release(&self, id: u64) {
-        let mut st = self.state.lock();
-        let pos = st
-            .holders
-            .iter()
-            .position(|h| h.id == id)
-            .expect("gpu-test-permit: released an unknown in-process permit");
-        let h = st.holders.swap_remove(pos);
-        st.available += h.units;
-        debug_assert!(st.available <= self.capacity);
-        st.grant_waiters();
+    /// Grants queued requests from the front while they fit; lowers the flag when the queue
+    /// empties. Called with the queue locked.
+    fn grant(&self, q: &mut VecDeque<Arc<Waiter>>) {
+        while let Some(head) = q.front() {
+            let mut s = self.state.load(Ordering::Acquire);
+            loop {
+                if s & !QUEUED < head.units {
+                    return;
+                }
+                match self.state.compare_exchange_weak(
+                    s,
+                    s - head.units,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(now) => s = now,
+                }
+            }
+            let w = q.pop_front().unwrap();
+            w.granted.store(true, Ordering::Release);
+            w.parker.unpark();
+        }
+        self.state.fetch_and(!QUEUED, Ordering::AcqRel);
     }
 
-    /// The current holders and the number of queued requests.
-    pub(crate) fn snapshot(&self) -> (Vec<LocalHolder>, usize) {
-        let st = self.state.lock();
-        (st.holders.clone(), st.queue.len())
+    /// Returns `units` permits.
+    pub(crate) fn release(&self, units: usize) {
+        let before = self.state.fetch_add(units, Ordering::AcqRel);
+        debug_assert!((before & !QUEUED) + units <= self.capacity);
+        if before & QUEUED != 0 {
+            let mut q = self.queue.lock();
+            self.grant(&mut q);
+        }
+    }
+
+    /// Requests queued right now.
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.lock().len()
     }
 
     /// Permits not held right now.
-    #[cfg(any(test, loom))]
+    #[cfg(test)]
     pub(crate) fn available(&self) -> usize {
-        self.state.lock().available
+        self.state.load(Ordering::Acquire) & !QUEUED
     }
 }
 
@@ -210,42 +208,51 @@ mod tests {
     #[test]
     fn fifo_exclusive_is_not_starved_by_shared() {
         let pool = Arc::new(LocalPool::new(2));
-        let a = pool.acquire(1, Deadline::Never).unwrap().0;
+        pool.acquire(1, Deadline::Never).unwrap();
         // An exclusive request queues behind the held permit...
         let p = pool.clone();
         let excl = std::thread::spawn(move || {
-            let id = p.acquire(2, Deadline::Never).unwrap().0;
-            p.release(id);
+            p.acquire(2, Deadline::Never).unwrap();
+            p.release(2);
         });
-        while pool.snapshot().1 == 0 {
+        while pool.queued() == 0 {
             std::thread::yield_now();
         }
         // ...and a later shared request must not overtake it even though one permit is free.
         assert!(pool.acquire(1, Deadline::Now).is_err());
-        assert!(pool.acquire(1, Deadline::After(Duration::from_millis(20))).is_err());
-        pool.release(a);
+        assert!(
+            pool.acquire(1, Deadline::After(Duration::from_millis(20)))
+                .is_err()
+        );
+        pool.release(1);
         excl.join().unwrap();
         assert_eq!(pool.available(), 2);
+        assert_eq!(
+            pool.state.load(Ordering::Relaxed),
+            2,
+            "the queued flag is down again"
+        );
     }
 
     #[test]
     fn timed_out_head_lets_the_next_request_through() {
         let pool = Arc::new(LocalPool::new(2));
-        let a = pool.acquire(1, Deadline::Never).unwrap().0;
+        pool.acquire(1, Deadline::Never).unwrap();
         let p = pool.clone();
         // An exclusive head that gives up must not leave a shared request behind it stuck.
         let excl = std::thread::spawn(move || {
-            p.acquire(2, Deadline::After(Duration::from_millis(50))).is_ok()
+            p.acquire(2, Deadline::After(Duration::from_millis(50)))
+                .is_ok()
         });
-        while pool.snapshot().1 == 0 {
+        while pool.queued() == 0 {
             std::thread::yield_now();
         }
         let p = pool.clone();
         let shared =
-            std::thread::spawn(move || p.acquire(1, Deadline::Never).map(|(id, _)| p.release(id)));
+            std::thread::spawn(move || p.acquire(1, Deadline::Never).map(|_| p.release(1)));
         assert!(!excl.join().unwrap());
         assert!(shared.join().unwrap().is_ok());
-        pool.release(a);
+        pool.release(1);
         assert_eq!(pool.available(), 2);
     }
 }

@@ -140,6 +140,7 @@ fn deadline_error_names_the_holders() {
         let err = pool
             .try_acquire_for(Duration::from_millis(200))
             .unwrap_err();
+        done_tx.send(()).unwrap();
         assert!(start.elapsed() >= Duration::from_millis(200));
         let AcquireError::Timeout(t) = &err else {
             panic!("{err}")
@@ -159,7 +160,6 @@ fn deadline_error_names_the_holders() {
             "{msg}"
         );
         assert!(msg.contains("GPU_TEST_PERMIT_TIMEOUT"), "{msg}");
-        done_tx.send(()).unwrap();
     });
     // The timed-out waiter left nothing behind.
     assert!(all_free(&pool));

@@ -82,7 +82,7 @@ fn hold(args: &[String]) -> Result<ExitCode, String> {
         }
     }
     let permit = take(exclusive)?;
-    let slots: Vec<String> = permit.slots().iter().map(|s| s.to_string()).collect();
+    let slots: Vec<String> = permit.slots().map(|s| s.to_string()).collect();
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
