@@ -5,7 +5,7 @@ mod local;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::{Config, SlotDir};
@@ -92,14 +92,15 @@ pub enum PermitKind {
 #[must_use = "the permit is returned as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct GpuTestPermit {
-    /// Kept alive by the strong reference the seat owns while any guard of it lives.
+    /// Alive while any guard of the permit lives: the permit's units are not returned before
+    /// its last guard drops, and a pool is freed only once all units are back.
     pool: NonNull<PoolInner>,
     seat: usize,
     nested: bool,
 }
 
 // SAFETY: a guard only reaches its pool through `pool`, which stays valid while the guard lives
-// (the seat's strong reference is given up by the last guard, after its last use of the pool);
+// (the permit's units are returned by its last guard, as that guard's last use of the pool);
 // everything it touches there is atomics and mutexes, so guards may move to and be used from
 // any thread.
 unsafe impl Send for GpuTestPermit {}
@@ -210,10 +211,9 @@ impl Drop for GpuTestPermit {
     fn drop(&mut self) {
         let before = self.seat().word.fetch_sub(1, Ordering::AcqRel);
         if before & GUARDS == 1 {
-            // The last guard of the permit: return it. `release` gives up the seat's strong
-            // reference to the pool last.
-            // SAFETY: the pool is alive (our guard counted until the line above, and the seat's
-            // reference is only given up inside `release`).
+            // The last guard of the permit: return it.
+            // SAFETY: the pool is alive: this permit's units are still out, and `release`
+            // returns them as its last use of the pool.
             unsafe { PoolInner::release(self.pool, self.seat) };
         }
     }
@@ -469,7 +469,8 @@ impl fmt::Display for WaitTimeout {
 /// - **Bounded**: every wait has a deadline; past it the error lists the holders.
 /// - **Crash-safe**: a process killed while holding frees its slot at once.
 pub struct PermitPool {
-    inner: Arc<PoolInner>,
+    /// Owned (a `Box`); freed by `Drop` or, while permits are out, by the last release.
+    inner: NonNull<PoolInner>,
 }
 
 struct PoolInner {
@@ -538,16 +539,16 @@ impl PoolInner {
         }
     }
 
-    /// Returns the permit in `seat`, whose last guard just dropped, and gives up the seat's
-    /// strong reference to the pool.
+    /// Returns the permit in `seat`, whose last guard just dropped; frees the pool if its
+    /// handle is gone and this was its last permit.
     ///
     /// # Safety
     ///
-    /// `this` points to a live pool kept alive by the seat's strong reference, which the caller
-    /// hands over.
+    /// `this` points to a live pool, `seat` holds a permit whose last guard is gone, and the
+    /// caller does not touch the pool afterwards.
     unsafe fn release(this: NonNull<PoolInner>, seat: usize) {
         {
-            // SAFETY: the seat's reference keeps the pool alive until the end of this block.
+            // SAFETY: the permit's units are out, so the pool is alive until they are returned.
             let pool = unsafe { this.as_ref() };
             let s = &pool.seats[seat];
             let exclusive = s.exclusive.load(Ordering::Relaxed);
@@ -569,24 +570,27 @@ impl PoolInner {
             if let Some(host) = &pool.host {
                 host.release(&slots.clone().collect::<Vec<_>>());
             }
-            pool.local.release(units);
             if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {
                 let ts = crate::trace::micros(d.since_wall);
                 let dur = crate::trace::micros(end).saturating_sub(ts);
                 t.write(&pool.event("hold", ts, dur, d, slots, exclusive));
             }
+            // The last touch of the pool: once the units are back, a closed pool may go.
+            if pool.local.release(units) {
+                // SAFETY: the pool's handle is gone and this release was the last thing it
+                // waited for; nothing else can reach it. It was allocated as a `Box`.
+                drop(unsafe { Box::from_raw(this.as_ptr()) });
+            }
         }
-        // SAFETY: the seat's strong reference, taken in `acquire_inner` with `Arc::into_raw`.
-        unsafe { Arc::decrement_strong_count(this.as_ptr()) };
     }
 }
 
 impl fmt::Debug for PermitPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PermitPool")
-            .field("concurrency", &self.inner.local.capacity())
-            .field("slot_dir", &self.inner.host.as_ref().map(|h| h.dir()))
-            .field("timeout", &self.inner.timeout)
+            .field("concurrency", &self.inner().local.capacity())
+            .field("slot_dir", &self.inner().host.as_ref().map(|h| h.dir()))
+            .field("timeout", &self.inner().timeout)
             .finish_non_exhaustive()
     }
 }
@@ -669,7 +673,7 @@ impl PoolBuilder {
             }
         });
         PermitPool {
-            inner: Arc::new(PoolInner {
+            inner: NonNull::from(Box::leak(Box::new(PoolInner {
                 id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 local: LocalPool::new(self.concurrency),
                 seats: (0..self.concurrency).map(|_| Seat::new()).collect(),
@@ -677,12 +681,39 @@ impl PoolBuilder {
                 host_error,
                 timeout: self.timeout,
                 tracer,
-            }),
+            }))),
+        }
+    }
+}
+
+// SAFETY: `PermitPool` owns its `PoolInner` like a `Box` would, and `PoolInner` is `Send + Sync`
+// (checked below).
+unsafe impl Send for PermitPool {}
+// SAFETY: as above.
+unsafe impl Sync for PermitPool {}
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<PoolInner>();
+};
+
+impl Drop for PermitPool {
+    fn drop(&mut self) {
+        // Permits may outlive the pool handle: then the last of them frees the pool.
+        if self.inner().local.close() {
+            // SAFETY: nothing is held or in flight and the handle is gone, so nobody else can
+            // reach the pool; it was allocated as a `Box` in `finish`.
+            drop(unsafe { Box::from_raw(self.inner.as_ptr()) });
         }
     }
 }
 
 impl PermitPool {
+    fn inner(&self) -> &PoolInner {
+        // SAFETY: the pool is freed only after this handle is dropped.
+        unsafe { self.inner.as_ref() }
+    }
+
     /// A builder with the defaults: N = 2, the default slot directory, a 10-minute deadline.
     pub fn builder() -> PoolBuilder {
         PoolBuilder {
@@ -713,17 +744,17 @@ impl PermitPool {
 
     /// Permits in the pool (N).
     pub fn concurrency(&self) -> usize {
-        self.inner.local.capacity()
+        self.inner().local.capacity()
     }
 
     /// The deadline of [`acquire`](Self::acquire) and [`acquire_exclusive`](Self::acquire_exclusive).
     pub fn timeout(&self) -> Duration {
-        self.inner.timeout
+        self.inner().timeout
     }
 
     /// The slot directory, or `None` for an in-process-only pool.
     pub fn slot_dir(&self) -> Option<&Path> {
-        self.inner.host.as_ref().map(|h| h.dir())
+        self.inner().host.as_ref().map(|h| h.dir())
     }
 
     /// Takes a shared permit, waiting up to the pool's deadline.
@@ -807,7 +838,7 @@ impl PermitPool {
     }
 
     fn acquire_or_panic(&self, kind: PermitKind) -> GpuTestPermit {
-        match self.acquire_inner(kind, Deadline::After(self.inner.timeout)) {
+        match self.acquire_inner(kind, Deadline::After(self.inner().timeout)) {
             Ok(p) => p,
             Err(e) => panic!("{e}"),
         }
@@ -815,7 +846,7 @@ impl PermitPool {
 
     /// The nested guard for a permit this thread already holds, if any.
     fn nested(&self, kind: PermitKind) -> Option<Result<GpuTestPermit, AcquireError>> {
-        let inner = &*self.inner;
+        let inner = self.inner();
         with_thread_permits(|v| {
             let mut i = v.len();
             while i > 0 {
@@ -869,7 +900,7 @@ impl PermitPool {
         if let Some(nested) = self.nested(kind) {
             return nested;
         }
-        let inner = &*self.inner;
+        let inner = self.inner();
         if let Some(msg) = &inner.host_error {
             return Err(AcquireError::Host(HostError::Directory(msg.clone())));
         }
@@ -912,7 +943,8 @@ impl PermitPool {
                         d.since_wall = SystemTime::now();
                     }
                     Err(e) => {
-                        inner.local.release(units);
+                        let freed = inner.local.release(units);
+                        debug_assert!(!freed, "a pool cannot close while borrowed");
                         return Err(match e {
                             HostWaitError::TimedOut(_) if matches!(wait, Deadline::Now) => {
                                 AcquireError::WouldBlock
@@ -947,8 +979,7 @@ impl PermitPool {
             }
             *seat.detail.lock() = Some(d);
         }
-        // The seat owns one strong reference to the pool while any guard of it lives.
-        let pool = NonNull::new(Arc::into_raw(self.inner.clone()).cast_mut()).unwrap();
+        let pool = self.inner;
         with_thread_permits(|v| {
             v.push(ThreadPermit {
                 pool_id: inner.id,
@@ -970,7 +1001,7 @@ impl PermitPool {
         records: Vec<HolderRecord>,
     ) -> AcquireError {
         let test = crate::nextest::current_test_name();
-        let inner = &*self.inner;
+        let inner = self.inner();
         let records = match (&inner.host, records.is_empty()) {
             // The wait ended in this process's queue: the host slots still say who holds them.
             (Some(host), true) => host.holders(&[]),

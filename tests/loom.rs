@@ -91,3 +91,26 @@ fn never_more_than_one_holder_with_n_1() {
 fn never_more_than_two_units_with_n_2() {
     model(2);
 }
+
+/// The pool's handle is dropped while a permit taken on another thread is still out (and a
+/// third thread may be queued): whoever comes last frees the pool, exactly once.
+#[test]
+fn pool_dropped_while_a_permit_is_out() {
+    loom::model(|| {
+        let pool = PermitPool::builder()
+            .concurrency(1)
+            .in_process_only()
+            .build()
+            .unwrap();
+        let pool = Arc::new(pool);
+        let p = pool.acquire_until(PermitKind::Shared, None).unwrap();
+        let waiter = {
+            let pool = pool.clone();
+            thread::spawn(move || drop(pool.acquire_until(PermitKind::Shared, None).unwrap()))
+        };
+        let holder = thread::spawn(move || drop(p));
+        drop(pool);
+        holder.join().unwrap();
+        waiter.join().unwrap();
+    });
+}

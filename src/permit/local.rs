@@ -11,10 +11,17 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering, Thread, current, park, park_timeout};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, Thread, current, park, park_timeout};
 
-/// Set in the state word while the queue is not empty.
-const QUEUED: usize = 1 << (usize::BITS - 1);
+// The state word: free units in the low 32 bits, then a count of releases that are handing
+// units to the queue, then two flags.
+const AVAILABLE: u64 = (1 << 32) - 1;
+const IN_FLIGHT_ONE: u64 = 1 << 32;
+const IN_FLIGHT: u64 = ((1 << 30) - 1) << 32;
+/// Set when the pool's owner dropped it; the pool is freed once nothing is held or in flight.
+const CLOSED: u64 = 1 << 62;
+/// Set while the queue is not empty.
+const QUEUED: u64 = 1 << 63;
 
 /// How long a request may wait.
 #[derive(Clone, Copy, Debug)]
@@ -57,17 +64,17 @@ struct Waiter {
 #[derive(Debug)]
 pub(crate) struct LocalPool {
     capacity: usize,
-    /// Free units, plus [`QUEUED`].
-    state: AtomicUsize,
+    /// Free units, releases in flight, [`CLOSED`] and [`QUEUED`].
+    state: AtomicU64,
     queue: Mutex<VecDeque<Arc<Waiter>>>,
 }
 
 impl LocalPool {
     pub(crate) fn new(capacity: usize) -> LocalPool {
-        assert!((1..QUEUED).contains(&capacity));
+        assert!((1..=u32::MAX as usize / 2).contains(&capacity));
         LocalPool {
             capacity,
-            state: AtomicUsize::new(capacity),
+            state: AtomicU64::new(capacity as u64),
             queue: Mutex::new(VecDeque::new()),
         }
     }
@@ -78,9 +85,10 @@ impl LocalPool {
 
     /// Takes `units` if they are free and nobody is queued.
     fn try_fast(&self, units: usize) -> bool {
+        let units = units as u64;
         let mut s = self.state.load(Ordering::Relaxed);
         loop {
-            if s & QUEUED != 0 || s < units {
+            if s & QUEUED != 0 || s & AVAILABLE < units {
                 return false;
             }
             match self.state.compare_exchange_weak(
@@ -157,14 +165,15 @@ impl LocalPool {
     /// empties. Called with the queue locked.
     fn grant(&self, q: &mut VecDeque<Arc<Waiter>>) {
         while let Some(head) = q.front() {
+            let units = head.units as u64;
             let mut s = self.state.load(Ordering::Acquire);
             loop {
-                if s & !QUEUED < head.units {
+                if s & AVAILABLE < units {
                     return;
                 }
                 match self.state.compare_exchange_weak(
                     s,
-                    s - head.units,
+                    s - units,
                     Ordering::AcqRel,
                     Ordering::Acquire,
                 ) {
@@ -179,14 +188,46 @@ impl LocalPool {
         self.state.fetch_and(!QUEUED, Ordering::AcqRel);
     }
 
-    /// Returns `units` permits.
-    pub(crate) fn release(&self, units: usize) {
-        let before = self.state.fetch_add(units, Ordering::AcqRel);
-        debug_assert!((before & !QUEUED) + units <= self.capacity);
-        if before & QUEUED != 0 {
+    /// Returns `units` permits. Returns `true` when the pool is closed and this was the last
+    /// thing it waited for: the caller must free it, and nobody else touches it.
+    #[must_use]
+    pub(crate) fn release(&self, units: usize) -> bool {
+        let units = units as u64;
+        let mut s = self.state.load(Ordering::Relaxed);
+        let handing_over = loop {
+            // With a queue, mark this release as in flight until it has served the queue, so
+            // the pool cannot be freed under it.
+            let queued = s & QUEUED != 0;
+            let new = s + units + if queued { IN_FLIGHT_ONE } else { 0 };
+            debug_assert!((new & AVAILABLE) as usize <= self.capacity);
+            match self
+                .state
+                .compare_exchange_weak(s, new, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) if queued => break true,
+                Ok(_) => return self.is_done(new),
+                Err(now) => s = now,
+            }
+        };
+        debug_assert!(handing_over);
+        {
             let mut q = self.queue.lock();
             self.grant(&mut q);
         }
+        let after = self.state.fetch_sub(IN_FLIGHT_ONE, Ordering::AcqRel) - IN_FLIGHT_ONE;
+        self.is_done(after)
+    }
+
+    /// Marks the pool closed (its owner is gone). Returns `true` when nothing is held or in
+    /// flight: the caller frees it. Otherwise the last [`release`](Self::release) does.
+    #[must_use]
+    pub(crate) fn close(&self) -> bool {
+        let before = self.state.fetch_or(CLOSED, Ordering::AcqRel);
+        self.is_done(before | CLOSED)
+    }
+
+    fn is_done(&self, s: u64) -> bool {
+        s & CLOSED != 0 && s & IN_FLIGHT == 0 && (s & AVAILABLE) as usize == self.capacity
     }
 
     /// Requests queued right now.
@@ -197,7 +238,7 @@ impl LocalPool {
     /// Permits not held right now.
     #[cfg(test)]
     pub(crate) fn available(&self) -> usize {
-        self.state.load(Ordering::Acquire) & !QUEUED
+        (self.state.load(Ordering::Acquire) & AVAILABLE) as usize
     }
 }
 
@@ -213,7 +254,7 @@ mod tests {
         let p = pool.clone();
         let excl = std::thread::spawn(move || {
             p.acquire(2, Deadline::Never).unwrap();
-            p.release(2);
+            assert!(!p.release(2));
         });
         while pool.queued() == 0 {
             std::thread::yield_now();
@@ -224,7 +265,7 @@ mod tests {
             pool.acquire(1, Deadline::After(Duration::from_millis(20)))
                 .is_err()
         );
-        pool.release(1);
+        assert!(!pool.release(1));
         excl.join().unwrap();
         assert_eq!(pool.available(), 2);
         assert_eq!(
@@ -252,7 +293,8 @@ mod tests {
             std::thread::spawn(move || p.acquire(1, Deadline::Never).map(|_| p.release(1)));
         assert!(!excl.join().unwrap());
         assert!(shared.join().unwrap().is_ok());
-        pool.release(1);
+        assert!(!pool.release(1));
         assert_eq!(pool.available(), 2);
+        assert!(pool.close());
     }
 }

@@ -271,3 +271,17 @@ fn permitted_drops_value_before_permit() {
     assert_eq!(*log.lock().unwrap(), ["value dropped under permit"]);
     assert!(pool.try_acquire(PermitKind::Shared).is_ok());
 }
+
+#[test]
+fn a_permit_may_outlive_its_pool() {
+    let dir = tempdir();
+    let pool = pool(dir.path(), 2);
+    let p = pool.acquire();
+    let nested = pool.acquire();
+    drop(pool);
+    // The guards still work; the last one frees the pool.
+    assert_eq!(p.slots().len(), 1);
+    assert!(p.held_for() < Duration::from_secs(60));
+    drop(p);
+    drop(nested);
+}
