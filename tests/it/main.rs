@@ -7,5 +7,6 @@ mod config;
 mod host;
 mod permit;
 mod stress;
+mod stub;
 mod trace;
 mod util;
