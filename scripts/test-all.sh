@@ -1,8 +1,28 @@
 #!/usr/bin/env bash
 # The whole test suite: unit, integration and doc tests under `cargo test`, the same under
-# `cargo nextest run` (one process per test), and the loom model check of the permit state machine.
+# `cargo nextest run` (one process per test), the example GPU suite under both runners with its
+# trace checked (never more than N permits held at once), and the loom model check of the permit
+# state machine.
+#
+# Set GPU_TEST_PERMIT_REQUIRE=wgpu (or cuda, cuda,wgpu) on a machine that has those backends, so
+# that a missing device fails the run instead of skipping tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --workspace --all-features
 cargo nextest run --workspace --all-features
+
+# The example suite again, traced, under each runner; the trace proves the cap held.
+n=${REALIZAR_GPU_TEST_CONCURRENCY:-2}
+traces=$(mktemp -d)
+trap 'rm -rf "$traces"' EXIT
+GPU_TEST_PERMIT_TRACE="$traces/cargo-test.json" \
+    cargo test -p gpu-test-permit-example-suite --all-features -q
+GPU_TEST_PERMIT_TRACE="$traces/nextest.json" \
+    cargo nextest run -p gpu-test-permit-example-suite --all-features --status-level fail
+for t in cargo-test nextest; do
+    echo "== example suite trace ($t)"
+    cargo run -q --all-features --bin gpu-test-permit -- trace "$traces/$t.json" --max-peak "$n" |
+        tail -n 12
+done
+
 RUSTFLAGS="--cfg loom" cargo test --release --target-dir target/loom --test loom

@@ -228,8 +228,11 @@ impl HostSlots {
                 None => return Err(HostWaitError::TimedOut(self.holders(&[]))),
             },
         };
-        self.lock_gate(deadline)?;
-        let result = self.collect(units, deadline, record);
+        // Created when this request first has to wait, so `status` can list it.
+        let mut waiting = None;
+        self.lock_gate(deadline, record, &mut waiting)?;
+        let result = self.collect(units, deadline, record, &mut waiting);
+        drop(waiting);
         let unlocked = self.gate.unlock().map_err(io_err(&self.gate_path));
         self.notify();
         match (result, unlocked) {
@@ -242,7 +245,12 @@ impl HostSlots {
         }
     }
 
-    fn lock_gate(&self, deadline: Option<Instant>) -> Result<(), HostWaitError> {
+    fn lock_gate(
+        &self,
+        deadline: Option<Instant>,
+        record: &HolderRecord,
+        waiting: &mut Option<WaitEntry>,
+    ) -> Result<(), HostWaitError> {
         let mut watch: Option<ChangeWatch> = None;
         loop {
             match self.gate.try_lock() {
@@ -258,7 +266,7 @@ impl HostSlots {
                 watch = Some(self.watch(&[&self.gate_path, &self.notify_path])?);
                 continue;
             };
-            self.wait(w, deadline, &[])?;
+            self.wait(w, deadline, &[], record, waiting)?;
         }
     }
 
@@ -267,6 +275,7 @@ impl HostSlots {
         units: usize,
         deadline: Option<Instant>,
         record: &HolderRecord,
+        waiting: &mut Option<WaitEntry>,
     ) -> Result<Vec<usize>, HostWaitError> {
         let mut got = Vec::with_capacity(units);
         let mut busy = Vec::new();
@@ -317,7 +326,7 @@ impl HostSlots {
                 }
                 continue;
             };
-            if let Err(e) = self.wait(w, deadline, &busy) {
+            if let Err(e) = self.wait(w, deadline, &busy, record, waiting) {
                 // Give back what an exclusive request collected so far.
                 self.release(&got);
                 return Err(e);
@@ -334,7 +343,13 @@ impl HostSlots {
         watch: &mut ChangeWatch,
         deadline: Option<Instant>,
         busy: &[usize],
+        record: &HolderRecord,
+        waiting: &mut Option<WaitEntry>,
     ) -> Result<(), HostWaitError> {
+        if waiting.is_none() {
+            // Diagnostics only: a waiter that cannot register still waits.
+            *waiting = WaitEntry::create(&self.dir, record);
+        }
         let step = match deadline {
             None => RECHECK,
             Some(d) => {
@@ -406,6 +421,124 @@ impl HostSlots {
         }
         out
     }
+}
+
+/// A waiting request's record, `gpu0.wait.<pid>.<thread>`, locked while the request waits so
+/// that [`status`] can tell it from the leftover of a killed process.
+struct WaitEntry {
+    path: PathBuf,
+    file: File,
+}
+
+impl WaitEntry {
+    fn create(dir: &Path, record: &HolderRecord) -> Option<WaitEntry> {
+        let path = dir.join(format!(
+            "{WAIT_PREFIX}{}.{}",
+            std::process::id(),
+            sys::thread_number()
+        ));
+        let file = sys::open_lock_file(&path, sys::is_shared_dir(dir)).ok()?;
+        file.try_lock().ok()?;
+        let _ = file.set_len(0);
+        sys::write_at(&file, &record.encode(), 0).ok()?;
+        Some(WaitEntry { path, file })
+    }
+}
+
+impl Drop for WaitEntry {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = self.file.unlock();
+    }
+}
+
+const WAIT_PREFIX: &str = "gpu0.wait.";
+
+/// One slot as [`status`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SlotStatus {
+    /// The slot's index.
+    pub index: usize,
+    /// Whether some process holds its lock now.
+    pub held: bool,
+    /// The holder's record, when held and readable.
+    pub holder: Option<HolderRecord>,
+}
+
+/// Who holds and who waits for the slots of a directory, read without taking anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostStatus {
+    /// The slot directory.
+    pub dir: PathBuf,
+    /// Every slot file found, by index.
+    pub slots: Vec<SlotStatus>,
+    /// Requests waiting for slots now, one per waiting process (the threads of one process
+    /// queue inside it, behind this one).
+    pub waiters: Vec<HolderRecord>,
+}
+
+/// Reads who holds and who waits for the slots in `dir`, without creating or taking anything.
+/// A missing directory has no slots. Leftover wait records of killed processes are removed.
+///
+/// # Errors
+///
+/// When the directory exists but cannot be read.
+pub fn status(dir: &Path) -> io::Result<HostStatus> {
+    let mut out = HostStatus {
+        dir: dir.to_path_buf(),
+        slots: Vec::new(),
+        waiters: Vec::new(),
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let index = name
+            .strip_prefix("gpu0.slot")
+            .and_then(|i| i.parse::<usize>().ok());
+        let waiter = name.starts_with(WAIT_PREFIX);
+        if index.is_none() && !waiter {
+            continue;
+        }
+        let Ok(file) = File::open(&path) else {
+            continue;
+        };
+        let held = match file.try_lock_shared() {
+            Ok(()) => {
+                let _ = file.unlock();
+                false
+            }
+            Err(TryLockError::WouldBlock) => true,
+            Err(TryLockError::Error(_)) => continue,
+        };
+        let record = || {
+            let mut buf = vec![0u8; RECORD_LEN];
+            let n = sys::read_at_start(&file, &mut buf).ok()?;
+            HolderRecord::decode(&buf[..n]).ok().flatten()
+        };
+        match index {
+            Some(index) => out.slots.push(SlotStatus {
+                index,
+                held,
+                holder: if held { record() } else { None },
+            }),
+            None if held => out.waiters.extend(record()),
+            // A killed waiter's leftover.
+            None => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    out.slots.sort_by_key(|s| s.index);
+    out.waiters.sort_by_key(|w| w.since_unix_ms);
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -145,3 +145,155 @@ pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     }
     peak as usize
 }
+
+/// Wait and hold times of one test in a trace.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct TestSummary {
+    /// Test name.
+    pub test: String,
+    /// Permits it took.
+    pub permits: usize,
+    /// Total time it waited for permits, microseconds.
+    pub wait_us: u64,
+    /// Total time it held permits, microseconds.
+    pub hold_us: u64,
+}
+
+/// What a trace says about a run, for choosing N.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Summary {
+    /// The permit count N the run used (the largest `concurrency` in the trace).
+    pub concurrency: usize,
+    /// Per test, longest wait first.
+    pub tests: Vec<TestSummary>,
+    /// From the first request to the last release, microseconds.
+    pub span_us: u64,
+    /// Held permit-time over the permit-time available (`N x span`), 0 to 1.
+    pub utilisation: f64,
+    /// Most permit units held at once.
+    pub peak: usize,
+    /// Estimated span of the same requests with other values of N, `(N, microseconds)`.
+    pub what_if: Vec<(usize, u64)>,
+}
+
+/// Summarises the events of a trace. `None` when it holds no hold span.
+///
+/// The what-if estimate replays the requests in the order they were made, each holding as long
+/// as it did, on a FIFO pool of the other size. It assumes hold times do not change with N;
+/// on a GPU they grow as more tests share it, so read a larger N's estimate as a lower bound.
+///
+/// ```
+/// use gpu_test_permit::trace::{TraceArgs, TraceEvent, summarize};
+/// let ev = |name: &str, ts, dur| TraceEvent {
+///     name: name.into(), cat: "gpu-test-permit".into(), ph: "X".into(), ts, dur, pid: 1, tid: 1,
+///     args: TraceArgs { test: "t".into(), thread: "t".into(), slots: vec![0],
+///                       exclusive: false, concurrency: 1 },
+/// };
+/// // Two 100 ms holds one after the other on N = 1; the second waited 100 ms.
+/// let s = summarize(&[ev("wait", 0, 0), ev("hold", 0, 100_000),
+///                     ev("wait", 0, 100_000), ev("hold", 100_000, 100_000)]).unwrap();
+/// assert_eq!((s.peak, s.span_us), (1, 200_000));
+/// assert_eq!(s.what_if[1], (2, 100_000)); // with N = 2 both would have run at once
+/// ```
+pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
+    let holds: Vec<&TraceEvent> = events.iter().filter(|e| e.name == "hold").collect();
+    if holds.is_empty() {
+        return None;
+    }
+    let concurrency = events
+        .iter()
+        .map(|e| e.args.concurrency)
+        .max()
+        .unwrap_or(1)
+        .max(1);
+    let start = events.iter().map(|e| e.ts).min().unwrap_or(0);
+    let end = events.iter().map(|e| e.ts + e.dur).max().unwrap_or(0);
+    let span_us = end - start;
+
+    let mut tests: Vec<TestSummary> = Vec::new();
+    for e in events {
+        let i = match tests.iter().position(|t| t.test == e.args.test) {
+            Some(i) => i,
+            None => {
+                tests.push(TestSummary {
+                    test: e.args.test.clone(),
+                    permits: 0,
+                    wait_us: 0,
+                    hold_us: 0,
+                });
+                tests.len() - 1
+            }
+        };
+        match e.name.as_str() {
+            "wait" => tests[i].wait_us += e.dur,
+            "hold" => {
+                tests[i].permits += 1;
+                tests[i].hold_us += e.dur;
+            }
+            _ => {}
+        }
+    }
+    tests.sort_by(|a, b| b.wait_us.cmp(&a.wait_us).then(a.test.cmp(&b.test)));
+
+    let units = |e: &TraceEvent| if e.args.exclusive { concurrency } else { 1 };
+    let held: u128 = holds.iter().map(|e| e.dur as u128 * units(e) as u128).sum();
+    let utilisation = if span_us == 0 {
+        1.0
+    } else {
+        held as f64 / (concurrency as f64 * span_us as f64)
+    };
+
+    // Requests in the order they were made: a hold's request is its wait's start, which is the
+    // hold's start minus the time it waited (the wait span ends where the hold begins).
+    let mut requests: Vec<(u64, u64, bool)> = holds
+        .iter()
+        .map(|h| {
+            let waited = events
+                .iter()
+                .filter(|w| w.name == "wait" && w.pid == h.pid && w.tid == h.tid)
+                .filter(|w| w.ts + w.dur == h.ts)
+                .map(|w| w.dur)
+                .next()
+                .unwrap_or(0);
+            (h.ts - waited - start, h.dur, h.args.exclusive)
+        })
+        .collect();
+    requests.sort_unstable();
+    let what_if = (1..=concurrency * 2)
+        .map(|n| (n, replay(&requests, n)))
+        .collect();
+    Some(Summary {
+        concurrency,
+        tests,
+        span_us,
+        utilisation,
+        peak: peak_concurrency(events),
+        what_if,
+    })
+}
+
+/// The span of `requests` `(arrival, hold, exclusive)` served first-come first-served by `n`
+/// permits (an exclusive request takes all of them).
+fn replay(requests: &[(u64, u64, bool)], n: usize) -> u64 {
+    // When each permit is next free.
+    let mut free_at = vec![0u64; n];
+    let mut end = 0;
+    for &(arrival, hold, exclusive) in requests {
+        free_at.sort_unstable();
+        let begin = if exclusive {
+            arrival.max(free_at[n - 1])
+        } else {
+            arrival.max(free_at[0])
+        };
+        let finish = begin + hold;
+        if exclusive {
+            free_at.iter_mut().for_each(|f| *f = finish);
+        } else {
+            free_at[0] = finish;
+        }
+        end = end.max(finish);
+    }
+    end
+}

@@ -1,0 +1,121 @@
+//! `status` and `trace`: what the permits are doing now, and what they did in a traced run.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use gpu_test_permit::config::{Config, SlotDir, default_slot_dir};
+use gpu_test_permit::host::{HolderRecord, status as host_status};
+use gpu_test_permit::trace::{read_events, summarize};
+
+fn ago(since_unix_ms: u64) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let d = Duration::from_millis(now.saturating_sub(since_unix_ms));
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+fn who(r: &HolderRecord) -> String {
+    format!(
+        "pid {} {} ({}){}",
+        r.pid,
+        r.test,
+        r.thread,
+        if r.exclusive { " exclusive" } else { "" }
+    )
+}
+
+/// `status [--dir DIR]`: who holds the slots of the configured directory, since when, who waits.
+pub(crate) fn status(args: &[String]) -> Result<ExitCode, String> {
+    let dir = match args {
+        [] => match &Config::global().slot_dir {
+            SlotDir::Default => default_slot_dir(),
+            SlotDir::Explicit(p) => p.clone(),
+            SlotDir::Invalid(msg) => return Err(msg.clone()),
+        },
+        [flag, dir] if flag == "--dir" => dir.into(),
+        _ => return Err("status: usage: status [--dir DIR]".into()),
+    };
+    let s = host_status(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
+    println!("slot directory {}", s.dir.display());
+    if s.slots.is_empty() {
+        println!("no slots yet (no permit was taken with this directory)");
+    }
+    for slot in &s.slots {
+        match (&slot.holder, slot.held) {
+            (Some(r), _) => println!(
+                "slot {}: held {} by {}",
+                slot.index,
+                ago(r.since_unix_ms),
+                who(r)
+            ),
+            (None, true) => println!("slot {}: held (no readable record)", slot.index),
+            (None, false) => println!("slot {}: free", slot.index),
+        }
+    }
+    if s.waiters.is_empty() {
+        println!("waiting: nobody");
+    }
+    for w in &s.waiters {
+        println!("waiting {}: {}", ago(w.since_unix_ms), who(w));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `trace FILE [--max-peak N]`: per-test wait and hold times, utilisation, peak concurrency and
+/// an estimate for other N. With `--max-peak`, exits 1 when the peak was higher.
+pub(crate) fn trace(args: &[String]) -> Result<ExitCode, String> {
+    let (file, max_peak) = match args {
+        [file] => (file, None),
+        [file, flag, n] if flag == "--max-peak" => (
+            file,
+            Some(
+                n.parse::<usize>()
+                    .map_err(|_| format!("--max-peak '{n}' is not a whole number"))?,
+            ),
+        ),
+        _ => return Err("trace: usage: trace FILE [--max-peak N]".into()),
+    };
+    let events = read_events(Path::new(file)).map_err(|e| format!("cannot read {file}: {e}"))?;
+    let Some(s) = summarize(&events) else {
+        return Err(format!("{file} holds no permit spans"));
+    };
+    let ms = |us: u64| us as f64 / 1000.0;
+    println!(
+        "{:<60} {:>7} {:>11} {:>11}",
+        "test", "permits", "wait ms", "hold ms"
+    );
+    for t in &s.tests {
+        println!(
+            "{:<60} {:>7} {:>11.1} {:>11.1}",
+            t.test,
+            t.permits,
+            ms(t.wait_us),
+            ms(t.hold_us)
+        );
+    }
+    println!(
+        "\nN = {}; span {:.1} ms; utilisation {:.0}%; peak concurrency {}",
+        s.concurrency,
+        ms(s.span_us),
+        s.utilisation * 100.0,
+        s.peak
+    );
+    println!("estimated span with other N (same hold times; on a shared GPU they grow with N):");
+    for (n, span) in &s.what_if {
+        let mark = if *n == s.concurrency {
+            "  (this run)"
+        } else {
+            ""
+        };
+        println!("  N = {n:<3} {:>10.1} ms{mark}", ms(*span));
+    }
+    match max_peak {
+        Some(max) if s.peak > max => {
+            eprintln!("peak concurrency {} is above {max}", s.peak);
+            Ok(ExitCode::FAILURE)
+        }
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}

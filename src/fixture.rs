@@ -1,0 +1,52 @@
+//! Ready GPU fixtures: a permit, the probe's verdict and the GPU objects in one value that
+//! drops the GPU objects before the permit. The backends are [`crate::wgpu`] and
+//! [`crate::cuda`]; [`Permitted`](crate::Permitted) does the same for your own types.
+
+use std::fmt;
+
+use crate::GpuTestPermit;
+
+#[cfg(feature = "cuda")]
+pub(crate) mod cuda;
+#[cfg(feature = "wgpu")]
+pub(crate) mod wgpu;
+
+/// Why a fixture was not made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FixtureError {
+    /// The backend has no device here and is not required: the test should skip.
+    Skip(String),
+    /// The test must fail: the backend is required but missing or broken, or the probe found a
+    /// device but the fixture could not be created on it.
+    Fail(String),
+}
+
+impl FixtureError {
+    /// Whether the test should skip rather than fail.
+    pub fn is_skip(&self) -> bool {
+        matches!(self, FixtureError::Skip(_))
+    }
+}
+
+impl fmt::Display for FixtureError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FixtureError::Skip(r) => write!(f, "skipped: {r}"),
+            FixtureError::Fail(r) => f.write_str(r),
+        }
+    }
+}
+
+impl std::error::Error for FixtureError {}
+
+/// Which of several equally good devices a permit should use: nextest's group slot when the
+/// test runs in a group (nextest hands out group slots 0..max-threads), else the permit's first
+/// host slot. Callers take it modulo their device count.
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) fn slot_hint(permit: &GpuTestPermit) -> usize {
+    crate::nextest::current()
+        .and_then(|n| n.group_slot)
+        .map(|s| s as usize)
+        .unwrap_or(permit.slots().start)
+}
