@@ -46,6 +46,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "cuda")]
+pub mod capture;
 pub mod config;
 pub mod host;
 pub mod nextest;

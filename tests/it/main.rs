@@ -2,6 +2,8 @@
 
 #![allow(missing_docs, unreachable_pub)]
 
+#[cfg(feature = "cuda")]
+mod capture;
 mod cli;
 mod config;
 mod host;
