@@ -260,7 +260,8 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
             (h.ts - waited - start, h.dur, h.args.exclusive)
         })
         .collect();
-    requests.sort_unstable();
+    // Stable: requests made in the same microsecond keep the order of the trace.
+    requests.sort_by_key(|r| r.0);
     let what_if = (1..=concurrency * 2)
         .map(|n| (n, replay(&requests, n)))
         .collect();

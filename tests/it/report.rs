@@ -1,0 +1,175 @@
+//! The `status` and `trace` commands, and the trace summary behind them.
+
+use std::time::Duration;
+
+use gpu_test_permit::trace::{TraceArgs, TraceEvent, summarize};
+
+use crate::util::{Holder, cli, tempdir};
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn hold(dir: &std::path::Path) -> Holder {
+    let mut c = cli(dir, 1);
+    c.arg("hold")
+        .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+        .env("NEXTEST_TEST_NAME", "suite::holder_test");
+    Holder::spawn(c)
+}
+
+#[test]
+fn status_lists_the_holder_and_the_waiter_and_forgets_a_killed_waiter() {
+    let dir = tempdir();
+    let holder = hold(dir.path());
+    assert!(holder.held_within(LONG));
+    let mut waiter = hold(dir.path());
+    assert!(!waiter.held_within(Duration::from_millis(300)));
+
+    let out = cli(dir.path(), 1).arg("status").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let slot = lines.iter().find(|l| l.starts_with("slot 0:")).unwrap();
+    assert!(
+        slot.contains(&format!("held")) && slot.contains(&format!("pid {}", holder.child.id())),
+        "{text}"
+    );
+    assert!(slot.contains("suite::holder_test"), "{text}");
+    let waiting = lines.iter().find(|l| l.starts_with("waiting")).unwrap();
+    assert!(
+        waiting.contains(&format!("pid {}", waiter.child.id())),
+        "{text}"
+    );
+
+    // A waiter killed while waiting leaves a record behind; status must not list it.
+    waiter.child.kill().unwrap();
+    waiter.child.wait().unwrap();
+    let text =
+        String::from_utf8(cli(dir.path(), 1).arg("status").output().unwrap().stdout).unwrap();
+    assert!(text.contains("waiting: nobody"), "{text}");
+    let leftovers = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains("wait.")
+        })
+        .count();
+    assert_eq!(leftovers, 0);
+    drop(holder);
+}
+
+#[test]
+fn status_of_a_fresh_directory_says_so() {
+    let dir = tempdir();
+    let missing = dir.path().join("never-used");
+    let out = cli(dir.path(), 1)
+        .args(["status", "--dir"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no slots yet"));
+}
+
+fn event(name: &str, test: &str, tid: u64, ts: u64, dur: u64, exclusive: bool) -> TraceEvent {
+    TraceEvent {
+        name: name.into(),
+        cat: "gpu-test-permit".into(),
+        ph: "X".into(),
+        ts,
+        dur,
+        pid: 1,
+        tid,
+        args: TraceArgs {
+            test: test.into(),
+            thread: format!("t{tid}"),
+            slots: vec![0],
+            exclusive,
+            concurrency: 2,
+        },
+    }
+}
+
+/// Writes `events` as a trace file.
+fn trace_file(dir: &std::path::Path, events: &[TraceEvent]) -> std::path::PathBuf {
+    let path = dir.join("trace.json");
+    let mut text = String::from("[\n");
+    for e in events {
+        text += &serde_json::to_string(e).unwrap();
+        text += ",\n";
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Three 100 ms tests on N = 2, the third waiting for the first, then an exclusive one.
+fn run_events() -> Vec<TraceEvent> {
+    vec![
+        event("wait", "a", 1, 0, 0, false),
+        event("hold", "a", 1, 0, 100_000, false),
+        event("wait", "b", 2, 0, 0, false),
+        event("hold", "b", 2, 0, 100_000, false),
+        event("wait", "c", 3, 0, 100_000, false),
+        event("hold", "c", 3, 100_000, 100_000, false),
+        event("wait", "x", 4, 0, 200_000, true),
+        event("hold", "x", 4, 200_000, 50_000, true),
+    ]
+}
+
+#[test]
+fn summary_counts_waits_holds_peak_and_replays_other_n() {
+    let s = summarize(&run_events()).unwrap();
+    assert_eq!(s.concurrency, 2);
+    assert_eq!(s.span_us, 250_000);
+    assert_eq!(s.peak, 2);
+    // Longest wait first.
+    assert_eq!(s.tests[0].test, "x");
+    assert_eq!(s.tests[0].wait_us, 200_000);
+    assert_eq!(s.tests[1].test, "c");
+    // Held: 3 x 100 ms + 50 ms x 2 units, over 2 x 250 ms.
+    assert!((s.utilisation - 0.8).abs() < 1e-9, "{}", s.utilisation);
+    // N = 1: a, b, c one after another, then x: 350 ms. N = 3: a, b, c at once, then x.
+    assert_eq!(s.what_if[0], (1, 350_000));
+    assert_eq!(s.what_if[1], (2, 250_000));
+    assert_eq!(s.what_if[2], (3, 150_000));
+    assert_eq!(summarize(&[event("wait", "a", 1, 0, 5, false)]), None);
+}
+
+#[test]
+fn trace_command_prints_the_summary_and_checks_the_peak() {
+    let dir = tempdir();
+    let path = trace_file(dir.path(), &run_events());
+    let ok = cli(dir.path(), 2).arg("trace").arg(&path).output().unwrap();
+    assert!(ok.status.success());
+    let text = String::from_utf8(ok.stdout).unwrap();
+    assert!(text.contains("peak concurrency 2"), "{text}");
+    assert!(
+        text.contains("N = 1") && text.contains("350.0 ms"),
+        "{text}"
+    );
+
+    let within = cli(dir.path(), 2)
+        .arg("trace")
+        .arg(&path)
+        .args(["--max-peak", "2"])
+        .status()
+        .unwrap();
+    assert!(within.success());
+    let above = cli(dir.path(), 2)
+        .arg("trace")
+        .arg(&path)
+        .args(["--max-peak", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(above.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&above.stderr).contains("peak concurrency 2 is above 1"));
+
+    let bad = cli(dir.path(), 2)
+        .args(["trace", "/nonexistent/trace.json"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("cannot read /nonexistent/trace.json"));
+}
