@@ -33,6 +33,17 @@ pub const TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_TIMEOUT";
 pub const DIR_VAR: &str = "GPU_TEST_PERMIT_DIR";
 /// File that wait and hold spans are appended to, as Chrome trace-event JSON.
 pub const TRACE_VAR: &str = "GPU_TEST_PERMIT_TRACE";
+/// Backends whose absence fails a GPU test instead of skipping it: `none`, `any`, `cuda`,
+/// `wgpu` or a comma-separated list. An unknown word fails every GPU test.
+pub const REQUIRE_VAR: &str = "GPU_TEST_PERMIT_REQUIRE";
+/// Deadline for one backend probe child.
+pub const PROBE_TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_PROBE_TIMEOUT";
+/// `in-process` probes backends inside the test process instead of a child (`child`).
+pub const PROBE_VAR: &str = "GPU_TEST_PERMIT_PROBE";
+/// File that every skip line is appended to.
+pub const SKIP_LOG_VAR: &str = "GPU_TEST_PERMIT_SKIP_LOG";
+/// Probe deadline when [`PROBE_TIMEOUT_VAR`] is not set.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Permits per GPU when [`CONCURRENCY_VAR`] is not set.
 pub const DEFAULT_CONCURRENCY: usize = 2;
@@ -65,6 +76,15 @@ pub struct Config {
     pub slot_dir: SlotDir,
     /// Trace file, from [`TRACE_VAR`].
     pub trace: Option<PathBuf>,
+    /// Required backends, from [`REQUIRE_VAR`]; an invalid value is kept as its error message
+    /// and fails every GPU test, because guessing could turn a requirement off.
+    pub require: Result<crate::decision::Policy, String>,
+    /// Probe child deadline, from [`PROBE_TIMEOUT_VAR`].
+    pub probe_timeout: Duration,
+    /// Where probes run, from [`PROBE_VAR`].
+    pub probe_mode: crate::probe::ProbeMode,
+    /// Skip ledger, from [`SKIP_LOG_VAR`].
+    pub skip_log: Option<PathBuf>,
     /// What `cargo nextest` told this process, when it runs under nextest.
     pub nextest: Option<NextestEnv>,
     /// One entry per variable whose value was rejected and replaced.
@@ -151,12 +171,55 @@ impl Config {
             }
             Some(raw) => Some(PathBuf::from(raw)),
         };
+        let require = match lookup(REQUIRE_VAR) {
+            None => Ok(crate::decision::Policy::none()),
+            Some(raw) => utf8(&raw)
+                .and_then(|s| s.parse::<crate::decision::Policy>())
+                .map_err(|problem| {
+                    format!(
+                        "gpu-test-permit: {REQUIRE_VAR}='{}' {problem}",
+                        raw.to_string_lossy()
+                    )
+                }),
+        };
+        let probe_timeout = match lookup(PROBE_TIMEOUT_VAR) {
+            None => DEFAULT_PROBE_TIMEOUT,
+            Some(raw) => parse_duration(&raw).unwrap_or_else(|problem| {
+                let using = format!("{}s", DEFAULT_PROBE_TIMEOUT.as_secs());
+                warnings.push(warning(PROBE_TIMEOUT_VAR, &raw, problem, using));
+                DEFAULT_PROBE_TIMEOUT
+            }),
+        };
+        let probe_mode = match lookup(PROBE_VAR) {
+            None => crate::probe::ProbeMode::Child,
+            Some(raw) => match raw.to_str() {
+                Some("child") => crate::probe::ProbeMode::Child,
+                Some("in-process") => crate::probe::ProbeMode::InProcess,
+                _ => {
+                    let problem = "is not child or in-process";
+                    warnings.push(warning(PROBE_VAR, &raw, problem, "child"));
+                    crate::probe::ProbeMode::Child
+                }
+            },
+        };
+        let skip_log = match lookup(SKIP_LOG_VAR) {
+            None => None,
+            Some(raw) if raw.is_empty() => {
+                warnings.push(warning(SKIP_LOG_VAR, &raw, "is empty", "no skip log"));
+                None
+            }
+            Some(raw) => Some(PathBuf::from(raw)),
+        };
         let nextest = NextestEnv::from_lookup(&lookup, &mut warnings);
         Config {
             concurrency,
             timeout,
             slot_dir,
             trace,
+            require,
+            probe_timeout,
+            probe_mode,
+            skip_log,
             nextest,
             warnings,
         }

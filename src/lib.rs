@@ -35,6 +35,10 @@
 //! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit (`90`, `90s`, `1500ms`, `10m`) | 10m |
 //! | `GPU_TEST_PERMIT_DIR` | absolute path of the slot directory | `/tmp/gpu-test-permit-<uid>` |
 //! | `GPU_TEST_PERMIT_TRACE` | file to append Chrome trace events to | off |
+//! | `GPU_TEST_PERMIT_REQUIRE` | backends whose absence fails instead of skips: `none`, `any`, `cuda`, `wgpu`, `cuda,wgpu` | `none` |
+//! | `GPU_TEST_PERMIT_PROBE_TIMEOUT` | deadline of one backend probe child | 10s |
+//! | `GPU_TEST_PERMIT_PROBE` | `in-process` to probe without a child (faster, unprotected) | `child` |
+//! | `GPU_TEST_PERMIT_SKIP_LOG` | file each skip line is appended to | off |
 //!
 //! All of them are parsed in [`config`]; a bad value is reported on one line, never a panic.
 //!
@@ -49,10 +53,12 @@
 #[cfg(feature = "cuda")]
 pub mod capture;
 pub mod config;
+pub mod decision;
 pub mod host;
 pub mod nextest;
 mod permit;
 mod permitted;
+pub mod probe;
 mod sync;
 mod sys;
 pub mod trace;

@@ -207,3 +207,106 @@ fn nextest_environment() {
         "gpu-test-permit: NEXTEST_TEST_GROUP_SLOT='x1' is not a slot number; using no slot"
     );
 }
+
+#[test]
+fn require_values() {
+    use gpu_test_permit::config::REQUIRE_VAR;
+    use gpu_test_permit::probe::Backend;
+    let c = Config::from_lookup(|_| None);
+    assert_eq!(c.require.as_ref().unwrap().to_string(), "none");
+    let good = [
+        ("none", "none"),
+        ("any", "any"),
+        ("cuda", "cuda"),
+        ("wgpu, cuda", "cuda,wgpu"),
+    ];
+    for (raw, shown) in good {
+        let c = with(REQUIRE_VAR, raw);
+        assert_eq!(c.require.as_ref().unwrap().to_string(), shown, "{raw}");
+        assert!(c.warnings.is_empty(), "{raw}");
+    }
+    assert!(
+        with(REQUIRE_VAR, "cuda")
+            .require
+            .unwrap()
+            .requires(Backend::Cuda)
+    );
+    // A typo is an error kept for every GPU test to fail with, not a warning and a default.
+    let bad = [
+        ("cdua", "has unknown word 'cdua'"),
+        ("", "is empty"),
+        ("none,wgpu", "combines none with other words"),
+    ];
+    for (raw, problem) in bad {
+        let c = with(REQUIRE_VAR, raw);
+        assert!(c.warnings.is_empty(), "{raw}");
+        assert_eq!(
+            c.require.unwrap_err(),
+            format!(
+                "gpu-test-permit: GPU_TEST_PERMIT_REQUIRE='{raw}' {problem}; use none, any, \
+                 cuda, wgpu or a comma-separated list such as cuda,wgpu"
+            )
+        );
+    }
+    #[cfg(unix)]
+    assert_eq!(
+        with(REQUIRE_VAR, non_utf8()).require.unwrap_err(),
+        "gpu-test-permit: GPU_TEST_PERMIT_REQUIRE='2\u{fffd}' is not valid UTF-8"
+    );
+}
+
+#[test]
+fn probe_timeout_values() {
+    use gpu_test_permit::config::PROBE_TIMEOUT_VAR;
+    assert_eq!(
+        Config::from_lookup(|_| None).probe_timeout,
+        Duration::from_secs(10)
+    );
+    for (raw, want) in [("3", 3000), ("500ms", 500), ("2m", 120_000)] {
+        let c = with(PROBE_TIMEOUT_VAR, raw);
+        assert_eq!(c.probe_timeout, Duration::from_millis(want), "{raw}");
+        assert!(c.warnings.is_empty(), "{raw}");
+    }
+    for (raw, problem) in [
+        ("0", "must be greater than zero"),
+        ("soon", "is not a duration like 90, 90s, 1500ms or 10m"),
+    ] {
+        let c = with(PROBE_TIMEOUT_VAR, raw);
+        assert_eq!(c.probe_timeout, Duration::from_secs(10), "{raw}");
+        assert_eq!(
+            c.warnings[0].to_string(),
+            format!("gpu-test-permit: GPU_TEST_PERMIT_PROBE_TIMEOUT='{raw}' {problem}; using 10s")
+        );
+    }
+}
+
+#[test]
+fn probe_mode_and_skip_log_values() {
+    use gpu_test_permit::config::{PROBE_VAR, SKIP_LOG_VAR};
+    use gpu_test_permit::probe::ProbeMode;
+    assert_eq!(Config::from_lookup(|_| None).probe_mode, ProbeMode::Child);
+    assert_eq!(with(PROBE_VAR, "child").probe_mode, ProbeMode::Child);
+    assert_eq!(
+        with(PROBE_VAR, "in-process").probe_mode,
+        ProbeMode::InProcess
+    );
+    let c = with(PROBE_VAR, "inprocess");
+    assert_eq!(c.probe_mode, ProbeMode::Child);
+    assert_eq!(
+        c.warnings[0].to_string(),
+        "gpu-test-permit: GPU_TEST_PERMIT_PROBE='inprocess' is not child or in-process; using child"
+    );
+
+    assert_eq!(Config::from_lookup(|_| None).skip_log, None);
+    let c = with(SKIP_LOG_VAR, "/tmp/skips.log");
+    assert_eq!(
+        c.skip_log.as_deref(),
+        Some(std::path::Path::new("/tmp/skips.log"))
+    );
+    let c = with(SKIP_LOG_VAR, "");
+    assert_eq!(c.skip_log, None);
+    assert_eq!(
+        c.warnings[0].to_string(),
+        "gpu-test-permit: GPU_TEST_PERMIT_SKIP_LOG='' is empty; using no skip log"
+    );
+}

@@ -6,8 +6,10 @@
 mod capture;
 mod cli;
 mod config;
+mod decision;
 mod host;
 mod permit;
+mod probe;
 mod stress;
 mod stub;
 mod trace;

@@ -4,10 +4,15 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
+mod probe;
+
 const USAGE: &str = "\
 usage: gpu-test-permit <command> [options]
 
 commands:
+  probe [--json] [cuda|wgpu ...]
+        probe GPU backends (each in a child process) and print what this machine has as a
+        table, or as JSON; exits 1 when GPU_TEST_PERMIT_REQUIRE would fail a test
   hold [--exclusive] [--for DURATION]
         take a permit from the pool configured by the environment, print `held ...`, and keep
         it until standard input closes (or for DURATION, e.g. 500ms, 2s, 1m)
@@ -29,6 +34,7 @@ fn main() -> ExitCode {
     let result = match cmd.as_str() {
         "hold" => hold(rest),
         "run" => run(rest),
+        "probe" => probe::main(rest),
         "nextest-snippet" => {
             let n = gpu_test_permit::config::Config::global().concurrency.get();
             print!(

@@ -1,0 +1,324 @@
+//! Run, skip or fail: what a GPU test does given what the machine has and what is required.
+//!
+//! On a laptop without a GPU, GPU tests should skip, visibly. On a GPU runner a skip must never
+//! pass silently: `GPU_TEST_PERMIT_REQUIRE` names the backends whose absence is a failure. The
+//! decision itself is the pure function [`decide`]; [`check`] feeds it the cached [`probe`] and
+//! the environment's [`Policy`], and [`require_backend!`](crate::require_backend) turns it into
+//! one line at the top of a test:
+//!
+//! ```
+//! use gpu_test_permit::probe::Backend;
+//!
+//! fn renders_a_triangle() {
+//!     gpu_test_permit::require_backend!(Backend::Wgpu); // returns here on a machine without one
+//!     // ... create the wgpu device and test ...
+//! }
+//! # renders_a_triangle();
+//! ```
+//!
+//! | probe outcome | backend required | not required |
+//! |---|---|---|
+//! | devices | run | run |
+//! | no devices, not installed, not built | **fail** | skip |
+//! | crashed, timed out, malformed answer, driver error | **fail** | skip, saying the driver is broken |
+//!
+//! A broken driver of an optional backend skips rather than fails, because the test cannot run
+//! and nobody asked for the backend; the skip reason says "crashed" or "hung" loudly so a
+//! person reading the log sees that the machine needs attention. `GPU_TEST_PERMIT_REQUIRE=any`
+//! requires *some* backend: a broken driver fails, and an absent backend skips only while
+//! another backend has a device ([`decide_any`]).
+//!
+//! A skip prints one line on standard error, `gpu-test-permit: SKIP <test> backend=<backend>:
+//! <reason>`, and appends the same line to the file named by `GPU_TEST_PERMIT_SKIP_LOG`, so CI
+//! can count skips (`grep -c`).
+
+use std::fmt;
+use std::io::Write;
+
+use crate::config::{Config, REQUIRE_VAR, SKIP_LOG_VAR};
+use crate::probe::{Backend, ProbeOutcome, ProbeReport, probe};
+
+/// What a GPU test should do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// The backend has a device: run the test.
+    Run,
+    /// Skip the test, for this reason.
+    Skip(String),
+    /// Fail the test, for this reason.
+    Fail(String),
+}
+
+/// Which backends must be present, from `GPU_TEST_PERMIT_REQUIRE`.
+///
+/// ```
+/// use gpu_test_permit::decision::Policy;
+/// use gpu_test_permit::probe::Backend;
+///
+/// let p: Policy = "cuda, wgpu".parse().unwrap();
+/// assert!(p.requires(Backend::Cuda) && p.requires(Backend::Wgpu));
+/// assert_eq!(p.to_string(), "cuda,wgpu");
+/// assert!("cdua".parse::<Policy>().unwrap_err().contains("unknown word 'cdua'"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    required: [bool; 2],
+    any: bool,
+}
+
+impl Policy {
+    /// Nothing is required: every absent backend skips (`none`, the default).
+    pub const fn none() -> Policy {
+        Policy {
+            required: [false, false],
+            any: false,
+        }
+    }
+
+    /// Some backend must have a device (`any`).
+    pub const fn any() -> Policy {
+        Policy {
+            required: [false, false],
+            any: true,
+        }
+    }
+
+    /// `backend` must have a device.
+    pub fn require(mut self, backend: Backend) -> Policy {
+        self.required[backend as usize] = true;
+        self
+    }
+
+    /// Whether `backend` must have a device.
+    pub fn requires(&self, backend: Backend) -> bool {
+        self.required[backend as usize]
+    }
+
+    /// Whether some backend must have a device (`any`).
+    pub fn requires_any(&self) -> bool {
+        self.any
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut words: Vec<&str> = Vec::new();
+        if self.any {
+            words.push("any");
+        }
+        words.extend(
+            Backend::ALL
+                .iter()
+                .filter(|b| self.requires(**b))
+                .map(|b| b.name()),
+        );
+        if words.is_empty() {
+            words.push("none");
+        }
+        f.write_str(&words.join(","))
+    }
+}
+
+impl std::str::FromStr for Policy {
+    type Err = String;
+
+    /// Parses `none`, `any`, `cuda`, `wgpu` or a comma-separated list of them. Unknown words
+    /// are errors: a typo must not quietly turn a requirement off.
+    fn from_str(s: &str) -> Result<Policy, String> {
+        const HINT: &str = "use none, any, cuda, wgpu or a comma-separated list such as cuda,wgpu";
+        let mut p = Policy::none();
+        let mut saw_none = false;
+        let words: Vec<&str> = s.split(',').map(str::trim).collect();
+        if words.iter().all(|w| w.is_empty()) {
+            return Err(format!("is empty; {HINT}"));
+        }
+        for w in &words {
+            match *w {
+                "" => return Err(format!("has an empty entry; {HINT}")),
+                "none" => saw_none = true,
+                "any" => p.any = true,
+                other => match other.parse::<Backend>() {
+                    Ok(b) => p = p.require(b),
+                    Err(_) => return Err(format!("has unknown word '{other}'; {HINT}")),
+                },
+            }
+        }
+        if saw_none && words.len() > 1 {
+            return Err(format!("combines none with other words; {HINT}"));
+        }
+        Ok(p)
+    }
+}
+
+/// Decides what a test of `report.backend` does. Pure: no probing, no environment.
+///
+/// See the [module documentation](self) for the table. With [`Policy::any`], an absent
+/// backend skips here; [`decide_any`] adds the check that some other backend is present.
+///
+/// ```
+/// use gpu_test_permit::decision::{decide, Decision, Policy};
+/// use gpu_test_permit::probe::{probe, Backend};
+///
+/// let report = probe(Backend::Cuda);
+/// match decide(&report, &Policy::none()) {
+///     Decision::Run => println!("this machine has CUDA"),
+///     Decision::Skip(why) => println!("would skip: {why}"),
+///     Decision::Fail(why) => unreachable!("nothing is required: {why}"),
+/// }
+/// ```
+pub fn decide(report: &ProbeReport, policy: &Policy) -> Decision {
+    let b = report.backend;
+    let outcome = &report.outcome;
+    if outcome.has_devices() {
+        return Decision::Run;
+    }
+    let required = policy.requires(b);
+    let broken = outcome.is_broken();
+    let hint = match outcome {
+        ProbeOutcome::NotBuilt => {
+            format!(" (enable the `{b}` feature of gpu-test-permit in your dev-dependencies)")
+        }
+        _ => String::new(),
+    };
+    if required {
+        Decision::Fail(format!(
+            "{REQUIRE_VAR}={policy} requires {b}, but {outcome}{hint}"
+        ))
+    } else if broken && policy.requires_any() {
+        Decision::Fail(format!(
+            "{REQUIRE_VAR}={policy} and the {b} driver is broken: {outcome}"
+        ))
+    } else if broken {
+        Decision::Skip(format!(
+            "the {b} driver is broken, so this test cannot run: {outcome}. Fix the driver, or \
+             set {REQUIRE_VAR}={b} to make this a failure"
+        ))
+    } else {
+        Decision::Skip(format!("{b} {outcome}{hint}"))
+    }
+}
+
+/// [`decide`], plus the rule of `GPU_TEST_PERMIT_REQUIRE=any`: a test whose backend is absent
+/// fails when no backend in `others` has a device either. Pure.
+pub fn decide_any(report: &ProbeReport, others: &[ProbeReport], policy: &Policy) -> Decision {
+    let d = decide(report, policy);
+    if !(policy.requires_any() && matches!(d, Decision::Skip(_))) {
+        return d;
+    }
+    if others.iter().any(|r| r.outcome.has_devices()) {
+        return d;
+    }
+    let mut why = format!("{REQUIRE_VAR}={policy} requires some GPU backend, but ");
+    let all = std::iter::once(report).chain(others);
+    let parts: Vec<String> = all.map(|r| r.to_string()).collect();
+    why.push_str(&parts.join("; "));
+    Decision::Fail(why)
+}
+
+/// What a test of `backend` should do on this machine: the cached [`probe`] under the
+/// environment's policy. An invalid `GPU_TEST_PERMIT_REQUIRE` fails every GPU test with the
+/// reason.
+///
+/// ```
+/// use gpu_test_permit::decision::{check, Decision};
+/// use gpu_test_permit::probe::Backend;
+///
+/// if let Decision::Run = check(Backend::Wgpu) {
+///     // ... build the wgpu device and test ...
+/// }
+/// ```
+pub fn check(backend: Backend) -> Decision {
+    let policy = match &Config::global().require {
+        Ok(p) => p,
+        Err(msg) => return Decision::Fail(msg.clone()),
+    };
+    let report = probe(backend);
+    if policy.requires_any() && !report.outcome.has_devices() {
+        let others: Vec<ProbeReport> = Backend::ALL
+            .into_iter()
+            .filter(|b| *b != backend)
+            .map(probe)
+            .collect();
+        return decide_any(&report, &others, policy);
+    }
+    decide(&report, policy)
+}
+
+/// The line printed for a skip: `gpu-test-permit: SKIP <test> backend=<backend>: <reason>`
+/// (newlines in the reason become ` | `, so it stays one line).
+pub fn skip_line(test: &str, backend: Backend, reason: &str) -> String {
+    format!(
+        "gpu-test-permit: SKIP {test} backend={backend}: {}",
+        reason.replace(['\r', '\n'], " | ")
+    )
+}
+
+/// Reports a skip of the running test: prints [`skip_line`] on standard error and appends it
+/// to `GPU_TEST_PERMIT_SKIP_LOG` when that is set (one `O_APPEND` write, so lines from
+/// concurrent test processes never interleave). The test name comes from
+/// [`nextest::current_test_name`](crate::nextest::current_test_name).
+pub fn report_skip(backend: Backend, reason: &str) {
+    let line = skip_line(&crate::nextest::current_test_name(), backend, reason);
+    eprintln!("{line}");
+    if let Some(path) = &Config::global().skip_log {
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+        if let Err(e) = appended {
+            eprintln!(
+                "gpu-test-permit: cannot append to {SKIP_LOG_VAR}={}: {e}",
+                path.display()
+            );
+        }
+    }
+}
+
+/// Skips (returns early from) or fails the calling test unless `backend` may run, per
+/// [`check`]. On a skip it prints the stable skip line ([`report_skip`]) and returns from the
+/// enclosing function; on a failure it panics with the reason.
+///
+/// The plain form `return`s `()`; in a test that returns something else, give the value to
+/// return on a skip as a second argument.
+///
+/// ```
+/// use gpu_test_permit::probe::Backend;
+///
+/// fn uses_cuda() {
+///     gpu_test_permit::require_backend!(Backend::Cuda);
+///     // only reached when CUDA has a device
+/// }
+///
+/// fn uses_wgpu() -> Result<(), String> {
+///     gpu_test_permit::require_backend!(Backend::Wgpu, Ok(()));
+///     // only reached when wgpu has an adapter
+///     Ok(())
+/// }
+/// # uses_cuda();
+/// # uses_wgpu().unwrap();
+/// ```
+///
+/// # Panics
+///
+/// When the decision is [`Decision::Fail`]: the backend is required (`GPU_TEST_PERMIT_REQUIRE`)
+/// and absent or broken, or `GPU_TEST_PERMIT_REQUIRE` is invalid.
+#[macro_export]
+macro_rules! require_backend {
+    ($backend:expr) => {
+        $crate::require_backend!($backend, ())
+    };
+    ($backend:expr, $on_skip:expr) => {{
+        let backend: $crate::probe::Backend = $backend;
+        match $crate::decision::check(backend) {
+            $crate::decision::Decision::Run => {}
+            $crate::decision::Decision::Skip(reason) => {
+                $crate::decision::report_skip(backend, &reason);
+                return $on_skip;
+            }
+            $crate::decision::Decision::Fail(reason) => {
+                panic!("gpu-test-permit: FAIL backend={}: {}", backend, reason)
+            }
+        }
+    }};
+}

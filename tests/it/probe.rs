@@ -1,0 +1,391 @@
+//! The backend probe: fault injection against stand-in CUDA drivers, the real wgpu probe, the
+//! per-process and per-nextest-run caches.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use gpu_test_permit::config::Config;
+use gpu_test_permit::probe::{
+    self, Backend, DeviceKind, ProbeOptions, ProbeOutcome, ProbeReport, ProbeSource,
+};
+
+/// Runs one `#[ignore]`d helper test of this binary in a child process, with the crate's
+/// environment variables cleared (the outer run may be under nextest or CI settings).
+pub fn helper(test: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args([
+        "--exact",
+        test,
+        "--include-ignored",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ]);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("GPU_TEST_PERMIT_")
+            || k.starts_with("NEXTEST_")
+            || k.starts_with("CUDA_PROBE_STUB")
+            || k == "REALIZAR_GPU_TEST_CONCURRENCY"
+        {
+            c.env_remove(&*k);
+        }
+    }
+    c
+}
+
+pub fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn opts() -> ProbeOptions {
+    ProbeOptions::from_config(&Config::from_lookup(|_| None)).timeout(Duration::from_secs(60))
+}
+
+#[cfg(feature = "cuda")]
+fn stub(mode: &str) -> ProbeOptions {
+    opts()
+        .env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
+        .env("CUDA_PROBE_STUB", mode)
+}
+
+#[cfg(feature = "cuda")]
+fn tail(o: &ProbeOutcome) -> &str {
+    match o {
+        ProbeOutcome::Crashed { stderr_tail, .. }
+        | ProbeOutcome::TimedOut { stderr_tail, .. }
+        | ProbeOutcome::Malformed { stderr_tail, .. } => stderr_tail,
+        _ => "",
+    }
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn stub_driver_with_devices() {
+    let r = probe::probe_with(
+        Backend::Cuda,
+        &stub("ok").env("CUDA_PROBE_STUB_DEVICES", "3"),
+    );
+    assert_eq!(r.source, ProbeSource::Child);
+    let devices = r.outcome.devices().unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(devices.len(), 3);
+    for (i, d) in devices.iter().enumerate() {
+        assert_eq!(d.index, i as u32);
+        assert_eq!(d.name, format!("Stub GPU {i}"));
+        assert_eq!(d.api, "cuda");
+        assert_eq!(d.driver.as_deref(), Some("CUDA 12.8"));
+        assert_eq!(d.memory_bytes, Some((i as u64 + 1) << 30));
+        let kind = if i == 1 {
+            DeviceKind::Integrated
+        } else {
+            DeviceKind::Discrete
+        };
+        assert_eq!(d.kind, kind);
+    }
+    assert!(
+        r.to_string()
+            .starts_with("cuda: 3 devices: Stub GPU 0 [cuda, discrete")
+    );
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn driver_noise_on_stdout_does_not_spoil_the_answer() {
+    let r = probe::probe_with(Backend::Cuda, &stub("chatty"));
+    assert_eq!(r.outcome.devices().map(<[_]>::len), Some(1), "{r}");
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn stub_driver_faults_are_classified() {
+    // (mode, expected outcome kind, text the outcome must contain)
+    let cases: [(&str, &str, &str); 8] = [
+        ("nodevice", "NoDevices", "CUDA_ERROR_NO_DEVICE (100)"),
+        ("zero", "NoDevices", "reports 0 devices"),
+        (
+            "error",
+            "Error",
+            "cuInit failed with CUDA_ERROR_UNKNOWN (999)",
+        ),
+        ("segv", "Crashed", "signal 11 (SIGSEGV)"),
+        ("abort", "Crashed", "signal 6 (SIGABRT)"),
+        ("exit3", "Crashed", "exited with status 3"),
+        (
+            "exit0",
+            "Malformed",
+            "exited with status 0 without answering",
+        ),
+        (
+            "garbage",
+            "Malformed",
+            "malformed probe answer: the answer was cut off",
+        ),
+    ];
+    for (mode, kind, words) in cases {
+        let r = probe::probe_with(Backend::Cuda, &stub(mode));
+        let debug = format!("{:?}", r.outcome);
+        assert!(debug.starts_with(kind), "{mode}: {debug}");
+        assert!(r.to_string().contains(words), "{mode}: {r}");
+        assert_eq!(r.source, ProbeSource::Child);
+    }
+    // The driver's last words reach the report.
+    let segv = probe::probe_with(Backend::Cuda, &stub("segv")).outcome;
+    assert!(
+        tail(&segv).contains("about to dereference null"),
+        "{segv:?}"
+    );
+    let abort = probe::probe_with(Backend::Cuda, &stub("abort")).outcome;
+    assert!(tail(&abort).contains("fatal error in cuInit"), "{abort:?}");
+}
+
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[test]
+fn a_hanging_driver_is_cut_at_the_deadline_and_reaped() {
+    let dir = crate::util::tempdir();
+    let count = dir.path().join("calls");
+    let deadline = Duration::from_millis(700);
+    let r = probe::probe_with(
+        Backend::Cuda,
+        &stub("hang")
+            .timeout(deadline)
+            .env("CUDA_PROBE_STUB_COUNT", &count),
+    );
+    match &r.outcome {
+        ProbeOutcome::TimedOut { after, stderr_tail } => {
+            assert_eq!(*after, deadline);
+            assert!(
+                stderr_tail.contains("waiting forever in cuInit"),
+                "{stderr_tail}"
+            );
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(r.duration >= deadline, "{:?}", r.duration);
+    assert!(
+        r.duration < deadline + Duration::from_secs(5),
+        "{:?}",
+        r.duration
+    );
+    // The stub wrote the probe child's pid; once reaped, even a zombie entry is gone.
+    let calls = std::fs::read_to_string(&count).unwrap();
+    let pid: i32 = calls
+        .trim()
+        .strip_prefix("cuInit pid ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "probe child {pid} still exists (zombie or running)"
+    );
+    // SAFETY: signal 0 only checks for existence.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    assert!(!alive, "probe child {pid} still exists");
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn no_driver_means_not_installed_in_child_and_in_process() {
+    // An empty library path adds nothing; a machine with a real driver reports its devices.
+    for o in [opts(), opts().in_process(true)] {
+        let r = probe::probe_with(Backend::Cuda, &o);
+        let expected_source = if o.mode() == probe::ProbeMode::InProcess {
+            ProbeSource::InProcess
+        } else {
+            ProbeSource::Child
+        };
+        assert_eq!(r.source, expected_source);
+        assert!(
+            matches!(
+                r.outcome,
+                ProbeOutcome::NotInstalled { .. } | ProbeOutcome::Devices { .. }
+            ),
+            "{r}"
+        );
+    }
+}
+
+#[test]
+fn unbuilt_backends_answer_without_a_child() {
+    for b in Backend::ALL.into_iter().filter(|b| !b.is_built()) {
+        let r = probe::probe_with(b, &opts());
+        assert_eq!(r.outcome, ProbeOutcome::NotBuilt);
+        assert_eq!(r.source, ProbeSource::InProcess);
+    }
+}
+
+#[test]
+fn this_test_binary_answers_probe_requests() {
+    probe::self_test(&opts()).unwrap();
+}
+
+/// CI sets `GPU_TEST_PERMIT_REQUIRE=wgpu` where lavapipe is installed: there a missing adapter
+/// must fail this test instead of skipping.
+#[cfg(feature = "wgpu")]
+#[test]
+fn real_wgpu_probe() {
+    let r = probe::probe_with(Backend::Wgpu, &opts());
+    eprintln!("{r} ({} ms)", r.duration.as_millis());
+    let required = matches!(&Config::from_env().require, Ok(p) if p.requires(Backend::Wgpu));
+    if required {
+        let devices = r.outcome.devices().unwrap_or_else(|| {
+            panic!("GPU_TEST_PERMIT_REQUIRE requires wgpu, but the probe found: {r}")
+        });
+        assert!(
+            devices
+                .iter()
+                .all(|d| !d.name.is_empty() && !d.api.is_empty())
+        );
+    } else {
+        assert!(!r.outcome.is_broken(), "{r}");
+    }
+}
+
+#[test]
+fn the_process_cache_answers_the_second_call() {
+    let first = probe::probe(Backend::Wgpu);
+    let again = probe::probe(Backend::Wgpu);
+    assert_eq!(again.source, ProbeSource::ProcessCache);
+    assert_eq!(again.outcome, first.outcome);
+    assert_eq!(again.duration, first.duration);
+}
+
+// ---- one probe per backend per nextest run ----
+
+/// Helper run in child processes: probes CUDA through the caches and prints the report.
+#[test]
+#[ignore = "helper: run in a child process by run_cache_* tests"]
+fn run_cache_child() {
+    let r = probe::probe(Backend::Cuda);
+    println!("REPORT {}", serde_json::to_string(&r).unwrap());
+}
+
+#[cfg(feature = "cuda")]
+fn run_children(n: usize, run_id: &str, slots: &Path, count: &Path) -> Vec<ProbeReport> {
+    let children: Vec<_> = (0..n)
+        .map(|_| {
+            helper("probe::run_cache_child")
+                .env("NEXTEST_RUN_ID", run_id)
+                .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+                .env("GPU_TEST_PERMIT_DIR", slots)
+                .env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
+                .env("CUDA_PROBE_STUB_DEVICES", "2")
+                .env("CUDA_PROBE_STUB_COUNT", count)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            let (stdout, stderr) = text(&out);
+            assert!(out.status.success(), "{stdout}\n{stderr}");
+            let line = stdout
+                .lines()
+                .find_map(|l| l.split_once("REPORT ").map(|(_, json)| json))
+                .unwrap_or_else(|| panic!("no report in:\n{stdout}\n{stderr}"));
+            serde_json::from_str(line).unwrap()
+        })
+        .collect()
+}
+
+#[cfg(feature = "cuda")]
+fn driver_calls(count: &Path) -> usize {
+    std::fs::read_to_string(count)
+        .map(|s| s.lines().count())
+        .unwrap_or(0)
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn run_cache_one_probe_per_nextest_run() {
+    let dir = crate::util::tempdir();
+    let slots = dir.path().join("slots");
+    let count = dir.path().join("driver-calls");
+    let run = "6f1c2e4a-0000-4000-8000-run-cache-test";
+    // Eight test processes of one run start at once: the driver is initialised once.
+    let reports = run_children(8, run, &slots, &count);
+    assert_eq!(driver_calls(&count), 1, "one probe child per run");
+    let sources: Vec<ProbeSource> = reports.iter().map(|r| r.source).collect();
+    assert_eq!(
+        sources.iter().filter(|s| **s == ProbeSource::Child).count(),
+        1,
+        "{sources:?}"
+    );
+    assert!(
+        sources
+            .iter()
+            .all(|s| matches!(s, ProbeSource::Child | ProbeSource::RunCache)),
+        "{sources:?}"
+    );
+    for r in &reports {
+        assert_eq!(r.outcome.devices().map(<[_]>::len), Some(2), "{r}");
+        assert_eq!(r.outcome, reports[0].outcome);
+    }
+
+    // A later process of the same run reads the file.
+    let later = run_children(1, run, &slots, &count);
+    assert_eq!(later[0].source, ProbeSource::RunCache);
+    assert_eq!(driver_calls(&count), 1);
+
+    // A corrupt file is ignored and replaced by a fresh probe.
+    let cache_dir = std::fs::read_dir(&slots)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("probe-")
+        })
+        .expect("a probe cache directory in the slot directory");
+    let file = cache_dir.join(format!("{run}-cuda.json"));
+    assert!(file.exists(), "{}", file.display());
+    std::fs::write(&file, b"{\"format\":\"gpu-test-permit-probe-cache\",\"vers").unwrap();
+    let after_corruption = run_children(1, run, &slots, &count);
+    assert_eq!(after_corruption[0].source, ProbeSource::Child);
+    assert_eq!(driver_calls(&count), 2);
+    let healed = run_children(1, run, &slots, &count);
+    assert_eq!(healed[0].source, ProbeSource::RunCache);
+    assert_eq!(driver_calls(&count), 2);
+
+    // Another run probes again.
+    let other = run_children(2, "another-run", &slots, &count);
+    assert_eq!(driver_calls(&count), 3);
+    assert_eq!(
+        other
+            .iter()
+            .filter(|r| r.source == ProbeSource::Child)
+            .count(),
+        1
+    );
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn outside_nextest_each_process_probes_for_itself() {
+    let dir = crate::util::tempdir();
+    let count = dir.path().join("driver-calls");
+    for _ in 0..2 {
+        let out = helper("probe::run_cache_child")
+            .env("GPU_TEST_PERMIT_DIR", dir.path().join("slots"))
+            .env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
+            .env("CUDA_PROBE_STUB_COUNT", &count)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(
+            stdout.contains("\"source\":\"child\""),
+            "{stdout}\n{stderr}"
+        );
+    }
+    assert_eq!(driver_calls(&count), 2);
+}
