@@ -54,6 +54,7 @@
 pub mod capture;
 pub mod config;
 pub mod decision;
+pub mod fixture;
 pub mod host;
 pub mod nextest;
 mod permit;
@@ -68,3 +69,15 @@ pub use permit::{
     WaitTimeout, acquire, acquire_exclusive, try_acquire_for,
 };
 pub use permitted::Permitted;
+
+/// The CUDA fixture (feature `cuda`): a permit-holding context and stream in one line.
+#[cfg(feature = "cuda")]
+pub mod cuda {
+    pub use crate::fixture::cuda::*;
+}
+
+/// The wgpu fixture (feature `wgpu`): a permit-holding device and queue in one line.
+#[cfg(feature = "wgpu")]
+pub mod wgpu {
+    pub use crate::fixture::wgpu::*;
+}

@@ -10,6 +10,7 @@ mod decision;
 mod host;
 mod permit;
 mod probe;
+mod report;
 mod stress;
 mod stub;
 mod trace;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 mod probe;
+mod report;
 
 const USAGE: &str = "\
 usage: gpu-test-permit <command> [options]
@@ -18,6 +19,12 @@ commands:
         it until standard input closes (or for DURATION, e.g. 500ms, 2s, 1m)
   run [--exclusive] -- COMMAND [ARGS...]
         run COMMAND while holding a permit; exits with its status
+  status [--dir DIR]
+        who holds the host slots now, since when, and who waits
+  trace FILE [--max-peak N]
+        summarise a GPU_TEST_PERMIT_TRACE file: per-test wait and hold times,
+        utilisation, peak concurrency and an estimate for other N; with --max-peak,
+        exit 1 when more than N permits were held at once
   nextest-snippet
         print a .config/nextest.toml test group for GPU tests sized by
         REALIZAR_GPU_TEST_CONCURRENCY
@@ -35,6 +42,8 @@ fn main() -> ExitCode {
         "hold" => hold(rest),
         "run" => run(rest),
         "probe" => probe::main(rest),
+        "status" => report::status(rest),
+        "trace" => report::trace(rest),
         "nextest-snippet" => {
             let n = gpu_test_permit::config::Config::global().concurrency.get();
             print!(
