@@ -18,6 +18,8 @@ use gpu_test_permit::capture::{
     ensure_not_capturing, ensure_raw_not_capturing, raw_capture_status,
 };
 
+use gpu_test_permit::probe::Backend;
+
 use crate::stub::driver_dir;
 
 // ---------------------------------------------------------------------------------------------
@@ -877,44 +879,20 @@ fn child_raw() {
 // ---------------------------------------------------------------------------------------------
 // On a real CUDA device. Without one they print why and return.
 
-/// A context on device 0, or `None` (with the reason printed) when this machine has no usable
-/// CUDA device. Checks that a driver library exists before touching cudarc, which panics
-/// without one.
+/// A context on device 0, or `None` when the crate's probe and decision say skip (the stable
+/// skip line is printed; with `GPU_TEST_PERMIT_REQUIRE=cuda` a missing device fails instead).
+/// The probe runs in a child process, so a broken driver cannot take this test binary down.
 fn real_device() -> Option<(Arc<CudaContext>, MutexGuard<'static, ()>)> {
+    gpu_test_permit::require_backend!(Backend::Cuda, None);
     // One at a time: a global-mode capture in one test forbids allocation in the others.
     static SERIAL: Mutex<()> = Mutex::new(());
     let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let required = std::env::var("GPU_TEST_PERMIT_REQUIRE")
-        .map(|v| v.split(',').any(|b| matches!(b.trim(), "cuda" | "any")))
-        .unwrap_or(false);
-    let skip = |why: &str| {
-        assert!(
-            !required,
-            "GPU_TEST_PERMIT_REQUIRE asks for CUDA, but {why}"
-        );
-        println!("skipped: {why}");
-        None
-    };
-    // SAFETY: only dlopens candidate library names.
-    if !unsafe { sys::is_culib_present() } {
-        return skip("no CUDA driver library (libcuda) on this machine");
-    }
-    if let Err(e) = cudarc::driver::result::init() {
-        return skip(&format!("cuInit failed with {}", DriverCode::from(e)));
-    }
-    match cudarc::driver::result::device::get_count() {
-        Ok(n) if n > 0 => {}
-        Ok(_) => return skip("the CUDA driver reports no devices"),
-        Err(e) => {
-            return skip(&format!(
-                "cuDeviceGetCount failed with {}",
-                DriverCode::from(e)
-            ));
-        }
-    }
     match CudaContext::new(0) {
         Ok(ctx) => Some((ctx, serial)),
-        Err(e) => skip(&format!("no context on device 0: {}", DriverCode::from(e))),
+        Err(e) => panic!(
+            "the probe found a CUDA device, but creating a context on device 0 failed with {}",
+            DriverCode::from(e)
+        ),
     }
 }
 
