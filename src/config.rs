@@ -42,6 +42,9 @@ pub const PROBE_TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_PROBE_TIMEOUT";
 pub const PROBE_VAR: &str = "GPU_TEST_PERMIT_PROBE";
 /// File that every skip line is appended to.
 pub const SKIP_LOG_VAR: &str = "GPU_TEST_PERMIT_SKIP_LOG";
+/// GPUs the host's permits span: `auto` (CUDA devices the probe finds when the crate is built
+/// with `cuda`, else 1) or a count. Each GPU gets [`CONCURRENCY_VAR`] permits.
+pub const GPUS_VAR: &str = "GPU_TEST_PERMIT_GPUS";
 /// Probe deadline when [`PROBE_TIMEOUT_VAR`] is not set.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -85,6 +88,8 @@ pub struct Config {
     pub probe_mode: crate::probe::ProbeMode,
     /// Skip ledger, from [`SKIP_LOG_VAR`].
     pub skip_log: Option<PathBuf>,
+    /// GPUs the permits span, from [`GPUS_VAR`]; `None` is `auto`.
+    pub gpus: Option<NonZeroUsize>,
     /// What `cargo nextest` told this process, when it runs under nextest.
     pub nextest: Option<NextestEnv>,
     /// One entry per variable whose value was rejected and replaced.
@@ -210,8 +215,16 @@ impl Config {
             }
             Some(raw) => Some(PathBuf::from(raw)),
         };
+        let gpus = match lookup(GPUS_VAR) {
+            None => None,
+            Some(raw) if raw.to_str().map(str::trim) == Some("auto") => None,
+            Some(raw) => parse_concurrency(&raw)
+                .map_err(|problem| warnings.push(warning(GPUS_VAR, &raw, problem, "auto")))
+                .ok(),
+        };
         let nextest = NextestEnv::from_lookup(&lookup, &mut warnings);
         Config {
+            gpus,
             concurrency,
             timeout,
             slot_dir,

@@ -40,13 +40,16 @@ impl fmt::Display for FixtureError {
 
 impl std::error::Error for FixtureError {}
 
-/// Which of several equally good devices a permit should use: nextest's group slot when the
-/// test runs in a group (nextest hands out group slots 0..max-threads), else the permit's first
-/// host slot. Callers take it modulo their device count.
+/// Which of several equally good devices a permit should use, before taking it modulo the
+/// caller's device count: the permit's own [`device`](GpuTestPermit::device) (its host slot
+/// modulo the GPUs the pool spans, so the per-GPU cap holds across every process that shares
+/// the slots); without one (an exclusive permit, a pool without host slots), nextest's group
+/// slot when the test runs in a group, else 0.
 #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
 pub(crate) fn slot_hint(permit: &GpuTestPermit) -> usize {
-    crate::nextest::current()
-        .and_then(|n| n.group_slot)
-        .map(|s| s as usize)
-        .unwrap_or(permit.slots().start)
+    permit.device().unwrap_or_else(|| {
+        crate::nextest::current()
+            .and_then(|n| n.group_slot)
+            .map_or(0, |s| s as usize)
+    })
 }

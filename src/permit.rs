@@ -150,6 +150,33 @@ impl GpuTestPermit {
         }
     }
 
+    /// The GPU this permit is for, on a pool that spans several GPUs
+    /// ([`PoolBuilder::gpus`], `GPU_TEST_PERMIT_GPUS`): its host slot modulo the number of GPUs,
+    /// so that N permits per GPU spread over all of them. `Some(0)` on a one-GPU pool; `None`
+    /// for an exclusive permit (it holds every GPU) and on a multi-GPU pool without host slots.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    /// # let dir = std::env::temp_dir().join(format!("gtp-doc-device-{}", std::process::id()));
+    /// // One permit per GPU on a two-GPU host.
+    /// let pool = PermitPool::builder().concurrency(1).gpus(2).slot_dir(&dir).build()?;
+    /// let mine = pool.acquire();
+    /// let theirs = std::thread::scope(|s| s.spawn(|| pool.acquire().device()).join().unwrap());
+    /// assert_eq!((mine.device(), theirs), (Some(0), Some(1)));
+    /// # drop(mine); drop(pool); std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
+    pub fn device(&self) -> Option<usize> {
+        let gpus = self.pool().gpus;
+        if self.is_exclusive() {
+            return None;
+        }
+        match self.slots() {
+            s if s.is_empty() => (gpus == 1).then_some(0),
+            s => Some(s.start % gpus),
+        }
+    }
+
     /// How long the permit has been held.
     pub fn held_for(&self) -> Duration {
         crate::sys::coarse_elapsed(self.seat().since.load(Ordering::Relaxed))
@@ -481,6 +508,8 @@ struct PoolInner {
     host_error: Option<String>,
     timeout: Duration,
     tracer: Option<Tracer>,
+    /// GPUs the permits span; a permit's device is its slot modulo this.
+    gpus: usize,
 }
 
 impl PoolInner {
@@ -600,13 +629,14 @@ impl fmt::Debug for PermitPool {
 #[must_use]
 pub struct PoolBuilder {
     concurrency: usize,
+    gpus: usize,
     slot_dir: Option<SlotDir>,
     timeout: Duration,
     trace: Option<PathBuf>,
 }
 
 impl PoolBuilder {
-    /// Permits per host (at least 1).
+    /// Permits per GPU (at least 1); on a one-GPU pool, per host.
     ///
     /// # Panics
     ///
@@ -615,6 +645,25 @@ impl PoolBuilder {
         assert!(n >= 1, "a permit pool needs at least one permit");
         self.concurrency = n;
         self
+    }
+
+    /// GPUs the pool spans (default 1): it holds `concurrency x gpus` permits, and each
+    /// permit's [`device`](GpuTestPermit::device) is its host slot modulo `gpus`, so no GPU
+    /// gets more than `concurrency` of them.
+    ///
+    /// # Panics
+    ///
+    /// If `gpus` is 0.
+    pub fn gpus(mut self, gpus: usize) -> Self {
+        assert!(gpus >= 1, "a permit pool spans at least one GPU");
+        self.gpus = gpus;
+        self
+    }
+
+    fn capacity(&self) -> usize {
+        self.concurrency
+            .checked_mul(self.gpus)
+            .expect("gpu-test-permit: permits x GPUs overflows")
     }
 
     /// Keeps host slots in `dir` (shared with every process using the same directory).
@@ -652,9 +701,9 @@ impl PoolBuilder {
             None => None,
             Some(SlotDir::Default) => Some(HostSlots::open(
                 &crate::config::default_slot_dir(),
-                self.concurrency,
+                self.capacity(),
             )?),
-            Some(SlotDir::Explicit(dir)) => Some(HostSlots::open(dir, self.concurrency)?),
+            Some(SlotDir::Explicit(dir)) => Some(HostSlots::open(dir, self.capacity())?),
             Some(SlotDir::Invalid(msg)) => return Err(HostError::Directory(msg.clone())),
         };
         Ok(self.finish(host, None))
@@ -675,8 +724,9 @@ impl PoolBuilder {
         PermitPool {
             inner: NonNull::from(Box::leak(Box::new(PoolInner {
                 id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-                local: LocalPool::new(self.concurrency),
-                seats: (0..self.concurrency).map(|_| Seat::new()).collect(),
+                local: LocalPool::new(self.capacity()),
+                seats: (0..self.capacity()).map(|_| Seat::new()).collect(),
+                gpus: self.gpus,
                 host,
                 host_error,
                 timeout: self.timeout,
@@ -718,6 +768,7 @@ impl PermitPool {
     pub fn builder() -> PoolBuilder {
         PoolBuilder {
             concurrency: crate::config::DEFAULT_CONCURRENCY,
+            gpus: 1,
             slot_dir: Some(SlotDir::Default),
             timeout: crate::config::DEFAULT_TIMEOUT,
             trace: None,
@@ -730,8 +781,10 @@ impl PermitPool {
         static GLOBAL: OnceLock<PermitPool> = OnceLock::new();
         GLOBAL.get_or_init(|| {
             let cfg = Config::global();
+            let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
             let mut b = PermitPool::builder()
                 .concurrency(cfg.concurrency.get())
+                .gpus(gpus)
                 .timeout(cfg.timeout);
             b.slot_dir = Some(cfg.slot_dir.clone());
             b.trace = cfg.trace.clone();
@@ -742,8 +795,18 @@ impl PermitPool {
         })
     }
 
-    /// Permits in the pool (N).
+    /// Permits per GPU (N).
     pub fn concurrency(&self) -> usize {
+        self.inner().local.capacity() / self.inner().gpus
+    }
+
+    /// GPUs the pool spans.
+    pub fn gpus(&self) -> usize {
+        self.inner().gpus
+    }
+
+    /// Permits in all: N per GPU times the GPUs.
+    pub fn capacity(&self) -> usize {
         self.inner().local.capacity()
     }
 
@@ -1053,5 +1116,22 @@ fn thread_label() -> String {
     match t.name() {
         Some(n) => n.to_string(),
         None => format!("{:?}", t.id()),
+    }
+}
+
+/// GPUs of this host as far as the probe knows: the CUDA devices when the crate is built with
+/// `cuda` and the probe finds some, else 1 (wgpu lists one GPU under several APIs, so its
+/// adapters are no count of GPUs; set `GPU_TEST_PERMIT_GPUS` on multi-GPU wgpu hosts).
+fn detected_gpus() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        crate::probe::probe(crate::probe::Backend::Cuda)
+            .outcome
+            .devices()
+            .map_or(1, |d| d.len().max(1))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        1
     }
 }

@@ -310,3 +310,27 @@ fn probe_mode_and_skip_log_values() {
         "gpu-test-permit: GPU_TEST_PERMIT_SKIP_LOG='' is empty; using no skip log"
     );
 }
+
+#[test]
+fn gpus_values() {
+    use gpu_test_permit::config::GPUS_VAR;
+    assert_eq!(Config::from_lookup(|_| None).gpus, None);
+    assert_eq!(with(GPUS_VAR, "auto").gpus, None);
+    assert!(with(GPUS_VAR, "auto").warnings.is_empty());
+    assert_eq!(with(GPUS_VAR, "4").gpus.map(|g| g.get()), Some(4));
+    for (raw, problem) in [
+        ("", "is empty"),
+        ("0", "must be at least 1"),
+        ("two", "is not a whole number"),
+        ("-1", "is not a whole number"),
+        ("1.5", "is not a whole number"),
+        ("99999999999999999999999", "is larger than the maximum 1024"),
+    ] {
+        let c = with(GPUS_VAR, raw);
+        assert_eq!(c.gpus, None, "{raw}");
+        assert_eq!(
+            c.warnings[0].to_string(),
+            format!("gpu-test-permit: GPU_TEST_PERMIT_GPUS='{raw}' {problem}; using auto")
+        );
+    }
+}

@@ -285,3 +285,44 @@ fn a_permit_may_outlive_its_pool() {
     drop(p);
     drop(nested);
 }
+
+#[test]
+fn a_pool_over_two_gpus_has_n_per_gpu_and_names_each_permits_device() {
+    let dir = tempdir();
+    let pool = PermitPool::builder()
+        .concurrency(1)
+        .gpus(2)
+        .slot_dir(dir.path())
+        .timeout(SHORT)
+        .build()
+        .unwrap();
+    assert_eq!(
+        (pool.concurrency(), pool.gpus(), pool.capacity()),
+        (1, 2, 2)
+    );
+    let first = pool.acquire();
+    assert_eq!(first.device(), Some(0));
+    thread::scope(|s| {
+        let second = s.spawn(|| pool.acquire()).join().unwrap();
+        assert_eq!(second.device(), Some(1));
+        // One permit per GPU, both GPUs taken: a third waits.
+        let third = s
+            .spawn(|| pool.try_acquire(PermitKind::Shared).err())
+            .join()
+            .unwrap();
+        assert!(matches!(third, Some(AcquireError::WouldBlock)), "{third:?}");
+        drop(second);
+        // GPU 1 is free again, and the next permit gets it.
+        let again = s.spawn(|| pool.acquire().device()).join().unwrap();
+        assert_eq!(again, Some(1));
+    });
+    drop(first);
+    let all = pool.acquire_exclusive();
+    assert_eq!((all.device(), all.slots()), (None, 0..2));
+}
+
+#[test]
+fn a_one_gpu_pool_names_gpu_zero_even_without_host_slots() {
+    let pool = PermitPool::builder().in_process_only().build().unwrap();
+    assert_eq!(pool.acquire().device(), Some(0));
+}

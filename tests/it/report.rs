@@ -30,7 +30,7 @@ fn status_lists_the_holder_and_the_waiter_and_forgets_a_killed_waiter() {
     let lines: Vec<&str> = text.lines().collect();
     let slot = lines.iter().find(|l| l.starts_with("slot 0:")).unwrap();
     assert!(
-        slot.contains(&format!("held")) && slot.contains(&format!("pid {}", holder.child.id())),
+        slot.contains("held") && slot.contains(&format!("pid {}", holder.child.id())),
         "{text}"
     );
     assert!(slot.contains("suite::holder_test"), "{text}");

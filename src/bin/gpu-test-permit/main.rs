@@ -27,7 +27,7 @@ commands:
         exit 1 when more than N permits were held at once
   nextest-snippet
         print a .config/nextest.toml test group for GPU tests sized by
-        REALIZAR_GPU_TEST_CONCURRENCY
+        REALIZAR_GPU_TEST_CONCURRENCY x GPU_TEST_PERMIT_GPUS
   help  print this text
 ";
 
@@ -45,7 +45,8 @@ fn main() -> ExitCode {
         "status" => report::status(rest),
         "trace" => report::trace(rest),
         "nextest-snippet" => {
-            let n = gpu_test_permit::config::Config::global().concurrency.get();
+            // N per GPU times the GPUs: all the permits the host has.
+            let n = gpu_test_permit::PermitPool::global().capacity();
             print!(
                 "{}",
                 gpu_test_permit::nextest::GROUP_SNIPPET
