@@ -296,8 +296,8 @@ impl fmt::Display for ProbeOutcome {
             ProbeOutcome::TimedOut { after, stderr_tail } => {
                 write!(
                     f,
-                    "the probe child hung and was killed after {} ms (raise \
-                     GPU_TEST_PERMIT_PROBE_TIMEOUT if the driver is just slow)",
+                    "the probe child did not answer within {} ms and was killed (a hung \
+                     driver; raise GPU_TEST_PERMIT_PROBE_TIMEOUT if it is just slow)",
                     after.as_millis()
                 )?;
                 tail(f, stderr_tail)

@@ -209,6 +209,67 @@ fn no_driver_means_not_installed_in_child_and_in_process() {
     }
 }
 
+/// Builds `tests/stub/vulkan_icd.c` and a loader manifest for it; returns the manifest.
+#[cfg(all(feature = "wgpu", target_os = "linux"))]
+fn vulkan_stub_manifest(dir: &Path) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stub/vulkan_icd.c");
+    let lib = dir.join("libstub_vulkan_icd.so");
+    let out = Command::new("cc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg(&src)
+        .output()
+        .expect("running cc (install gcc)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest = dir.join("stub_icd.json");
+    let json = serde_json::json!({
+        "file_format_version": "1.0.0",
+        "ICD": { "library_path": lib, "api_version": "1.3.0" },
+    });
+    std::fs::write(&manifest, json.to_string()).unwrap();
+    manifest
+}
+
+#[cfg(all(feature = "wgpu", target_os = "linux"))]
+#[test]
+fn a_crashing_or_hanging_vulkan_driver_is_classified() {
+    let dir = crate::util::tempdir();
+    let manifest = vulkan_stub_manifest(dir.path());
+    let with = |mode: &str| {
+        opts()
+            .timeout(Duration::from_millis(1500))
+            .env("VK_ICD_FILENAMES", &manifest)
+            .env("VK_DRIVER_FILES", &manifest)
+            .env("WGPU_BACKEND", "vulkan")
+            .env("VULKAN_STUB", mode)
+    };
+    let r = probe::probe_with(Backend::Wgpu, &with("segv"));
+    match &r.outcome {
+        ProbeOutcome::Crashed {
+            signal: Some(11),
+            stderr_tail,
+            ..
+        } => assert!(stderr_tail.contains("about to dereference null"), "{r}"),
+        _ => panic!("expected a SIGSEGV, got {r}"),
+    }
+    let r = probe::probe_with(Backend::Wgpu, &with("hang"));
+    match &r.outcome {
+        ProbeOutcome::TimedOut { stderr_tail, .. } => {
+            assert!(stderr_tail.contains("waiting forever"), "{r}")
+        }
+        _ => panic!("expected a timeout, got {r}"),
+    }
+    assert!(
+        r.duration >= Duration::from_millis(1500),
+        "{:?}",
+        r.duration
+    );
+}
+
 #[test]
 fn unbuilt_backends_answer_without_a_child() {
     for b in Backend::ALL.into_iter().filter(|b| !b.is_built()) {
@@ -388,4 +449,56 @@ fn outside_nextest_each_process_probes_for_itself() {
         );
     }
     assert_eq!(driver_calls(&count), 2);
+}
+
+// ---- the `probe` command ----
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cli_probe_prints_table_and_json_and_fails_on_a_failed_requirement() {
+    let dir = crate::util::tempdir();
+    let cli = |mode: &str| {
+        let mut c = crate::util::cli(dir.path(), 2);
+        c.env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
+            .env("CUDA_PROBE_STUB", mode)
+            .env("CUDA_PROBE_STUB_DEVICES", "2");
+        c
+    };
+    let out = cli("ok").args(["probe", "cuda"]).output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("BACKEND  #  DEVICE"), "{stdout}");
+    assert!(lines[1].starts_with("cuda     0  Stub GPU 0"), "{stdout}");
+    assert!(
+        lines[2].contains("integrated") && lines[2].contains("2.0 GiB"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("GPU_TEST_PERMIT_REQUIRE=none:\n  cuda: GPU tests run"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("wgpu"),
+        "only the backend asked for: {stdout}"
+    );
+
+    let out = cli("nodevice")
+        .args(["probe", "--json", "cuda"])
+        .env("GPU_TEST_PERMIT_REQUIRE", "cuda")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["require"], "cuda");
+    let cuda = &v["backends"][0];
+    assert_eq!(cuda["backend"], "cuda");
+    assert_eq!(cuda["source"], "child");
+    assert_eq!(cuda["outcome"]["status"], "no_devices");
+    assert_eq!(cuda["decision"]["action"], "fail");
+
+    let out = cli("ok").args(["probe", "vulkan"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("unknown backend 'vulkan'"));
 }
