@@ -1,10 +1,11 @@
 //! CUDA graph capture guard (feature `cuda`): refuse capture-incompatible work with a typed
 //! error at the call, instead of a hang or an invalidated capture that fails far away.
 //!
-//! While a stream captures a CUDA graph, synchronous allocation, uploads from pageable host
-//! memory and synchronizing calls are not capturable. Depending on the device and the capture
-//! mode they invalidate the capture (the error surfaces at `end_capture`, long after its cause)
-//! or hang. This module asks the driver first (`cuStreamIsCapturing`) and refuses:
+//! While a stream captures a CUDA graph, synchronous allocation and synchronizing calls are
+//! not capturable: depending on the device and the capture mode they invalidate the capture
+//! (the error surfaces at `end_capture`, long after its cause) or hang. Uploads from host
+//! memory are worse where the driver accepts them: the graph re-reads the host address at
+//! every replay. This module asks the driver first (`cuStreamIsCapturing`) and refuses:
 //!
 //! ```no_run
 //! use gpu_test_permit::capture::{CaptureError, CheckedStream, Operation};
@@ -173,7 +174,10 @@ pub enum Operation {
     Alloc,
     /// Zeroed device allocation (`CudaStream::alloc_zeros`).
     AllocZeros,
-    /// Host-to-device copy from host memory (`clone_htod`, `memcpy_htod`).
+    /// Host-to-device copy from host memory (`clone_htod`, `memcpy_htod`). Some drivers refuse
+    /// it during capture; others (H100, driver 580) record it, and the graph then re-reads
+    /// that host address at every replay, usually a dead temporary by then. Upload inputs
+    /// before the capture into device buffers the graph uses.
     HostToDevice,
     /// Context synchronize (`CudaContext::synchronize`): waits for every stream.
     ContextSynchronize,
@@ -488,22 +492,24 @@ impl OpenCaptures {
         if ANY_OPEN.load(Ordering::Acquire) == 0 {
             return open;
         }
-        HERE.with(|here| {
-            let here: [usize; 3] = std::array::from_fn(|i| here[i].get());
-            let all: [usize; 3] = std::array::from_fn(|i| OPEN[i].load(Ordering::Acquire));
-            // Another thread may end a capture between the loads: never underflow.
-            let elsewhere: [usize; 3] = std::array::from_fn(|i| all[i].saturating_sub(here[i]));
-            open.here = ModeCounts {
-                global: here[0],
-                thread_local: here[1],
-                relaxed: here[2],
-            };
-            open.elsewhere = ModeCounts {
-                global: elsewhere[0],
-                thread_local: elsewhere[1],
-                relaxed: elsewhere[2],
-            };
-        });
+        // During thread teardown the thread-local is gone; this thread can no longer be inside
+        // a scope then, so everything open is elsewhere.
+        let here: [usize; 3] = HERE
+            .try_with(|here| std::array::from_fn(|i| here[i].get()))
+            .unwrap_or_default();
+        let all: [usize; 3] = std::array::from_fn(|i| OPEN[i].load(Ordering::Acquire));
+        // Another thread may end a capture between the loads: never underflow.
+        let elsewhere: [usize; 3] = std::array::from_fn(|i| all[i].saturating_sub(here[i]));
+        open.here = ModeCounts {
+            global: here[0],
+            thread_local: here[1],
+            relaxed: here[2],
+        };
+        open.elsewhere = ModeCounts {
+            global: elsewhere[0],
+            thread_local: elsewhere[1],
+            relaxed: elsewhere[2],
+        };
         open
     }
 }

@@ -1022,3 +1022,108 @@ fn cuda_device_global_capture_elsewhere_and_legacy_906() {
     assert!(ended.is_ok(), "{ended:?}");
     implicit_capture_case(&ctx);
 }
+
+/// What the real driver does with the unguarded calls that the stand-in driver models: the
+/// stand-in's tests are only worth something if it agrees. Prints what it saw.
+#[test]
+fn cuda_device_driver_agrees_with_the_stand_in_model() {
+    let _permit = gpu_test_permit::acquire();
+    let Some((ctx, _serial)) = real_device() else {
+        return;
+    };
+    // Event tracking would add waits on events recorded outside the captures, which break
+    // them on their own and hide what the calls below do.
+    // SAFETY: before any allocation of this context in this test.
+    unsafe { ctx.disable_event_tracking() };
+    let capturing = ctx.new_stream().unwrap();
+    let other = ctx.new_stream().unwrap();
+    let begin = |s: &CudaStream, mode: CUstreamCaptureMode| s.begin_capture(mode).unwrap();
+    let end = |s: &Arc<CudaStream>| {
+        s.end_capture(sys::CUgraphInstantiate_flags(0))
+            .map(drop)
+            .map_err(DriverCode::from)
+    };
+    let malloc = || {
+        // SAFETY: a 256-byte allocation, leaked if it succeeds (one per test run).
+        unsafe { cudarc::driver::result::malloc_sync(256) }
+            .map(drop)
+            .map_err(DriverCode::from)
+    };
+    let unsupported = Err(DriverCode::STREAM_CAPTURE_UNSUPPORTED);
+    let invalidated = Err(DriverCode::STREAM_CAPTURE_INVALIDATED);
+
+    // cuMemAlloc on the capturing thread during a global capture: refused, capture broken.
+    begin(
+        &capturing,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    let seen = (malloc(), capture_status(&capturing), end(&capturing));
+    println!("cuMemAlloc during its own thread's global capture: {seen:?}");
+    assert_eq!(
+        seen,
+        (unsupported, Ok(CaptureStatus::Invalidated), invalidated)
+    );
+
+    // cuMemAlloc on another thread during a global capture: the same, to the other capture.
+    let (opened_tx, opened_rx) = mpsc::channel();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let seen = std::thread::scope(|scope| {
+        let capturing = &capturing;
+        let capturer = scope.spawn(move || {
+            begin(
+                capturing,
+                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            );
+            opened_tx.send(()).unwrap();
+            done_rx.recv().unwrap();
+            (capture_status(capturing), end(capturing))
+        });
+        opened_rx.recv().unwrap();
+        ctx.bind_to_thread().unwrap();
+        let alloc = malloc();
+        done_tx.send(()).unwrap();
+        let (status, ended) = capturer.join().unwrap();
+        (alloc, status, ended)
+    });
+    println!("cuMemAlloc on another thread during a global capture: {seen:?}");
+    assert_eq!(
+        seen,
+        (unsupported, Ok(CaptureStatus::Invalidated), invalidated)
+    );
+
+    // Context synchronize during a relaxed capture: refused, capture broken. (Why the guard
+    // refuses context synchronize while any capture is open.)
+    begin(&other, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED);
+    let seen = (
+        ctx.synchronize().map_err(DriverCode::from),
+        capture_status(&other),
+        end(&other),
+    );
+    println!("context synchronize during a relaxed capture: {seen:?}");
+    assert_eq!(
+        seen,
+        (unsupported, Ok(CaptureStatus::Invalidated), invalidated)
+    );
+
+    // A pageable host-to-device copy: recent drivers record it into the graph, which then
+    // re-reads that host address at every replay (usually a dead temporary by then); the
+    // guard refuses it either way. Either outcome must leave a consistent capture.
+    let mut dst = other.alloc_zeros::<u8>(256).unwrap();
+    other.synchronize().unwrap();
+    begin(
+        &other,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    );
+    let copy = other
+        .memcpy_htod(&[1u8; 256], &mut dst)
+        .map_err(DriverCode::from);
+    let seen = (copy, capture_status(&other), end(&other));
+    println!("pageable memcpy_htod during a capture: {seen:?}");
+    match copy {
+        Ok(()) => assert_eq!(seen, (Ok(()), Ok(CaptureStatus::Active), Ok(()))),
+        Err(_) => assert_eq!(
+            seen,
+            (unsupported, Ok(CaptureStatus::Invalidated), invalidated)
+        ),
+    }
+}

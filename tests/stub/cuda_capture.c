@@ -4,8 +4,9 @@
  * - cuStreamBeginCapture_v2 makes a stream ACTIVE (ILLEGAL_STATE if it already captures).
  * - cuMemAlloc_v2 while a global-mode capture is open (any thread) or a thread-local one on the
  *   calling thread returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900) and INVALIDATES those
- *   captures; so do cuMemcpyHtoDAsync_v2 (pageable memory) and cuStreamSynchronize on a
- *   capturing stream, and cuCtxSynchronize while any stream captures.
+ *   captures; so do cuStreamSynchronize on a capturing stream and cuCtxSynchronize while any
+ *   stream captures (relaxed mode too). cuMemcpyHtoDAsync_v2 is recorded into the capture.
+ *   These are what a real driver did (H100, driver 580; see the cuda_device_ tests).
  * - cuStreamEndCapture on an INVALIDATED stream returns CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
  *   (901) and no graph; on an ACTIVE one a graph.
  * - cuStreamIsCapturing on the legacy stream while a blocking stream captures returns
@@ -269,11 +270,7 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *
     stream *s = get(h);
     CUresult r = 0;
     if (!s) r = 400;
-    else if (s->status != NONE) {
-        /* Pageable host memory cannot be captured. */
-        s->status = INVALIDATED;
-        r = 900;
-    }
+    else if (s->status == ACTIVE) s->nodes++; /* recorded, as an H100 driver 580 does */
     pthread_mutex_unlock(&mu);
     return r;
 }
