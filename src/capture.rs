@@ -395,6 +395,14 @@ impl fmt::Display for CaptureError {
                  capture (it reports CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) and find the \
                  earlier call"
             ),
+            CaptureError::Capturing {
+                status,
+                op: Operation::BeginCapture,
+            } => write!(
+                f,
+                "refused begin capture: the stream is already capturing a CUDA graph (status \
+                 {status}); end that capture first (captures do not nest on one stream)"
+            ),
             CaptureError::Capturing { status, op } => write!(
                 f,
                 "refused {op}: the stream is capturing a CUDA graph (status {status}) and this \

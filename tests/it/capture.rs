@@ -209,6 +209,16 @@ fn capture_error_messages_say_what_happened_and_what_to_do() {
     );
     assert!(msg.contains("CaptureMode::ThreadLocal"), "{msg}");
 
+    let nested = CaptureError::Capturing {
+        status: CaptureStatus::Active,
+        op: Operation::BeginCapture,
+    };
+    let msg = nested.to_string();
+    assert!(
+        msg.contains("already capturing") && msg.contains("end that capture first"),
+        "{msg}"
+    );
+
     let msg = CaptureError::ImplicitCapture {
         op: Operation::Alloc,
     }
