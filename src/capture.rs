@@ -895,28 +895,36 @@ impl<R: fmt::Debug> fmt::Debug for Captured<R> {
 ///
 /// While it runs, the capture is recorded process-wide: [`ensure_not_capturing`] and the
 /// [`CheckedStream`] calls on *any* stream refuse what its mode forbids (see [`decide`]).
+/// Captures begun directly through cudarc are seen only by the per-stream query.
+///
+/// With cudarc, turn event tracking off before allocating the buffers a capture uses
+/// (`CudaContext::disable_event_tracking`, as cudarc's own graph tests do): otherwise work on
+/// them inside the capture waits on events recorded outside it, which breaks the capture (on
+/// an H100 the capture then ends with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`).
 ///
 /// ```no_run
 /// use gpu_test_permit::capture::{CaptureError, CaptureMode, CaptureScope, CheckedStream, Operation};
 ///
-/// # fn main() -> Result<(), CaptureError> {
-/// let ctx = cudarc::driver::CudaContext::new(0).unwrap();
-/// let stream = ctx.new_stream().unwrap();
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let ctx = cudarc::driver::CudaContext::new(0)?;
+/// // SAFETY: before any allocation; every buffer below is used on one stream.
+/// unsafe { ctx.disable_event_tracking() };
+/// let stream = ctx.new_stream()?;
 /// let mut buffer = stream.checked_alloc_zeros::<u32>(256)?; // before the capture
 ///
-/// let captured = CaptureScope::new(&stream).mode(CaptureMode::ThreadLocal).run(|s| {
-///     // Refused with a typed error instead of breaking the capture:
-///     assert!(matches!(
-///         s.checked_alloc_zeros::<u32>(256),
-///         Err(CaptureError::Capturing { op: Operation::AllocZeros, .. })
-///     ));
-///     s.memset_zeros(&mut buffer).map_err(|e| CaptureError::Driver {
-///         call: gpu_test_permit::capture::DriverCall::Op(Operation::Other("memset_zeros")),
-///         code: e.into(),
-///     })
-/// })?;
+/// let captured = CaptureScope::new(&stream)
+///     .mode(CaptureMode::ThreadLocal)
+///     .run(|s| -> Result<_, Box<dyn std::error::Error>> {
+///         // Refused with a typed error instead of breaking the capture:
+///         assert!(matches!(
+///             s.checked_alloc_zeros::<u32>(256),
+///             Err(CaptureError::Capturing { op: Operation::AllocZeros, .. })
+///         ));
+///         s.memset_zeros(&mut buffer)?; // captured
+///         Ok(())
+///     })?;
 /// if let Some(graph) = captured.graph {
-///     graph.launch().unwrap(); // replay
+///     graph.launch()?; // replay, as often as needed
 /// }
 /// # Ok(()) }
 /// ```
