@@ -447,6 +447,17 @@ fn capture_stub_guard_refuses_before_the_driver_sees_it() {
     run_child("child_guarded", &[]);
 }
 
+/// The same with memory pools, where cudarc allocates with `cuMemAllocAsync`.
+#[test]
+fn capture_stub_guard_refuses_stream_ordered_allocation_too() {
+    run_child("child_guarded", &[("STUB_MEMORY_POOLS", "1")]);
+}
+
+/// Allocations the stand-in driver saw, through either of cudarc's paths.
+fn stub_allocs() -> i32 {
+    stub_count("cuMemAlloc_v2") + stub_count("cuMemAllocAsync")
+}
+
 #[test]
 #[ignore = "child of capture_stub_guard_refuses_before_the_driver_sees_it"]
 fn child_guarded() {
@@ -460,10 +471,20 @@ fn child_guarded() {
     stream
         .checked_synchronize()
         .expect("synchronize before capture");
-    let allocs = stub_count("cuMemAlloc_v2");
+    let allocs = stub_allocs();
     let uploads = stub_count("cuMemcpyHtoDAsync_v2");
     let syncs = stub_count("cuStreamSynchronize") + stub_count("cuCtxSynchronize");
-    assert_eq!(allocs, 1);
+    let pools = std::env::var("STUB_MEMORY_POOLS").as_deref() == Ok("1");
+    let path = if pools {
+        "cuMemAllocAsync"
+    } else {
+        "cuMemAlloc_v2"
+    };
+    assert_eq!(
+        (allocs, stub_count(path)),
+        (1, 1),
+        "cudarc allocated through {path}"
+    );
 
     let captured = CaptureScope::new(&stream)
         .mode(CaptureMode::Global)
@@ -512,11 +533,7 @@ fn child_guarded() {
         .expect("the capture ends cleanly");
     assert_eq!(captured.value, 42);
     let graph = captured.graph.expect("a graph");
-    assert_eq!(
-        stub_count("cuMemAlloc_v2"),
-        allocs,
-        "no allocation reached the driver"
-    );
+    assert_eq!(stub_allocs(), allocs, "no allocation reached the driver");
     assert_eq!(
         stub_count("cuMemcpyHtoDAsync_v2"),
         uploads,
