@@ -166,7 +166,7 @@ pub(crate) struct HostSlots {
     slots: Vec<Slot>,
     /// One acquirer of this process at a time goes through the gate (the gate's lock belongs to
     /// the shared open file, so it cannot tell our threads apart).
-    acquire_lock: parking_lot::Mutex<()>,
+    acquire_lock: parking_lot::Mutex<Waiting>,
     warned_corrupt: AtomicBool,
 }
 
@@ -205,7 +205,7 @@ impl HostSlots {
             notify_path,
             notify,
             slots,
-            acquire_lock: parking_lot::Mutex::new(()),
+            acquire_lock: parking_lot::Mutex::new(Waiting::default()),
             warned_corrupt: AtomicBool::new(false),
         })
     }
@@ -221,37 +221,40 @@ impl HostSlots {
         deadline: Option<Instant>,
         record: &HolderRecord,
     ) -> Result<Vec<usize>, HostWaitError> {
-        let _turn = match deadline {
+        let mut turn = match deadline {
             None => self.acquire_lock.lock(),
             Some(d) => match self.acquire_lock.try_lock_until(d) {
                 Some(g) => g,
                 None => return Err(HostWaitError::TimedOut(self.holders(&[]))),
             },
         };
-        // Created when this request first has to wait, so `status` can list it.
-        let mut waiting = None;
-        self.lock_gate(deadline, record, &mut waiting)?;
-        let result = self.collect(units, deadline, record, &mut waiting);
-        drop(waiting);
-        let unlocked = self.gate.unlock().map_err(io_err(&self.gate_path));
-        self.notify();
-        match (result, unlocked) {
-            (Ok(got), Ok(())) => Ok(got),
-            (Ok(got), Err(e)) => {
-                self.release(&got);
-                Err(HostWaitError::Failed(e))
+        let waiting = &mut *turn;
+        let result = match self.lock_gate(deadline, record, waiting) {
+            Err(e) => Err(e),
+            Ok(()) => {
+                let result = self.collect(units, deadline, record, waiting);
+                let unlocked = self.gate.unlock().map_err(io_err(&self.gate_path));
+                self.notify();
+                match (result, unlocked) {
+                    (Ok(got), Ok(())) => Ok(got),
+                    (Ok(got), Err(e)) => {
+                        self.release(&got);
+                        Err(HostWaitError::Failed(e))
+                    }
+                    (Err(e), _) => Err(e),
+                }
             }
-            (Err(e), _) => Err(e),
-        }
+        };
+        waiting.unlist();
+        result
     }
 
     fn lock_gate(
         &self,
         deadline: Option<Instant>,
         record: &HolderRecord,
-        waiting: &mut Option<WaitEntry>,
+        waiting: &mut Waiting,
     ) -> Result<(), HostWaitError> {
-        let mut watch: Option<ChangeWatch> = None;
         loop {
             match self.gate.try_lock() {
                 Ok(()) => return Ok(()),
@@ -260,13 +263,12 @@ impl HostSlots {
                     return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
                 }
             }
-            let Some(w) = watch.as_mut() else {
-                // Arm the watch, then check once more: a release between the check above and
-                // the arming would otherwise go unseen.
-                watch = Some(self.watch(&[&self.gate_path, &self.notify_path])?);
+            // A watch armed just now: check once more, since a release between the check
+            // above and the arming would otherwise go unseen.
+            if self.arm(waiting)? {
                 continue;
-            };
-            self.wait(w, deadline, &[], record, waiting)?;
+            }
+            self.wait(waiting, deadline, &[], record)?;
         }
     }
 
@@ -275,11 +277,10 @@ impl HostSlots {
         units: usize,
         deadline: Option<Instant>,
         record: &HolderRecord,
-        waiting: &mut Option<WaitEntry>,
+        waiting: &mut Waiting,
     ) -> Result<Vec<usize>, HostWaitError> {
         let mut got = Vec::with_capacity(units);
         let mut busy = Vec::new();
-        let mut watch: Option<ChangeWatch> = None;
         loop {
             busy.clear();
             for (i, slot) in self.slots.iter().enumerate() {
@@ -314,19 +315,12 @@ impl HostSlots {
                 }
                 return Ok(got);
             }
-            let Some(w) = watch.as_mut() else {
-                let mut paths: Vec<&Path> = self.slots.iter().map(|s| s.path.as_path()).collect();
-                paths.push(&self.notify_path);
-                match self.watch(&paths) {
-                    Ok(w) => watch = Some(w),
-                    Err(e) => {
-                        self.release(&got);
-                        return Err(e);
-                    }
-                }
-                continue;
+            let waited = match self.arm(waiting) {
+                Ok(true) => continue,
+                Ok(false) => self.wait(waiting, deadline, &busy, record),
+                Err(e) => Err(e),
             };
-            if let Err(e) = self.wait(w, deadline, &busy, record, waiting) {
+            if let Err(e) = waited {
                 // Give back what an exclusive request collected so far.
                 self.release(&got);
                 return Err(e);
@@ -334,22 +328,28 @@ impl HostSlots {
         }
     }
 
-    fn watch(&self, paths: &[&Path]) -> Result<ChangeWatch, HostWaitError> {
-        ChangeWatch::new(paths).map_err(|e| HostWaitError::Failed(io_err(&self.dir)(e)))
+    /// Arms this process's change watch (gate, notify file and every slot) if it is not armed
+    /// yet. Returns whether it was armed just now.
+    fn arm(&self, waiting: &mut Waiting) -> Result<bool, HostWaitError> {
+        if waiting.watch.is_some() {
+            return Ok(false);
+        }
+        let mut paths: Vec<&Path> = vec![&self.gate_path, &self.notify_path];
+        paths.extend(self.slots.iter().map(|s| s.path.as_path()));
+        let watch =
+            ChangeWatch::new(&paths).map_err(|e| HostWaitError::Failed(io_err(&self.dir)(e)))?;
+        waiting.watch = Some(watch);
+        Ok(true)
     }
 
     fn wait(
         &self,
-        watch: &mut ChangeWatch,
+        waiting: &mut Waiting,
         deadline: Option<Instant>,
         busy: &[usize],
         record: &HolderRecord,
-        waiting: &mut Option<WaitEntry>,
     ) -> Result<(), HostWaitError> {
-        if waiting.is_none() {
-            // Diagnostics only: a waiter that cannot register still waits.
-            *waiting = WaitEntry::create(&self.dir, record);
-        }
+        waiting.list(&self.dir, record);
         let step = match deadline {
             None => RECHECK,
             Some(d) => {
@@ -360,7 +360,10 @@ impl HostSlots {
                 (d - now).min(RECHECK)
             }
         };
-        watch
+        waiting
+            .watch
+            .as_mut()
+            .expect("armed before waiting")
             .wait(step)
             .map_err(|e| HostWaitError::Failed(io_err(&self.dir)(e)))?;
         Ok(())
@@ -423,32 +426,58 @@ impl HostSlots {
     }
 }
 
-/// A waiting request's record, `gpu0.wait.<pid>.<thread>`, locked while the request waits so
-/// that [`status`] can tell it from the leftover of a killed process.
-struct WaitEntry {
-    path: PathBuf,
-    file: File,
+/// What this process keeps for the one request of it that may wait at a time (the others wait
+/// for [`HostSlots::acquire_lock`]). Both parts are made on the first wait and kept: closing an
+/// inotify descriptor waits for a kernel grace period (about 10 ms), which would otherwise fall
+/// between a release and the waiter getting its slot.
+#[derive(Debug, Default)]
+struct Waiting {
+    watch: Option<ChangeWatch>,
+    /// `gpu0.wait.<pid>`, locked for the life of the process, holding the record of the
+    /// request waiting now (blank while none waits), so that [`status`] can list waiters and
+    /// tell a killed process's leftover (unlocked) from a live one.
+    file: Option<(PathBuf, File)>,
+    listed: bool,
 }
 
-impl WaitEntry {
-    fn create(dir: &Path, record: &HolderRecord) -> Option<WaitEntry> {
-        let path = dir.join(format!(
-            "{WAIT_PREFIX}{}.{}",
-            std::process::id(),
-            sys::thread_number()
-        ));
-        let file = sys::open_lock_file(&path, sys::is_shared_dir(dir)).ok()?;
-        file.try_lock().ok()?;
-        let _ = file.set_len(0);
-        sys::write_at(&file, &record.encode(), 0).ok()?;
-        Some(WaitEntry { path, file })
+impl Waiting {
+    /// Writes `record` into the wait file, once per request. Diagnostics only: a waiter that
+    /// cannot register still waits.
+    fn list(&mut self, dir: &Path, record: &HolderRecord) {
+        if self.listed {
+            return;
+        }
+        self.listed = true;
+        if self.file.is_none() {
+            let path = dir.join(format!("{WAIT_PREFIX}{}", std::process::id()));
+            let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
+                return;
+            };
+            if file.try_lock().is_err() {
+                return;
+            }
+            self.file = Some((path, file));
+        }
+        if let Some((_, file)) = &self.file {
+            let _ = sys::write_at(file, &record.encode(), 0);
+        }
+    }
+
+    /// Blanks the record once the request stops waiting.
+    fn unlist(&mut self) {
+        if std::mem::take(&mut self.listed)
+            && let Some((_, file)) = &self.file
+        {
+            let _ = sys::write_at(file, &[b' '; RECORD_LEN], 0);
+        }
     }
 }
 
-impl Drop for WaitEntry {
+impl Drop for Waiting {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-        let _ = self.file.unlock();
+        if let Some((path, _)) = &self.file {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
