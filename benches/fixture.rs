@@ -1,19 +1,28 @@
 //! Fixture set-up cost: `gpu_test_permit::wgpu::device()` (permit, cached probe verdict,
-//! instance, adapter choice, device) beside the bare wgpu set-up it wraps (instance, first
-//! adapter, device), each dropped at the end of the iteration.
+//! adapter enumeration and choice, device) beside the bare wgpu set-up it wraps (adapter
+//! enumeration, first adapter, device), both on a reused instance of the same backends, each
+//! dropped at the end of the iteration.
 //!
 //! Run with `cargo bench --features wgpu --bench fixture`; on a machine without a GPU, Mesa's
 //! lavapipe is the device. See BENCHMARKS.md for figures.
 #![allow(missing_docs)]
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group};
 
 fn bare() -> (wgpu::Device, wgpu::Queue) {
-    let desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-    let backends = desc.backends;
-    let instance = wgpu::Instance::new(desc);
+    // Like the fixture: one instance, reused (a fresh Vulkan instance per call exhausted
+    // NVIDIA's driver after a few dozen on one thread), on the primary backends.
+    static INSTANCE: OnceLock<wgpu::Instance> = OnceLock::new();
+    let backends = wgpu::Backends::PRIMARY;
+    let instance = INSTANCE.get_or_init(|| {
+        wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
+        })
+    });
     let adapter = pollster::block_on(instance.enumerate_adapters(backends))
         .into_iter()
         .next()
