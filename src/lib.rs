@@ -26,15 +26,30 @@
 //! - Fair, bounded waits: FIFO within a process, an exclusive request is not starved, and a
 //!   wait past `GPU_TEST_PERMIT_TIMEOUT` fails with the list of holders instead of hanging.
 //! - [`nextest`] awareness and a [`trace`] of every wait and hold that Perfetto opens.
+//! - [`probe`]: which backends and devices this machine has, found in a child process so that
+//!   a crashing or hanging driver cannot take the test run down; cached per process and per
+//!   nextest run. [`decision`] turns it and `GPU_TEST_PERMIT_REQUIRE` into run, skip or fail
+//!   ([`require_backend!`]).
+//! - Fixtures: `wgpu::device_or_skip!()` and `cuda::context_or_skip!()` (features `wgpu`,
+//!   `cuda`) take a permit, consult the probe and create the GPU objects, which drop before
+//!   the permit.
+//! - `capture` (feature `cuda`): a CUDA graph capture guard that refuses allocations, uploads
+//!   and synchronization during a capture with a typed error.
 //!
 //! # Environment
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU host (≥ 1) | 2 |
+//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU (≥ 1) | 2 |
 //! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit (`90`, `90s`, `1500ms`, `10m`) | 10m |
 //! | `GPU_TEST_PERMIT_DIR` | absolute path of the slot directory | `/tmp/gpu-test-permit-<uid>` |
 //! | `GPU_TEST_PERMIT_TRACE` | file to append Chrome trace events to | off |
+//! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each (`auto` or a count) | `auto` |
+//! | `GPU_TEST_PERMIT_REQUIRE` | backends whose absence fails: `none`, `any`, `cuda`, `wgpu`, lists | `none` |
+//! | `GPU_TEST_PERMIT_PROBE_TIMEOUT` | deadline for one backend's probe child | 10s |
+//! | `GPU_TEST_PERMIT_PROBE` | `child`, or `in-process` | `child` |
+//! | `GPU_TEST_PERMIT_SKIP_LOG` | file to append one line per skip to | off |
+//! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | pin the wgpu adapter whose name contains this | best |
 //! | `GPU_TEST_PERMIT_REQUIRE` | backends whose absence fails instead of skips: `none`, `any`, `cuda`, `wgpu`, `cuda,wgpu` | `none` |
 //! | `GPU_TEST_PERMIT_PROBE_TIMEOUT` | deadline of one backend probe child | 10s |
 //! | `GPU_TEST_PERMIT_PROBE` | `in-process` to probe without a child (faster, unprotected) | `child` |
