@@ -230,6 +230,7 @@ fn suite(c: &mut Criterion) {
         })
     });
     let exe = std::env::current_exe().unwrap();
+    let run_id = format!("bench-{}", std::process::id());
     g.bench_function(BenchmarkId::new("processes", RUNNERS), |b| {
         b.iter(|| {
             // Like nextest: one process per test, at most RUNNERS running at once.
@@ -242,6 +243,12 @@ fn suite(c: &mut Criterion) {
                 running.push(
                     Command::new(&exe)
                         .env(CHILD_VAR, "test")
+                        // What nextest tells every test process (the run id shares the probe
+                        // cache of a run among its processes).
+                        .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+                        .env("NEXTEST_RUN_ID", &run_id)
+                        .env("NEXTEST_TEST_GROUP", "gpu")
+                        .env("NEXTEST_TEST_GROUP_SLOT", "0")
                         .env("GPU_TEST_PERMIT_DIR", dir.path())
                         .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
                         .spawn()
