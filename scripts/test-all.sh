@@ -25,4 +25,18 @@ for t in cargo-test nextest; do
         tail -n 12
 done
 
+# One CUDA probe per nextest run: the example suite's CUDA tests, one process each, against the
+# stand-in driver (tests/stub/cuda_probe.c) that reports no device and counts its cuInit calls.
+stub="$traces/stub"
+mkdir -p "$stub"
+cc -shared -fPIC -O1 -o "$stub/libcuda.so.1" tests/stub/cuda_probe.c
+cp "$stub/libcuda.so.1" "$stub/libcuda.so"
+LD_LIBRARY_PATH="$stub" CUDA_PROBE_STUB=zero CUDA_PROBE_STUB_COUNT="$stub/cuinit-calls" \
+    GPU_TEST_PERMIT_REQUIRE=none GPU_TEST_PERMIT_DIR="$stub/slots" \
+    cargo nextest run -p gpu-test-permit-example-suite --all-features -E 'binary(cuda)' \
+    --status-level fail
+calls=$(wc -l < "$stub/cuinit-calls")
+echo "== CUDA probes in a nextest run of $(grep -c '^fn ' example-suite/tests/cuda.rs) test processes: $calls"
+[ "$calls" -eq 1 ] || { echo "expected exactly one CUDA probe in the run"; exit 1; }
+
 RUSTFLAGS="--cfg loom" cargo test --release --target-dir target/loom --test loom

@@ -40,6 +40,27 @@ impl fmt::Display for FixtureError {
 
 impl std::error::Error for FixtureError {}
 
+/// The body of the `*_or_skip!` fixture macros: the fixture, or a reported skip and an early
+/// `return $on_skip`, or a panic with the reason.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! __fixture_or_skip {
+    ($make:expr, $backend:ident, $on_skip:expr) => {
+        match $make {
+            ::std::result::Result::Ok(gpu) => gpu,
+            ::std::result::Result::Err($crate::fixture::FixtureError::Skip(reason)) => {
+                $crate::decision::report_skip($crate::probe::Backend::$backend, &reason);
+                return $on_skip;
+            }
+            ::std::result::Result::Err(e) => ::std::panic!(
+                "gpu-test-permit: FAIL backend={}: {}",
+                $crate::probe::Backend::$backend,
+                e
+            ),
+        }
+    };
+}
+
 /// Which of several equally good devices a permit should use, before taking it modulo the
 /// caller's device count: the permit's own [`device`](GpuTestPermit::device) (its host slot
 /// modulo the GPUs the pool spans, so the per-GPU cap holds across every process that shares

@@ -14,35 +14,21 @@ pub trait Element: Copy + std::fmt::Debug + PartialEq {
     fn from_bytes(b: [u8; 4]) -> Self;
 }
 
-impl Element for f32 {
-    const WGSL: &'static str = "f32";
-    fn to_bytes(self) -> [u8; 4] {
-        self.to_le_bytes()
-    }
-    fn from_bytes(b: [u8; 4]) -> Self {
-        f32::from_le_bytes(b)
-    }
+macro_rules! element {
+    ($($t:ty),*) => {$(
+        impl Element for $t {
+            const WGSL: &'static str = stringify!($t);
+            fn to_bytes(self) -> [u8; 4] {
+                self.to_le_bytes()
+            }
+            fn from_bytes(b: [u8; 4]) -> Self {
+                <$t>::from_le_bytes(b)
+            }
+        }
+    )*};
 }
 
-impl Element for u32 {
-    const WGSL: &'static str = "u32";
-    fn to_bytes(self) -> [u8; 4] {
-        self.to_le_bytes()
-    }
-    fn from_bytes(b: [u8; 4]) -> Self {
-        u32::from_le_bytes(b)
-    }
-}
-
-impl Element for i32 {
-    const WGSL: &'static str = "i32";
-    fn to_bytes(self) -> [u8; 4] {
-        self.to_le_bytes()
-    }
-    fn from_bytes(b: [u8; 4]) -> Self {
-        i32::from_le_bytes(b)
-    }
-}
+element!(f32, u32, i32);
 
 fn bytes<T: Element>(v: &[T]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_bytes()).collect()
