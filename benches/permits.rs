@@ -2,7 +2,8 @@
 //!
 //! - `uncontended`: acquire + release of the in-process layer, ours against a straightforward
 //!   Mutex + Condvar + thread-local semaphore (the baseline).
-//! - `nested`: a nested acquisition on a thread that already holds a permit.
+//! - `nested`: a nested acquisition on a thread that already holds a permit, with its release
+//!   and (`acquire-only`) without it.
 //! - `host_slot`: acquire + release including the host slot (file locks).
 //! - `handoff`: release-to-waiter-running latency, in process and across processes.
 //! - `suite`: 48 simulated GPU tests holding 100 ms each with N = 2 (ideal: 2.4 s), as threads
@@ -93,7 +94,32 @@ fn nested(c: &mut Criterion) {
     g.bench_function("baseline-mutex-condvar", |b| {
         b.iter(|| drop(base.acquire()))
     });
+    // The acquisition alone: guards are collected and dropped outside the timed part.
+    g.bench_function("acquire-only/gpu-test-permit", |b| {
+        b.iter_custom(|iters| acquire_only(iters, || ours.acquire()))
+    });
+    g.bench_function("acquire-only/baseline-mutex-condvar", |b| {
+        b.iter_custom(|iters| acquire_only(iters, || base.acquire()))
+    });
     g.finish();
+}
+
+/// Times `iters` acquisitions in batches of 1024, dropping each batch's guards untimed.
+fn acquire_only<G>(iters: u64, acquire: impl Fn() -> G) -> Duration {
+    let mut held = Vec::with_capacity(1024);
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let n = left.min(1024);
+        let t = Instant::now();
+        for _ in 0..n {
+            held.push(acquire());
+        }
+        total += t.elapsed();
+        held.clear();
+        left -= n;
+    }
+    total
 }
 
 fn host_slot(c: &mut Criterion) {
