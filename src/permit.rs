@@ -96,7 +96,17 @@ pub struct GpuTestPermit {
     /// its last guard drops, and a pool is freed only once all units are back.
     pool: NonNull<PoolInner>,
     seat: usize,
-    nested: bool,
+    nested: Nested,
+}
+
+/// Whether a guard is its permit's first or a later one. A full word rather than a `bool`: a
+/// guard is returned through memory, and a one-byte store read back as part of a wider copy
+/// stalls store forwarding on the nested fast path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+enum Nested {
+    No = 0,
+    Yes = 1,
 }
 
 // SAFETY: a guard only reaches its pool through `pool`, which stays valid while the guard lives
@@ -134,7 +144,7 @@ impl GpuTestPermit {
     /// Whether this guard came from a nested acquisition or [`share`](Self::share), i.e. another
     /// guard of the same permit exists or existed.
     pub fn is_nested(&self) -> bool {
-        self.nested
+        self.nested == Nested::Yes
     }
 
     /// The host slots this permit holds: one for a shared permit, all N for an exclusive one,
@@ -212,7 +222,7 @@ impl GpuTestPermit {
         GpuTestPermit {
             pool: self.pool,
             seat: self.seat,
-            nested: true,
+            nested: Nested::Yes,
         }
     }
 
@@ -250,7 +260,7 @@ impl fmt::Debug for GpuTestPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GpuTestPermit")
             .field("kind", &self.kind())
-            .field("nested", &self.nested)
+            .field("nested", &self.is_nested())
             .field("slots", &self.slots())
             .field("held_for", &self.held_for())
             .finish()
@@ -900,6 +910,7 @@ impl PermitPool {
         self.acquire_inner(kind, deadline.map_or(Deadline::Never, Deadline::At))
     }
 
+    #[inline]
     fn acquire_or_panic(&self, kind: PermitKind) -> GpuTestPermit {
         match self.acquire_inner(kind, Deadline::After(self.inner().timeout)) {
             Ok(p) => p,
@@ -907,8 +918,11 @@ impl PermitPool {
         }
     }
 
-    /// The nested guard for a permit this thread already holds, if any.
-    fn nested(&self, kind: PermitKind) -> Option<Result<GpuTestPermit, AcquireError>> {
+    /// The seat of a permit this thread already holds, with one more guard counted in it, if
+    /// there is one. Returns a plain index (the guard is built by the caller): the hot path of
+    /// nested acquisition stays small.
+    #[inline]
+    fn nested_seat(&self) -> Option<usize> {
         let inner = self.inner();
         with_thread_permits(|v| {
             let mut i = v.len();
@@ -936,17 +950,7 @@ impl PermitPool {
                         Ordering::Acquire,
                         Ordering::Relaxed,
                     ) {
-                        Ok(_) => {
-                            let guard = GpuTestPermit {
-                                pool: NonNull::from(inner),
-                                seat: e.seat,
-                                nested: true,
-                            };
-                            if kind == PermitKind::Exclusive && !guard.is_exclusive() {
-                                return Some(Err(AcquireError::ExclusiveWhileShared));
-                            }
-                            return Some(Ok(guard));
-                        }
+                        Ok(_) => return Some(e.seat),
                         Err(now) => word = now,
                     }
                 }
@@ -955,14 +959,34 @@ impl PermitPool {
         })
     }
 
+    #[inline(always)]
     fn acquire_inner(
         &self,
         kind: PermitKind,
         wait: Deadline,
     ) -> Result<GpuTestPermit, AcquireError> {
-        if let Some(nested) = self.nested(kind) {
-            return nested;
+        if let Some(seat) = self.nested_seat() {
+            let guard = GpuTestPermit {
+                pool: self.inner,
+                seat,
+                nested: Nested::Yes,
+            };
+            // Read from the seat, not through `&guard`: a guard whose address is taken is
+            // built on the stack and copied out, which costs a store-forwarding stall here.
+            if kind == PermitKind::Exclusive
+                && !self.inner().seats[seat].exclusive.load(Ordering::Relaxed)
+            {
+                drop(guard);
+                return Err(AcquireError::ExclusiveWhileShared);
+            }
+            return Ok(guard);
         }
+        self.acquire_new(kind, wait)
+    }
+
+    /// Takes a permit this thread does not hold yet.
+    #[inline(never)]
+    fn acquire_new(&self, kind: PermitKind, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
         let inner = self.inner();
         if let Some(msg) = &inner.host_error {
             return Err(AcquireError::Host(HostError::Directory(msg.clone())));
@@ -1053,7 +1077,7 @@ impl PermitPool {
         Ok(GpuTestPermit {
             pool,
             seat: seat_index,
-            nested: false,
+            nested: Nested::No,
         })
     }
 
