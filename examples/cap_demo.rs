@@ -15,7 +15,7 @@ use std::thread;
 use std::time::Duration;
 
 use gpu_test_permit::config::{CONCURRENCY_VAR, Config, DIR_VAR, TRACE_VAR};
-use gpu_test_permit::trace::{TraceEvent, peak_concurrency, read_events};
+use gpu_test_permit::trace::{peak_concurrency, read_events, timeline};
 
 const PROCESSES: usize = 3;
 const THREADS: usize = 3;
@@ -60,10 +60,10 @@ fn main() -> ExitCode {
 
     let events = read_events(&trace).expect("reading the trace");
     let _ = std::fs::remove_dir_all(&dir);
-    print_timeline(&events);
+    println!("\n{}", timeline(&events, 50));
     let peak = peak_concurrency(&events);
     let holds = events.iter().filter(|e| e.name == "hold").count();
-    println!("\n{holds} tests held the GPU; at most {peak} at once (N = {n})");
+    println!("{holds} tests held the GPU; at most {peak} at once (N = {n})");
     if holds != PROCESSES * THREADS || peak > n {
         eprintln!("the cap was not kept");
         return ExitCode::FAILURE;
@@ -81,40 +81,4 @@ fn child() {
             });
         }
     });
-}
-
-/// One row per hold: `#` while the test held the GPU, `.` while it waited, 50 ms a character.
-fn print_timeline(events: &[TraceEvent]) {
-    let Some(start) = events.iter().map(|e| e.ts).min() else {
-        return;
-    };
-    let mut holds: Vec<&TraceEvent> = events.iter().filter(|e| e.name == "hold").collect();
-    holds.sort_by_key(|e| e.ts);
-    const TICK_US: u64 = 50_000;
-    println!(
-        "\n{:<24} {:<6} timeline (50 ms per character)",
-        "process/thread", "slot"
-    );
-    for h in holds {
-        let waited = events
-            .iter()
-            .find(|w| w.name == "wait" && w.pid == h.pid && w.tid == h.tid && w.ts <= h.ts)
-            .map_or(h.ts, |w| w.ts);
-        let col = |t: u64| ((t - start) / TICK_US) as usize;
-        let row: String = " ".repeat(col(waited))
-            + &".".repeat(col(h.ts) - col(waited))
-            + &"#".repeat((col(h.ts + h.dur) - col(h.ts)).max(1));
-        let slots = h
-            .args
-            .slots
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        println!(
-            "{:<24} {:<6} {row}",
-            format!("pid {} {}", h.pid, h.args.thread),
-            slots
-        );
-    }
 }

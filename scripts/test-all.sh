@@ -11,6 +11,11 @@ cd "$(dirname "$0")/.."
 cargo test --workspace --all-features
 cargo nextest run --workspace --all-features
 
+# The demos: simulated tests in three processes, and real wgpu compute on six threads (each
+# checks its own cap from its trace and fails otherwise).
+cargo run -q --example cap_demo
+cargo run -q --all-features --example wgpu_demo
+
 # The example suite again, traced, under each runner; the trace proves the cap held.
 n=${REALIZAR_GPU_TEST_CONCURRENCY:-2}
 traces=$(mktemp -d)

@@ -298,3 +298,60 @@ fn replay(requests: &[(u64, u64, bool)], n: usize) -> u64 {
     }
     end
 }
+
+/// Renders the holds of a trace as a text timeline, one row per hold in the order they began:
+/// `.` while the request waited, `#` while it held the permit, `tick_ms` milliseconds a
+/// character. Rows are labelled with the process, thread and slot.
+///
+/// ```
+/// use gpu_test_permit::trace::{TraceArgs, TraceEvent, timeline};
+/// let ev = |name: &str, tid, ts, dur| TraceEvent {
+///     name: name.into(), cat: "gpu-test-permit".into(), ph: "X".into(), ts, dur, pid: 7, tid,
+///     args: TraceArgs { test: "t".into(), thread: format!("t{tid}"), slots: vec![0],
+///                       exclusive: false, concurrency: 1 },
+/// };
+/// let text = timeline(&[ev("wait", 1, 0, 0), ev("hold", 1, 0, 100_000),
+///                       ev("wait", 2, 0, 100_000), ev("hold", 2, 100_000, 100_000)], 50);
+/// let rows: Vec<&str> = text.lines().skip(1).collect();
+/// assert!(rows[0].ends_with(" ##"));
+/// assert!(rows[1].ends_with(" ..##"));
+/// ```
+pub fn timeline(events: &[TraceEvent], tick_ms: u64) -> String {
+    use std::fmt::Write as _;
+    let tick_us = tick_ms.max(1) * 1000;
+    let Some(start) = events.iter().map(|e| e.ts).min() else {
+        return String::new();
+    };
+    let mut holds: Vec<&TraceEvent> = events.iter().filter(|e| e.name == "hold").collect();
+    holds.sort_by_key(|e| (e.ts, e.pid, e.tid));
+    let label = |h: &TraceEvent| format!("pid {} {}", h.pid, h.args.thread);
+    let width = holds
+        .iter()
+        .map(|h| label(h).len())
+        .max()
+        .unwrap_or(0)
+        .max(14);
+    let mut out = format!(
+        "{:<width$} {:<5} timeline ({tick_ms} ms per character)\n",
+        "process/thread", "slot"
+    );
+    for h in holds {
+        // The wait that ended where this hold began.
+        let asked = events
+            .iter()
+            .find(|w| w.name == "wait" && w.pid == h.pid && w.tid == h.tid && w.ts + w.dur == h.ts)
+            .map_or(h.ts, |w| w.ts);
+        let col = |t: u64| ((t - start) / tick_us) as usize;
+        let slots: Vec<String> = h.args.slots.iter().map(|s| s.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "{:<width$} {:<5} {}{}{}",
+            label(h),
+            slots.join(","),
+            " ".repeat(col(asked)),
+            ".".repeat(col(h.ts) - col(asked)),
+            "#".repeat((col(h.ts + h.dur) - col(h.ts)).max(1)),
+        );
+    }
+    out
+}

@@ -173,3 +173,34 @@ fn trace_command_prints_the_summary_and_checks_the_peak() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("cannot read /nonexistent/trace.json"));
 }
+
+#[test]
+fn trace_command_draws_a_timeline_and_rejects_bad_arguments() {
+    let dir = tempdir();
+    let path = trace_file(dir.path(), &run_events());
+    let out = cli(dir.path(), 2)
+        .arg("trace")
+        .arg(&path)
+        .arg("--timeline")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    // One row per hold; the test that waited 100 ms shows its wait before its hold.
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("pid 1 ")).count(),
+        4,
+        "{text}"
+    );
+    let c_row = text.lines().find(|l| l.starts_with("pid 1 t3 ")).unwrap();
+    assert!(c_row.contains(".#"), "{text}");
+    for bad in [
+        &["trace"][..],
+        &["trace", "--max-peak"],
+        &["trace", "f", "--bogus"],
+    ] {
+        let out = cli(dir.path(), 2).args(bad).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("usage: trace FILE"));
+    }
+}

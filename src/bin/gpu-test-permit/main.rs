@@ -21,10 +21,11 @@ commands:
         run COMMAND while holding a permit; exits with its status
   status [--dir DIR]
         who holds the host slots now, since when, and who waits
-  trace FILE [--max-peak N]
+  trace FILE [--max-peak N] [--timeline]
         summarise a GPU_TEST_PERMIT_TRACE file: per-test wait and hold times,
         utilisation, peak concurrency and an estimate for other N; with --max-peak,
-        exit 1 when more than N permits were held at once
+        exit 1 when more than N permits were held at once; with --timeline, draw who
+        held the GPU when
   nextest-snippet
         print a .config/nextest.toml test group for GPU tests sized by
         REALIZAR_GPU_TEST_CONCURRENCY x GPU_TEST_PERMIT_GPUS

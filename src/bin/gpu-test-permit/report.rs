@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpu_test_permit::config::{Config, SlotDir, default_slot_dir};
 use gpu_test_permit::host::{HolderRecord, status as host_status};
-use gpu_test_permit::trace::{read_events, summarize};
+use gpu_test_permit::trace::{read_events, summarize, timeline};
 
 fn ago(since_unix_ms: u64) -> String {
     let now = SystemTime::now()
@@ -63,25 +63,38 @@ pub(crate) fn status(args: &[String]) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `trace FILE [--max-peak N]`: per-test wait and hold times, utilisation, peak concurrency and
-/// an estimate for other N. With `--max-peak`, exits 1 when the peak was higher.
+/// `trace FILE [--max-peak N] [--timeline]`: per-test wait and hold times, utilisation, peak
+/// concurrency and an estimate for other N, optionally a timeline. With `--max-peak`, exits 1
+/// when the peak was higher.
 pub(crate) fn trace(args: &[String]) -> Result<ExitCode, String> {
-    let (file, max_peak) = match args {
-        [file] => (file, None),
-        [file, flag, n] if flag == "--max-peak" => (
-            file,
-            Some(
-                n.parse::<usize>()
-                    .map_err(|_| format!("--max-peak '{n}' is not a whole number"))?,
-            ),
-        ),
-        _ => return Err("trace: usage: trace FILE [--max-peak N]".into()),
-    };
+    const USAGE: &str = "trace: usage: trace FILE [--max-peak N] [--timeline]";
+    let mut file = None;
+    let mut max_peak = None;
+    let mut show_timeline = false;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--max-peak" => {
+                let n = it.next().ok_or(USAGE)?;
+                max_peak = Some(
+                    n.parse::<usize>()
+                        .map_err(|_| format!("--max-peak '{n}' is not a whole number"))?,
+                );
+            }
+            "--timeline" => show_timeline = true,
+            f if file.is_none() && !f.starts_with("--") => file = Some(f),
+            _ => return Err(USAGE.into()),
+        }
+    }
+    let file = file.ok_or(USAGE)?;
     let events = read_events(Path::new(file)).map_err(|e| format!("cannot read {file}: {e}"))?;
     let Some(s) = summarize(&events) else {
         return Err(format!("{file} holds no permit spans"));
     };
     let ms = |us: u64| us as f64 / 1000.0;
+    if show_timeline {
+        println!("{}", timeline(&events, (s.span_us / 80_000).max(1)));
+    }
     println!(
         "{:<60} {:>7} {:>11} {:>11}",
         "test", "permits", "wait ms", "hold ms"
