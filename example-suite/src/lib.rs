@@ -131,18 +131,13 @@ pub fn map2<T: Element, U: Element>(gpu: &WgpuFixture, expr: &str, a: &[T], b: &
 
 /// `n` deterministic pseudo-random `f32`s in `[lo, hi)`.
 pub fn floats(n: usize, seed: u32, lo: f32, hi: f32) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            lo + (hi - lo) * (x >> 8) as f32 / (1u32 << 24) as f32
-        })
+    words(n, seed)
+        .into_iter()
+        .map(|x| lo + (hi - lo) * (x >> 8) as f32 / (1u32 << 24) as f32)
         .collect()
 }
 
-/// `n` deterministic pseudo-random `u32`s.
+/// `n` deterministic pseudo-random `u32`s (xorshift32).
 pub fn words(n: usize, seed: u32) -> Vec<u32> {
     let mut x = seed.wrapping_mul(2_654_435_761).max(1);
     (0..n)
