@@ -131,11 +131,27 @@ mod wgpu_probe {
     use crate::probe::{Device, DeviceKind, ProbeOutcome};
 
     pub(super) fn probe() -> ProbeOutcome {
-        // One Instance per probe, honouring WGPU_BACKEND and friends like a test's own
-        // `InstanceDescriptor::from_env` would.
-        let instance =
-            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        // The backends the fixture uses, in its order: WGPU_BACKEND when set, else Vulkan,
+        // Metal and DX12, and GL only when those have no adapter (initialising GL/EGL beside a
+        // working Vulkan driver costs time and can hang, which would turn a usable machine
+        // into a timed-out probe).
+        let from_env = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+        let tiers = if std::env::var_os("WGPU_BACKEND").is_some() {
+            vec![from_env.backends]
+        } else {
+            vec![wgpu::Backends::PRIMARY, wgpu::Backends::SECONDARY]
+        };
+        let mut adapters = Vec::new();
+        for backends in tiers {
+            let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+                backends,
+                ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()
+            });
+            adapters = pollster::block_on(instance.enumerate_adapters(backends));
+            if !adapters.is_empty() {
+                break;
+            }
+        }
         let devices: Vec<Device> = adapters
             .iter()
             .map(|a| a.get_info())
