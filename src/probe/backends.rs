@@ -131,18 +131,11 @@ mod wgpu_probe {
     use crate::probe::{Device, DeviceKind, ProbeOutcome};
 
     pub(super) fn probe() -> ProbeOutcome {
-        // The backends the fixture uses, in its order: WGPU_BACKEND when set, else Vulkan,
-        // Metal and DX12, and GL only when those have no adapter (initialising GL/EGL beside a
-        // working Vulkan driver costs time and can hang, which would turn a usable machine
-        // into a timed-out probe).
-        let from_env = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-        let tiers = if std::env::var_os("WGPU_BACKEND").is_some() {
-            vec![from_env.backends]
-        } else {
-            vec![wgpu::Backends::PRIMARY, wgpu::Backends::SECONDARY]
-        };
+        // The backends the fixture uses, in its order, stopping at the first tier with an
+        // adapter: initialising GL/EGL beside a working Vulkan driver costs time and can hang,
+        // which would turn a usable machine into a timed-out probe.
         let mut adapters = Vec::new();
-        for backends in tiers {
+        for backends in crate::fixture::wgpu::backend_tiers() {
             let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
                 backends,
                 ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()

@@ -214,17 +214,7 @@ fn no_driver_means_not_installed_in_child_and_in_process() {
 fn vulkan_stub_manifest(dir: &Path) -> std::path::PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stub/vulkan_icd.c");
     let lib = dir.join("libstub_vulkan_icd.so");
-    let out = Command::new("cc")
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&lib)
-        .arg(&src)
-        .output()
-        .expect("running cc (install gcc)");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::stub::compile(&src, &lib);
     let manifest = dir.join("stub_icd.json");
     let json = serde_json::json!({
         "file_format_version": "1.0.0",

@@ -29,10 +29,20 @@ pub fn driver_dir(name: &str) -> PathBuf {
         .join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let lib = dir.join("libcuda.so.1");
+    compile(&src, &lib);
+    let link = dir.join("libcuda.so");
+    let _ = std::fs::remove_file(&link);
+    std::fs::copy(&lib, &link).unwrap();
+    built.insert(name.to_string(), dir.clone());
+    dir
+}
+
+/// Compiles the C file `src` into the shared library `lib`.
+pub fn compile(src: &Path, lib: &Path) {
     let out = Command::new("cc")
         .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&lib)
-        .arg(&src)
+        .arg(lib)
+        .arg(src)
         .output()
         .unwrap_or_else(|e| panic!("running cc to build {}: {e} (install gcc)", src.display()));
     assert!(
@@ -41,9 +51,4 @@ pub fn driver_dir(name: &str) -> PathBuf {
         src.display(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let link = dir.join("libcuda.so");
-    let _ = std::fs::remove_file(&link);
-    std::fs::copy(&lib, &link).unwrap();
-    built.insert(name.to_string(), dir.clone());
-    dir
 }
