@@ -19,6 +19,9 @@
 //!   thread, since) into its slot for diagnostics; records of free slots are stale and ignored.
 //! - `gpu0.notify`: written after every release, so waiters (watching with inotify on Linux)
 //!   wake within microseconds instead of polling.
+//! - `gpu0.wait.<pid>`: a process that has waited keeps this file locked while it lives and
+//!   writes the record of its waiting request into it (blank while none waits), for
+//!   [`status`]; an unlocked one is a killed process's leftover, removed by [`status`].
 
 use std::fs::{File, TryLockError};
 use std::io;
