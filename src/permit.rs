@@ -627,7 +627,8 @@ impl PoolInner {
 impl fmt::Debug for PermitPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PermitPool")
-            .field("concurrency", &self.inner().local.capacity())
+            .field("concurrency", &self.concurrency())
+            .field("gpus", &self.gpus())
             .field("slot_dir", &self.inner().host.as_ref().map(|h| h.dir()))
             .field("timeout", &self.inner().timeout)
             .finish_non_exhaustive()

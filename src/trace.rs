@@ -245,20 +245,10 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
         held as f64 / (concurrency as f64 * span_us as f64)
     };
 
-    // Requests in the order they were made: a hold's request is its wait's start, which is the
-    // hold's start minus the time it waited (the wait span ends where the hold begins).
+    // Requests in the order they were made.
     let mut requests: Vec<(u64, u64, bool)> = holds
         .iter()
-        .map(|h| {
-            let waited = events
-                .iter()
-                .filter(|w| w.name == "wait" && w.pid == h.pid && w.tid == h.tid)
-                .filter(|w| w.ts + w.dur == h.ts)
-                .map(|w| w.dur)
-                .next()
-                .unwrap_or(0);
-            (h.ts - waited - start, h.dur, h.args.exclusive)
-        })
+        .map(|h| (requested_at(events, h) - start, h.dur, h.args.exclusive))
         .collect();
     // Stable: requests made in the same microsecond keep the order of the trace.
     requests.sort_by_key(|r| r.0);
@@ -273,6 +263,17 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
         peak: peak_concurrency(events),
         what_if,
     })
+}
+
+/// When the request behind `hold` was made: the start of the wait that ended where the hold
+/// began (a wait span ends exactly at its hold's start), or the hold's start without one.
+fn requested_at(events: &[TraceEvent], hold: &TraceEvent) -> u64 {
+    events
+        .iter()
+        .find(|w| {
+            w.name == "wait" && w.pid == hold.pid && w.tid == hold.tid && w.ts + w.dur == hold.ts
+        })
+        .map_or(hold.ts, |w| w.ts)
 }
 
 /// The span of `requests` `(arrival, hold, exclusive)` served first-come first-served by `n`
@@ -336,11 +337,7 @@ pub fn timeline(events: &[TraceEvent], tick_ms: u64) -> String {
         "process/thread", "slot"
     );
     for h in holds {
-        // The wait that ended where this hold began.
-        let asked = events
-            .iter()
-            .find(|w| w.name == "wait" && w.pid == h.pid && w.tid == h.tid && w.ts + w.dur == h.ts)
-            .map_or(h.ts, |w| w.ts);
+        let asked = requested_at(events, h);
         let col = |t: u64| ((t - start) / tick_us) as usize;
         let slots: Vec<String> = h.args.slots.iter().map(|s| s.to_string()).collect();
         let _ = writeln!(
