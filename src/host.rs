@@ -3,25 +3,45 @@
 //! The cap is a property of the GPU, not of one process: under `cargo nextest` every test is a
 //! process of its own, doctests are processes, and two test runs may share a runner. So every
 //! real permit also holds one *slot*: an advisory file lock (`flock` on Unix, `LockFileEx` on
-//! Windows, through std's [`File::try_lock`]) on one of N slot files in a shared directory.
+//! Windows, through std's [`File::try_lock`]) on one of the slot files in a shared directory.
 //! The kernel drops a file lock when its process dies for any reason, SIGKILL included, so a
 //! crashed test never leaks a slot.
 //!
 //! Advisory locks only bind processes that take them: a GPU program that does not use this crate
 //! is not held back.
 //!
-//! Layout of the directory (host treated as one GPU, `gpu0`):
-//! - `gpu0.gate`: whoever holds this lock is the head of the cross-process queue and is the only
-//!   process that may take slots; the others wait for the gate. An exclusive request collects
-//!   slots one by one while holding the gate, so it cannot be starved and two exclusive requests
-//!   cannot deadlock.
+//! # How it works
+//!
+//! Layout of the directory (the slots of every GPU are numbered together, `gpu0.slot<i>`; slot
+//! `i` belongs to GPU `i % gpus`):
+//! - `gpu0.layout`: the permits per GPU and the GPU count the directory serves. Every process
+//!   using the directory holds a shared lock on it for as long as it has the slots open. Only a
+//!   process that gets it exclusively — nobody else is using the directory — may (re)write it;
+//!   every other process *adopts* the recorded layout, with one warning when its own
+//!   configuration differs. So two processes that share a directory always agree on how many
+//!   slots there are, and an exclusive permit really is all of them.
+//! - `gpu0.gate`: whoever holds this lock is the head of the cross-process queue. A request
+//!   that finds no free slot keeps the gate while it waits, and writes its own record into the
+//!   gate file; the others wait for the gate. An exclusive request takes all slots at once or
+//!   none (it never sits on some while waiting for the rest), and with the gate held nobody
+//!   else takes a slot, so it cannot be starved and two exclusive requests cannot deadlock.
+//!   A head that is stopped (`SIGSTOP`, Ctrl-Z, a debugger; seen through `/proc` on Linux)
+//!   loses its turn: the other waiters take free slots past it. A dead head's lock is gone.
 //! - `gpu0.slot<i>`: the slot locks. The holder writes a JSON record of itself (pid, test,
-//!   thread, since) into its slot for diagnostics; records of free slots are stale and ignored.
+//!   thread, since) into its slot for diagnostics; a record counts only while its slot is
+//!   locked.
 //! - `gpu0.notify`: written after every release, so waiters (watching with inotify on Linux)
-//!   wake within microseconds instead of polling.
+//!   wake within microseconds. Where no watch can be had (inotify instances are a per-user
+//!   limit that any program can exhaust) waiters poll with a backoff of at most
+//!   25 ms instead; every wait also re-checks at that interval.
 //! - `gpu0.wait.<pid>`: a process that has waited keeps this file locked while it lives and
 //!   writes the record of its waiting request into it (blank while none waits), for
-//!   [`status`]; an unlocked one is a killed process's leftover, removed by [`status`].
+//!   [`status`] and for the message of a wait that times out; unlocked ones are leftovers of
+//!   killed processes and are removed when a process opens the directory.
+//!
+//! A process needs one descriptor per slot plus four; the soft descriptor limit is raised (up
+//! to the hard one) where that is not enough, and a layout that cannot fit is refused before
+//! any file is created.
 
 use std::fs::{File, TryLockError};
 use std::io;
@@ -34,11 +54,22 @@ use serde::{Deserialize, Serialize};
 use crate::sys::{self, ChangeWatch};
 
 /// Longest sleep between re-checks while waiting, as a safety net under the change watch (the
-/// kernel reports the close of a killed holder's file just before it drops that file's lock).
+/// kernel reports the close of a killed holder's file just before it drops that file's lock),
+/// and the longest step of the polling fallback.
 const RECHECK: Duration = Duration::from_millis(25);
+/// First step of the polling fallback.
+const POLL_FIRST: Duration = Duration::from_millis(1);
 /// Size of a slot file's holder record.
 const RECORD_LEN: usize = 1024;
 const NAME_LIMIT: usize = 300;
+/// Size of the layout record.
+const LAYOUT_LEN: usize = 256;
+/// Version of the directory layout; a directory laid out by another version is refused.
+const LAYOUT_VERSION: u32 = 1;
+/// How long opening waits for another process that is laying out the directory.
+const LAYOUT_WAIT: Duration = Duration::from_secs(10);
+/// Files a process keeps open besides its slots: layout, gate, notify and its wait file.
+const FIXED_FILES: usize = 4;
 
 /// What a slot's holder writes about itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,7 +80,8 @@ pub struct HolderRecord {
     pub test: String,
     /// Thread name (or id).
     pub thread: String,
-    /// When the permit was granted, milliseconds since the Unix epoch.
+    /// When the permit was granted (in a wait record: when the wait began), milliseconds since
+    /// the Unix epoch.
     pub since_unix_ms: u64,
     /// Whether this is part of an exclusive permit.
     pub exclusive: bool,
@@ -104,6 +136,81 @@ pub(crate) fn unix_ms(t: SystemTime) -> u64 {
         .unwrap_or(0)
 }
 
+/// How a slot directory is laid out: permits per GPU and GPUs. Recorded in the directory by
+/// the first process that uses it; see the [module docs](self).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// Permits (slots) per GPU: N.
+    pub per_gpu: usize,
+    /// GPUs the slots span.
+    pub gpus: usize,
+}
+
+impl Layout {
+    /// Slots in all: N per GPU times the GPUs.
+    pub fn slots(&self) -> usize {
+        self.per_gpu.saturating_mul(self.gpus)
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "N = {} permit(s) per GPU x {} GPU(s)",
+            self.per_gpu, self.gpus
+        )
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct LayoutRecord {
+    v: u32,
+    per_gpu: usize,
+    gpus: usize,
+}
+
+impl Layout {
+    fn encode(&self) -> Vec<u8> {
+        let mut buf = serde_json::to_vec(&LayoutRecord {
+            v: LAYOUT_VERSION,
+            per_gpu: self.per_gpu,
+            gpus: self.gpus,
+        })
+        .expect("a layout always serialises");
+        buf.push(b'\n');
+        buf.resize(LAYOUT_LEN, b' ');
+        buf
+    }
+
+    fn decode(raw: &[u8]) -> Result<Option<Layout>, String> {
+        let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
+        let text = text.trim_matches(|c: char| c.is_whitespace() || c == '\0');
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let r: LayoutRecord = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if r.v != LAYOUT_VERSION {
+            return Err(format!(
+                "layout version {} (this build uses {LAYOUT_VERSION})",
+                r.v
+            ));
+        }
+        let layout = Layout {
+            per_gpu: r.per_gpu,
+            gpus: r.gpus,
+        };
+        if layout.per_gpu == 0
+            || layout.gpus == 0
+            || layout.per_gpu > crate::config::MAX_CONCURRENCY
+            || layout.gpus > crate::config::MAX_CONCURRENCY
+        {
+            return Err(format!("out-of-range layout {layout}"));
+        }
+        Ok(Some(layout))
+    }
+}
+
 /// Why host slots could not be used.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -117,12 +224,14 @@ pub enum HostError {
         /// The error.
         error: io::Error,
     },
+    /// The process may not open enough files for the slots; the message says what to change.
+    Descriptors(String),
 }
 
 impl std::fmt::Display for HostError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            HostError::Directory(msg) => write!(f, "{msg}"),
+            HostError::Directory(msg) | HostError::Descriptors(msg) => write!(f, "{msg}"),
             HostError::Io { path, error } => write!(
                 f,
                 "cannot use slot file {}: {error}; check the slot directory or set \
@@ -137,7 +246,7 @@ impl std::error::Error for HostError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             HostError::Io { error, .. } => Some(error),
-            HostError::Directory(_) => None,
+            HostError::Directory(_) | HostError::Descriptors(_) => None,
         }
     }
 }
@@ -162,6 +271,9 @@ struct Slot {
 #[derive(Debug)]
 pub(crate) struct HostSlots {
     dir: PathBuf,
+    layout: Layout,
+    /// Locked shared for the life of this value: the layout is in use.
+    _layout_file: File,
     gate_path: PathBuf,
     gate: File,
     notify_path: PathBuf,
@@ -173,36 +285,74 @@ pub(crate) struct HostSlots {
     warned_corrupt: AtomicBool,
 }
 
+/// A request waiting for slots, or the head of the queue, as a timed-out wait sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct WaitingRequest {
+    pub(crate) record: HolderRecord,
+    /// It holds the gate: the queue's head.
+    pub(crate) head: bool,
+    /// Its process is stopped (and so loses its turn).
+    pub(crate) stopped: bool,
+}
+
+/// Who was in the way of a wait that timed out.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Blockers {
+    /// Records of the locked slots.
+    pub(crate) holders: Vec<HolderRecord>,
+    /// Other processes' waiting requests, the head first.
+    pub(crate) waiting: Vec<WaitingRequest>,
+}
+
 /// The outcome of a wait that did not get its slots.
 #[derive(Debug)]
 pub(crate) enum HostWaitError {
-    TimedOut(Vec<HolderRecord>),
+    TimedOut(Blockers),
     Failed(HostError),
 }
 
 impl HostSlots {
-    /// Opens (creating if needed) `capacity` slots in `dir`, checking the directory first.
-    pub(crate) fn open(dir: &Path, capacity: usize) -> Result<HostSlots, HostError> {
+    /// Opens (creating if needed) the slots of `dir` for `wanted`, checking the directory
+    /// first. The slots opened follow the directory's recorded layout, which is `wanted` unless
+    /// another process using the directory set a different one (see [`HostSlots::layout`]).
+    pub(crate) fn open(dir: &Path, wanted: Layout) -> Result<HostSlots, HostError> {
         sys::prepare_dir(dir).map_err(HostError::Directory)?;
+        // Before creating any file: a layout that cannot be opened must leave nothing behind.
+        fd_budget(dir, wanted)?;
         let shared = sys::is_shared_dir(dir);
-        let open = |name: String| -> Result<(PathBuf, File), HostError> {
+        let open = |name: &str| -> Result<(PathBuf, File), HostError> {
             let path = dir.join(name);
             let file = sys::open_lock_file(&path, shared).map_err(io_err(&path))?;
             Ok((path, file))
         };
-        let (gate_path, gate) = open("gpu0.gate".into())?;
-        let (notify_path, notify) = open("gpu0.notify".into())?;
-        let slots = (0..capacity)
+        let (layout_path, layout_file) = open("gpu0.layout")?;
+        let layout = agree_on_layout(dir, &layout_path, &layout_file, wanted)?;
+        if layout != wanted {
+            fd_budget(dir, layout)?;
+            warn(&format!(
+                "slot directory {} serves {layout} (set by a process using it now); this process \
+                 asked for {wanted} and uses the directory's layout, so that the cap holds. Give \
+                 every process that shares the directory the same REALIZAR_GPU_TEST_CONCURRENCY \
+                 and GPU_TEST_PERMIT_GPUS, or a GPU_TEST_PERMIT_DIR of its own",
+                dir.display()
+            ));
+        }
+        let (gate_path, gate) = open("gpu0.gate")?;
+        let (notify_path, notify) = open("gpu0.notify")?;
+        let slots = (0..layout.slots())
             .map(|i| {
-                open(format!("gpu0.slot{i}")).map(|(path, file)| Slot {
+                open(&format!("gpu0.slot{i}")).map(|(path, file)| Slot {
                     path,
                     file,
                     held: AtomicBool::new(false),
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        sweep_wait_files(dir);
         Ok(HostSlots {
             dir: dir.to_path_buf(),
+            layout,
+            _layout_file: layout_file,
             gate_path,
             gate,
             notify_path,
@@ -217,6 +367,11 @@ impl HostSlots {
         &self.dir
     }
 
+    /// The layout the slots follow: the directory's, which may differ from the one asked for.
+    pub(crate) fn layout(&self) -> Layout {
+        self.layout
+    }
+
     /// Takes `units` slots, waiting until `deadline`. Returns the slot indices.
     pub(crate) fn acquire(
         &self,
@@ -228,148 +383,167 @@ impl HostSlots {
             None => self.acquire_lock.lock(),
             Some(d) => match self.acquire_lock.try_lock_until(d) {
                 Some(g) => g,
-                None => return Err(HostWaitError::TimedOut(self.holders(&[]))),
+                None => return Err(HostWaitError::TimedOut(self.blockers(false))),
             },
         };
         let waiting = &mut *turn;
-        let result = match self.lock_gate(deadline, record, waiting) {
-            Err(e) => Err(e),
-            Ok(()) => {
-                let result = self.collect(units, deadline, record, waiting);
-                let unlocked = self.gate.unlock().map_err(io_err(&self.gate_path));
-                self.notify();
-                match (result, unlocked) {
-                    (Ok(got), Ok(())) => Ok(got),
-                    (Ok(got), Err(e)) => {
-                        self.release(&got);
-                        Err(HostWaitError::Failed(e))
-                    }
-                    (Err(e), _) => Err(e),
-                }
-            }
-        };
+        let result = self.take_turn(units, deadline, record, waiting);
         waiting.unlist();
         result
     }
 
-    fn lock_gate(
-        &self,
-        deadline: Option<Instant>,
-        record: &HolderRecord,
-        waiting: &mut Waiting,
-    ) -> Result<(), HostWaitError> {
-        loop {
-            match self.gate.try_lock() {
-                Ok(()) => return Ok(()),
-                Err(TryLockError::WouldBlock) => {}
-                Err(TryLockError::Error(e)) => {
-                    return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
-                }
-            }
-            // A watch armed just now: check once more, since a release between the check
-            // above and the arming would otherwise go unseen.
-            if self.arm(waiting)? {
-                continue;
-            }
-            self.wait(waiting, deadline, &[], record)?;
-        }
-    }
-
-    fn collect(
+    fn take_turn(
         &self,
         units: usize,
         deadline: Option<Instant>,
         record: &HolderRecord,
         waiting: &mut Waiting,
     ) -> Result<Vec<usize>, HostWaitError> {
-        let mut got = Vec::with_capacity(units);
-        let mut busy = Vec::new();
-        loop {
-            busy.clear();
-            for (i, slot) in self.slots.iter().enumerate() {
-                if got.len() == units {
-                    break;
-                }
-                if got.contains(&i) {
-                    continue;
-                }
-                if slot.held.load(Ordering::Acquire) {
-                    busy.push(i);
-                    continue;
-                }
-                match slot.file.try_lock() {
-                    Ok(()) => {
-                        slot.held.store(true, Ordering::Release);
-                        got.push(i);
-                    }
-                    Err(TryLockError::WouldBlock) => busy.push(i),
+        let mut gate = false;
+        let mut gate_recorded = false;
+        let result = loop {
+            if !gate {
+                match self.gate.try_lock() {
+                    Ok(()) => gate = true,
+                    Err(TryLockError::WouldBlock) => {}
                     Err(TryLockError::Error(e)) => {
-                        self.release(&got);
-                        return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
+                        break Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
                     }
                 }
             }
-            if got.len() == units {
-                got.sort_unstable();
-                let bytes = record.encode();
-                for &i in &got {
-                    // A record is diagnostics only; failing to write one must not fail the test.
-                    let _ = sys::write_at(&self.slots[i].file, &bytes, 0);
+            // The head takes slots; so does anyone when the head is stopped and cannot.
+            if gate || self.head_is_stopped() {
+                match self.try_take(units, record) {
+                    Ok(Some(got)) => break Ok(got),
+                    Ok(None) => {}
+                    Err(e) => break Err(e),
                 }
-                return Ok(got);
             }
-            let waited = match self.arm(waiting) {
-                Ok(true) => continue,
-                Ok(false) => self.wait(waiting, deadline, &busy, record),
-                Err(e) => Err(e),
-            };
-            if let Err(e) = waited {
-                // Give back what an exclusive request collected so far.
-                self.release(&got);
-                return Err(e);
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break Err(HostWaitError::TimedOut(self.blockers(gate)));
             }
+            if gate && !gate_recorded {
+                // Diagnostics only: who heads the queue, and whether it can still take a turn.
+                gate_recorded = sys::write_at(&self.gate, &record.encode(), 0).is_ok();
+            }
+            // A watch armed just now: check once more, since a release between the check
+            // above and the arming would otherwise go unseen.
+            if self.arm(waiting) {
+                continue;
+            }
+            waiting.list(&self.dir, record);
+            waiting.wait(deadline);
+        };
+        if gate {
+            if gate_recorded {
+                let _ = sys::write_at(&self.gate, &[b' '; RECORD_LEN], 0);
+            }
+            if let Err(e) = self.gate.unlock() {
+                if let Ok(got) = &result {
+                    self.release(got);
+                }
+                return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
+            }
+            // Wake whoever waits for the gate.
+            self.notify();
+        }
+        result
+    }
+
+    /// Takes `units` free slots now, all of them or none. Records are written only once all
+    /// are taken.
+    fn try_take(
+        &self,
+        units: usize,
+        record: &HolderRecord,
+    ) -> Result<Option<Vec<usize>>, HostWaitError> {
+        let mut got = Vec::with_capacity(units);
+        for (i, slot) in self.slots.iter().enumerate() {
+            if got.len() == units {
+                break;
+            }
+            if slot.held.load(Ordering::Acquire) {
+                continue;
+            }
+            match slot.file.try_lock() {
+                Ok(()) => {
+                    slot.held.store(true, Ordering::Release);
+                    got.push(i);
+                }
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => {
+                    self.unlock_unrecorded(&got);
+                    return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
+                }
+            }
+        }
+        if got.len() < units {
+            self.unlock_unrecorded(&got);
+            return Ok(None);
+        }
+        let bytes = record.encode();
+        for &i in &got {
+            // A record is diagnostics only; failing to write one must not fail the test.
+            let _ = sys::write_at(&self.slots[i].file, &bytes, 0);
+        }
+        Ok(Some(got))
+    }
+
+    /// Gives back slots taken by a request that could not get all it asked for. Nothing was
+    /// written to them, and nobody is woken: the other waiters' own re-checks cover the moment.
+    fn unlock_unrecorded(&self, slots: &[usize]) {
+        for &i in slots {
+            let slot = &self.slots[i];
+            let _ = slot.file.unlock();
+            slot.held.store(false, Ordering::Release);
         }
     }
 
-    /// Arms this process's change watch (gate, notify file and every slot) if it is not armed
-    /// yet. Returns whether it was armed just now.
-    fn arm(&self, waiting: &mut Waiting) -> Result<bool, HostWaitError> {
+    /// Whether another process holds the gate and is stopped.
+    fn head_is_stopped(&self) -> bool {
+        match self.head() {
+            Some(head) => head.stopped,
+            None => false,
+        }
+    }
+
+    /// The head of the queue as its gate record tells, when another process holds the gate and
+    /// has recorded itself (a head that takes slots at once never writes one).
+    fn head(&self) -> Option<WaitingRequest> {
+        let record = read_record(&self.gate)?;
+        if record.pid == std::process::id() || !is_locked(&self.gate) {
+            return None;
+        }
+        Some(WaitingRequest {
+            stopped: sys::process_is_stopped(record.pid),
+            record,
+            head: true,
+        })
+    }
+
+    /// Arms this process's change watch (gate, notify file and every slot) if it has none yet.
+    /// Returns whether it was set up just now. Without a watch (inotify unavailable), waits
+    /// poll.
+    fn arm(&self, waiting: &mut Waiting) -> bool {
         if waiting.watch.is_some() {
-            return Ok(false);
+            return false;
         }
         let mut paths: Vec<&Path> = vec![&self.gate_path, &self.notify_path];
         paths.extend(self.slots.iter().map(|s| s.path.as_path()));
-        let watch =
-            ChangeWatch::new(&paths).map_err(|e| HostWaitError::Failed(io_err(&self.dir)(e)))?;
-        waiting.watch = Some(watch);
-        Ok(true)
-    }
-
-    fn wait(
-        &self,
-        waiting: &mut Waiting,
-        deadline: Option<Instant>,
-        busy: &[usize],
-        record: &HolderRecord,
-    ) -> Result<(), HostWaitError> {
-        waiting.list(&self.dir, record);
-        let step = match deadline {
-            None => RECHECK,
-            Some(d) => {
-                let now = Instant::now();
-                if now >= d {
-                    return Err(HostWaitError::TimedOut(self.holders(busy)));
-                }
-                (d - now).min(RECHECK)
+        waiting.watch = Some(match ChangeWatch::new(&paths) {
+            Ok(w) => Watch::Changes(w),
+            Err(e) => {
+                warn(&format!(
+                    "cannot watch the slot files in {} for changes ({e}); waiting by polling \
+                     every {} ms at most instead (inotify instances and watches are per-user \
+                     limits: fs.inotify.max_user_instances, fs.inotify.max_user_watches)",
+                    self.dir.display(),
+                    RECHECK.as_millis()
+                ));
+                Watch::Poll
             }
-        };
-        waiting
-            .watch
-            .as_mut()
-            .expect("armed before waiting")
-            .wait(step)
-            .map_err(|e| HostWaitError::Failed(io_err(&self.dir)(e)))?;
-        Ok(())
+        });
+        true
     }
 
     /// Frees slots held by this process.
@@ -393,40 +567,227 @@ impl HostSlots {
         let _ = sys::write_at(&self.notify, b"x", 0);
     }
 
-    /// Reads the holder records of `slots` (all slots when empty). Corrupt records are skipped
-    /// with one warning per process.
-    pub(crate) fn holders(&self, slots: &[usize]) -> Vec<HolderRecord> {
-        let all: Vec<usize>;
-        let slots = if slots.is_empty() {
-            all = (0..self.slots.len()).collect();
-            &all
-        } else {
-            slots
-        };
-        let mut out = Vec::new();
-        for &i in slots {
-            let slot = &self.slots[i];
-            let mut buf = vec![0u8; RECORD_LEN];
-            let n = match sys::read_at_start(&slot.file, &mut buf) {
-                Ok(n) => n,
-                Err(_) => continue,
+    /// Who is in the way: the records of the locked slots, and the other processes' waiting
+    /// requests. `own_gate`: this process holds the gate (so it heads the queue itself).
+    pub(crate) fn blockers(&self, own_gate: bool) -> Blockers {
+        let mut probed = false;
+        let mut holders = Vec::new();
+        for slot in &self.slots {
+            let locked = slot.held.load(Ordering::Acquire) || {
+                probed = true;
+                is_locked(&slot.file)
             };
-            match HolderRecord::decode(&buf[..n]) {
-                Ok(Some(r)) => out.push(r),
-                Ok(None) => {}
-                Err(e) => {
+            if !locked {
+                continue;
+            }
+            match read_start(&slot.file, RECORD_LEN).map(|b| HolderRecord::decode(&b)) {
+                Some(Ok(Some(r))) => holders.push(r),
+                Some(Ok(None)) | None => {}
+                Some(Err(e)) => {
                     if !self.warned_corrupt.swap(true, Ordering::Relaxed) {
-                        eprintln!(
-                            "gpu-test-permit: ignoring the corrupt holder record in {} ({e}); \
-                             it is rewritten by the slot's next holder",
+                        warn(&format!(
+                            "ignoring the corrupt holder record in {} ({e}); it is rewritten \
+                             by the slot's next holder",
                             slot.path.display()
-                        );
+                        ));
                     }
                 }
             }
         }
-        out
+        if probed {
+            // Probing a free slot's lock may have made another process's attempt fail.
+            self.notify();
+        }
+        let head = if own_gate { None } else { self.head() };
+        let mut waiting: Vec<WaitingRequest> = head.into_iter().collect();
+        for record in live_wait_records(&self.dir) {
+            if record.pid == std::process::id()
+                || waiting.iter().any(|w| w.record.pid == record.pid)
+            {
+                continue;
+            }
+            waiting.push(WaitingRequest {
+                stopped: sys::process_is_stopped(record.pid),
+                record,
+                head: false,
+            });
+        }
+        Blockers { holders, waiting }
     }
+}
+
+/// Whether another open file description holds a lock on `file` (probes with a shared lock).
+fn is_locked(file: &File) -> bool {
+    match file.try_lock_shared() {
+        Ok(()) => {
+            let _ = file.unlock();
+            false
+        }
+        Err(TryLockError::WouldBlock) => true,
+        Err(TryLockError::Error(_)) => false,
+    }
+}
+
+fn read_record(file: &File) -> Option<HolderRecord> {
+    let buf = read_start(file, RECORD_LEN)?;
+    HolderRecord::decode(&buf).ok().flatten()
+}
+
+/// The first `len` bytes of `file` (fewer if it is shorter).
+fn read_start(file: &File, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let n = sys::read_at_start(file, &mut buf).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+/// One line on standard error, past the test harness's capture (a configuration problem must
+/// be seen even in a passing test).
+fn warn(msg: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "gpu-test-permit: {msg}");
+}
+
+/// Settles the layout of `dir` and leaves `file` locked shared. Returns the layout in force.
+fn agree_on_layout(
+    dir: &Path,
+    path: &Path,
+    file: &File,
+    wanted: Layout,
+) -> Result<Layout, HostError> {
+    let give_up = Instant::now() + LAYOUT_WAIT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => {
+                // Nobody else uses the directory: its layout is ours to set.
+                let written = sys::write_at(file, &wanted.encode(), 0).map_err(io_err(path));
+                // Not atomic: another process may set its layout in between; read it again
+                // under the shared lock below.
+                let _ = file.unlock();
+                written?;
+            }
+            Err(TryLockError::WouldBlock) => {}
+            Err(TryLockError::Error(e)) => return Err(io_err(path)(e)),
+        }
+        match file.try_lock_shared() {
+            Ok(()) => {
+                let mut buf = vec![0u8; LAYOUT_LEN];
+                let n = sys::read_at_start(file, &mut buf).map_err(io_err(path))?;
+                match Layout::decode(&buf[..n]) {
+                    Ok(Some(layout)) => return Ok(layout),
+                    // Being written, or left half-written by a killed process (the next process
+                    // that finds the directory unused rewrites it).
+                    Ok(None) | Err(_) if Instant::now() < give_up => {
+                        let _ = file.unlock();
+                    }
+                    Ok(None) | Err(_) => {
+                        let _ = file.unlock();
+                        let problem = match Layout::decode(&buf[..n]) {
+                            Err(e) => e,
+                            Ok(_) => "no layout".into(),
+                        };
+                        return Err(HostError::Directory(format!(
+                            "the layout file {} of slot directory {} is unusable ({problem}) \
+                             and the processes using the directory keep it; stop them, or \
+                             set GPU_TEST_PERMIT_DIR to another directory",
+                            path.display(),
+                            dir.display()
+                        )));
+                    }
+                }
+            }
+            Err(TryLockError::WouldBlock) if Instant::now() < give_up => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(HostError::Directory(format!(
+                    "slot directory {}: another process has been laying it out for {}s \
+                     (it holds {} and may be stopped); resume or stop it, or set \
+                     GPU_TEST_PERMIT_DIR to another directory",
+                    dir.display(),
+                    LAYOUT_WAIT.as_secs(),
+                    path.display()
+                )));
+            }
+            Err(TryLockError::Error(e)) => return Err(io_err(path)(e)),
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(RECHECK);
+    }
+}
+
+/// Makes sure this process may open the files of `layout` (raising the soft descriptor limit
+/// where the hard one allows), before any of them is created.
+fn fd_budget(dir: &Path, layout: Layout) -> Result<(), HostError> {
+    let needed = layout.slots().saturating_add(FIXED_FILES);
+    sys::ensure_descriptors(needed).map_err(|limits| {
+        HostError::Descriptors(format!(
+            "{layout} needs {needed} open files in every process using slot directory {}, but \
+             this process may open only {} more (descriptor limit {}, hard limit {}); lower \
+             REALIZAR_GPU_TEST_CONCURRENCY (or GPU_TEST_PERMIT_GPUS), or raise the limit \
+             (`ulimit -n`, or `nofile` in /etc/security/limits.conf)",
+            dir.display(),
+            limits.available,
+            limits.soft,
+            limits.hard,
+        ))
+    })
+}
+
+/// Removes wait files whose process is gone (unlocked ones). The global pool of a process is
+/// never dropped, so its wait file outlives it.
+fn sweep_wait_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mine = format!("{WAIT_PREFIX}{}", std::process::id());
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(WAIT_PREFIX) || name == mine {
+            continue;
+        }
+        let path = entry.path();
+        let Some(file) = sys::open_existing_regular(&path) else {
+            continue;
+        };
+        // Removed while locked: its owner, if it comes back to life under a reused pid,
+        // checks that its file is still the one at the path.
+        if file.try_lock().is_ok() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// The waiting records of live processes (locked wait files with a record in them).
+fn live_wait_records(dir: &Path) -> Vec<HolderRecord> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(|n| n.starts_with(WAIT_PREFIX)) {
+            continue;
+        }
+        let Some(file) = sys::open_existing_regular(&entry.path()) else {
+            continue;
+        };
+        if is_locked(&file)
+            && let Some(r) = read_record(&file)
+        {
+            out.push(r);
+        }
+    }
+    out.sort_by_key(|r| r.since_unix_ms);
+    out
+}
+
+/// How this process waits for changes.
+#[derive(Debug)]
+enum Watch {
+    Changes(ChangeWatch),
+    /// No watch could be had: sleep in growing steps.
+    Poll,
 }
 
 /// What this process keeps for the one request of it that may wait at a time (the others wait
@@ -435,7 +796,9 @@ impl HostSlots {
 /// between a release and the waiter getting its slot.
 #[derive(Debug, Default)]
 struct Waiting {
-    watch: Option<ChangeWatch>,
+    watch: Option<Watch>,
+    /// Next step of the polling fallback.
+    poll_step: Option<Duration>,
     /// `gpu0.wait.<pid>`, locked for the life of the process, holding the record of the
     /// request waiting now (blank while none waits), so that [`status`] can list waiters and
     /// tell a killed process's leftover (unlocked) from a live one.
@@ -451,15 +814,29 @@ impl Waiting {
             return;
         }
         self.listed = true;
+        if self
+            .file
+            .as_ref()
+            .is_some_and(|(path, file)| !sys::same_file(path, file))
+        {
+            // Swept by another process while we were not waiting (a reused pid): make anew.
+            self.file = None;
+        }
         if self.file.is_none() {
             let path = dir.join(format!("{WAIT_PREFIX}{}", std::process::id()));
-            let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
-                return;
-            };
-            if file.try_lock().is_err() {
-                return;
+            for _ in 0..3 {
+                let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
+                    return;
+                };
+                if file.try_lock().is_err() {
+                    return;
+                }
+                // A sweeper may have removed the file between our open and our lock.
+                if sys::same_file(&path, &file) {
+                    self.file = Some((path, file));
+                    break;
+                }
             }
-            self.file = Some((path, file));
         }
         if let Some((_, file)) = &self.file {
             let _ = sys::write_at(file, &record.encode(), 0);
@@ -468,10 +845,32 @@ impl Waiting {
 
     /// Blanks the record once the request stops waiting.
     fn unlist(&mut self) {
+        self.poll_step = None;
         if std::mem::take(&mut self.listed)
             && let Some((_, file)) = &self.file
         {
             let _ = sys::write_at(file, &[b' '; RECORD_LEN], 0);
+        }
+    }
+
+    /// Waits for a change, or a re-check interval, or `deadline`, whichever comes first.
+    fn wait(&mut self, deadline: Option<Instant>) {
+        let step = match deadline {
+            None => RECHECK,
+            Some(d) => d.saturating_duration_since(Instant::now()).min(RECHECK),
+        };
+        match &mut self.watch {
+            Some(Watch::Changes(w)) => {
+                if w.wait(step).is_err() {
+                    // A broken watch: poll from now on.
+                    self.watch = Some(Watch::Poll);
+                }
+            }
+            Some(Watch::Poll) | None => {
+                let next = self.poll_step.unwrap_or(POLL_FIRST);
+                std::thread::sleep(next.min(step));
+                self.poll_step = Some((next * 2).min(RECHECK));
+            }
         }
     }
 }

@@ -81,7 +81,7 @@ pub mod trace;
 
 pub use permit::{
     AcquireError, EnteredPermit, GpuTestPermit, Holder, PermitKind, PermitPool, PoolBuilder,
-    WaitTimeout, acquire, acquire_exclusive, try_acquire_for,
+    WaitTimeout, Waiter, acquire, acquire_exclusive, try_acquire_for,
 };
 pub use permitted::Permitted;
 

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::config::{Config, SlotDir};
-use crate::host::{HolderRecord, HostError, HostSlots, HostWaitError, unix_ms};
+use crate::host::{Blockers, HolderRecord, HostError, HostSlots, HostWaitError, Layout, unix_ms};
 use crate::trace::{TraceArgs, TraceEvent, Tracer};
 pub(crate) use local::Deadline;
 use local::{LocalPool, LocalTimeout};
@@ -450,8 +450,57 @@ pub struct WaitTimeout {
     /// Who held permits when the wait gave up (this process and, through the host slots,
     /// others).
     pub holders: Vec<Holder>,
+    /// Requests of other processes that were waiting too, the head of the queue first: they
+    /// come before this one, unless stopped.
+    pub waiters: Vec<Waiter>,
     /// Requests of this process queued at that moment.
     pub queued_here: usize,
+}
+
+/// A request of another process that was waiting when a wait gave up, as shown in a
+/// [`WaitTimeout`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiter {
+    /// Test name, as far as it is known.
+    pub test: String,
+    /// Thread name.
+    pub thread: String,
+    /// Process id.
+    pub pid: u32,
+    /// How long it had been waiting.
+    pub waiting_for: Duration,
+    /// Whether it asked for the whole pool.
+    pub exclusive: bool,
+    /// Whether it was the head of the queue (the next to take a permit).
+    pub head: bool,
+    /// Whether its process was stopped (`SIGSTOP`, Ctrl-Z, a debugger): a stopped head loses
+    /// its turn to the waiters behind it.
+    pub stopped: bool,
+}
+
+impl fmt::Display for Waiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "test `{}` (thread `{}`, pid {}) waiting {:.1}s for a{} permit{}{}",
+            self.test,
+            self.thread,
+            self.pid,
+            self.waiting_for.as_secs_f64(),
+            if self.exclusive { "n exclusive" } else { "" },
+            if self.head {
+                ", at the head of the queue"
+            } else {
+                ""
+            },
+            if self.stopped {
+                ", its process stopped (SIGSTOP, Ctrl-Z or a debugger)"
+            } else {
+                ""
+            }
+        )
+    }
 }
 
 impl fmt::Display for WaitTimeout {
@@ -469,11 +518,17 @@ impl fmt::Display for WaitTimeout {
             self.concurrency
         )?;
         if self.holders.is_empty() {
-            write!(f, " No holder was recorded.")?;
+            write!(f, " No permit holder was found.")?;
         } else {
             write!(f, " Holders:")?;
             for h in &self.holders {
                 write!(f, "\n  - {h}")?;
+            }
+        }
+        if !self.waiters.is_empty() {
+            write!(f, "\nWaiting in other processes:")?;
+            for w in &self.waiters {
+                write!(f, "\n  - {w}")?;
             }
         }
         if self.queued_here > 0 {
@@ -707,16 +762,24 @@ impl PoolBuilder {
     /// # Errors
     ///
     /// [`HostError`] when the slot directory is unusable or insecure.
-    pub fn build(self) -> Result<PermitPool, HostError> {
+    pub fn build(mut self) -> Result<PermitPool, HostError> {
+        let wanted = Layout {
+            per_gpu: self.concurrency,
+            gpus: self.gpus,
+        };
         let host = match &self.slot_dir {
             None => None,
-            Some(SlotDir::Default) => Some(HostSlots::open(
-                &crate::config::default_slot_dir(),
-                self.capacity(),
-            )?),
-            Some(SlotDir::Explicit(dir)) => Some(HostSlots::open(dir, self.capacity())?),
+            Some(SlotDir::Default) => {
+                Some(HostSlots::open(&crate::config::default_slot_dir(), wanted)?)
+            }
+            Some(SlotDir::Explicit(dir)) => Some(HostSlots::open(dir, wanted)?),
             Some(SlotDir::Invalid(msg)) => return Err(HostError::Directory(msg.clone())),
         };
+        // Processes sharing a directory share its layout (see `host`).
+        if let Some(layout) = host.as_ref().map(HostSlots::layout) {
+            self.concurrency = layout.per_gpu;
+            self.gpus = layout.gpus;
+        }
         Ok(self.finish(host, None))
     }
 
@@ -1003,7 +1066,7 @@ impl PermitPool {
             Err(LocalTimeout { since }) => {
                 return Err(match wait {
                     Deadline::Now => AcquireError::WouldBlock,
-                    _ => self.timeout_error(kind, since, Vec::new()),
+                    _ => self.timeout_error(kind, since, None),
                 });
             }
         };
@@ -1037,8 +1100,8 @@ impl PermitPool {
                             HostWaitError::TimedOut(_) if matches!(wait, Deadline::Now) => {
                                 AcquireError::WouldBlock
                             }
-                            HostWaitError::TimedOut(records) => {
-                                self.timeout_error(kind, start, records)
+                            HostWaitError::TimedOut(blockers) => {
+                                self.timeout_error(kind, start, Some(blockers))
                             }
                             HostWaitError::Failed(e) => AcquireError::Host(e),
                         });
@@ -1086,26 +1149,29 @@ impl PermitPool {
         &self,
         kind: PermitKind,
         asked: Instant,
-        records: Vec<HolderRecord>,
+        blockers: Option<Blockers>,
     ) -> AcquireError {
         let test = crate::nextest::current_test_name();
         let inner = self.inner();
-        let records = match (&inner.host, records.is_empty()) {
-            // The wait ended in this process's queue: the host slots still say who holds them.
-            (Some(host), true) => host.holders(&[]),
-            _ => records,
+        let blockers = match (&inner.host, blockers) {
+            (_, Some(b)) => b,
+            // The wait ended in this process's queue: the host slots still say who is in the way.
+            (Some(host), None) => host.blockers(false),
+            (None, None) => Blockers::default(),
         };
         let pid = std::process::id();
         let now_ms = unix_ms(SystemTime::now());
+        let since = |ms: u64| Duration::from_millis(now_ms.saturating_sub(ms));
         // Host records cover every process, this one included; seats add this process's
         // holders without a record (a pool without host slots).
-        let mut holders: Vec<Holder> = records
+        let mut holders: Vec<Holder> = blockers
+            .holders
             .into_iter()
             .map(|r| Holder {
+                held_for: since(r.since_unix_ms),
                 test: r.test,
                 thread: r.thread,
                 pid: r.pid,
-                held_for: Duration::from_millis(now_ms.saturating_sub(r.since_unix_ms)),
                 exclusive: r.exclusive,
             })
             .collect();
@@ -1125,12 +1191,26 @@ impl PermitPool {
                 });
             }
         }
+        let waiters = blockers
+            .waiting
+            .into_iter()
+            .map(|w| Waiter {
+                waiting_for: since(w.record.since_unix_ms),
+                test: w.record.test,
+                thread: w.record.thread,
+                pid: w.record.pid,
+                exclusive: w.record.exclusive,
+                head: w.head,
+                stopped: w.stopped,
+            })
+            .collect();
         AcquireError::Timeout(WaitTimeout {
             waited: asked.elapsed(),
             kind,
             test,
             concurrency: inner.local.capacity(),
             holders,
+            waiters,
             queued_here: inner.local.queued(),
         })
     }

@@ -386,3 +386,127 @@ impl ChangeWatch {
         }
     }
 }
+
+/// Whether process `pid` is stopped (`SIGSTOP`, Ctrl-Z, or halted by a debugger). Read from
+/// `/proc` on Linux; `false` where that cannot be told.
+pub(crate) fn process_is_stopped(pid: u32) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // "pid (comm) S ...": the command may itself contain ") ", so split at the last one.
+        stat.rsplit_once(") ")
+            .and_then(|(_, rest)| rest.chars().next())
+            .is_some_and(|state| matches!(state, 'T' | 't'))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        false
+    }
+}
+
+/// Descriptor limits that leave too little room, from [`ensure_descriptors`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DescriptorLimits {
+    /// Descriptors this process could still open.
+    pub(crate) available: u64,
+    /// The soft limit.
+    pub(crate) soft: u64,
+    /// The hard limit.
+    pub(crate) hard: u64,
+}
+
+/// Makes room for `needed` more open files in this process: raises the soft descriptor limit
+/// (up to the hard one) when the files open now plus `needed` and some headroom would pass it.
+pub(crate) fn ensure_descriptors(needed: usize) -> Result<(), DescriptorLimits> {
+    #[cfg(unix)]
+    {
+        /// Left free for the program itself (its test, the GPU driver, pipes).
+        const HEADROOM: u64 = 64;
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `lim` is a valid rlimit to write to.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+            return Ok(()); // unknown: let opening the files tell
+        }
+        let open = open_descriptors();
+        let want = open.saturating_add(needed as u64).saturating_add(HEADROOM);
+        // `rlim_t` is narrower than u64 on some targets.
+        #[allow(clippy::unnecessary_cast)]
+        let (soft, hard, infinity) = (
+            lim.rlim_cur as u64,
+            lim.rlim_max as u64,
+            libc::RLIM_INFINITY as u64,
+        );
+        let unlimited = |v: u64| v == infinity;
+        if unlimited(soft) || want <= soft {
+            return Ok(());
+        }
+        if unlimited(hard) || want <= hard {
+            let raised = libc::rlimit {
+                rlim_cur: want as libc::rlim_t,
+                rlim_max: lim.rlim_max,
+            };
+            // SAFETY: `raised` is a valid rlimit; raising the soft limit up to the hard one
+            // needs no privilege.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+                return Ok(());
+            }
+        }
+        Err(DescriptorLimits {
+            available: soft.saturating_sub(open).saturating_sub(HEADROOM),
+            soft,
+            hard,
+        })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = needed;
+        Ok(())
+    }
+}
+
+/// Descriptors open in this process now (an estimate where it cannot be counted).
+#[cfg(unix)]
+fn open_descriptors() -> u64 {
+    #[cfg(target_os = "linux")]
+    if let Ok(entries) = std::fs::read_dir("/proc/self/fd") {
+        return entries.count() as u64;
+    }
+    64
+}
+
+/// Opens an existing regular file for reading without following a symbolic link and without
+/// blocking (a FIFO planted under a slot file's name is not opened for good).
+pub(crate) fn open_existing_regular(path: &Path) -> Option<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    let file = opts.open(path).ok()?;
+    file.metadata().ok()?.is_file().then_some(file)
+}
+
+/// Whether `path` still names the file open as `file` (it was not removed or replaced).
+pub(crate) fn same_file(path: &Path, file: &File) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::symlink_metadata(path), file.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (path, file);
+        true
+    }
+}
