@@ -160,3 +160,358 @@ fn a_relative_directory_from_the_environment_is_refused_not_replaced() {
     };
     assert!(msg.contains("not an absolute path"));
 }
+
+// Cross-process cases: real `gpu-test-permit hold` processes sharing one directory.
+
+#[cfg(unix)]
+mod processes {
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use gpu_test_permit::AcquireError;
+
+    use crate::util::{Holder, cli, tempdir};
+
+    fn hold(dir: &Path, n: usize, env: &[(&str, &str)], args: &[&str]) -> Holder {
+        let mut c = cli(dir, n);
+        c.arg("hold").args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        Holder::spawn(c)
+    }
+
+    fn pid(h: &Holder) -> u32 {
+        h.child.id()
+    }
+
+    fn signal(pid: u32, sig: libc::c_int) {
+        // SAFETY: plain syscall on a child of this test.
+        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, sig) }, 0);
+    }
+
+    fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+        let end = Instant::now() + timeout;
+        while !f() {
+            assert!(Instant::now() < end, "timed out waiting until {what}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn waiting(dir: &Path, pid: u32) -> bool {
+        gpu_test_permit::host::status(dir)
+            .unwrap()
+            .waiters
+            .iter()
+            .any(|w| w.pid == pid)
+    }
+
+    /// A holder that gives up after `timeout`: its exit status and standard error.
+    fn timed_out_hold(dir: &Path, n: usize, timeout: &str) -> (std::process::ExitStatus, String) {
+        let out = cli(dir, n)
+            .env("GPU_TEST_PERMIT_TIMEOUT", timeout)
+            .args(["hold", "--for", "1ms"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    #[test]
+    fn a_stopped_waiter_at_the_head_does_not_keep_a_free_slot_from_others() {
+        let dir = tempdir();
+        let a = hold(dir.path(), 1, &[], &[]);
+        assert!(a.held_within(Duration::from_secs(20)));
+        let b = hold(dir.path(), 1, &[], &[]);
+        let b_pid = pid(&b);
+        wait_until("the second holder waits", Duration::from_secs(20), || {
+            waiting(dir.path(), b_pid)
+        });
+        signal(b_pid, libc::SIGSTOP);
+        let (status, _) = a.release();
+        assert!(status.success());
+        // The slot is free and the head of the queue cannot take it: a third process must.
+        let c = hold(dir.path(), 1, &[("GPU_TEST_PERMIT_TIMEOUT", "30s")], &[]);
+        let took = c.held_within(Duration::from_secs(15));
+        signal(b_pid, libc::SIGCONT);
+        assert!(took, "a free slot stayed free behind a stopped waiter");
+        // Resumed, the stopped waiter still gets its turn.
+        let (status, _) = c.release();
+        assert!(status.success());
+        assert!(b.held_within(Duration::from_secs(20)));
+        assert!(b.release().0.success());
+    }
+
+    #[test]
+    fn a_timed_out_wait_names_the_holder_and_the_stopped_head_of_the_queue() {
+        let dir = tempdir();
+        let a = hold(dir.path(), 1, &[], &[]);
+        assert!(a.held_within(Duration::from_secs(20)));
+        let b = hold(dir.path(), 1, &[], &["--exclusive"]);
+        let b_pid = pid(&b);
+        wait_until("the second holder waits", Duration::from_secs(20), || {
+            waiting(dir.path(), b_pid)
+        });
+        signal(b_pid, libc::SIGSTOP);
+        let (status, err) = timed_out_hold(dir.path(), 1, "500ms");
+        signal(b_pid, libc::SIGCONT);
+        assert!(!status.success(), "{err}");
+        assert!(err.contains(&format!("pid {})", pid(&a))), "{err}");
+        assert!(
+            err.contains(&format!("pid {}) waiting", b_pid))
+                && err
+                    .contains("an exclusive permit, at the head of the queue, its process stopped"),
+            "{err}"
+        );
+        drop(b);
+    }
+
+    #[test]
+    fn a_timed_out_wait_names_live_holders_only_and_a_waiting_exclusive_request() {
+        let dir = tempdir();
+        let d = hold(dir.path(), 2, &[], &[]);
+        assert!(d.held_within(Duration::from_secs(20)));
+        let mut killed = hold(dir.path(), 2, &[], &[]);
+        assert!(killed.held_within(Duration::from_secs(20)));
+        let killed_pid = pid(&killed);
+        // Killed: its slot is free again, with its record still in the file.
+        killed.child.kill().unwrap();
+        killed.child.wait().unwrap();
+        let e = hold(dir.path(), 2, &[], &["--exclusive"]);
+        let e_pid = pid(&e);
+        wait_until(
+            "the exclusive request waits",
+            Duration::from_secs(20),
+            || waiting(dir.path(), e_pid),
+        );
+        // The exclusive request holds no slot while it waits: status shows it waiting, and
+        // one slot free.
+        let status = gpu_test_permit::host::status(dir.path()).unwrap();
+        assert_eq!(
+            status.slots.iter().filter(|s| s.held).count(),
+            1,
+            "{status:?}"
+        );
+        let (code, err) = timed_out_hold(dir.path(), 2, "500ms");
+        assert!(!code.success(), "{err}");
+        assert!(err.contains(&format!("pid {})", pid(&d))), "{err}");
+        assert!(
+            err.contains(&format!("pid {}) waiting", e_pid)) && err.contains("head of the queue"),
+            "{err}"
+        );
+        assert!(!err.contains(&format!("pid {killed_pid})")), "{err}");
+        drop(e);
+    }
+
+    #[test]
+    fn processes_configured_with_different_n_share_the_directory_layout() {
+        let dir = tempdir();
+        let a = hold(dir.path(), 1, &[], &["--exclusive"]);
+        assert!(a.held_within(Duration::from_secs(20)));
+        // N = 2 would see a second slot; the directory serves N = 1, and its one slot is taken.
+        let b = hold(dir.path(), 2, &[], &[]);
+        assert!(!b.held_within(Duration::from_millis(700)), "the cap broke");
+        // Two GPUs would see a second slot too.
+        let c = hold(dir.path(), 1, &[("GPU_TEST_PERMIT_GPUS", "2")], &[]);
+        assert!(!c.held_within(Duration::from_millis(300)), "the cap broke");
+        assert!(a.release().0.success());
+        assert!(b.held_within(Duration::from_secs(20)));
+        let (status, err) = b.release();
+        assert!(status.success());
+        assert!(
+            err.contains("N = 1 permit(s) per GPU x 1 GPU(s)")
+                && err.contains("asked for N = 2 permit(s) per GPU x 1 GPU(s)"),
+            "{err}"
+        );
+        assert!(c.held_within(Duration::from_secs(20)));
+        let (_, err) = c.release();
+        assert!(
+            err.contains("asked for N = 1 permit(s) per GPU x 2 GPU(s)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_directory_nobody_uses_takes_the_new_layout() {
+        let dir = tempdir();
+        let a = hold(dir.path(), 1, &[], &[]);
+        assert!(a.held_within(Duration::from_secs(20)));
+        assert!(a.release().0.success());
+        let b = hold(dir.path(), 2, &[], &["--exclusive"]);
+        assert!(b.held_within(Duration::from_secs(20)));
+        let (status, err) = b.release();
+        assert!(status.success() && !err.contains("asked for"), "{err}");
+    }
+
+    #[test]
+    fn stale_wait_files_of_killed_processes_are_swept() {
+        let dir = tempdir();
+        let a = hold(dir.path(), 1, &[], &[]);
+        assert!(a.held_within(Duration::from_secs(20)));
+        let mut dead = hold(dir.path(), 1, &[], &[]);
+        let dead_pid = pid(&dead);
+        let live = hold(dir.path(), 1, &[], &[]);
+        let live_pid = pid(&live);
+        wait_until("both wait", Duration::from_secs(20), || {
+            waiting(dir.path(), dead_pid) && waiting(dir.path(), live_pid)
+        });
+        dead.child.kill().unwrap();
+        dead.child.wait().unwrap();
+        let stale = dir.path().join(format!("gpu0.wait.{dead_pid}"));
+        let alive = dir.path().join(format!("gpu0.wait.{live_pid}"));
+        assert!(stale.exists() && alive.exists());
+        // Any process that opens the directory sweeps the leftovers.
+        let _pool = crate::util::pool(dir.path(), 1);
+        assert!(!stale.exists(), "a dead process's wait file was left");
+        assert!(alive.exists(), "a live waiter's file was removed");
+        drop(live);
+        drop(a);
+    }
+
+    fn shell_hold(dir: &Path, n: usize, ulimit: &str) -> std::process::Output {
+        let mut c = cli(dir, n);
+        let program = c.get_program().to_owned();
+        c.env("GTP_BIN", program);
+        let mut sh = Command::new("sh");
+        sh.arg("-c")
+            .arg(format!(
+                "ulimit {ulimit} && exec \"$GTP_BIN\" hold --for 1ms"
+            ))
+            .stdin(Stdio::null());
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => sh.env(k, v),
+                None => sh.env_remove(k),
+            };
+        }
+        sh.output().unwrap()
+    }
+
+    fn slot_files(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with("gpu0.slot")
+            })
+            .count()
+    }
+
+    #[test]
+    fn a_concurrency_beyond_the_descriptor_limit_is_refused_before_any_slot_file_is_made() {
+        let dir = tempdir();
+        let out = shell_hold(dir.path(), 1024, "-n 256");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains("needs 1028 open files") && err.contains("ulimit -n"),
+            "{err}"
+        );
+        assert_eq!(slot_files(dir.path()), 0, "slot files were left behind");
+    }
+
+    #[test]
+    fn the_soft_descriptor_limit_is_raised_when_the_hard_one_allows() {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: valid out-pointer.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+        if (lim.rlim_max as u64) < 2048 {
+            eprintln!(
+                "skipped: the hard descriptor limit {} is below 2048",
+                lim.rlim_max
+            );
+            return;
+        }
+        let dir = tempdir();
+        let out = shell_hold(dir.path(), 1024, "-Sn 256");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(String::from_utf8_lossy(&out.stdout).starts_with("held"));
+    }
+
+    const NO_WATCH_CHILD: &str = "GTP_NO_WATCH_CHILD_DIR";
+
+    /// Runs in a child of this test binary: with every descriptor taken, no change watch can
+    /// be made, and the wait must still end when the slot is freed.
+    #[test]
+    #[ignore = "run by waits_without_a_change_watch_by_polling"]
+    fn no_watch_child() {
+        let Some(dir) = std::env::var_os(NO_WATCH_CHILD) else {
+            return;
+        };
+        let pool = crate::util::pool(Path::new(&dir), 1);
+        let mut taken = Vec::new();
+        loop {
+            // SAFETY: dup of standard input; the copies are closed below.
+            let fd = unsafe { libc::dup(0) };
+            if fd < 0 {
+                break;
+            }
+            taken.push(fd);
+        }
+        let now = pool.try_acquire(gpu_test_permit::PermitKind::Shared);
+        assert!(matches!(now, Err(AcquireError::WouldBlock)), "{now:?}");
+        println!("no-watch-child-waiting");
+        let got = pool.try_acquire_for(Duration::from_secs(30));
+        for fd in taken {
+            // SAFETY: closes the copies made above.
+            unsafe { libc::close(fd) };
+        }
+        got.unwrap();
+        println!("no-watch-child-ok");
+    }
+
+    #[test]
+    fn waits_without_a_change_watch_by_polling() {
+        let dir = tempdir();
+        let a = hold(dir.path(), 1, &[], &[]);
+        assert!(a.held_within(Duration::from_secs(20)));
+        let mut child = Command::new(std::env::current_exe().unwrap());
+        child
+            .args([
+                "--exact",
+                "host::processes::no_watch_child",
+                "--nocapture",
+                "--include-ignored",
+                "--test-threads",
+                "1",
+            ])
+            .env(NO_WATCH_CHILD, dir.path());
+        let child = Holder::spawn(child);
+        let mut seen = Vec::new();
+        while let Ok(line) = child.lines.recv_timeout(Duration::from_secs(20)) {
+            let started = line.ends_with("no-watch-child-waiting");
+            seen.push(line);
+            if started {
+                break;
+            }
+        }
+        assert!(
+            seen.last()
+                .is_some_and(|l| l.ends_with("no-watch-child-waiting")),
+            "{seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(a.release().0.success());
+        let mut ok = false;
+        while let Ok(line) = child.lines.recv_timeout(Duration::from_secs(20)) {
+            if line.contains("no-watch-child-ok") {
+                ok = true;
+                break;
+            }
+        }
+        let (status, err) = child.release();
+        assert!(ok && status.success(), "{status}: {err}");
+        assert!(err.contains("waiting by polling"), "{err}");
+    }
+}
