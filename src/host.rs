@@ -307,7 +307,8 @@ pub(crate) struct Blockers {
 /// The outcome of a wait that did not get its slots.
 #[derive(Debug)]
 pub(crate) enum HostWaitError {
-    TimedOut(Blockers),
+    /// The deadline passed; [`HostSlots::blockers`] tells who is in the way.
+    TimedOut,
     Failed(HostError),
 }
 
@@ -317,8 +318,6 @@ impl HostSlots {
     /// another process using the directory set a different one (see [`HostSlots::layout`]).
     pub(crate) fn open(dir: &Path, wanted: Layout) -> Result<HostSlots, HostError> {
         sys::prepare_dir(dir).map_err(HostError::Directory)?;
-        // Before creating any file: a layout that cannot be opened must leave nothing behind.
-        fd_budget(dir, wanted)?;
         let shared = sys::is_shared_dir(dir);
         let open = |name: &str| -> Result<(PathBuf, File), HostError> {
             let path = dir.join(name);
@@ -326,9 +325,11 @@ impl HostSlots {
             Ok((path, file))
         };
         let (layout_path, layout_file) = open("gpu0.layout")?;
+        // The descriptor budget is checked before any slot file is made: a layout that cannot
+        // be opened must leave nothing behind.
         let layout = agree_on_layout(dir, &layout_path, &layout_file, wanted)?;
+        fd_budget(dir, layout)?;
         if layout != wanted {
-            fd_budget(dir, layout)?;
             warn(&format!(
                 "slot directory {} serves {layout} (set by a process using it now); this process \
                  asked for {wanted} and uses the directory's layout, so that the cap holds. Give \
@@ -383,7 +384,7 @@ impl HostSlots {
             None => self.acquire_lock.lock(),
             Some(d) => match self.acquire_lock.try_lock_until(d) {
                 Some(g) => g,
-                None => return Err(HostWaitError::TimedOut(self.blockers(false))),
+                None => return Err(HostWaitError::TimedOut),
             },
         };
         let waiting = &mut *turn;
@@ -420,7 +421,7 @@ impl HostSlots {
                 }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                break Err(HostWaitError::TimedOut(self.blockers(gate)));
+                break Err(HostWaitError::TimedOut);
             }
             if gate && !gate_recorded {
                 // Diagnostics only: who heads the queue, and whether it can still take a turn.
@@ -568,8 +569,9 @@ impl HostSlots {
     }
 
     /// Who is in the way: the records of the locked slots, and the other processes' waiting
-    /// requests. `own_gate`: this process holds the gate (so it heads the queue itself).
-    pub(crate) fn blockers(&self, own_gate: bool) -> Blockers {
+    /// requests. Read only for a wait that timed out: probing the locks of free slots can make
+    /// another process's attempt fail (it is woken to retry).
+    pub(crate) fn blockers(&self) -> Blockers {
         let mut probed = false;
         let mut holders = Vec::new();
         for slot in &self.slots {
@@ -598,8 +600,7 @@ impl HostSlots {
             // Probing a free slot's lock may have made another process's attempt fail.
             self.notify();
         }
-        let head = if own_gate { None } else { self.head() };
-        let mut waiting: Vec<WaitingRequest> = head.into_iter().collect();
+        let mut waiting: Vec<WaitingRequest> = self.head().into_iter().collect();
         for record in live_wait_records(&self.dir) {
             if record.pid == std::process::id()
                 || waiting.iter().any(|w| w.record.pid == record.pid)
@@ -649,6 +650,8 @@ fn warn(msg: &str) {
 }
 
 /// Settles the layout of `dir` and leaves `file` locked shared. Returns the layout in force.
+/// `wanted` is written only where nobody else uses the directory, and only once
+/// [`fd_budget`] allows it.
 fn agree_on_layout(
     dir: &Path,
     path: &Path,
@@ -661,7 +664,8 @@ fn agree_on_layout(
         match file.try_lock() {
             Ok(()) => {
                 // Nobody else uses the directory: its layout is ours to set.
-                let written = sys::write_at(file, &wanted.encode(), 0).map_err(io_err(path));
+                let written = fd_budget(dir, wanted)
+                    .and_then(|()| sys::write_at(file, &wanted.encode(), 0).map_err(io_err(path)));
                 // Not atomic: another process may set its layout in between; read it again
                 // under the shared lock below.
                 let _ = file.unlock();
@@ -676,39 +680,41 @@ fn agree_on_layout(
                 let n = sys::read_at_start(file, &mut buf).map_err(io_err(path))?;
                 match Layout::decode(&buf[..n]) {
                     Ok(Some(layout)) => return Ok(layout),
-                    // Being written, or left half-written by a killed process (the next process
-                    // that finds the directory unused rewrites it).
-                    Ok(None) | Err(_) if Instant::now() < give_up => {
+                    // Not written yet, by a process that failed or was killed before it
+                    // wrote: the next round rewrites it if nobody else uses the directory.
+                    Ok(None) => {
                         let _ = file.unlock();
                     }
-                    Ok(None) | Err(_) => {
+                    Err(problem) => {
                         let _ = file.unlock();
-                        let problem = match Layout::decode(&buf[..n]) {
-                            Err(e) => e,
-                            Ok(_) => "no layout".into(),
-                        };
+                        // Only a process that finds the directory unused may rewrite it.
+                        if matches!(file.try_lock(), Ok(())) {
+                            let _ = file.unlock();
+                            continue;
+                        }
                         return Err(HostError::Directory(format!(
-                            "the layout file {} of slot directory {} is unusable ({problem}) \
-                             and the processes using the directory keep it; stop them, or \
-                             set GPU_TEST_PERMIT_DIR to another directory",
+                            "the layout file {} of slot directory {} is corrupt ({problem}) \
+                             while processes use the directory; stop them (or let them end) and \
+                             the next process rewrites it, or set GPU_TEST_PERMIT_DIR to \
+                             another directory",
                             path.display(),
                             dir.display()
                         )));
                     }
                 }
             }
-            Err(TryLockError::WouldBlock) if Instant::now() < give_up => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(HostError::Directory(format!(
-                    "slot directory {}: another process has been laying it out for {}s \
-                     (it holds {} and may be stopped); resume or stop it, or set \
-                     GPU_TEST_PERMIT_DIR to another directory",
-                    dir.display(),
-                    LAYOUT_WAIT.as_secs(),
-                    path.display()
-                )));
-            }
+            Err(TryLockError::WouldBlock) => {}
             Err(TryLockError::Error(e)) => return Err(io_err(path)(e)),
+        }
+        if Instant::now() >= give_up {
+            return Err(HostError::Directory(format!(
+                "slot directory {}: no agreed layout after {}s; another process keeps {} \
+                 locked (it may be stopped while laying out the directory); resume or stop it, \
+                 or set GPU_TEST_PERMIT_DIR to another directory",
+                dir.display(),
+                LAYOUT_WAIT.as_secs(),
+                path.display()
+            )));
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(RECHECK);

@@ -409,6 +409,7 @@ impl std::error::Error for AcquireError {
 
 /// Someone holding a permit, as shown in a [`WaitTimeout`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Holder {
     /// Test name, as far as it is known.
     pub test: String,
@@ -420,18 +421,26 @@ pub struct Holder {
     pub held_for: Duration,
     /// Whether it holds the whole pool.
     pub exclusive: bool,
+    /// Whether its process was stopped (`SIGSTOP`, Ctrl-Z, a debugger): it keeps its permit
+    /// until it is resumed or killed.
+    pub stopped: bool,
 }
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "test `{}` (thread `{}`, pid {}) for {:.1}s{}",
+            "test `{}` (thread `{}`, pid {}) for {:.1}s{}{}",
             self.test,
             self.thread,
             self.pid,
             self.held_for.as_secs_f64(),
-            if self.exclusive { ", exclusive" } else { "" }
+            if self.exclusive { ", exclusive" } else { "" },
+            if self.stopped {
+                ", its process stopped (SIGSTOP, Ctrl-Z or a debugger)"
+            } else {
+                ""
+            }
         )
     }
 }
@@ -1066,7 +1075,7 @@ impl PermitPool {
             Err(LocalTimeout { since }) => {
                 return Err(match wait {
                     Deadline::Now => AcquireError::WouldBlock,
-                    _ => self.timeout_error(kind, since, None),
+                    _ => self.timeout_error(kind, since),
                 });
             }
         };
@@ -1097,12 +1106,10 @@ impl PermitPool {
                         let freed = inner.local.release(units);
                         debug_assert!(!freed, "a pool cannot close while borrowed");
                         return Err(match e {
-                            HostWaitError::TimedOut(_) if matches!(wait, Deadline::Now) => {
+                            HostWaitError::TimedOut if matches!(wait, Deadline::Now) => {
                                 AcquireError::WouldBlock
                             }
-                            HostWaitError::TimedOut(blockers) => {
-                                self.timeout_error(kind, start, Some(blockers))
-                            }
+                            HostWaitError::TimedOut => self.timeout_error(kind, start),
                             HostWaitError::Failed(e) => AcquireError::Host(e),
                         });
                     }
@@ -1145,20 +1152,15 @@ impl PermitPool {
         })
     }
 
-    fn timeout_error(
-        &self,
-        kind: PermitKind,
-        asked: Instant,
-        blockers: Option<Blockers>,
-    ) -> AcquireError {
+    fn timeout_error(&self, kind: PermitKind, asked: Instant) -> AcquireError {
         let test = crate::nextest::current_test_name();
         let inner = self.inner();
-        let blockers = match (&inner.host, blockers) {
-            (_, Some(b)) => b,
-            // The wait ended in this process's queue: the host slots still say who is in the way.
-            (Some(host), None) => host.blockers(false),
-            (None, None) => Blockers::default(),
-        };
+        // Whether the wait ended in this process's queue or at the host slots, the slots say
+        // who is in the way.
+        let blockers = inner
+            .host
+            .as_ref()
+            .map_or_else(Blockers::default, HostSlots::blockers);
         let pid = std::process::id();
         let now_ms = unix_ms(SystemTime::now());
         let since = |ms: u64| Duration::from_millis(now_ms.saturating_sub(ms));
@@ -1169,6 +1171,7 @@ impl PermitPool {
             .into_iter()
             .map(|r| Holder {
                 held_for: since(r.since_unix_ms),
+                stopped: r.pid != pid && crate::sys::process_is_stopped(r.pid),
                 test: r.test,
                 thread: r.thread,
                 pid: r.pid,
@@ -1188,6 +1191,7 @@ impl PermitPool {
                     pid,
                     held_for: crate::sys::coarse_elapsed(seat.since.load(Ordering::Relaxed)),
                     exclusive: seat.exclusive.load(Ordering::Relaxed),
+                    stopped: false,
                 });
             }
         }

@@ -372,6 +372,45 @@ mod processes {
         drop(a);
     }
 
+    #[test]
+    fn a_corrupt_layout_file_is_rewritten_when_unused_and_refused_when_in_use() {
+        let dir = tempdir();
+        let layout = dir.path().join("gpu0.layout");
+        std::fs::write(&layout, b"{\"v\":1,\"per_gpu\":1e300,\"gpus\":-1}\x1b[2J").unwrap();
+        // Nobody uses the directory: the next process lays it out anew.
+        let a = hold(dir.path(), 1, &[], &[]);
+        assert!(a.held_within(Duration::from_secs(20)));
+        // In use: garbage written now cannot be fixed under the users' feet.
+        std::fs::write(&layout, b"garbage").unwrap();
+        let err = gpu_test_permit::PermitPool::builder()
+            .concurrency(1)
+            .slot_dir(dir.path())
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("is corrupt") && err.contains("GPU_TEST_PERMIT_DIR"),
+            "{err}"
+        );
+        assert!(a.release().0.success());
+        crate::util::pool(dir.path(), 1);
+    }
+
+    #[test]
+    fn a_timed_out_wait_says_when_a_holder_is_stopped() {
+        let dir = tempdir();
+        let a = hold(dir.path(), 1, &[], &[]);
+        assert!(a.held_within(Duration::from_secs(20)));
+        signal(pid(&a), libc::SIGSTOP);
+        let (status, err) = timed_out_hold(dir.path(), 1, "300ms");
+        signal(pid(&a), libc::SIGCONT);
+        assert!(!status.success(), "{err}");
+        assert!(
+            err.contains(&format!("pid {}) for", pid(&a))) && err.contains("its process stopped"),
+            "{err}"
+        );
+    }
+
     fn shell_hold(dir: &Path, n: usize, ulimit: &str) -> std::process::Output {
         let mut c = cli(dir, n);
         let program = c.get_program().to_owned();
