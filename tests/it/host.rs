@@ -464,7 +464,7 @@ mod processes {
         };
         // SAFETY: valid out-pointer.
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-        if (lim.rlim_max as u64) < 2048 {
+        if lim.rlim_max < 2048 {
             eprintln!(
                 "skipped: the hard descriptor limit {} is below 2048",
                 lim.rlim_max
@@ -506,7 +506,7 @@ mod processes {
             // SAFETY: closes the copies made above.
             unsafe { libc::close(fd) };
         }
-        got.unwrap();
+        drop(got.unwrap());
         println!("no-watch-child-ok");
     }
 
