@@ -114,6 +114,31 @@ fn write_check_never_follows_a_planted_symlink() {
     );
 }
 
+/// Runs `hold` as user A and then as user B (each `(uid, gid)`, both under `umask 077`) on
+/// `dir` with N = 1: B must wait while A holds, then get the permit. Returns the mode of the
+/// slot files, which must all agree, and their group.
+fn two_users_share_the_cap(dir: &Path, a: (u32, u32), b: (u32, u32)) -> (u32, u32) {
+    let first = Holder::spawn(cli_as(Some(dir), a.0, a.1, &["hold"]));
+    assert!(first.held_within(LONG), "user A could not hold");
+    let second = Holder::spawn(cli_as(Some(dir), b.0, b.1, &["hold"]));
+    assert!(
+        !second.held_within(Duration::from_millis(500)),
+        "user B did not wait for user A's permit (N = 1)"
+    );
+    let (status, err) = first.release();
+    assert!(status.success(), "{err}");
+    assert!(second.held_within(LONG), "user B never got the permit");
+    let (status, err) = second.release();
+    assert!(status.success(), "user B failed: {err}");
+    let metas: Vec<_> = ["gpu0.gate", "gpu0.slot0", "gpu0.notify"]
+        .iter()
+        .map(|name| std::fs::metadata(dir.join(name)).unwrap())
+        .map(|m| (m.mode() & 0o777, m.gid()))
+        .collect();
+    assert!(metas.iter().all(|m| *m == metas[0]), "{metas:?}");
+    metas[0]
+}
+
 #[test]
 fn shared_group_directory_works_across_users_with_any_umask() {
     if !root_or_skip("shared_group_directory_works_across_users_with_any_umask") {
@@ -129,26 +154,25 @@ fn shared_group_directory_works_across_users_with_any_umask() {
     std::fs::create_dir(&dir).unwrap();
     std::os::unix::fs::chown(&dir, Some(a), Some(group)).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    // A is not in the group itself (its primary group is another); B is a member of the group,
+    // not the directory's owner.
+    let (mode, gid) = two_users_share_the_cap(&dir, (a, a_gid), (b, group));
+    assert_eq!((mode, gid), (0o660, group), "mode {mode:o}");
+}
 
-    // A is not in the group itself (its primary group is another), and its umask is 077.
-    let first = Holder::spawn(cli_as(Some(&dir), a, a_gid, &["hold"]));
-    assert!(first.held_within(LONG), "user A could not hold");
-    // B is a member of the group, not the directory's owner.
-    let second = Holder::spawn(cli_as(Some(&dir), b, group, &["hold"]));
-    assert!(
-        !second.held_within(Duration::from_millis(500)),
-        "user B did not wait for user A's permit (N = 1)"
-    );
-    let (status, err) = first.release();
-    assert!(status.success(), "{err}");
-    assert!(second.held_within(LONG), "user B never got the permit");
-    let (status, err) = second.release();
-    assert!(status.success(), "user B failed: {err}");
-    for name in ["gpu0.gate", "gpu0.slot0", "gpu0.notify"] {
-        let meta = std::fs::metadata(dir.join(name)).unwrap();
-        assert_eq!(meta.gid(), group, "{name}");
-        assert_eq!(meta.mode() & 0o777, 0o660, "{name}");
+#[test]
+fn sticky_world_writable_directory_works_across_users_with_any_umask() {
+    if !root_or_skip("sticky_world_writable_directory_works_across_users_with_any_umask") {
+        return;
     }
+    let [a, b] = ids(2)[..] else { unreachable!() };
+    let root = tempdir();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = root.path().join("open");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let (mode, _) = two_users_share_the_cap(&dir, (a, a), (b, b));
+    assert_eq!(mode, 0o666, "mode {mode:o}");
 }
 
 /// Removes fixed paths under /tmp when the test ends, however it ends.
