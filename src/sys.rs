@@ -1,5 +1,25 @@
 //! The platform layer: every call that differs between operating systems lives here, so the
 //! modules above it have no `cfg` noise.
+//!
+//! # Slot directories and other local users
+//!
+//! A slot directory decides who shares a cap, so on Unix it is checked against the other users
+//! of the host ([`prepare_dir`], [`open_lock_file`]):
+//! - **Private** (the default, `/tmp/gpu-test-permit-<uid>`, mode 0700): owned by this user.
+//!   Another user can create that name in `/tmp` first; then the first of `<name>-1` ...
+//!   `<name>-16` that this user owns, else the first free one, is used ([`default_slot_dir`]).
+//! - **Shared through a group** (the way for several users, e.g. `chgrp gpu DIR; chmod 2770
+//!   DIR`): a directory owned by another user is accepted when it is group-writable, has the
+//!   setgid bit and its group is one of this process's groups. Root-owned directories are
+//!   accepted as they are (root could change anything anyway). Lock files created in a group- or
+//!   world-writable directory get the directory's group and mode 0660 (0666 when world-writable)
+//!   set with `fchmod`, so a member's umask cannot lock the others out.
+//! - A world-writable directory is accepted only with the sticky bit, and lets every local user
+//!   share the cap.
+//!
+//! Lock files are never followed through symbolic links, existing ones are opened without
+//! `O_CREAT` (which `fs.protected_regular` refuses on other users' files in sticky
+//! directories, even for root), and anything but a regular file is refused without blocking.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -663,5 +683,50 @@ impl ChangeWatch {
             self.step = (self.step * 2).min(Duration::from_millis(20));
             Ok(false)
         }
+    }
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_dir_choice_stays_put_once_an_alternative_is_taken() {
+        let base = tempfile::tempdir().unwrap();
+        let base = base.path();
+        let me = effective_uid();
+        let other = if me == 0 { 3_999_999_001 } else { me + 1 };
+        // Nothing there: the name itself.
+        assert_eq!(choose_private_dir(base, "d", me), (base.join("d"), None));
+        if me != 0 {
+            println!("skipped the rest: making a directory another user owns needs root");
+            return;
+        }
+        for name in ["d", "d-1"] {
+            std::fs::create_dir(base.join(name)).unwrap();
+            std::os::unix::fs::chown(base.join(name), Some(other), None).unwrap();
+        }
+        let (dir, note) = choose_private_dir(base, "d", me);
+        assert_eq!(dir, base.join("d-2"));
+        let note = note.unwrap();
+        assert!(note.contains(&format!("uid {other}")), "{note}");
+        std::fs::create_dir(&dir).unwrap();
+        // The squatter leaves: the user's processes keep agreeing on the alternative.
+        std::fs::remove_dir(base.join("d")).unwrap();
+        let (again, note) = choose_private_dir(base, "d", me);
+        assert_eq!(again, dir);
+        assert!(note.unwrap().contains("is missing"));
+        // Every name taken: the name itself, whose owner the directory check then reports.
+        for i in 3..=ALTERNATIVES {
+            let p = base.join(format!("d-{i}"));
+            std::fs::create_dir(&p).unwrap();
+            std::os::unix::fs::chown(&p, Some(other), None).unwrap();
+        }
+        std::fs::remove_dir(&dir).unwrap();
+        std::fs::create_dir(base.join("d")).unwrap();
+        std::os::unix::fs::chown(base.join("d"), Some(other), None).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(other), None).unwrap();
+        assert_eq!(choose_private_dir(base, "d", me), (base.join("d"), None));
     }
 }
