@@ -376,9 +376,21 @@ fn parse_dir(raw: &OsString) -> Result<PathBuf, &'static str> {
     Ok(p)
 }
 
-/// The per-user default slot directory: `/tmp/gpu-test-permit-<uid>` on Unix (not `$TMPDIR`,
-/// which CI systems often set per job, and jobs on one host must share one cap), and
+/// The per-user default slot directory: `/tmp/gpu-test-permit-<uid>` on Unix, and
 /// `%TEMP%\gpu-test-permit` elsewhere.
+///
+/// Every process of a user must land on the same directory, or they do not share the cap, so the
+/// choice depends only on what exists in `/tmp`, never on the environment: not `$TMPDIR`, which
+/// CI systems often set per job, and not `$XDG_RUNTIME_DIR` (`/run/user/<uid>`), which processes
+/// outside a login session (services, cron, `sudo -u`) lack and which is deleted with its slot
+/// files at the user's last logout while tests may still run.
+///
+/// Any local user can create `/tmp/gpu-test-permit-<uid>` first. When another user (not root)
+/// owns it, the first of `/tmp/gpu-test-permit-<uid>-1` ... `-16` that this user owns is used,
+/// else the first that does not exist yet (created 0700 at the first permit). Every process of
+/// the user picks the same one, and the first call in a process prints one line naming the
+/// owner and the directory used. When all are taken, permits fail with an error naming the
+/// owner; set [`DIR_VAR`] then. The choice is made once per process.
 pub fn default_slot_dir() -> PathBuf {
     crate::sys::default_slot_dir()
 }

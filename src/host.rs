@@ -753,7 +753,7 @@ fn sweep_wait_files(dir: &Path) {
             continue;
         }
         let path = entry.path();
-        let Some(file) = sys::open_existing_regular(&path) else {
+        let Some(file) = sys::open_regular_for_reading(&path).ok() else {
             continue;
         };
         // Removed while locked: its owner, if it comes back to life under a reused pid,
@@ -775,7 +775,7 @@ fn live_wait_records(dir: &Path) -> Vec<HolderRecord> {
         if !name.to_str().is_some_and(|n| n.starts_with(WAIT_PREFIX)) {
             continue;
         }
-        let Some(file) = sys::open_existing_regular(&entry.path()) else {
+        let Some(file) = sys::open_regular_for_reading(&entry.path()).ok() else {
             continue;
         };
         if is_locked(&file)
@@ -914,10 +914,25 @@ pub struct HostStatus {
     /// Requests waiting for slots now, one per waiting process (the threads of one process
     /// queue inside it, behind this one).
     pub waiters: Vec<HolderRecord>,
+    /// Files named like slot or wait files that were not read, such as a FIFO or a file this
+    /// user may not open, by name.
+    pub skipped: Vec<SkippedFile>,
+}
+
+/// A file [`status`] did not read, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkippedFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Why it was skipped.
+    pub reason: String,
 }
 
 /// Reads who holds and who waits for the slots in `dir`, without creating or taking anything.
 /// A missing directory has no slots. Leftover wait records of killed processes are removed.
+/// Never blocks: a FIFO, device or symbolic link named like a slot file is skipped and listed in
+/// [`HostStatus::skipped`].
 ///
 /// # Errors
 ///
@@ -927,6 +942,7 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
         dir: dir.to_path_buf(),
         slots: Vec::new(),
         waiters: Vec::new(),
+        skipped: Vec::new(),
     };
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -944,8 +960,20 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
         if index.is_none() && !waiter {
             continue;
         }
-        let Ok(file) = File::open(&path) else {
-            continue;
+        let mut skip = |reason: String| {
+            out.skipped.push(SkippedFile {
+                path: path.clone(),
+                reason,
+            })
+        };
+        let file = match sys::open_regular_for_reading(&path) {
+            Ok(file) => file,
+            // Removed since the listing: a waiter that stopped or a leftover cleaned up.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                skip(e.to_string());
+                continue;
+            }
         };
         let held = match file.try_lock_shared() {
             Ok(()) => {
@@ -953,7 +981,10 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
                 false
             }
             Err(TryLockError::WouldBlock) => true,
-            Err(TryLockError::Error(_)) => continue,
+            Err(TryLockError::Error(e)) => {
+                skip(format!("cannot test its lock: {e}"));
+                continue;
+            }
         };
         let record = || {
             let mut buf = vec![0u8; RECORD_LEN];
@@ -975,6 +1006,7 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
     }
     out.slots.sort_by_key(|s| s.index);
     out.waiters.sort_by_key(|w| w.since_unix_ms);
+    out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
 }
 

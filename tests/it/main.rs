@@ -7,6 +7,7 @@ mod capture;
 mod cli;
 mod config;
 mod decision;
+mod dirs;
 mod host;
 mod permit;
 mod probe;

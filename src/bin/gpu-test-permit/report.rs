@@ -20,10 +20,32 @@ fn who(r: &HolderRecord) -> String {
     format!(
         "pid {} {} ({}){}",
         r.pid,
-        r.test,
-        r.thread,
+        printable(&r.test),
+        printable(&r.thread),
         if r.exclusive { " exclusive" } else { "" }
     )
+}
+
+/// Text that other processes wrote (test and thread names in slot records) or named (paths),
+/// made safe for a terminal: control characters, which could clear the screen, move the cursor
+/// or start a forged line, and bidirectional overrides, which reorder what is shown, are
+/// escaped the way Rust writes them (`\r`, `\u{1b}`).
+fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control()
+            || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn printable_path(path: &Path) -> String {
+    printable(&path.to_string_lossy())
 }
 
 /// `status [--dir DIR]`: who holds the slots of the configured directory, since when, who waits.
@@ -37,8 +59,8 @@ pub(crate) fn status(args: &[String]) -> Result<ExitCode, String> {
         [flag, dir] if flag == "--dir" => dir.into(),
         _ => return Err("status: usage: status [--dir DIR]".into()),
     };
-    let s = host_status(&dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
-    println!("slot directory {}", s.dir.display());
+    let s = host_status(&dir).map_err(|e| format!("cannot read {}: {e}", printable_path(&dir)))?;
+    println!("slot directory {}", printable_path(&s.dir));
     if s.slots.is_empty() {
         println!("no slots yet (no permit was taken with this directory)");
     }
@@ -59,6 +81,13 @@ pub(crate) fn status(args: &[String]) -> Result<ExitCode, String> {
     }
     for w in &s.waiters {
         println!("waiting {}: {}", ago(w.since_unix_ms), who(w));
+    }
+    for f in &s.skipped {
+        println!(
+            "skipped {}: {}",
+            printable_path(&f.path),
+            printable(&f.reason)
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

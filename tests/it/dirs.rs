@@ -1,0 +1,318 @@
+//! The slot directory against other local users: planted links, shared group directories,
+//! squatted defaults and special files. Tests that switch uids run as root (as CI does) and skip
+//! with a printed reason otherwise.
+
+#![cfg(unix)]
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use gpu_test_permit::PermitPool;
+use gpu_test_permit::host::status;
+
+use crate::util::{Holder, bin, cli, tempdir};
+
+const LONG: Duration = Duration::from_secs(20);
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Whether a test that switches uids can run; prints why not.
+fn root_or_skip(test: &str) -> bool {
+    if !is_root() {
+        println!("skipped {test}: switching to other uids needs root (CI runs as root)");
+    }
+    is_root()
+}
+
+/// Uids and gids no account uses, different for every test process, so concurrent runs never
+/// meet in the fixed default directories under /tmp.
+fn ids(n: u32) -> Vec<u32> {
+    let base = 3_000_000_000 + (std::process::id() % 100_000) * 16;
+    (0..n).map(|i| base + i).collect()
+}
+
+fn mkfifo(path: &Path) {
+    let c = CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+/// Runs `cmd` to completion, killing it after `limit`: `None` when it had to be killed.
+fn output_within(mut cmd: Command, limit: Duration) -> Option<Output> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Some(child.wait_with_output().unwrap())
+}
+
+/// The CLI as another uid and gid, under `umask 077`, with the permit environment cleared.
+fn cli_as(dir: Option<&Path>, uid: u32, gid: u32, args: &[&str]) -> Command {
+    let mut c = Command::new("sh");
+    c.arg("-c")
+        .arg("umask 077; exec \"$0\" \"$@\"")
+        .arg(bin())
+        .args(args);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("GPU_TEST_PERMIT_")
+            || k.starts_with("NEXTEST_")
+            || k == "REALIZAR_GPU_TEST_CONCURRENCY"
+        {
+            c.env_remove(&*k);
+        }
+    }
+    if let Some(dir) = dir {
+        c.env("GPU_TEST_PERMIT_DIR", dir);
+    }
+    c.env("REALIZAR_GPU_TEST_CONCURRENCY", "1")
+        .env("GPU_TEST_PERMIT_GPUS", "1")
+        .env("GPU_TEST_PERMIT_TIMEOUT", "60s")
+        .uid(uid)
+        .gid(gid);
+    c
+}
+
+#[test]
+fn write_check_never_follows_a_planted_symlink() {
+    let root = tempdir();
+    let victim = root.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let dir = root.path().join("slots");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // Where the write check of this process used to create and truncate its probe file.
+    let planted = dir.join(format!(".write-check-{}", std::process::id()));
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    PermitPool::builder().slot_dir(&dir).build().unwrap();
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    assert!(
+        std::fs::symlink_metadata(&planted)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the planted link is not ours to remove"
+    );
+}
+
+/// Runs `hold` as user A and then as user B (each `(uid, gid)`, both under `umask 077`) on
+/// `dir` with N = 1: B must wait while A holds, then get the permit. Returns the mode of the
+/// slot files, which must all agree, and their group.
+fn two_users_share_the_cap(dir: &Path, a: (u32, u32), b: (u32, u32)) -> (u32, u32) {
+    let first = Holder::spawn(cli_as(Some(dir), a.0, a.1, &["hold"]));
+    assert!(first.held_within(LONG), "user A could not hold");
+    let second = Holder::spawn(cli_as(Some(dir), b.0, b.1, &["hold"]));
+    assert!(
+        !second.held_within(Duration::from_millis(500)),
+        "user B did not wait for user A's permit (N = 1)"
+    );
+    let (status, err) = first.release();
+    assert!(status.success(), "{err}");
+    assert!(second.held_within(LONG), "user B never got the permit");
+    let (status, err) = second.release();
+    assert!(status.success(), "user B failed: {err}");
+    let metas: Vec<_> = ["gpu0.gate", "gpu0.slot0", "gpu0.notify"]
+        .iter()
+        .map(|name| std::fs::metadata(dir.join(name)).unwrap())
+        .map(|m| (m.mode() & 0o777, m.gid()))
+        .collect();
+    assert!(metas.iter().all(|m| *m == metas[0]), "{metas:?}");
+    metas[0]
+}
+
+#[test]
+fn shared_group_directory_works_across_users_with_any_umask() {
+    if !root_or_skip("shared_group_directory_works_across_users_with_any_umask") {
+        return;
+    }
+    let [group, a, a_gid, b] = ids(4)[..] else {
+        unreachable!()
+    };
+    let root = tempdir();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Owned by user A, group-owned by the sharing group, setgid so files inherit the group.
+    let dir = root.path().join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(a), Some(group)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    // A is not in the group itself (its primary group is another); B is a member of the group,
+    // not the directory's owner.
+    let (mode, gid) = two_users_share_the_cap(&dir, (a, a_gid), (b, group));
+    assert_eq!((mode, gid), (0o660, group), "mode {mode:o}");
+}
+
+#[test]
+fn sticky_world_writable_directory_works_across_users_with_any_umask() {
+    if !root_or_skip("sticky_world_writable_directory_works_across_users_with_any_umask") {
+        return;
+    }
+    let [a, b] = ids(2)[..] else { unreachable!() };
+    let root = tempdir();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = root.path().join("open");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let (mode, _) = two_users_share_the_cap(&dir, (a, a), (b, b));
+    assert_eq!(mode, 0o666, "mode {mode:o}");
+}
+
+/// Removes fixed paths under /tmp when the test ends, however it ends.
+struct RemoveOnDrop(Vec<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
+}
+
+#[test]
+fn squatted_default_directory_falls_back_to_a_private_one() {
+    if !root_or_skip("squatted_default_directory_falls_back_to_a_private_one") {
+        return;
+    }
+    let [user, squatter] = ids(2)[..] else {
+        unreachable!()
+    };
+    let default = PathBuf::from(format!("/tmp/gpu-test-permit-{user}"));
+    let alternatives: Vec<PathBuf> = (1..4)
+        .map(|i| PathBuf::from(format!("/tmp/gpu-test-permit-{user}-{i}")))
+        .collect();
+    let mut all = vec![default.clone()];
+    all.extend(alternatives.iter().cloned());
+    let _cleanup = RemoveOnDrop(all.clone());
+    for p in &all {
+        let _ = std::fs::remove_dir_all(p);
+    }
+    // The squatter took the default and the first alternative.
+    for p in [&default, &alternatives[0]] {
+        std::fs::create_dir(p).unwrap();
+        std::os::unix::fs::chown(p, Some(squatter), Some(squatter)).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let out =
+        output_within(cli_as(None, user, user, &["run", "--", "true"]), LONG).expect("run hung");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let used = &alternatives[1];
+    assert!(
+        err.contains(&format!("uid {squatter}")) && err.contains(&*used.to_string_lossy()),
+        "no line says why another directory is used: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let meta = std::fs::symlink_metadata(used).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!(meta.uid(), user);
+    assert_eq!(meta.mode() & 0o777, 0o700);
+    // Every process of the user lands on the same directory, `status` included.
+    let out = output_within(cli_as(None, user, user, &["status"]), LONG).expect("status hung");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.contains(&format!("slot directory {}", used.display())),
+        "{text}"
+    );
+    assert!(text.contains("slot 0: free"), "{text}");
+}
+
+#[test]
+fn status_does_not_block_on_a_fifo_slot_file() {
+    let dir = tempdir();
+    mkfifo(&dir.path().join("gpu0.slot0"));
+    mkfifo(&dir.path().join("gpu0.wait.1"));
+    let mut c = cli(dir.path(), 1);
+    c.args(["status", "--dir"]).arg(dir.path());
+    let out = output_within(c, Duration::from_secs(10)).expect("status blocked on a FIFO");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("gpu0.slot0") && text.contains("not a regular file"),
+        "{text}"
+    );
+
+    let path = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(status(&path)));
+    let s = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("host::status blocked on a FIFO")
+        .unwrap();
+    assert!(s.slots.is_empty() && s.waiters.is_empty(), "{s:?}");
+    assert_eq!(s.skipped.len(), 2, "{s:?}");
+    // A FIFO is never removed as a killed waiter's leftover.
+    assert!(dir.path().join("gpu0.wait.1").exists());
+}
+
+#[test]
+fn lock_file_that_is_a_fifo_is_refused() {
+    let dir = tempdir();
+    mkfifo(&dir.path().join("gpu0.slot0"));
+    let path = dir.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let built = PermitPool::builder().slot_dir(&path).build();
+        tx.send(built.map(|_| ()).map_err(|e| e.to_string()))
+    });
+    let msg = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("opening the slots blocked on a FIFO")
+        .expect_err("a FIFO was used as a slot file");
+    assert!(
+        msg.contains("gpu0.slot0") && msg.contains("not a regular file"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn status_escapes_control_characters_in_records() {
+    let dir = tempdir();
+    let evil = "evil\x1b[2J\r\nforged slot 7: free\u{202e}";
+    let holder = Holder::spawn({
+        let mut c = cli(dir.path(), 1);
+        c.arg("hold")
+            .env("NEXTEST_RUN_ID", "escapes")
+            .env("NEXTEST_TEST_NAME", evil)
+            .env("GPU_TEST_PERMIT_GPUS", "1");
+        c
+    });
+    assert!(holder.held_within(LONG));
+    let mut c = cli(dir.path(), 1);
+    c.args(["status", "--dir"]).arg(dir.path());
+    let out = output_within(c, LONG).expect("status hung");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        !text.contains(['\x1b', '\r', '\u{202e}']),
+        "raw control characters: {text:?}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("forged")),
+        "a forged line: {text}"
+    );
+    assert!(
+        text.contains(r"evil\u{1b}[2J\r\nforged slot 7: free\u{202e}"),
+        "{text}"
+    );
+    let (status, err) = holder.release();
+    assert!(status.success(), "{err}");
+}
