@@ -113,10 +113,35 @@ impl HolderRecord {
         if text.is_empty() {
             return Ok(None);
         }
-        serde_json::from_str(text)
-            .map(Some)
-            .map_err(|e| e.to_string())
+        let mut r: HolderRecord = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        // Another process wrote the names: keep them from moving a terminal's cursor or
+        // starting a forged line wherever they are shown.
+        r.test = escape_controls(&r.test);
+        r.thread = escape_controls(&r.thread);
+        Ok(Some(r))
     }
+}
+
+/// `text` with control characters and bidirectional overrides escaped as Rust writes them
+/// (`\r`, `\u{1b}`).
+pub(crate) fn escape_controls(text: &str) -> String {
+    if !text.chars().any(needs_escape) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if needs_escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 fn truncate(s: &mut String, limit: usize) {
@@ -917,6 +942,21 @@ pub struct HostStatus {
     /// Files named like slot or wait files that were not read, such as a FIFO or a file this
     /// user may not open, by name.
     pub skipped: Vec<SkippedFile>,
+    /// The layout the directory serves (see the [module docs](self)), if it has one.
+    pub layout: Option<Layout>,
+    /// The head of the cross-process queue, when a request waits at the gate.
+    pub head: Option<QueueHead>,
+}
+
+/// The request at the head of the cross-process queue, as [`status`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueHead {
+    /// Its record.
+    pub request: HolderRecord,
+    /// Its process is stopped (`SIGSTOP`, Ctrl-Z, a debugger): the requests behind it take
+    /// free slots past it until it resumes.
+    pub stopped: bool,
 }
 
 /// A file [`status`] did not read, and why.
@@ -943,6 +983,8 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
         slots: Vec::new(),
         waiters: Vec::new(),
         skipped: Vec::new(),
+        layout: None,
+        head: None,
     };
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -1007,6 +1049,17 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
     out.slots.sort_by_key(|s| s.index);
     out.waiters.sort_by_key(|w| w.since_unix_ms);
     out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    if let Ok(file) = sys::open_regular_for_reading(&dir.join("gpu0.layout")) {
+        out.layout = read_start(&file, LAYOUT_LEN).and_then(|b| Layout::decode(&b).ok().flatten());
+    }
+    if let Ok(gate) = sys::open_regular_for_reading(&dir.join("gpu0.gate"))
+        && is_locked(&gate)
+    {
+        out.head = read_record(&gate).map(|request| QueueHead {
+            stopped: sys::process_is_stopped(request.pid),
+            request,
+        });
+    }
     Ok(out)
 }
 
@@ -1031,6 +1084,12 @@ mod tests {
         assert!(back.test.len() <= NAME_LIMIT + '…'.len_utf8());
         assert_eq!(HolderRecord::decode(&[b' '; 64]).unwrap(), None);
         assert!(HolderRecord::decode(b"{not json").is_err());
+        let forged = HolderRecord {
+            test: "t\x1b[2J\r\nforged \u{202e}x".into(),
+            ..r
+        };
+        let back = HolderRecord::decode(&forged.encode()).unwrap().unwrap();
+        assert_eq!(back.test, "t\\u{1b}[2J\\r\\nforged \\u{202e}x");
         assert!(HolderRecord::decode(&[0xff, 0xfe]).is_err());
     }
 }

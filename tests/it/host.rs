@@ -232,6 +232,29 @@ mod processes {
             waiting(dir.path(), b_pid)
         });
         signal(b_pid, libc::SIGSTOP);
+        // Status shows the stopped head (once the signal has landed).
+        let mut seen = None;
+        wait_until(
+            "status shows the stopped head",
+            Duration::from_secs(10),
+            || {
+                let s = gpu_test_permit::host::status(dir.path()).unwrap();
+                let stopped = s
+                    .head
+                    .as_ref()
+                    .is_some_and(|h| h.request.pid == b_pid && h.stopped);
+                seen = Some(s);
+                stopped
+            },
+        );
+        let seen = seen.unwrap();
+        assert_eq!(
+            seen.layout,
+            Some(gpu_test_permit::host::Layout {
+                per_gpu: 1,
+                gpus: 1
+            })
+        );
         let (status, _) = a.release();
         assert!(status.success());
         // The slot is free and the head of the queue cannot take it: a third process must.

@@ -61,6 +61,9 @@ pub(crate) fn status(args: &[String]) -> Result<ExitCode, String> {
     };
     let s = host_status(&dir).map_err(|e| format!("cannot read {}: {e}", printable_path(&dir)))?;
     println!("slot directory {}", printable_path(&s.dir));
+    if let Some(layout) = &s.layout {
+        println!("layout: {layout}");
+    }
     if s.slots.is_empty() {
         println!("no slots yet (no permit was taken with this directory)");
     }
@@ -75,6 +78,18 @@ pub(crate) fn status(args: &[String]) -> Result<ExitCode, String> {
             (None, true) => println!("slot {}: held (no readable record)", slot.index),
             (None, false) => println!("slot {}: free", slot.index),
         }
+    }
+    if let Some(head) = &s.head {
+        println!(
+            "head of the queue {}: {}{}",
+            ago(head.request.since_unix_ms),
+            who(&head.request),
+            if head.stopped {
+                " (process stopped: the requests behind it take free slots past it)"
+            } else {
+                ""
+            }
+        );
     }
     if s.waiters.is_empty() {
         println!("waiting: nobody");
