@@ -252,7 +252,9 @@ fn status_does_not_block_on_a_fifo_slot_file() {
 
     let path = dir.path().to_path_buf();
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || tx.send(status(&path)));
+    std::thread::spawn(move || {
+        let _ = tx.send(status(&path));
+    });
     let s = rx
         .recv_timeout(Duration::from_secs(10))
         .expect("host::status blocked on a FIFO")
