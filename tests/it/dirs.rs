@@ -72,15 +72,7 @@ fn cli_as(dir: Option<&Path>, uid: u32, gid: u32, args: &[&str]) -> Command {
         .arg("umask 077; exec \"$0\" \"$@\"")
         .arg(bin())
         .args(args);
-    for (k, _) in std::env::vars_os() {
-        let k = k.to_string_lossy();
-        if k.starts_with("GPU_TEST_PERMIT_")
-            || k.starts_with("NEXTEST_")
-            || k == "REALIZAR_GPU_TEST_CONCURRENCY"
-        {
-            c.env_remove(&*k);
-        }
-    }
+    crate::util::clear_permit_env(&mut c);
     if let Some(dir) = dir {
         c.env("GPU_TEST_PERMIT_DIR", dir);
     }

@@ -453,19 +453,6 @@ mod processes {
         sh.output().unwrap()
     }
 
-    fn slot_files(dir: &Path) -> usize {
-        std::fs::read_dir(dir)
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .starts_with("gpu0.slot")
-            })
-            .count()
-    }
-
     #[test]
     fn a_concurrency_beyond_the_descriptor_limit_is_refused_before_any_slot_file_is_made() {
         let dir = tempdir();
@@ -476,7 +463,11 @@ mod processes {
             err.contains("needs 1028 open files") && err.contains("ulimit -n"),
             "{err}"
         );
-        assert_eq!(slot_files(dir.path()), 0, "slot files were left behind");
+        assert_eq!(
+            crate::util::files_named(dir.path(), "gpu0.slot"),
+            0,
+            "slot files were left behind"
+        );
     }
 
     #[test]

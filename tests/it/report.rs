@@ -46,16 +46,7 @@ fn status_lists_the_holder_and_the_waiter_and_forgets_a_killed_waiter() {
     let text =
         String::from_utf8(cli(dir.path(), 1).arg("status").output().unwrap().stdout).unwrap();
     assert!(text.contains("waiting: nobody"), "{text}");
-    let leftovers = std::fs::read_dir(dir.path())
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .file_name()
-                .to_string_lossy()
-                .contains("wait.")
-        })
-        .count();
+    let leftovers = crate::util::files_named(dir.path(), "wait.");
     assert_eq!(leftovers, 0);
     drop(holder);
 }

@@ -27,9 +27,8 @@ pub fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpu-test-permit"))
 }
 
-/// The CLI with a clean permit environment pointing at `dir`.
-pub fn cli(dir: &Path, n: usize) -> Command {
-    let mut c = Command::new(bin());
+/// Removes every variable of this crate and of nextest from `c`'s environment.
+pub fn clear_permit_env(c: &mut Command) {
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
         if k.starts_with("GPU_TEST_PERMIT_")
@@ -39,6 +38,26 @@ pub fn cli(dir: &Path, n: usize) -> Command {
             c.env_remove(&*k);
         }
     }
+}
+
+/// How many entries of `dir` have a name containing `part`.
+pub fn files_named(dir: &Path, part: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(part)
+        })
+        .count()
+}
+
+/// The CLI with a clean permit environment pointing at `dir`.
+pub fn cli(dir: &Path, n: usize) -> Command {
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
     c.env("GPU_TEST_PERMIT_DIR", dir)
         .env("REALIZAR_GPU_TEST_CONCURRENCY", n.to_string());
     c
