@@ -1,0 +1,193 @@
+//! Why a permit could not be had, and who was in the way.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::PermitKind;
+use crate::host::HostError;
+
+/// Why a permit could not be had.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AcquireError {
+    /// The deadline passed; the error lists who held the permits.
+    Timeout(WaitTimeout),
+    /// The thread holds a shared permit and asked for an exclusive one, which would wait for
+    /// itself forever. Take the exclusive permit first, or drop the shared one.
+    ExclusiveWhileShared,
+    /// A non-blocking request ([`PermitPool::try_acquire`](crate::PermitPool::try_acquire)) found no free permit.
+    WouldBlock,
+    /// The host slots could not be used.
+    Host(HostError),
+}
+
+impl fmt::Display for AcquireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AcquireError::Timeout(t) => t.fmt(f),
+            AcquireError::ExclusiveWhileShared => f.write_str(
+                "this thread asked for an exclusive GPU permit while holding a \
+                 shared one, which would wait for itself forever; take the exclusive permit \
+                 before any shared one, or drop the shared one first",
+            ),
+            AcquireError::WouldBlock => f.write_str("no GPU permit is free right now"),
+            AcquireError::Host(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for AcquireError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            AcquireError::Host(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Someone holding a permit, as shown in a [`WaitTimeout`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// Test name, as far as it is known.
+    pub test: String,
+    /// Thread name.
+    pub thread: String,
+    /// Process id.
+    pub pid: u32,
+    /// How long it has held the permit.
+    pub held_for: Duration,
+    /// Whether it holds the whole pool.
+    pub exclusive: bool,
+    /// Whether its process was stopped (`SIGSTOP`, Ctrl-Z, a debugger): it keeps its permit
+    /// until it is resumed or killed.
+    pub stopped: bool,
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "test `{}` (thread `{}`, pid {}) for {:.1}s{}{}",
+            self.test,
+            self.thread,
+            self.pid,
+            self.held_for.as_secs_f64(),
+            if self.exclusive { ", exclusive" } else { "" },
+            if self.stopped {
+                ", its process stopped (SIGSTOP, Ctrl-Z or a debugger)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// A wait that passed its deadline.
+#[derive(Clone, Debug)]
+pub struct WaitTimeout {
+    /// How long the caller waited.
+    pub waited: Duration,
+    /// What was asked for.
+    pub kind: PermitKind,
+    /// The test that waited.
+    pub test: String,
+    /// The pool's permit count N.
+    pub concurrency: usize,
+    /// Who held permits when the wait gave up (this process and, through the host slots,
+    /// others).
+    pub holders: Vec<Holder>,
+    /// Requests of other processes that were waiting too, the head of the queue first: they
+    /// come before this one, unless stopped.
+    pub waiters: Vec<Waiter>,
+    /// Requests of this process queued at that moment.
+    pub queued_here: usize,
+}
+
+/// A request of another process that was waiting when a wait gave up, as shown in a
+/// [`WaitTimeout`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waiter {
+    /// Test name, as far as it is known.
+    pub test: String,
+    /// Thread name.
+    pub thread: String,
+    /// Process id.
+    pub pid: u32,
+    /// How long it had been waiting.
+    pub waiting_for: Duration,
+    /// Whether it asked for the whole pool.
+    pub exclusive: bool,
+    /// Whether it was the head of the queue (the next to take a permit).
+    pub head: bool,
+    /// Whether its process was stopped (`SIGSTOP`, Ctrl-Z, a debugger): a stopped head loses
+    /// its turn to the waiters behind it.
+    pub stopped: bool,
+}
+
+impl fmt::Display for Waiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "test `{}` (thread `{}`, pid {}) waiting {:.1}s for a{} permit{}{}",
+            self.test,
+            self.thread,
+            self.pid,
+            self.waiting_for.as_secs_f64(),
+            if self.exclusive { "n exclusive" } else { "" },
+            if self.head {
+                ", at the head of the queue"
+            } else {
+                ""
+            },
+            if self.stopped {
+                ", its process stopped (SIGSTOP, Ctrl-Z or a debugger)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+impl fmt::Display for WaitTimeout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "test `{}` waited {:.1}s for a{} GPU permit (N = {}) and gave up.",
+            self.test,
+            self.waited.as_secs_f64(),
+            if self.kind == PermitKind::Exclusive {
+                "n exclusive"
+            } else {
+                ""
+            },
+            self.concurrency
+        )?;
+        if self.holders.is_empty() {
+            write!(f, " No permit holder was found.")?;
+        } else {
+            write!(f, " Holders:")?;
+            for h in &self.holders {
+                write!(f, "\n  - {h}")?;
+            }
+        }
+        if !self.waiters.is_empty() {
+            write!(f, "\nWaiting in other processes:")?;
+            for w in &self.waiters {
+                write!(f, "\n  - {w}")?;
+            }
+        }
+        if self.queued_here > 0 {
+            write!(
+                f,
+                "\n  ({} more request(s) of this process queued)",
+                self.queued_here
+            )?;
+        }
+        write!(
+            f,
+            "\nA holder that is stuck is the usual cause; otherwise raise GPU_TEST_PERMIT_TIMEOUT."
+        )
+    }
+}

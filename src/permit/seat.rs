@@ -1,0 +1,382 @@
+//! Where a held permit keeps its state, and the guards that point at it.
+//!
+//! # How it works
+//!
+//! A pool has one [`Seat`] per unit it can hand out (N per GPU times the GPUs): a permit holds
+//! at least one unit, so a request that got its units always finds a free seat. A seat's
+//! `word` packs a generation (high bits) and the number of live guards of its permit (low
+//! [`GUARD_BITS`]). Taking a new permit claims a seat and bumps its generation; a nested
+//! acquisition or [`GpuTestPermit::share`] adds a guard with one compare-and-swap; a guard's
+//! drop removes one, and the drop that removes the last returns the permit
+//! ([`PoolInner::release`]).
+//!
+//! A thread remembers the permits it holds in a thread-local list of (pool, seat, generation);
+//! that list is only a lookup aid for reentrancy: the counts live in the pool, so a guard may
+//! move to and drop on any thread, and an entry whose permit is gone is recognised by a changed
+//! generation (or no guards) and pruned.
+//!
+//! Guards point at the pool through a raw pointer. The pool is freed either by its handle's
+//! drop, when nothing is out, or — when permits outlive the handle — by the release that
+//! returns the last unit ([`LocalPool::close`](super::local) decides which, atomically). So a
+//! guard's pointer is valid for as long as the guard lives, which is what the `unsafe` below
+//! relies on.
+
+use std::fmt;
+use std::ptr::NonNull;
+use std::time::{Duration, SystemTime};
+
+use super::PermitKind;
+use super::pool::PoolInner;
+use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+/// A held GPU permit. Dropping the guard returns the permit (on any thread).
+///
+/// Guards obtained while the thread already holds a permit (nested acquisitions, and
+/// [`share`](Self::share)) keep the same permit; it is returned when the last of its guards
+/// drops. Put the permit *last* in a fixture struct, so the GPU objects declared before it drop
+/// first (or use [`Permitted`](crate::Permitted), which gets the order right).
+#[must_use = "the permit is returned as soon as the guard is dropped"]
+#[clippy::has_significant_drop]
+pub struct GpuTestPermit {
+    /// Alive while any guard of the permit lives: the permit's units are not returned before
+    /// its last guard drops, and a pool is freed only once all units are back.
+    pub(super) pool: NonNull<PoolInner>,
+    pub(super) seat: usize,
+    pub(super) nested: Nested,
+}
+
+/// Whether a guard is its permit's first or a later one. A full word rather than a `bool`: a
+/// guard is returned through memory, and a one-byte store read back as part of a wider copy
+/// stalls store forwarding on the nested fast path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub(super) enum Nested {
+    No = 0,
+    Yes = 1,
+}
+
+// SAFETY: a guard only reaches its pool through `pool`, which stays valid while the guard lives
+// (the permit's units are returned by its last guard, as that guard's last use of the pool);
+// everything it touches there is atomics and mutexes, so guards may move to and be used from
+// any thread.
+unsafe impl Send for GpuTestPermit {}
+// SAFETY: as above; `&GpuTestPermit` only reads atomics.
+unsafe impl Sync for GpuTestPermit {}
+
+impl GpuTestPermit {
+    fn pool(&self) -> &PoolInner {
+        // SAFETY: see the `Send` impl; this guard counts in `seat`, so the pool is alive.
+        unsafe { self.pool.as_ref() }
+    }
+
+    fn seat(&self) -> &Seat {
+        &self.pool().seats[self.seat]
+    }
+
+    /// Whether this guard holds the whole pool.
+    pub fn is_exclusive(&self) -> bool {
+        self.kind() == PermitKind::Exclusive
+    }
+
+    /// Shared or exclusive.
+    pub fn kind(&self) -> PermitKind {
+        if self.seat().exclusive.load(Ordering::Relaxed) {
+            PermitKind::Exclusive
+        } else {
+            PermitKind::Shared
+        }
+    }
+
+    /// Whether this guard came from a nested acquisition or [`share`](Self::share), i.e. another
+    /// guard of the same permit exists or existed.
+    pub fn is_nested(&self) -> bool {
+        self.nested == Nested::Yes
+    }
+
+    /// The host slots this permit holds: one for a shared permit, all N for an exclusive one,
+    /// none for a pool without host slots. The first slot is a natural device ordinal hint.
+    pub fn slots(&self) -> std::ops::Range<usize> {
+        let first = self.seat().first_slot.load(Ordering::Relaxed);
+        if first == NO_SLOT {
+            0..0
+        } else if self.is_exclusive() {
+            0..self.pool().local.capacity()
+        } else {
+            first..first + 1
+        }
+    }
+
+    /// The GPU this permit is for, on a pool that spans several GPUs
+    /// ([`PoolBuilder::gpus`](crate::PoolBuilder::gpus), `GPU_TEST_PERMIT_GPUS`): its host slot modulo the number of GPUs,
+    /// so that N permits per GPU spread over all of them. `Some(0)` on a one-GPU pool; `None`
+    /// for an exclusive permit (it holds every GPU) and on a multi-GPU pool without host slots.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    /// # let dir = std::env::temp_dir().join(format!("gtp-doc-device-{}", std::process::id()));
+    /// // One permit per GPU on a two-GPU host.
+    /// let pool = PermitPool::builder().concurrency(1).gpus(2).slot_dir(&dir).build()?;
+    /// let mine = pool.acquire();
+    /// let theirs = std::thread::scope(|s| s.spawn(|| pool.acquire().device()).join().unwrap());
+    /// assert_eq!((mine.device(), theirs), (Some(0), Some(1)));
+    /// # drop(mine); drop(pool); std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
+    pub fn device(&self) -> Option<usize> {
+        let gpus = self.pool().gpus;
+        if self.is_exclusive() {
+            return None;
+        }
+        match self.slots() {
+            s if s.is_empty() => (gpus == 1).then_some(0),
+            s => Some(s.start % gpus),
+        }
+    }
+
+    /// How long the permit has been held.
+    pub fn held_for(&self) -> Duration {
+        crate::sys::coarse_elapsed(self.seat().since.load(Ordering::Relaxed))
+    }
+
+    /// Another guard of the same permit, to hand to a worker thread. The permit is returned
+    /// when the last guard drops. On the worker, [`enter`](Self::enter) makes nested
+    /// acquisitions use this permit instead of waiting for a new one.
+    ///
+    /// # Panics
+    ///
+    /// If one permit has more than 16 million live guards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let permit = gpu_test_permit::acquire();
+    /// let for_worker = permit.share();
+    /// std::thread::spawn(move || {
+    ///     let _entered = for_worker.enter();
+    ///     let nested = gpu_test_permit::acquire(); // free: the worker uses the test's permit
+    ///     assert!(nested.is_nested());
+    /// })
+    /// .join()
+    /// .unwrap();
+    /// ```
+    pub fn share(&self) -> GpuTestPermit {
+        let before = self.seat().word.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            before & GUARDS < GUARDS,
+            "gpu-test-permit: too many guards of one permit"
+        );
+        GpuTestPermit {
+            pool: self.pool,
+            seat: self.seat,
+            nested: Nested::Yes,
+        }
+    }
+
+    /// Makes the current thread count as holding this permit until the returned guard drops:
+    /// acquisitions from its pool on this thread return nested guards.
+    pub fn enter(&self) -> EnteredPermit<'_> {
+        let generation = self.seat().word.load(Ordering::Relaxed) >> GUARD_BITS;
+        let entry = ThreadPermit {
+            pool_id: self.pool().id,
+            seat: self.seat,
+            generation,
+        };
+        with_thread_permits(|v| v.push(entry));
+        EnteredPermit {
+            permit: self,
+            entry,
+            _not_send: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for GpuTestPermit {
+    fn drop(&mut self) {
+        let before = self.seat().word.fetch_sub(1, Ordering::AcqRel);
+        if before & GUARDS == 1 {
+            // The last guard of the permit: return it.
+            // SAFETY: the pool is alive: this permit's units are still out, and `release`
+            // returns them as its last use of the pool.
+            unsafe { PoolInner::release(self.pool, self.seat) };
+        }
+    }
+}
+
+impl fmt::Debug for GpuTestPermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GpuTestPermit")
+            .field("kind", &self.kind())
+            .field("nested", &self.is_nested())
+            .field("slots", &self.slots())
+            .field("held_for", &self.held_for())
+            .finish()
+    }
+}
+
+/// The current thread counts as holding a permit while this lives (see
+/// [`GpuTestPermit::enter`]). Not `Send`: it is about the thread that created it.
+#[must_use = "the thread stops counting as a holder when this is dropped"]
+pub struct EnteredPermit<'a> {
+    permit: &'a GpuTestPermit,
+    entry: ThreadPermit,
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for EnteredPermit<'_> {
+    fn drop(&mut self) {
+        let entry = self.entry;
+        with_thread_permits(|v| {
+            if let Some(pos) = v.iter().rposition(|e| *e == entry) {
+                v.remove(pos);
+            }
+        });
+    }
+}
+
+impl fmt::Debug for EnteredPermit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EnteredPermit")
+            .field("permit", self.permit)
+            .finish()
+    }
+}
+
+/// A permit the current thread holds: its pool, seat and the seat's generation when taken.
+/// Only a lookup aid for reentrancy; the counts live in the pool, so a guard may be dropped on
+/// any thread, and an entry whose permit is gone is recognised by the generation and pruned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ThreadPermit {
+    pub(super) pool_id: u64,
+    pub(super) seat: usize,
+    pub(super) generation: u64,
+}
+
+#[cfg(not(loom))]
+thread_local! {
+    static THREAD_PERMITS: std::cell::RefCell<Vec<ThreadPermit>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+#[cfg(loom)]
+loom::thread_local! {
+    static THREAD_PERMITS: std::cell::RefCell<Vec<ThreadPermit>> =
+        std::cell::RefCell::new(Vec::new());
+}
+
+pub(super) fn with_thread_permits<R>(f: impl FnOnce(&mut Vec<ThreadPermit>) -> R) -> R {
+    THREAD_PERMITS.with(|cell| f(&mut cell.borrow_mut()))
+}
+
+/// Bits of a seat's word that count live guards; the rest is the seat's generation.
+pub(super) const GUARD_BITS: u32 = 24;
+pub(super) const GUARDS: u64 = (1 << GUARD_BITS) - 1;
+pub(super) const NO_SLOT: usize = usize::MAX;
+
+/// Where one real permit keeps its state. A pool has N seats, as many as it can have permits
+/// (each permit holds at least one unit), so a request that got its units always finds a free
+/// seat.
+#[derive(Debug)]
+pub(super) struct Seat {
+    /// Claimed by a permit (set first on claim, cleared last on release).
+    pub(super) claimed: AtomicBool,
+    /// Generation (high bits) and number of live guards (low [`GUARD_BITS`]).
+    pub(super) word: AtomicU64,
+    pub(super) exclusive: AtomicBool,
+    pub(super) first_slot: AtomicUsize,
+    /// [`crate::sys::coarse_ns`] when granted.
+    pub(super) since: AtomicU64,
+    /// Thread that took it, for diagnostics.
+    pub(super) thread: AtomicU64,
+    /// Names and wall-clock start, kept only where host records or a trace need them.
+    pub(super) detail: parking_lot::Mutex<Option<Detail>>,
+}
+
+#[derive(Debug)]
+pub(super) struct Detail {
+    pub(super) test: String,
+    pub(super) thread: String,
+    pub(super) since_wall: SystemTime,
+}
+
+impl Seat {
+    pub(super) fn new() -> Seat {
+        Seat {
+            claimed: AtomicBool::new(false),
+            word: AtomicU64::new(0),
+            exclusive: AtomicBool::new(false),
+            first_slot: AtomicUsize::new(NO_SLOT),
+            since: AtomicU64::new(0),
+            thread: AtomicU64::new(0),
+            detail: parking_lot::Mutex::new(None),
+        }
+    }
+}
+
+impl PoolInner {
+    /// Claims a free seat for a permit that holds its units. Returns the seat and its
+    /// generation.
+    pub(super) fn claim_seat(&self) -> (usize, u64) {
+        loop {
+            for (i, seat) in self.seats.iter().enumerate() {
+                if seat
+                    .claimed
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    let generation = (seat.word.load(Ordering::Relaxed) >> GUARD_BITS) + 1;
+                    seat.word
+                        .store(generation << GUARD_BITS | 1, Ordering::Release);
+                    return (i, generation);
+                }
+            }
+            // Unreachable by counting (N seats, at most N permits hold units); a releasing
+            // permit frees its seat before its units, so this only waits out that window.
+            crate::sync::yield_now();
+        }
+    }
+
+    /// Returns the permit in `seat`, whose last guard just dropped; frees the pool if its
+    /// handle is gone and this was its last permit.
+    ///
+    /// # Safety
+    ///
+    /// `this` points to a live pool, `seat` holds a permit whose last guard is gone, and the
+    /// caller does not touch the pool afterwards.
+    pub(super) unsafe fn release(this: NonNull<PoolInner>, seat: usize) {
+        {
+            // SAFETY: the permit's units are out, so the pool is alive until they are returned.
+            let pool = unsafe { this.as_ref() };
+            let s = &pool.seats[seat];
+            let exclusive = s.exclusive.load(Ordering::Relaxed);
+            let first_slot = s.first_slot.load(Ordering::Relaxed);
+            let detail = if pool.detailed() {
+                s.detail.lock().take()
+            } else {
+                None
+            };
+            let units = if exclusive { pool.local.capacity() } else { 1 };
+            // Read everything first: once unclaimed, the seat belongs to the next permit.
+            s.claimed.store(false, Ordering::Release);
+            let end = pool.tracer.as_ref().map(|_| SystemTime::now());
+            let slots = match first_slot {
+                NO_SLOT => 0..0,
+                _ if exclusive => 0..units,
+                f => f..f + 1,
+            };
+            if let Some(host) = &pool.host {
+                host.release(&slots.clone().collect::<Vec<_>>());
+            }
+            if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {
+                let ts = crate::trace::micros(d.since_wall);
+                let dur = crate::trace::micros(end).saturating_sub(ts);
+                t.write(&pool.event("hold", ts, dur, d, slots, exclusive));
+            }
+            // The last touch of the pool: once the units are back, a closed pool may go.
+            if pool.local.release(units) {
+                // SAFETY: the pool's handle is gone and this release was the last thing it
+                // waited for; nothing else can reach it. It was allocated as a `Box`.
+                drop(unsafe { Box::from_raw(this.as_ptr()) });
+            }
+        }
+    }
+}
