@@ -68,6 +68,8 @@
 #[cfg(feature = "cuda")]
 pub mod capture;
 pub mod config;
+#[cfg(feature = "cuda")]
+mod cuda_codes;
 pub mod decision;
 pub mod fixture;
 pub mod host;
