@@ -1,8 +1,10 @@
-//! Synchronisation primitives, swappable for loom's under `--cfg loom` so the model checker can
-//! explore every interleaving of the in-process permit state machine.
+//! Synchronisation primitives of the in-process permit state machine (`permit::local` and the
+//! seats), swappable for loom's under `--cfg loom` so the model checker can explore its
+//! interleavings.
 //!
-//! Loom has no `Weak`, so the permit's reference count stays std's in both builds; it is ordered
-//! against other threads by the pool mutex, which is loom's.
+//! Two things stay outside the model in both builds: the std `Arc` that keeps a queued waiter
+//! alive (what orders the hand-off is the waiter's `granted` flag and the queue mutex, which are
+//! loom's), and the parking_lot mutex of a seat's details, which hold diagnostics only.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

@@ -1,4 +1,4 @@
-//! Bounded exhaustive model check of the in-process permit state machine with loom.
+//! Bounded model check of the in-process permit state machine with loom.
 //!
 //! Run with `RUSTFLAGS="--cfg loom" cargo test --release --test loom`. Every interleaving of
 //! three threads with up to three preemptions is explored for N = 1 and N = 2: shared and

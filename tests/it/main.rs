@@ -9,6 +9,7 @@ mod config;
 mod decision;
 mod dirs;
 mod host;
+mod in_process;
 mod permit;
 mod probe;
 mod report;
