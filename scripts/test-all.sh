@@ -8,6 +8,32 @@
 # that a missing device fails the run instead of skipping tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# What the suite needs besides a Rust toolchain: cargo-nextest, a C compiler (the tests build
+# stand-in CUDA driver libraries) and a Vulkan driver for the wgpu tests (Mesa's lavapipe on a
+# machine without a GPU). Installed here where that is possible (root on Debian or Ubuntu).
+have() { command -v "$1" >/dev/null 2>&1; }
+apt_install() {
+    if [ "$(id -u)" = 0 ] && have apt-get; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+    else
+        echo "test-all: missing $*; install them (e.g. sudo apt-get install $*) and run again" >&2
+        exit 1
+    fi
+}
+have cargo-nextest || cargo install cargo-nextest --locked
+have cc || apt_install gcc libc6-dev
+if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' || ! ls /usr/share/vulkan/icd.d/*.json >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && have apt-get; then
+        apt_install libvulkan1 mesa-vulkan-drivers
+    else
+        echo "test-all: no Vulkan driver found: the wgpu tests will skip (and fail where" \
+            "GPU_TEST_PERMIT_REQUIRE=wgpu); for a CPU device: sudo apt-get install libvulkan1" \
+            "mesa-vulkan-drivers" >&2
+    fi
+fi
+
 cargo test --workspace --all-features
 cargo nextest run --workspace --all-features
 
