@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The library and the CLI, with every feature, type-check for the other platforms the crate
+# supports: Linux on aarch64 (GB10 runners), macOS and Windows. Only Linux x86-64 runs the tests
+# here; this at least compiles each platform's `sys` code. Needs each target's standard library
+# (`rustup target add`, done below where rustup can fetch it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+targets=(aarch64-unknown-linux-gnu x86_64-apple-darwin x86_64-pc-windows-gnu)
+rustup target add "${targets[@]}" >/dev/null
+for t in "${targets[@]}"; do
+    echo "== cargo check --target $t"
+    cargo check -q -p gpu-test-permit --lib --bins --all-features --target "$t"
+done
