@@ -517,7 +517,7 @@ pub fn probe_with(backend: Backend, opts: &ProbeOptions) -> ProbeReport {
             let outcome = match child::run(backend.name(), opts) {
                 Ok(run) => child::classify(&run, opts.timeout),
                 Err(e) => ProbeOutcome::Error {
-                    detail: format!("could not start the probe child: {e}"),
+                    detail: format!("{}: {e}", child::START_FAILED),
                 },
             };
             ProbeReport {
