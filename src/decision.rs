@@ -180,18 +180,23 @@ pub fn decide(report: &ProbeReport, policy: &Policy) -> Decision {
         }
         _ => String::new(),
     };
+    // A broken answer another test process found and the run cache kept: say so.
+    let cached = report
+        .run_cache_note()
+        .map(|note| format!(" ({note})"))
+        .unwrap_or_default();
     if required {
         Decision::Fail(format!(
-            "{REQUIRE_VAR}={policy} requires {b}, but {outcome}{hint}"
+            "{REQUIRE_VAR}={policy} requires {b}, but {outcome}{hint}{cached}"
         ))
     } else if broken && policy.requires_any() {
         Decision::Fail(format!(
-            "{REQUIRE_VAR}={policy} and the {b} driver is broken: {outcome}"
+            "{REQUIRE_VAR}={policy} and the {b} driver is broken: {outcome}{cached}"
         ))
     } else if broken {
         Decision::Skip(format!(
-            "the {b} driver is broken, so this test cannot run: {outcome}. Fix the driver, or \
-             set {REQUIRE_VAR}={b} to make this a failure"
+            "the {b} driver is broken, so this test cannot run: {outcome}{cached}. Fix the \
+             driver, or set {REQUIRE_VAR}={b} to make this a failure"
         ))
     } else {
         Decision::Skip(format!("{b} {outcome}{hint}"))

@@ -44,6 +44,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -365,6 +366,41 @@ pub struct ProbeReport {
     pub duration: Duration,
     /// Where this report came from.
     pub source: ProbeSource,
+    /// The run cache file the report was read from, when it came from one (also in this
+    /// process's later copies of it): another test process of the `cargo nextest` run probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_cache: Option<PathBuf>,
+}
+
+impl ProbeReport {
+    /// For a broken outcome (crash, hang, error, malformed answer) that came from the run
+    /// cache: says so, and how to get a fresh probe. Skip and failure reasons end with it, so
+    /// nobody hunts a driver bug in a test process that never probed.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::{probe, Backend};
+    ///
+    /// let report = probe(Backend::Cuda);
+    /// if let Some(note) = report.run_cache_note() {
+    ///     println!("{report} ({note})");
+    /// }
+    /// ```
+    pub fn run_cache_note(&self) -> Option<String> {
+        let path = self.run_cache.as_ref()?;
+        if !self.outcome.is_broken() {
+            return None;
+        }
+        let attempts = match self.outcome {
+            ProbeOutcome::TimedOut { .. } => {
+                format!(" after {} timed-out attempts", cache::TIMEOUT_ATTEMPTS)
+            }
+            _ => String::new(),
+        };
+        Some(format!(
+            "this result comes from the run cache {}, written by an earlier test process of              this nextest run{attempts}; delete that file, or start a new run, for a fresh probe",
+            path.display()
+        ))
+    }
 }
 
 impl fmt::Display for ProbeReport {
@@ -504,6 +540,7 @@ pub fn probe_with(backend: Backend, opts: &ProbeOptions) -> ProbeReport {
             outcome: ProbeOutcome::NotBuilt,
             duration: start.elapsed(),
             source: ProbeSource::InProcess,
+            run_cache: None,
         };
     }
     match opts.mode {
@@ -512,6 +549,7 @@ pub fn probe_with(backend: Backend, opts: &ProbeOptions) -> ProbeReport {
             outcome: backends::probe_here_catching(backend),
             duration: start.elapsed(),
             source: ProbeSource::InProcess,
+            run_cache: None,
         },
         ProbeMode::Child => {
             let outcome = match child::run(backend.name(), opts) {
@@ -525,6 +563,7 @@ pub fn probe_with(backend: Backend, opts: &ProbeOptions) -> ProbeReport {
                 outcome,
                 duration: start.elapsed(),
                 source: ProbeSource::Child,
+                run_cache: None,
             }
         }
     }
@@ -557,11 +596,11 @@ mod millis {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let ms = f64::deserialize(d)?;
-        if !(ms.is_finite() && ms >= 0.0) {
-            return Err(serde::de::Error::custom(
-                "duration must be a non-negative number",
-            ));
-        }
-        Ok(Duration::from_secs_f64(ms / 1000.0))
+        // Out of range (negative, not finite, past `Duration::MAX`) is an error, not a panic.
+        Duration::try_from_secs_f64(ms / 1000.0).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{ms} ms is not a duration (a non-negative number of milliseconds)"
+            ))
+        })
     }
 }

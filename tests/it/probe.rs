@@ -387,20 +387,14 @@ fn run_cache_one_probe_per_nextest_run() {
     assert_eq!(driver_calls(&count), 1);
 
     // A corrupt file is ignored and replaced by a fresh probe.
-    let cache_dir = std::fs::read_dir(&slots)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("probe-")
-        })
-        .expect("a probe cache directory in the slot directory");
-    let file = cache_dir.join(format!("{run}-cuda.json"));
-    assert!(file.exists(), "{}", file.display());
-    std::fs::write(&file, b"{\"format\":\"gpu-test-permit-probe-cache\",\"vers").unwrap();
+    let files = cache_files(&slots, run);
+    assert_eq!(
+        files.len(),
+        1,
+        "one cache file per run, backend and key: {files:?}"
+    );
+    let file = &files[0];
+    std::fs::write(file, b"{\"format\":\"gpu-test-permit-probe-cache\",\"vers").unwrap();
     let after_corruption = run_children(1, run, &slots, &count);
     assert_eq!(after_corruption[0].source, ProbeSource::Child);
     assert_eq!(driver_calls(&count), 2);
