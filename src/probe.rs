@@ -2,8 +2,8 @@
 //!
 //! GPU drivers crash (SIGSEGV, aborts) or hang inside their initialisation, and `cudarc` panics
 //! when `libcuda` is absent. So by default [`probe`] asks in a **child process**: the current
-//! executable is started again with a private environment variable, a constructor in this
-//! crate answers before the child's `main` runs (no test code runs in the child), writes a
+//! executable is started again with a private, verified request (see below), a constructor in
+//! this crate answers before the child's `main` runs (no test code runs in the child), writes a
 //! structured answer on its standard output and exits without unwinding. The parent enforces a
 //! deadline (`GPU_TEST_PERMIT_PROBE_TIMEOUT`, default 10 s), kills and reaps a child that passes
 //! it, and classifies what happened as a [`ProbeOutcome`]. Each backend gets its own child, so a
@@ -19,15 +19,49 @@
 //! }
 //! ```
 //!
+//! # What a probe child cannot do to the caller
+//!
+//! - **Outlive its deadline.** The deadline is absolute: a child that has not answered by then
+//!   is killed with `SIGKILL`, however much it is still writing, and the probe returns
+//!   [`ProbeOutcome::TimedOut`] at the deadline, not when the child's output stops.
+//! - **Fill the caller's memory.** Its output is read into bounded buffers: the last 2 KiB of
+//!   standard error (the driver's last words, in the report) and the last 64 KiB of standard
+//!   output before its answer.
+//! - **Turn a crash into a timeout.** The child's exit decides, not the end of its pipes: when a
+//!   driver leaves a helper process holding them, the crash is reported once the child is gone
+//!   (its pipes get 100 ms to deliver the rest).
+//! - **Stay behind.** The child leads a process group of its own; on every way out of a probe
+//!   (answer, crash, deadline, error, panic) the group is killed and the child reaped, so no
+//!   zombie and no helper a driver started remains. On Linux the child also dies with the
+//!   thread that started it (`PR_SET_PDEATHSIG`; that thread waits for it), so a test process
+//!   killed mid-probe does not leave a hung driver behind.
+//! - **Be faked by a stale variable.** The request is a fresh random token in a pipe that the
+//!   child gets as standard input, and the private variable names that pipe by device and
+//!   inode. A process is a probe child only when both agree, and the first look consumes the
+//!   token and removes the variable. `GPU_TEST_PERMIT_PROBE_CHILD` left in an environment (or
+//!   inherited by a program the child starts) is removed with a note on standard error and the
+//!   program runs as usual. A probe called inside a probe child (by a constructor that runs
+//!   before this crate's) starts no child of its own and reports an error instead.
+//!
 //! # Caching
 //!
 //! [`probe`] caches its answer per process, and under `cargo nextest` (which runs every test in a
 //! process of its own) also in a file shared by all processes of one run, keyed by
-//! `NEXTEST_RUN_ID`: a run of thousands of test processes probes each backend once. The file
-//! lives in the slot directory (`GPU_TEST_PERMIT_DIR`), is written atomically (a temporary file
-//! renamed into place) under a file lock so concurrent first probes start one child, and is
-//! validated when read; a corrupt, foreign or stale file is ignored and the backend probed again.
-//! [`probe_with`] never caches.
+//! `NEXTEST_RUN_ID` and by a hash of what else changes the answer: the probe deadline and mode,
+//! and the environment that selects drivers and devices (`LD_LIBRARY_PATH`,
+//! `CUDA_VISIBLE_DEVICES`, `WGPU_BACKEND`, `VK_DRIVER_FILES`, `VK_ICD_FILENAMES`, `DISPLAY`, and
+//! a few more). A run of thousands of test processes probes each backend once per key.
+//!
+//! The run cache keeps answers, not accidents: every outcome is kept for the run except a
+//! timeout (or a child that could not start), which the run's next processes probe again; only
+//! the third timed-out attempt becomes the run's answer. A report read from the file says so
+//! ([`ProbeSource::RunCache`], [`ProbeReport::run_cache`]), and a skip or failure because of a
+//! broken answer from it names the file to delete for a fresh probe. The file lives in the slot
+//! directory (`GPU_TEST_PERMIT_DIR`), is written atomically (a temporary file renamed into place)
+//! under a file lock so concurrent first probes start one child (a process waits for that lock
+//! at most one probe deadline and 3 s, then probes on its own), and is validated when read; a
+//! corrupt, foreign or stale file, or one with numbers out of range, is ignored and the backend
+//! probed again. [`probe_with`] never caches.
 //!
 //! # Probing in-process
 //!
@@ -56,8 +90,9 @@ mod backends;
 mod cache;
 mod child;
 
-/// The environment variable that puts a child of this executable in probe mode. Private to
-/// the crate: its value is `cuda`, `wgpu` or `ping`.
+/// The environment variable that asks a child of this executable to answer a probe. Private to
+/// the crate: its value is `<cuda|wgpu|ping> <device>:<inode> <token>`, honoured only in a
+/// process whose standard input is that pipe and holds that token.
 pub(crate) const CHILD_VAR: &str = "GPU_TEST_PERMIT_PROBE_CHILD";
 
 /// A GPU backend this crate can probe.

@@ -1,5 +1,7 @@
 //! The backend probe: fault injection against stand-in CUDA drivers, the real wgpu probe, the
 //! per-process and per-nextest-run caches.
+// Most of these tests need the `cuda` feature's stand-in drivers.
+#![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -500,7 +502,7 @@ fn stub_pid(count: &Path, what: &str) -> Option<i32> {
 
 /// Whether process `pid` is gone: no entry, or a zombie (dead, waiting for a reaper that in a
 /// container may never come).
-#[cfg(target_os = "linux")]
+#[cfg(all(feature = "cuda", target_os = "linux"))]
 fn is_gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
@@ -510,7 +512,7 @@ fn is_gone(pid: i32) -> bool {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(feature = "cuda", target_os = "linux"))]
 fn gone_within(pid: i32, within: Duration) -> bool {
     let until = std::time::Instant::now() + within;
     loop {
@@ -524,7 +526,7 @@ fn gone_within(pid: i32, within: Duration) -> bool {
     }
 }
 
-#[cfg(target_os = "linux")]
+#[cfg(all(feature = "cuda", target_os = "linux"))]
 fn kill_if_alive(pid: Option<i32>) {
     if let Some(pid) = pid {
         // SAFETY: sends a signal; a stale pid at worst gets ESRCH.
