@@ -215,7 +215,12 @@ pub fn decide_any(report: &ProbeReport, others: &[ProbeReport], policy: &Policy)
     }
     let mut why = format!("{REQUIRE_VAR}={policy} requires some GPU backend, but ");
     let all = std::iter::once(report).chain(others);
-    let parts: Vec<String> = all.map(|r| r.to_string()).collect();
+    let parts: Vec<String> = all
+        .map(|r| match r.run_cache_note() {
+            Some(note) => format!("{r} ({note})"),
+            None => r.to_string(),
+        })
+        .collect();
     why.push_str(&parts.join("; "));
     Decision::Fail(why)
 }

@@ -30,11 +30,12 @@
 //! - **Turn a crash into a timeout.** The child's exit decides, not the end of its pipes: when a
 //!   driver leaves a helper process holding them, the crash is reported once the child is gone
 //!   (its pipes get 100 ms to deliver the rest).
-//! - **Stay behind.** The child leads a process group of its own; on every way out of a probe
-//!   (answer, crash, deadline, error, panic) the group is killed and the child reaped, so no
-//!   zombie and no helper a driver started remains. On Linux the child also dies with the
-//!   thread that started it (`PR_SET_PDEATHSIG`; that thread waits for it), so a test process
-//!   killed mid-probe does not leave a hung driver behind.
+//! - **Stay behind.** On every way out of a probe (answer, crash, deadline, error, panic) the
+//!   child is killed if need be and reaped: no zombie. On Unix it leads a process group of its
+//!   own, killed with it, so no helper a driver started remains (on other systems than Linux,
+//!   only while the child has not exited yet). On Linux the child also dies with the thread
+//!   that started it (`PR_SET_PDEATHSIG`; that thread is the one waiting for it), so a test
+//!   process killed mid-probe does not leave a hung driver behind.
 //! - **Be faked by a stale variable.** The request is a fresh random token in a pipe that the
 //!   child gets as standard input, and the private variable names that pipe by device and
 //!   inode. A process is a probe child only when both agree, and the first look consumes the

@@ -16,8 +16,8 @@
 use std::fs::{File, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Once, mpsc};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -151,11 +151,9 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
     }
     // Concurrent first probes of one run: one probes, the others wait here and read its answer.
     let lock_path = path.with_extension("lock");
-    let lock = match crate::sys::open_lock_file(&lock_path, false)
-        .and_then(|f| lock_until(&f, Instant::now() + opts.timeout + LOCK_SLACK).map(|l| (f, l)))
-    {
-        Ok((f, true)) => f,
-        Ok((_, false)) => {
+    let lock = match lock_until(&lock_path, opts.timeout + LOCK_SLACK) {
+        Ok(Some(f)) => f,
+        Ok(None) => {
             warn_once(&format!(
                 "gpu-test-permit: gave up waiting for the probe cache lock {} after {} ms \
                  (another test process is probing); probing without the cache",
@@ -191,21 +189,26 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
     report
 }
 
-/// Takes the lock on `file`, waiting until `deadline` at most; `false` when it passed.
-fn lock_until(file: &File, deadline: Instant) -> std::io::Result<bool> {
-    let mut nap = Duration::from_millis(1);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(true),
-            Err(TryLockError::WouldBlock) => {}
-            Err(TryLockError::Error(e)) => return Err(e),
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return Ok(false);
-        }
-        std::thread::sleep(nap.min(deadline - now));
-        nap = (nap * 2).min(Duration::from_millis(25));
+/// Opens and locks the lock file at `path`, waiting at most `patience`; `None` when that
+/// passed. The wait blocks on a thread of its own (std has no lock with a timeout); a wait
+/// given up on ends there: the lock, if it comes, is released at once.
+fn lock_until(path: &Path, patience: Duration) -> std::io::Result<Option<File>> {
+    let file = crate::sys::open_lock_file(path, false)?;
+    match file.try_lock() {
+        Ok(()) => return Ok(Some(file)),
+        Err(TryLockError::WouldBlock) => {}
+        Err(TryLockError::Error(e)) => return Err(e),
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("gpu-test-permit probe cache lock".into())
+        .spawn(move || {
+            // If nobody waits any more, the file and its lock drop with the message.
+            let _ = tx.send(file.lock().map(|()| file));
+        })?;
+    match rx.recv_timeout(patience) {
+        Ok(locked) => locked.map(Some),
+        Err(_) => Ok(None),
     }
 }
 
