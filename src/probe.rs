@@ -562,8 +562,11 @@ pub fn probe(backend: Backend) -> ProbeReport {
         report
     });
     fresh.unwrap_or_else(|| ProbeReport {
+        backend,
+        outcome: cached.outcome.clone(),
+        duration: cached.duration,
         source: ProbeSource::ProcessCache,
-        ..cached.clone()
+        run_cache: cached.run_cache.clone(),
     })
 }
 
