@@ -180,18 +180,23 @@ pub fn decide(report: &ProbeReport, policy: &Policy) -> Decision {
         }
         _ => String::new(),
     };
+    // A broken answer another test process found and the run cache kept: say so.
+    let cached = report
+        .run_cache_note()
+        .map(|note| format!(" ({note})"))
+        .unwrap_or_default();
     if required {
         Decision::Fail(format!(
-            "{REQUIRE_VAR}={policy} requires {b}, but {outcome}{hint}"
+            "{REQUIRE_VAR}={policy} requires {b}, but {outcome}{hint}{cached}"
         ))
     } else if broken && policy.requires_any() {
         Decision::Fail(format!(
-            "{REQUIRE_VAR}={policy} and the {b} driver is broken: {outcome}"
+            "{REQUIRE_VAR}={policy} and the {b} driver is broken: {outcome}{cached}"
         ))
     } else if broken {
         Decision::Skip(format!(
-            "the {b} driver is broken, so this test cannot run: {outcome}. Fix the driver, or \
-             set {REQUIRE_VAR}={b} to make this a failure"
+            "the {b} driver is broken, so this test cannot run: {outcome}{cached}. Fix the \
+             driver, or set {REQUIRE_VAR}={b} to make this a failure"
         ))
     } else {
         Decision::Skip(format!("{b} {outcome}{hint}"))
@@ -210,7 +215,12 @@ pub fn decide_any(report: &ProbeReport, others: &[ProbeReport], policy: &Policy)
     }
     let mut why = format!("{REQUIRE_VAR}={policy} requires some GPU backend, but ");
     let all = std::iter::once(report).chain(others);
-    let parts: Vec<String> = all.map(|r| r.to_string()).collect();
+    let parts: Vec<String> = all
+        .map(|r| match r.run_cache_note() {
+            Some(note) => format!("{r} ({note})"),
+            None => r.to_string(),
+        })
+        .collect();
     why.push_str(&parts.join("; "));
     Decision::Fail(why)
 }

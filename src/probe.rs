@@ -2,8 +2,8 @@
 //!
 //! GPU drivers crash (SIGSEGV, aborts) or hang inside their initialisation, and `cudarc` panics
 //! when `libcuda` is absent. So by default [`probe`] asks in a **child process**: the current
-//! executable is started again with a private environment variable, a constructor in this
-//! crate answers before the child's `main` runs (no test code runs in the child), writes a
+//! executable is started again with a private, verified request (see below), a constructor in
+//! this crate answers before the child's `main` runs (no test code runs in the child), writes a
 //! structured answer on its standard output and exits without unwinding. The parent enforces a
 //! deadline (`GPU_TEST_PERMIT_PROBE_TIMEOUT`, default 10 s), kills and reaps a child that passes
 //! it, and classifies what happened as a [`ProbeOutcome`]. Each backend gets its own child, so a
@@ -19,15 +19,50 @@
 //! }
 //! ```
 //!
+//! # What a probe child cannot do to the caller
+//!
+//! - **Outlive its deadline.** The deadline is absolute: a child that has not answered by then
+//!   is killed with `SIGKILL`, however much it is still writing, and the probe returns
+//!   [`ProbeOutcome::TimedOut`] at the deadline, not when the child's output stops.
+//! - **Fill the caller's memory.** Its output is read into bounded buffers: the last 2 KiB of
+//!   standard error (the driver's last words, in the report) and the last 64 KiB of standard
+//!   output before its answer.
+//! - **Turn a crash into a timeout.** The child's exit decides, not the end of its pipes: when a
+//!   driver leaves a helper process holding them, the crash is reported once the child is gone
+//!   (its pipes get 100 ms to deliver the rest).
+//! - **Stay behind.** On every way out of a probe (answer, crash, deadline, error, panic) the
+//!   child is killed if need be and reaped: no zombie. On Unix it leads a process group of its
+//!   own, killed with it, so no helper a driver started remains (on other systems than Linux,
+//!   only while the child has not exited yet). On Linux the child also dies with the thread
+//!   that started it (`PR_SET_PDEATHSIG`; that thread is the one waiting for it), so a test
+//!   process killed mid-probe does not leave a hung driver behind.
+//! - **Be faked by a stale variable.** The request is a fresh random token in a pipe that the
+//!   child gets as standard input, and the private variable names that pipe by device and
+//!   inode. A process is a probe child only when both agree, and the first look consumes the
+//!   token and removes the variable. `GPU_TEST_PERMIT_PROBE_CHILD` left in an environment (or
+//!   inherited by a program the child starts) is removed with a note on standard error and the
+//!   program runs as usual. A probe called inside a probe child (by a constructor that runs
+//!   before this crate's) starts no child of its own and reports an error instead.
+//!
 //! # Caching
 //!
 //! [`probe`] caches its answer per process, and under `cargo nextest` (which runs every test in a
 //! process of its own) also in a file shared by all processes of one run, keyed by
-//! `NEXTEST_RUN_ID`: a run of thousands of test processes probes each backend once. The file
-//! lives in the slot directory (`GPU_TEST_PERMIT_DIR`), is written atomically (a temporary file
-//! renamed into place) under a file lock so concurrent first probes start one child, and is
-//! validated when read; a corrupt, foreign or stale file is ignored and the backend probed again.
-//! [`probe_with`] never caches.
+//! `NEXTEST_RUN_ID` and by a hash of what else changes the answer: the probe deadline and mode,
+//! and the environment that selects drivers and devices (`LD_LIBRARY_PATH`,
+//! `CUDA_VISIBLE_DEVICES`, `WGPU_BACKEND`, `VK_DRIVER_FILES`, `VK_ICD_FILENAMES`, `DISPLAY`, and
+//! a few more). A run of thousands of test processes probes each backend once per key.
+//!
+//! The run cache keeps answers, not accidents: every outcome is kept for the run except a
+//! timeout (or a child that could not start), which the run's next processes probe again; only
+//! the third timed-out attempt becomes the run's answer. A report read from the file says so
+//! ([`ProbeSource::RunCache`], [`ProbeReport::run_cache`]), and a skip or failure because of a
+//! broken answer from it names the file to delete for a fresh probe. The file lives in the slot
+//! directory (`GPU_TEST_PERMIT_DIR`), is written atomically (a temporary file renamed into place)
+//! under a file lock so concurrent first probes start one child (a process waits for that lock
+//! at most one probe deadline and 3 s, then probes on its own), and is validated when read; a
+//! corrupt, foreign or stale file, or one with numbers out of range, is ignored and the backend
+//! probed again. [`probe_with`] never caches.
 //!
 //! # Probing in-process
 //!
@@ -44,6 +79,7 @@
 
 use std::ffi::OsString;
 use std::fmt;
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -55,8 +91,9 @@ mod backends;
 mod cache;
 mod child;
 
-/// The environment variable that puts a child of this executable in probe mode. Private to
-/// the crate: its value is `cuda`, `wgpu` or `ping`.
+/// The environment variable that asks a child of this executable to answer a probe. Private to
+/// the crate: its value is `<cuda|wgpu|ping> <device>:<inode> <token>`, honoured only in a
+/// process whose standard input is that pipe and holds that token.
 pub(crate) const CHILD_VAR: &str = "GPU_TEST_PERMIT_PROBE_CHILD";
 
 /// A GPU backend this crate can probe.
@@ -365,6 +402,41 @@ pub struct ProbeReport {
     pub duration: Duration,
     /// Where this report came from.
     pub source: ProbeSource,
+    /// The run cache file the report was read from, when it came from one (also in this
+    /// process's later copies of it): another test process of the `cargo nextest` run probed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_cache: Option<PathBuf>,
+}
+
+impl ProbeReport {
+    /// For a broken outcome (crash, hang, error, malformed answer) that came from the run
+    /// cache: says so, and how to get a fresh probe. Skip and failure reasons end with it, so
+    /// nobody hunts a driver bug in a test process that never probed.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::{probe, Backend};
+    ///
+    /// let report = probe(Backend::Cuda);
+    /// if let Some(note) = report.run_cache_note() {
+    ///     println!("{report} ({note})");
+    /// }
+    /// ```
+    pub fn run_cache_note(&self) -> Option<String> {
+        let path = self.run_cache.as_ref()?;
+        if !self.outcome.is_broken() {
+            return None;
+        }
+        let attempts = match self.outcome {
+            ProbeOutcome::TimedOut { .. } => {
+                format!(" after {} timed-out attempts", cache::TIMEOUT_ATTEMPTS)
+            }
+            _ => String::new(),
+        };
+        Some(format!(
+            "this result comes from the run cache {}, written by an earlier test process of              this nextest run{attempts}; delete that file, or start a new run, for a fresh probe",
+            path.display()
+        ))
+    }
 }
 
 impl fmt::Display for ProbeReport {
@@ -490,8 +562,11 @@ pub fn probe(backend: Backend) -> ProbeReport {
         report
     });
     fresh.unwrap_or_else(|| ProbeReport {
+        backend,
+        outcome: cached.outcome.clone(),
+        duration: cached.duration,
         source: ProbeSource::ProcessCache,
-        ..cached.clone()
+        run_cache: cached.run_cache.clone(),
     })
 }
 
@@ -504,6 +579,7 @@ pub fn probe_with(backend: Backend, opts: &ProbeOptions) -> ProbeReport {
             outcome: ProbeOutcome::NotBuilt,
             duration: start.elapsed(),
             source: ProbeSource::InProcess,
+            run_cache: None,
         };
     }
     match opts.mode {
@@ -512,12 +588,13 @@ pub fn probe_with(backend: Backend, opts: &ProbeOptions) -> ProbeReport {
             outcome: backends::probe_here_catching(backend),
             duration: start.elapsed(),
             source: ProbeSource::InProcess,
+            run_cache: None,
         },
         ProbeMode::Child => {
             let outcome = match child::run(backend.name(), opts) {
                 Ok(run) => child::classify(&run, opts.timeout),
                 Err(e) => ProbeOutcome::Error {
-                    detail: format!("could not start the probe child: {e}"),
+                    detail: format!("{}: {e}", child::START_FAILED),
                 },
             };
             ProbeReport {
@@ -525,6 +602,7 @@ pub fn probe_with(backend: Backend, opts: &ProbeOptions) -> ProbeReport {
                 outcome,
                 duration: start.elapsed(),
                 source: ProbeSource::Child,
+                run_cache: None,
             }
         }
     }
@@ -557,11 +635,11 @@ mod millis {
 
     pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let ms = f64::deserialize(d)?;
-        if !(ms.is_finite() && ms >= 0.0) {
-            return Err(serde::de::Error::custom(
-                "duration must be a non-negative number",
-            ));
-        }
-        Ok(Duration::from_secs_f64(ms / 1000.0))
+        // Out of range (negative, not finite, past `Duration::MAX`) is an error, not a panic.
+        Duration::try_from_secs_f64(ms / 1000.0).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{ms} ms is not a duration (a non-negative number of milliseconds)"
+            ))
+        })
     }
 }

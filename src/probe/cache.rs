@@ -1,25 +1,63 @@
 //! The probe answer shared by the processes of one `cargo nextest` run.
 //!
-//! One file per run and backend, `<slot dir>/probe-<uid>/<run id>-<backend>.json`, next to a
-//! `.lock` file. A process that finds no valid file takes the lock, looks again (another
-//! process may have just probed), probes, writes a temporary file and renames it into place,
-//! so readers see either no file or a whole one. Files older than a day are removed.
+//! One file per run, backend and [key](key), `<slot dir>/probe-<uid>/<run id>-<backend>-<key>.json`,
+//! next to a `.lock` file. The key is a hash of what changes the answer besides the machine:
+//! the probe deadline and mode and the environment that selects drivers and devices
+//! ([`KEY_VARS`]), so test processes of one run that differ there do not share an answer.
+//!
+//! A process that finds no final answer takes the lock (waiting at most one probe's deadline
+//! and a little more, then probing on its own), looks again (another process may have just
+//! probed), probes, writes a temporary file and renames it into place, so readers see either
+//! no file or a whole one. A timed-out probe (or a child that could not start) may be an
+//! accident of a busy machine: it is counted in the file and probed again by the run's next
+//! processes, and only the [`TIMEOUT_ATTEMPTS`]th becomes the run's answer. Files older than
+//! a day are removed.
 
-use std::fs::File;
+use std::fs::{File, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Once;
+use std::sync::{Once, mpsc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Backend, ProbeOptions, ProbeOutcome, ProbeReport, ProbeSource, probe_with};
+use super::{
+    Backend, ProbeMode, ProbeOptions, ProbeOutcome, ProbeReport, ProbeSource, child, probe_with,
+};
 use crate::config::{Config, SlotDir};
 
 const FORMAT: &str = "gpu-test-permit-probe-cache";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Older files belong to a run that is long over (or to a clock gone wrong): not trusted.
 const MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// How many timed-out probes of one run (and key) it takes before a timeout is the run's answer.
+pub(super) const TIMEOUT_ATTEMPTS: u32 = 3;
+/// How much longer than one probe's deadline a process waits for the lock that another
+/// process holds while it probes.
+const LOCK_SLACK: Duration = Duration::from_secs(3);
+
+/// Environment that changes what a probe finds, beside the machine itself: where drivers are
+/// loaded from, which devices are visible, which wgpu backends and Vulkan drivers are used.
+const KEY_VARS: &[&str] = &[
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "WGPU_BACKEND",
+    "WGPU_ADAPTER_NAME",
+    "WGPU_POWER_PREF",
+    "WGPU_GLES_MINOR_VERSION",
+    "VK_DRIVER_FILES",
+    "VK_ICD_FILENAMES",
+    "VK_ADD_DRIVER_FILES",
+    "VK_LOADER_DRIVERS_SELECT",
+    "VK_LOADER_DRIVERS_DISABLE",
+    "VK_INSTANCE_LAYERS",
+    "MESA_VK_DEVICE_SELECT",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "LIBGL_ALWAYS_SOFTWARE",
+    "__EGL_VENDOR_LIBRARY_FILENAMES",
+];
 
 #[derive(Serialize, Deserialize)]
 struct CacheFile {
@@ -27,19 +65,74 @@ struct CacheFile {
     version: u32,
     run_id: String,
     backend: Backend,
+    key: String,
     written_unix_ms: u64,
+    /// Timed-out (or unstarted) probes of this run and key so far.
+    timeouts: u32,
     report: ProbeReport,
+}
+
+impl CacheFile {
+    /// Whether the report is the run's answer, or only the latest of too few attempts.
+    fn is_final(&self) -> bool {
+        !is_transient(&self.report.outcome) || self.timeouts >= TIMEOUT_ATTEMPTS
+    }
+
+    fn into_report(self, path: &Path) -> ProbeReport {
+        ProbeReport {
+            source: ProbeSource::RunCache,
+            run_cache: Some(path.to_path_buf()),
+            ..self.report
+        }
+    }
+}
+
+/// Outcomes that a busy moment can cause: a deadline passed, a child that could not start.
+fn is_transient(outcome: &ProbeOutcome) -> bool {
+    match outcome {
+        ProbeOutcome::TimedOut { .. } => true,
+        ProbeOutcome::Error { detail } => detail.starts_with(child::START_FAILED),
+        _ => false,
+    }
+}
+
+/// The key of the answers `opts` gets in this environment: a hash of the deadline, the mode
+/// and [`KEY_VARS`] as the probe child would see them.
+fn key(opts: &ProbeOptions) -> String {
+    let lookup = |name: &str| match opts.env.iter().rev().find(|(k, _)| k == name) {
+        Some((_, v)) => v.clone(),
+        None => std::env::var_os(name),
+    };
+    // FNV-1a: stable across builds and processes, unlike std's hashers.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes.iter().chain(&[0xff]) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    eat(&opts.timeout.as_millis().to_le_bytes());
+    eat(&[matches!(opts.mode, ProbeMode::InProcess) as u8]);
+    for name in KEY_VARS {
+        eat(name.as_bytes());
+        let value = lookup(name);
+        eat(&[u8::from(value.is_some())]);
+        eat(value.as_deref().map_or(&[], |v| v.as_encoded_bytes()));
+    }
+    format!("{h:016x}")
 }
 
 /// Probes through the run cache when running under `cargo nextest`, else directly.
 pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) -> ProbeReport {
-    if !backend.is_built() {
+    // A probe child (a constructor calling the probe) must not answer for the whole run.
+    if !backend.is_built() || child::inside_probe_child() {
         return probe_with(backend, opts);
     }
     let Some(run_id) = cfg.nextest.as_ref().and_then(|n| n.run_id.as_deref()) else {
         return probe_with(backend, opts);
     };
-    if let Some(report) = read_fast(cfg, run_id, backend) {
+    let key = key(opts);
+    let name = format!("{}-{backend}-{key}.json", file_stem(run_id));
+    if let Some(report) = read_fast(cfg, &name, run_id, backend, &key) {
         return report;
     }
     let dir = match cache_dir(cfg) {
@@ -51,15 +144,24 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
             return probe_with(backend, opts);
         }
     };
-    let path = dir.join(format!("{}-{backend}.json", file_stem(run_id)));
-    if let Some(report) = read_valid(&path, run_id, backend) {
-        return report;
+    let path = dir.join(name);
+    let previous = read_valid(&path, run_id, backend, &key);
+    if let Some(file) = previous.filter(CacheFile::is_final) {
+        return file.into_report(&path);
     }
     // Concurrent first probes of one run: one probes, the others wait here and read its answer.
-    let lock = match crate::sys::open_lock_file(&path.with_extension("lock"), false)
-        .and_then(|f| f.lock().map(|()| f))
-    {
-        Ok(f) => f,
+    let lock_path = path.with_extension("lock");
+    let lock = match lock_until(&lock_path, opts.timeout + LOCK_SLACK) {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            warn_once(&format!(
+                "gpu-test-permit: gave up waiting for the probe cache lock {} after {} ms \
+                 (another test process is probing); probing without the cache",
+                lock_path.display(),
+                (opts.timeout + LOCK_SLACK).as_millis()
+            ));
+            return probe_with(backend, opts);
+        }
         Err(e) => {
             warn_once(&format!(
                 "gpu-test-permit: cannot lock the probe cache {}: {e}; probing without it",
@@ -68,11 +170,15 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
             return probe_with(backend, opts);
         }
     };
-    if let Some(report) = read_valid(&path, run_id, backend) {
-        return report;
-    }
+    let previous = read_valid(&path, run_id, backend, &key);
+    let timeouts = match previous {
+        Some(file) if file.is_final() => return file.into_report(&path),
+        Some(file) => file.timeouts,
+        None => 0,
+    };
     let report = probe_with(backend, opts);
-    if let Err(e) = write_atomically(&path, run_id, &report) {
+    let timeouts = timeouts + u32::from(is_transient(&report.outcome));
+    if let Err(e) = write_atomically(&path, run_id, &key, timeouts, &report) {
         warn_once(&format!(
             "gpu-test-permit: cannot write the probe cache {}: {e}",
             path.display()
@@ -81,6 +187,29 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
     drop(lock);
     remove_old_files(&dir);
     report
+}
+
+/// Opens and locks the lock file at `path`, waiting at most `patience`; `None` when that
+/// passed. The wait blocks on a thread of its own (std has no lock with a timeout); a wait
+/// given up on ends there: the lock, if it comes, is released at once.
+fn lock_until(path: &Path, patience: Duration) -> std::io::Result<Option<File>> {
+    let file = crate::sys::open_lock_file(path, false)?;
+    match file.try_lock() {
+        Ok(()) => return Ok(Some(file)),
+        Err(TryLockError::WouldBlock) => {}
+        Err(TryLockError::Error(e)) => return Err(e),
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("gpu-test-permit probe cache lock".into())
+        .spawn(move || {
+            // If nobody waits any more, the file and its lock drop with the message.
+            let _ = tx.send(file.lock().map(|()| file));
+        })?;
+    match rx.recv_timeout(patience) {
+        Ok(locked) => locked.map(Some),
+        Err(_) => Ok(None),
+    }
 }
 
 fn warn_once(msg: &str) {
@@ -120,7 +249,13 @@ fn cache_dir(cfg: &Config) -> Result<PathBuf, String> {
 /// ownership with two `stat`s instead of `prepare_dir`'s write test, and leaves anything
 /// unusual to the slow path.
 #[cfg(unix)]
-fn read_fast(cfg: &Config, run_id: &str, backend: Backend) -> Option<ProbeReport> {
+fn read_fast(
+    cfg: &Config,
+    name: &str,
+    run_id: &str,
+    backend: Backend,
+    key: &str,
+) -> Option<ProbeReport> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let me = crate::sys::effective_uid();
@@ -129,7 +264,7 @@ fn read_fast(cfg: &Config, run_id: &str, backend: Backend) -> Option<ProbeReport
     if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
         return None;
     }
-    let path = dir.join(format!("{}-{backend}.json", file_stem(run_id)));
+    let path = dir.join(name);
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
@@ -140,11 +275,18 @@ fn read_fast(cfg: &Config, run_id: &str, backend: Backend) -> Option<ProbeReport
     }
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).ok()?;
-    validate(&bytes, run_id, backend, now_ms()).ok()
+    let file = validate(&bytes, run_id, backend, key, now_ms()).ok()?;
+    file.is_final().then(|| file.into_report(&path))
 }
 
 #[cfg(not(unix))]
-fn read_fast(_cfg: &Config, _run_id: &str, _backend: Backend) -> Option<ProbeReport> {
+fn read_fast(
+    _cfg: &Config,
+    _name: &str,
+    _run_id: &str,
+    _backend: Backend,
+    _key: &str,
+) -> Option<ProbeReport> {
     None
 }
 
@@ -175,7 +317,7 @@ fn now_ms() -> u64 {
 
 /// Reads the cache file; `None` when there is none or it cannot be trusted (then it is
 /// reported once and probed again).
-fn read_valid(path: &Path, run_id: &str, backend: Backend) -> Option<ProbeReport> {
+fn read_valid(path: &Path, run_id: &str, backend: Backend, key: &str) -> Option<CacheFile> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
@@ -187,8 +329,8 @@ fn read_valid(path: &Path, run_id: &str, backend: Backend) -> Option<ProbeReport
             return None;
         }
     };
-    match validate(&bytes, run_id, backend, now_ms()) {
-        Ok(report) => Some(report),
+    match validate(&bytes, run_id, backend, key, now_ms()) {
+        Ok(file) => Some(file),
         Err(why) => {
             warn_once(&format!(
                 "gpu-test-permit: ignoring the probe cache {}: {why}; probing again",
@@ -199,7 +341,13 @@ fn read_valid(path: &Path, run_id: &str, backend: Backend) -> Option<ProbeReport
     }
 }
 
-fn validate(bytes: &[u8], run_id: &str, backend: Backend, now: u64) -> Result<ProbeReport, String> {
+fn validate(
+    bytes: &[u8],
+    run_id: &str,
+    backend: Backend,
+    key: &str,
+    now: u64,
+) -> Result<CacheFile, String> {
     let file: CacheFile =
         serde_json::from_slice(bytes).map_err(|e| format!("it is not a valid cache file ({e})"))?;
     if file.format != FORMAT || file.version != VERSION {
@@ -208,10 +356,14 @@ fn validate(bytes: &[u8], run_id: &str, backend: Backend, now: u64) -> Result<Pr
             file.format, file.version
         ));
     }
-    if file.run_id != run_id || file.backend != backend || file.report.backend != backend {
+    if file.run_id != run_id
+        || file.backend != backend
+        || file.report.backend != backend
+        || file.key != key
+    {
         return Err(format!(
-            "it belongs to run {} backend {}, not run {run_id} backend {backend}",
-            file.run_id, file.backend
+            "it belongs to run {} backend {} key {}, not run {run_id} backend {backend} key {key}",
+            file.run_id, file.backend, file.key
         ));
     }
     let age = now.saturating_sub(file.written_unix_ms);
@@ -221,20 +373,28 @@ fn validate(bytes: &[u8], run_id: &str, backend: Backend, now: u64) -> Result<Pr
     if matches!(&file.report.outcome, ProbeOutcome::Devices { devices } if devices.is_empty()) {
         return Err("it lists an empty set of devices".into());
     }
-    Ok(ProbeReport {
-        source: ProbeSource::RunCache,
-        ..file.report
-    })
+    Ok(file)
 }
 
-fn write_atomically(path: &Path, run_id: &str, report: &ProbeReport) -> std::io::Result<()> {
+fn write_atomically(
+    path: &Path,
+    run_id: &str,
+    key: &str,
+    timeouts: u32,
+    report: &ProbeReport,
+) -> std::io::Result<()> {
     let file = CacheFile {
         format: FORMAT.into(),
         version: VERSION,
         run_id: run_id.into(),
         backend: report.backend,
+        key: key.into(),
         written_unix_ms: now_ms(),
-        report: report.clone(),
+        timeouts,
+        report: ProbeReport {
+            run_cache: None,
+            ..report.clone()
+        },
     };
     let json = serde_json::to_vec(&file).map_err(std::io::Error::other)?;
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
@@ -270,21 +430,34 @@ fn remove_old_files(dir: &Path) {
 mod tests {
     use super::*;
 
-    fn file(run: &str, backend: Backend, written: u64, outcome: ProbeOutcome) -> Vec<u8> {
+    fn file_with(
+        run: &str,
+        backend: Backend,
+        written: u64,
+        timeouts: u32,
+        outcome: ProbeOutcome,
+    ) -> Vec<u8> {
         serde_json::to_vec(&CacheFile {
             format: FORMAT.into(),
             version: VERSION,
             run_id: run.into(),
             backend,
+            key: "k1".into(),
             written_unix_ms: written,
+            timeouts,
             report: ProbeReport {
                 backend,
                 outcome,
                 duration: Duration::from_millis(5),
                 source: ProbeSource::Child,
+                run_cache: None,
             },
         })
         .unwrap()
+    }
+
+    fn file(run: &str, backend: Backend, written: u64, outcome: ProbeOutcome) -> Vec<u8> {
+        file_with(run, backend, written, 0, outcome)
     }
 
     #[test]
@@ -295,12 +468,21 @@ mod tests {
             &file("r1", Backend::Cuda, now, none()),
             "r1",
             Backend::Cuda,
+            "k1",
             now,
-        );
-        assert_eq!(ok.unwrap().source, ProbeSource::RunCache);
-        let bad: [(Vec<u8>, &str); 6] = [
+        )
+        .unwrap();
+        assert!(ok.is_final());
+        let report = ok.into_report(Path::new("/c/r1.json"));
+        assert_eq!(report.source, ProbeSource::RunCache);
+        assert_eq!(report.run_cache.as_deref(), Some(Path::new("/c/r1.json")));
+        let huge = String::from_utf8(file("r1", Backend::Cuda, now, none()))
+            .unwrap()
+            .replace("\"duration_ms\":5.0", "\"duration_ms\":1e300");
+        let bad: [(Vec<u8>, &str); 7] = [
             (b"{\"format\":".to_vec(), "not a valid cache file"),
             (b"".to_vec(), "not a valid cache file"),
+            (huge.into_bytes(), "not a valid cache file"),
             (
                 file("r2", Backend::Cuda, now, none()),
                 "belongs to run r2 backend cuda",
@@ -329,9 +511,73 @@ mod tests {
             ),
         ];
         for (bytes, want) in bad {
-            let err = validate(&bytes, "r1", Backend::Cuda, now).unwrap_err();
+            let err = validate(&bytes, "r1", Backend::Cuda, "k1", now)
+                .err()
+                .unwrap();
             assert!(err.contains(want), "{err}");
         }
+        let err = validate(
+            &file("r1", Backend::Cuda, now, none()),
+            "r1",
+            Backend::Cuda,
+            "k2",
+            now,
+        )
+        .err()
+        .unwrap();
+        assert!(err.contains("key k1"), "{err}");
+    }
+
+    #[test]
+    fn a_timeout_is_the_answer_only_after_enough_attempts() {
+        let now = 1_000_000_000_000;
+        let timed_out = || ProbeOutcome::TimedOut {
+            after: Duration::from_millis(300),
+            stderr_tail: String::new(),
+        };
+        let unstarted = || ProbeOutcome::Error {
+            detail: format!("{}: out of processes", child::START_FAILED),
+        };
+        let crashed = || ProbeOutcome::Crashed {
+            signal: Some(11),
+            exit_code: None,
+            stderr_tail: String::new(),
+        };
+        for (outcome, timeouts, is_final) in [
+            (timed_out(), 1, false),
+            (timed_out(), TIMEOUT_ATTEMPTS - 1, false),
+            (timed_out(), TIMEOUT_ATTEMPTS, true),
+            (unstarted(), 1, false),
+            (crashed(), 0, true),
+        ] {
+            let bytes = file_with("r1", Backend::Cuda, now, timeouts, outcome.clone());
+            let f = validate(&bytes, "r1", Backend::Cuda, "k1", now).unwrap();
+            assert_eq!(f.is_final(), is_final, "{outcome:?} after {timeouts}");
+        }
+    }
+
+    #[test]
+    fn the_key_follows_what_changes_the_answer() {
+        let base = ProbeOptions::from_config(&Config::from_lookup(|_| None))
+            .timeout(Duration::from_secs(10));
+        let k = key(&base);
+        assert_eq!(k, key(&base.clone()), "stable");
+        assert_eq!(k.len(), 16);
+        let others = [
+            base.clone().timeout(Duration::from_secs(11)),
+            base.clone().in_process(true),
+            base.clone().env("CUDA_VISIBLE_DEVICES", "1"),
+            base.clone().env("WGPU_BACKEND", "vulkan"),
+            base.clone().env("VK_ICD_FILENAMES", "/x.json"),
+            base.clone().env("LD_LIBRARY_PATH", "/opt/driver"),
+        ];
+        for o in others {
+            assert_ne!(key(&o), k, "{o:?}");
+        }
+        // An unset variable and an empty one differ, too.
+        let unset = base.clone().env_remove("WGPU_BACKEND");
+        let empty = base.clone().env("WGPU_BACKEND", "");
+        assert_ne!(key(&unset), key(&empty));
     }
 
     #[test]

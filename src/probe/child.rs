@@ -1,9 +1,33 @@
 //! The probe child: the constructor that answers in it, and the parent side that starts it,
 //! enforces the deadline and classifies what came back.
+//!
+//! # How a probe child runs
+//!
+//! The parent writes a fresh random token into a new pipe and starts this executable with the
+//! pipe's read end as standard input and [`CHILD_VAR`] set to `<kind> <dev>:<inode> <token>`:
+//! what to probe, which pipe carries the request, and the token it carries. A process is a probe
+//! child only when all three agree: its standard input is that very pipe (same device and
+//! inode) and the pipe holds that token. The first look consumes the token and removes the
+//! variable, so a variable left in an environment, inherited by a program the child starts, or
+//! copied by hand never turns another process into a probe child; such a process removes it,
+//! says so on standard error and runs as usual.
+//!
+//! On Unix the child leads a process group of its own and, on Linux, gets `SIGKILL` when the
+//! thread that started it ends (`PR_SET_PDEATHSIG`). That thread is the one that waits for it
+//! in [`run`], so the child cannot outlive the probe, not even when the parent is killed.
+//!
+//! The parent reads both pipes on two threads into bounded buffers (the tail of standard error,
+//! the tail of standard output up to its answer) and watches the clock and the child itself:
+//! - the deadline is absolute: past it the child is killed, however much it still writes;
+//! - the child's exit decides, not the end of its pipes: once it has exited, a pipe that a
+//!   process it left behind still holds gets [`DRAIN_GRACE`] to deliver the rest;
+//! - a complete answer counts even if the child then fails to exit within [`EXIT_GRACE`];
+//! - every way out kills the child's process group (helpers a driver started included) and
+//!   reaps the child.
 
 use std::io::{self, Read};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -17,6 +41,16 @@ const MARKER: &str = "GPU_TEST_PERMIT_PROBE_ANSWER:";
 const VERSION: u32 = 1;
 /// How much of the child's standard error is kept for the report.
 const STDERR_TAIL: usize = 2048;
+/// How much of the child's standard output is kept while no answer has come: the answer line
+/// is far shorter, driver noise before it can be endless.
+const STDOUT_KEEP: usize = 64 * 1024;
+/// After the child has exited, how long a pipe still held open by a process it left behind may
+/// take to deliver the rest of its output.
+const DRAIN_GRACE: Duration = Duration::from_millis(100);
+/// After a complete answer, how long the child may take to exit before it is killed.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+/// The longest the parent sleeps between looks at the child while nothing happens.
+const MAX_NAP: Duration = Duration::from_millis(10);
 
 #[derive(Serialize, Deserialize)]
 struct Envelope {
@@ -30,23 +64,116 @@ enum Answer {
     Pong { pid: u32 },
 }
 
+/// A verified request to this process to answer as a probe child.
+#[derive(Debug)]
+struct Request {
+    kind: String,
+}
+
+static REQUEST: OnceLock<Option<Request>> = OnceLock::new();
+
+/// The request this process was started for, verified on first use (by the constructor, or
+/// earlier by a user's constructor that calls the probe) and remembered.
+fn request() -> Option<&'static Request> {
+    REQUEST.get_or_init(take_request).as_ref()
+}
+
+/// Whether this process was started as a probe child. A probe child never starts another: a
+/// constructor that calls the probe before this crate's constructor answered gets an error.
+pub(super) fn inside_probe_child() -> bool {
+    request().is_some()
+}
+
+/// Reads, verifies and removes [`CHILD_VAR`].
+fn take_request() -> Option<Request> {
+    let raw = std::env::var_os(CHILD_VAR)?;
+    let verified = raw.to_str().and_then(verify);
+    // SAFETY: runs once, normally in a constructor before `main`, when the process has no
+    // other threads that could read the environment at the same time.
+    unsafe { std::env::remove_var(CHILD_VAR) };
+    if verified.is_none() {
+        eprintln!(
+            "gpu-test-permit: ignoring {CHILD_VAR}={:?}: this process was not started as a \
+             probe child (the variable was inherited or set by hand); removed it",
+            raw.to_string_lossy()
+        );
+    }
+    verified
+}
+
+/// The variable's value for a request of `kind` over `pipe`.
+fn request_value(kind: &str, pipe: (u64, u64), token: &str) -> String {
+    format!("{kind} {}:{} {token}", pipe.0, pipe.1)
+}
+
+fn parse_request(value: &str) -> Option<(&str, (u64, u64), &str)> {
+    let mut words = value.split(' ');
+    let kind = words.next()?;
+    let (dev, ino) = words.next()?.split_once(':')?;
+    let token = words.next()?;
+    if words.next().is_some() || token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return None;
+    }
+    Some((kind, (dev.parse().ok()?, ino.parse().ok()?), token))
+}
+
+#[cfg(unix)]
+fn verify(value: &str) -> Option<Request> {
+    let (kind, pipe, token) = parse_request(value)?;
+    // SAFETY: `fstat` fills a plain struct; an fd that is not open gives an error.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(0, &mut st) } != 0
+        || st.st_mode & libc::S_IFMT != libc::S_IFIFO
+        || (st.st_dev as u64, st.st_ino as u64) != pipe
+    {
+        return None;
+    }
+    // The parent wrote the token before starting this process: it is there now or never.
+    let mut pfd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: polls one valid pollfd without waiting.
+    if unsafe { libc::poll(&mut pfd, 1, 0) } != 1 || pfd.revents & libc::POLLIN == 0 {
+        return None;
+    }
+    let mut buf = [0u8; 64];
+    // SAFETY: reads into a valid buffer of its length.
+    let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
+    let got = buf.get(..usize::try_from(n).ok()?)?;
+    (got.strip_suffix(b"\n")? == token.as_bytes()).then(|| Request { kind: kind.into() })
+}
+
+/// Without file identities to compare, the request is recognised by its form alone.
+#[cfg(not(unix))]
+fn verify(value: &str) -> Option<Request> {
+    let (kind, _, _) = parse_request(value)?;
+    Some(Request { kind: kind.into() })
+}
+
 // Runs in every process that links this crate, before `main`. Outside a probe child it reads
 // one environment variable and returns. In a probe child it probes, writes the answer and
 // exits at once: no test code, no unwinding, no atexit handlers of a half-initialised driver.
 #[ctor::ctor(unsafe)]
 fn probe_child_entry() {
-    let Some(kind) = std::env::var_os(CHILD_VAR) else {
+    // A user's constructor that called the probe may have verified (and removed) it already.
+    if REQUEST.get().is_none() && std::env::var_os(CHILD_VAR).is_none() {
+        return;
+    }
+    let Some(request) = request() else {
         return;
     };
-    let answer = match kind.to_str() {
-        Some("ping") => Answer::Pong {
+    let answer = match request.kind.as_str() {
+        "ping" => Answer::Pong {
             pid: std::process::id(),
         },
         other => Answer::Probe {
-            outcome: match other.map(str::parse::<Backend>) {
-                Some(Ok(backend)) => backends::probe_here_catching(backend),
-                _ => ProbeOutcome::Error {
-                    detail: format!("the probe child was asked for an unknown backend {kind:?}"),
+            outcome: match other.parse::<Backend>() {
+                Ok(backend) => backends::probe_here_catching(backend),
+                Err(_) => ProbeOutcome::Error {
+                    detail: format!("the probe child was asked for an unknown backend {other:?}"),
                 },
             },
         },
@@ -98,7 +225,7 @@ fn exit_now() -> ! {
 pub(super) enum End {
     /// It exited or was killed by a signal on its own.
     Status(ExitStatus),
-    /// It passed the deadline and was killed.
+    /// It passed the deadline (or failed to exit after answering) and was killed.
     TimedOut,
 }
 
@@ -106,23 +233,34 @@ pub(super) enum End {
 #[derive(Debug)]
 pub(super) struct ChildRun {
     pub(super) pid: u32,
+    /// The tail of its standard output, up to and including its answer line.
     pub(super) stdout: Vec<u8>,
     pub(super) stderr_tail: String,
     pub(super) end: End,
 }
 
+/// Why a probe child could not be started.
+pub(super) const START_FAILED: &str = "could not start the probe child";
+
 /// Starts this executable as a probe child of `kind` and collects what it says, killing it
-/// at the deadline. The child is always reaped before this returns.
+/// at the deadline. The child is always reaped before this returns, on every path.
 pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
-    let start = Instant::now();
-    let deadline = start + opts.timeout;
-    let exe = std::env::current_exe()?;
-    let mut cmd = Command::new(exe);
+    if inside_probe_child() {
+        return Err(io::Error::other(
+            "this process is itself a probe child (a constructor called the probe before \
+             gpu-test-permit's constructor answered), and a probe child never starts another",
+        ));
+    }
+    let deadline = Instant::now() + opts.timeout;
+    let token = new_token();
+    let (request_pipe, mut token_writer) = io::pipe()?;
+    io::Write::write_all(&mut token_writer, format!("{token}\n").as_bytes())?;
+    let value = request_value(kind, pipe_identity(&request_pipe)?, &token);
+    let mut cmd = Command::new(std::env::current_exe()?);
     // If the constructor did not run, a libtest binary given these arguments lists nothing and
     // exits: the parent then reports a missing answer instead of running tests in the child.
     cmd.args(["--list", "--exact", "gpu-test-permit-probe-child"])
-        .env(CHILD_VAR, kind)
-        .stdin(Stdio::null())
+        .stdin(Stdio::from(request_pipe))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in &opts.env {
@@ -131,111 +269,341 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
             None => cmd.env_remove(k),
         };
     }
-    let mut child = cmd.spawn()?;
-    let pid = child.id();
+    cmd.env(CHILD_VAR, value);
+    contain(&mut cmd);
+    let mut child = Reaper::new(cmd.spawn()?);
+    let pid = child.child.id();
 
-    let (tx, chunks) = mpsc::channel::<Vec<u8>>();
-    let mut out = child.stdout.take().expect("stdout is piped");
-    // Reader threads, because std has no read with a deadline. If a driver leaves a
-    // grandchild holding the pipes, they outlive this call harmlessly.
-    std::thread::Builder::new()
-        .name("gpu-test-permit probe stdout".into())
-        .spawn(move || {
-            let mut buf = [0u8; 8192];
-            while let Ok(n @ 1..) = out.read(&mut buf) {
-                if tx.send(buf[..n].to_vec()).is_err() {
-                    break;
-                }
-            }
-        })?;
-    let tail = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let (err_done_tx, err_done) = mpsc::channel::<()>();
-    {
-        let tail = Arc::clone(&tail);
-        let mut err = child.stderr.take().expect("stderr is piped");
-        std::thread::Builder::new()
-            .name("gpu-test-permit probe stderr".into())
-            .spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n @ 1..) = err.read(&mut buf) {
-                    let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
-                    t.extend_from_slice(&buf[..n]);
-                    if t.len() > 2 * STDERR_TAIL {
-                        let cut = t.len() - STDERR_TAIL;
-                        t.drain(..cut);
-                    }
-                }
-                let _ = err_done_tx.send(());
-            })?;
-    }
+    let shared = Arc::new(Shared::default());
+    let out = child.child.stdout.take().expect("stdout is piped");
+    let err = child.child.stderr.take().expect("stderr is piped");
+    spawn_reader(
+        "gpu-test-permit probe stdout",
+        out,
+        &shared,
+        Output::push_stdout,
+    )?;
+    spawn_reader(
+        "gpu-test-permit probe stderr",
+        err,
+        &shared,
+        Output::push_stderr,
+    )?;
 
-    let mut stdout = Vec::new();
-    let mut timed_out = false;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match chunks.recv_timeout(left) {
-            Ok(chunk) => {
-                stdout.extend_from_slice(&chunk);
-                if complete_answer(&stdout) {
-                    break;
-                }
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                timed_out = true;
-                break;
-            }
-        }
-    }
-    let end = if timed_out {
-        kill_and_reap(&mut child)?;
-        End::TimedOut
-    } else {
-        match wait_until(&mut child, deadline)? {
-            Some(status) => End::Status(status),
-            None => {
-                kill_and_reap(&mut child)?;
-                End::TimedOut
-            }
-        }
-    };
-    // The child is gone, so its stderr closes unless a grandchild holds it; do not wait long.
-    let _ = err_done.recv_timeout(Duration::from_millis(200));
-    let tail = tail.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    Ok(ChildRun {
-        pid,
-        stdout,
-        stderr_tail: tail_text(&tail),
-        end,
-    })
-}
-
-fn kill_and_reap(child: &mut Child) -> io::Result<()> {
-    // SIGKILL: a driver stuck in the kernel may ignore anything gentler.
-    match child.kill() {
-        Ok(()) => {}
-        // Already exited: still reap it below.
-        Err(e) if e.kind() == io::ErrorKind::InvalidInput => {}
-        Err(e) => return Err(e),
-    }
-    child.wait().map(drop)
-}
-
-/// Waits for the child's exit until `deadline`; `None` if it is still running then. Called
-/// once its standard output has closed or it has answered, so the exit is normally at hand.
-fn wait_until(child: &mut Child, deadline: Instant) -> io::Result<Option<ExitStatus>> {
+    let mut exited_at: Option<Instant> = None;
+    let mut seen = 0;
     let mut nap = Duration::from_micros(50);
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(Some(status));
+    let end = loop {
+        if exited_at.is_none() && child.has_exited()? {
+            exited_at = Some(Instant::now());
         }
         let now = Instant::now();
-        if now >= deadline {
-            return Ok(None);
+        let out = shared.lock();
+        if out.changes != seen {
+            // Output moves: the exit is likely near, look again soon.
+            seen = out.changes;
+            nap = Duration::from_micros(50);
         }
-        std::thread::sleep(nap.min(deadline - now));
-        nap = (nap * 2).min(Duration::from_millis(5));
+        let until = match exited_at {
+            // Judged by the exit: a pipe held by a process the child left behind gets a grace.
+            Some(at) if out.open == 0 || now >= at + DRAIN_GRACE => {
+                drop(out);
+                break End::Status(child.finish()?);
+            }
+            Some(at) => at + DRAIN_GRACE,
+            None => {
+                let limit = out
+                    .answered
+                    .map_or(deadline, |at| deadline.min(at + EXIT_GRACE));
+                if now >= limit {
+                    drop(out);
+                    child.kill()?;
+                    break End::TimedOut;
+                }
+                limit
+            }
+        };
+        // Woken by output; otherwise looks at the child again after the nap.
+        drop(shared.changed.wait_timeout(out, (until - now).min(nap)));
+        nap = (nap * 2).min(MAX_NAP);
+    };
+    // The child's group is gone, so its pipes close: collect the last of its output.
+    let drained = Instant::now() + DRAIN_GRACE;
+    let mut out = shared.lock();
+    while out.open > 0 {
+        let now = Instant::now();
+        if now >= drained {
+            break;
+        }
+        out = shared
+            .changed
+            .wait_timeout(out, drained - now)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
     }
+    let run = ChildRun {
+        pid,
+        stdout: std::mem::take(&mut out.stdout),
+        stderr_tail: tail_text(&out.stderr),
+        end,
+    };
+    drop(token_writer);
+    Ok(run)
+}
+
+/// A fresh random token: 128 bits from std's randomly keyed hasher.
+fn new_token() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let word = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(COUNT.fetch_add(1, Ordering::Relaxed));
+        h.write_u32(std::process::id());
+        h.finish()
+    };
+    format!("{:016x}{:016x}", word(), word())
+}
+
+/// The device and inode that name a pipe (the same for both of its ends).
+#[cfg(unix)]
+fn pipe_identity(pipe: &io::PipeReader) -> io::Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::File::from(std::os::fd::OwnedFd::from(pipe.try_clone()?)).metadata()?;
+    Ok((meta.dev(), meta.ino()))
+}
+
+#[cfg(not(unix))]
+fn pipe_identity(_pipe: &io::PipeReader) -> io::Result<(u64, u64)> {
+    Ok((0, 0))
+}
+
+/// Makes the child lead a process group of its own (so that helpers a driver starts can be
+/// killed with it) and, on Linux, die with the thread that starts it.
+#[cfg(unix)]
+fn contain(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    cmd.process_group(0);
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: between fork and exec the closure makes only async-signal-safe calls
+        // (`prctl`, `getppid`) and does not allocate.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The parent may have died before the signal was armed: nobody would wait.
+                if libc::getppid() != parent {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn contain(_cmd: &mut Command) {}
+
+/// The probe child, killed (with its process group) and reaped whichever way the probe ends.
+struct Reaper {
+    child: Child,
+    /// Set once reaped.
+    status: Option<ExitStatus>,
+}
+
+impl Reaper {
+    fn new(child: Child) -> Reaper {
+        Reaper {
+            child,
+            status: None,
+        }
+    }
+
+    /// Whether the child has exited. On Linux it is left unreaped, so its process group
+    /// id cannot be reused before [`Reaper::finish`] kills the group.
+    #[cfg(target_os = "linux")]
+    fn has_exited(&mut self) -> io::Result<bool> {
+        // SAFETY: `waitid` fills a plain struct; WNOWAIT leaves the child waitable.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        let r = unsafe { libc::waitid(libc::P_PID, self.child.id(), &mut info, flags) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        // SAFETY: `waitid` succeeded, so the pid field is initialised (0 while running).
+        Ok(unsafe { info.si_pid() } != 0)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn has_exited(&mut self) -> io::Result<bool> {
+        if self.status.is_none() {
+            self.status = self.child.try_wait()?;
+        }
+        Ok(self.status.is_some())
+    }
+
+    /// Kills what is left of the child's process group and reaps the exited child.
+    fn finish(&mut self) -> io::Result<ExitStatus> {
+        self.kill_group();
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let status = self.child.wait()?;
+        self.status = Some(status);
+        Ok(status)
+    }
+
+    /// Kills the child and its process group (SIGKILL: a driver stuck in the kernel may
+    /// ignore anything gentler) and reaps it.
+    fn kill(&mut self) -> io::Result<ExitStatus> {
+        self.kill_group();
+        match self.child.kill() {
+            Ok(()) => {}
+            // Already exited: still reaped below.
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {}
+            Err(e) => return Err(e),
+        }
+        self.finish()
+    }
+
+    fn kill_group(&self) {
+        #[cfg(unix)]
+        if self.status.is_none() {
+            // SAFETY: sends a signal. The child leads its group and is not reaped yet, so
+            // the id still names its group.
+            unsafe { libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL) };
+        }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = self.kill();
+        }
+    }
+}
+
+/// What the reader threads collected.
+#[derive(Debug)]
+struct Output {
+    /// The tail of standard output; frozen once it holds a complete answer line.
+    stdout: Vec<u8>,
+    /// Where the last answer marker in `stdout` starts.
+    marker: Option<usize>,
+    /// When a complete answer line arrived.
+    answered: Option<Instant>,
+    /// The tail of standard error.
+    stderr: Vec<u8>,
+    /// Pipes not yet at end of file.
+    open: u8,
+    /// Counts arrivals, so the waiter can tell that something happened.
+    changes: u64,
+}
+
+impl Default for Output {
+    fn default() -> Output {
+        Output {
+            stdout: Vec::new(),
+            marker: None,
+            answered: None,
+            stderr: Vec::new(),
+            open: 2,
+            changes: 0,
+        }
+    }
+}
+
+impl Output {
+    fn push_stdout(&mut self, bytes: &[u8]) {
+        if self.answered.is_some() {
+            return;
+        }
+        let old = self.stdout.len();
+        self.stdout.extend_from_slice(bytes);
+        let m = MARKER.as_bytes();
+        // Only the new bytes (and a marker cut by the previous read) need a look.
+        let from = old.saturating_sub(m.len() - 1);
+        if let Some(i) = self.stdout[from..].windows(m.len()).rposition(|w| w == m) {
+            self.marker = Some(from + i);
+        }
+        if let Some(at) = self.marker {
+            let rest = (at + m.len()).max(old);
+            if self.stdout[rest..].contains(&b'\n') {
+                self.answered = Some(Instant::now());
+                return;
+            }
+        }
+        if self.stdout.len() > 2 * STDOUT_KEEP {
+            let cut = self.stdout.len() - STDOUT_KEEP;
+            self.stdout.drain(..cut);
+            self.marker = self.marker.and_then(|at| at.checked_sub(cut));
+        }
+    }
+
+    fn push_stderr(&mut self, bytes: &[u8]) {
+        self.stderr.extend_from_slice(bytes);
+        if self.stderr.len() > 2 * STDERR_TAIL {
+            let cut = self.stderr.len() - STDERR_TAIL;
+            self.stderr.drain(..cut);
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    output: Mutex<Output>,
+    changed: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Output> {
+        self.output.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Reads `pipe` to its end on a thread of its own (std has no read with a deadline), into
+/// bounded buffers. A pipe held open by a process that escaped the child's group keeps its
+/// thread alive until that process closes it; it holds nothing but those buffers.
+fn spawn_reader(
+    name: &str,
+    mut pipe: impl Read + Send + 'static,
+    shared: &Arc<Shared>,
+    push: fn(&mut Output, &[u8]),
+) -> io::Result<()> {
+    let shared = Arc::clone(shared);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let mut buf = [0u8; 8192];
+            loop {
+                match pipe.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let mut out = shared.lock();
+                        push(&mut out, &buf[..n]);
+                        out.changes += 1;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                }
+                shared.changed.notify_all();
+            }
+            let mut out = shared.lock();
+            out.open -= 1;
+            out.changes += 1;
+            drop(out);
+            shared.changed.notify_all();
+        })
+        .map(drop)
 }
 
 fn tail_text(bytes: &[u8]) -> String {
@@ -253,10 +621,6 @@ fn answer_line(stdout: &[u8]) -> Option<(&[u8], bool)> {
         Some(nl) => Some((&rest[..nl], true)),
         None => Some((rest, false)),
     }
-}
-
-fn complete_answer(stdout: &[u8]) -> bool {
-    matches!(answer_line(stdout), Some((_, true)))
 }
 
 fn parse_answer(stdout: &[u8]) -> Result<Option<Answer>, String> {
@@ -472,6 +836,64 @@ mod tests {
             let detail = malformed_detail(classify(&run(&stdout, exited(0)), t));
             assert!(detail.contains(want), "{stdout:?}: {detail}");
         }
+    }
+
+    #[test]
+    fn output_is_bounded_and_finds_an_answer_cut_across_reads() {
+        let mut out = Output::default();
+        for _ in 0..1000 {
+            out.push_stdout(&[b'n'; 4096]);
+            out.push_stderr(&[b'e'; 4096]);
+            assert!(out.stdout.len() <= 2 * STDOUT_KEEP);
+            assert!(out.stderr.len() <= 2 * STDERR_TAIL);
+        }
+        assert!(out.answered.is_none());
+        let o = ProbeOutcome::NoDevices { detail: "x".into() };
+        let line = format!("\n{}", answer(&o));
+        let (a, b) = line.split_at(10); // the marker arrives in two reads
+        out.push_stdout(a.as_bytes());
+        assert!(out.answered.is_none());
+        out.push_stdout(b.as_bytes());
+        assert!(out.answered.is_some());
+        out.push_stdout(&[b'n'; 4096]); // frozen after the answer
+        let r = ChildRun {
+            pid: 1,
+            stdout: out.stdout,
+            stderr_tail: tail_text(&out.stderr),
+            end: exited(0),
+        };
+        assert_eq!(classify(&r, Duration::ZERO), o);
+        assert!(r.stderr_tail.len() <= STDERR_TAIL);
+    }
+
+    #[test]
+    fn only_well_formed_requests_are_considered() {
+        let token = "00112233445566778899aabbccddeeff";
+        assert_eq!(
+            parse_request(&request_value("cuda", (7, 42), token)),
+            Some(("cuda", (7, 42), token))
+        );
+        for bad in [
+            "cuda",
+            "ping",
+            "",
+            "cuda 7:42",
+            "cuda 7:42 0011",
+            "cuda 7-42 00112233445566778899aabbccddeeff",
+            "cuda 7:x 00112233445566778899aabbccddeeff",
+            "cuda 7:42 00112233445566778899aabbccddeefg",
+            "cuda 7:42 00112233445566778899aabbccddeeff extra",
+        ] {
+            assert_eq!(parse_request(bad), None, "{bad:?}");
+        }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_request_without_its_pipe_is_not_honoured() {
+        // This test process's standard input is not the named pipe.
+        let token = "00112233445566778899aabbccddeeff";
+        assert!(verify(&request_value("cuda", (7, 42), token)).is_none());
     }
 
     #[test]

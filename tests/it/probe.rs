@@ -1,5 +1,7 @@
 //! The backend probe: fault injection against stand-in CUDA drivers, the real wgpu probe, the
 //! per-process and per-nextest-run caches.
+// Most of these tests need the `cuda` feature's stand-in drivers.
+#![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -387,20 +389,14 @@ fn run_cache_one_probe_per_nextest_run() {
     assert_eq!(driver_calls(&count), 1);
 
     // A corrupt file is ignored and replaced by a fresh probe.
-    let cache_dir = std::fs::read_dir(&slots)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("probe-")
-        })
-        .expect("a probe cache directory in the slot directory");
-    let file = cache_dir.join(format!("{run}-cuda.json"));
-    assert!(file.exists(), "{}", file.display());
-    std::fs::write(&file, b"{\"format\":\"gpu-test-permit-probe-cache\",\"vers").unwrap();
+    let files = cache_files(&slots, run);
+    assert_eq!(
+        files.len(),
+        1,
+        "one cache file per run, backend and key: {files:?}"
+    );
+    let file = &files[0];
+    std::fs::write(file, b"{\"format\":\"gpu-test-permit-probe-cache\",\"vers").unwrap();
     let after_corruption = run_children(1, run, &slots, &count);
     assert_eq!(after_corruption[0].source, ProbeSource::Child);
     assert_eq!(driver_calls(&count), 2);
@@ -491,4 +487,461 @@ fn cli_probe_prints_table_and_json_and_fails_on_a_failed_requirement() {
     let out = cli("ok").args(["probe", "vulkan"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).1.contains("unknown backend 'vulkan'"));
+}
+
+// ---- hardening: deadlines, leftovers, parent death, stale requests ----
+
+/// The pid a stub driver wrote into its count file on a line `<what> pid <n>`.
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+fn stub_pid(count: &Path, what: &str) -> Option<i32> {
+    let text = std::fs::read_to_string(count).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{what} pid ")))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Whether process `pid` is gone: no entry, or a zombie (dead, waiting for a reaper that in a
+/// container may never come).
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+fn is_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with(['Z', 'X'])),
+    }
+}
+
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+fn gone_within(pid: i32, within: Duration) -> bool {
+    let until = std::time::Instant::now() + within;
+    loop {
+        if is_gone(pid) {
+            return true;
+        }
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+fn kill_if_alive(pid: Option<i32>) {
+    if let Some(pid) = pid {
+        // SAFETY: sends a signal; a stale pid at worst gets ESRCH.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[test]
+fn chatty_probe_child_is_killed_at_its_deadline() {
+    let dir = crate::util::tempdir();
+    let count = dir.path().join("calls");
+    let deadline = Duration::from_millis(800);
+    let o = stub("flood")
+        .timeout(deadline)
+        .env("CUDA_PROBE_STUB_COUNT", &count);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(probe::probe_with(Backend::Cuda, &o));
+    });
+    let r = rx
+        .recv_timeout(deadline + Duration::from_secs(6))
+        .unwrap_or_else(|_| {
+            kill_if_alive(stub_pid(&count, "cuInit"));
+            panic!("a chatty probe child was not killed at its {deadline:?} deadline")
+        });
+    match &r.outcome {
+        ProbeOutcome::TimedOut { after, stderr_tail } => {
+            assert_eq!(*after, deadline);
+            // Bounded: a tail of the noise, not all of it.
+            assert!(stderr_tail.len() <= 4096, "{} bytes", stderr_tail.len());
+            assert!(stderr_tail.ends_with("nnnn"), "{stderr_tail:.200}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(
+        r.duration < deadline + Duration::from_secs(2),
+        "{:?}",
+        r.duration
+    );
+    let pid = stub_pid(&count, "cuInit").expect("the stub wrote its pid");
+    assert!(is_gone(pid), "probe child {pid} still running");
+}
+
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[test]
+fn crashing_probe_child_is_judged_by_its_exit_not_by_its_pipes() {
+    // The driver starts a helper that keeps the pipes open, then crashes: the crash is
+    // reported at once, not as a timeout, and the helper does not outlive the probe.
+    let dir = crate::util::tempdir();
+    let count = dir.path().join("calls");
+    let deadline = Duration::from_secs(8);
+    let r = probe::probe_with(
+        Backend::Cuda,
+        &stub("helper-segv")
+            .timeout(deadline)
+            .env("CUDA_PROBE_STUB_COUNT", &count),
+    );
+    let helper = stub_pid(&count, "helper");
+    let helper_gone = helper.is_some_and(|pid| gone_within(pid, Duration::from_secs(2)));
+    kill_if_alive(helper);
+    match &r.outcome {
+        ProbeOutcome::Crashed {
+            signal: Some(11),
+            stderr_tail,
+            ..
+        } => assert!(stderr_tail.contains("started a helper"), "{stderr_tail}"),
+        other => panic!("expected a SIGSEGV, got {other:?}"),
+    }
+    assert!(r.duration < Duration::from_secs(3), "{:?}", r.duration);
+    assert!(
+        helper_gone,
+        "the driver's helper {helper:?} outlived the probe"
+    );
+}
+
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[test]
+fn probe_child_dies_with_its_parent() {
+    // A real parent (the CLI) probing a hanging driver is SIGKILLed mid-probe.
+    let dir = crate::util::tempdir();
+    let count = dir.path().join("calls");
+    let mut parent = crate::util::cli(dir.path(), 2)
+        .args(["probe", "cuda"])
+        .env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
+        .env("CUDA_PROBE_STUB", "hang")
+        .env("CUDA_PROBE_STUB_COUNT", &count)
+        .env("GPU_TEST_PERMIT_PROBE_TIMEOUT", "120s")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let child = loop {
+        if let Some(pid) = stub_pid(&count, "cuInit") {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "the probe child never reached cuInit"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    parent.kill().unwrap();
+    parent.wait().unwrap();
+    let gone = gone_within(child, Duration::from_secs(3));
+    kill_if_alive(Some(child));
+    assert!(gone, "probe child {child} outlived its SIGKILLed parent");
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn stale_probe_child_variable_does_not_divert_a_program() {
+    let dir = crate::util::tempdir();
+    for value in ["cuda", "ping", "wgpu 1:2 00112233445566778899aabbccddeeff"] {
+        // The CLI: `run -- false` must report false's failure, not exit 0 before main.
+        let out = crate::util::cli(dir.path(), 2)
+            .env("GPU_TEST_PERMIT_PROBE_CHILD", value)
+            .args(["run", "--", "false"])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{value}: {stdout}\n{stderr}");
+        // The variable is removed, so the programs it starts do not inherit it either.
+        let out = crate::util::cli(dir.path(), 2)
+            .env("GPU_TEST_PERMIT_PROBE_CHILD", value)
+            .args([
+                "run",
+                "--",
+                "sh",
+                "-c",
+                "echo var=${GPU_TEST_PERMIT_PROBE_CHILD-unset}",
+            ])
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{value}: {stdout}\n{stderr}");
+        assert!(stdout.contains("var=unset"), "{value}: {stdout}\n{stderr}");
+        // A test binary runs its tests.
+        let out = helper("probe::run_cache_child")
+            .env("GPU_TEST_PERMIT_PROBE_CHILD", value)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&out);
+        assert!(
+            out.status.success() && stdout.contains("REPORT "),
+            "{value}: {stdout}\n{stderr}"
+        );
+    }
+}
+
+/// A constructor of this test binary that probes, as a user's own constructor might. Its
+/// prioritised `.init_array` entry runs before gpu-test-permit's plain one, so in a probe
+/// child it calls the probe before the crate's constructor has answered.
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+mod probe_from_a_constructor {
+    #[used]
+    #[unsafe(link_section = ".init_array.00500")]
+    static ENTRY: extern "C" fn() = entry;
+
+    pub(super) const LOG_VAR: &str = "IT_PROBE_FROM_CONSTRUCTOR_LOG";
+
+    extern "C" fn entry() {
+        use std::io::Write;
+        let Some(log) = std::env::var_os(LOG_VAR) else {
+            return;
+        };
+        let append = |line: String| {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log)
+                .unwrap();
+            f.write_all(line.as_bytes()).unwrap();
+        };
+        // A bound for the unfixed case: a recursing probe would start children without end.
+        let starts = std::fs::read_to_string(&log)
+            .map(|s| s.lines().filter(|l| l.starts_with("start")).count())
+            .unwrap_or(0);
+        if starts >= 3 {
+            return;
+        }
+        append(format!("start {}\n", std::process::id()));
+        let opts = super::opts().timeout(std::time::Duration::from_secs(20));
+        let r = gpu_test_permit::probe::probe_with(gpu_test_permit::probe::Backend::Cuda, &opts);
+        append(format!("got {r}\n"));
+    }
+}
+
+#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[test]
+fn probe_from_a_constructor_in_a_probe_child_does_not_recurse() {
+    let dir = crate::util::tempdir();
+    let log = dir.path().join("ctor-log");
+    let r = probe::probe_with(
+        Backend::Cuda,
+        &stub("ok").env(probe_from_a_constructor::LOG_VAR, &log),
+    );
+    assert_eq!(r.outcome.devices().map(<[_]>::len), Some(1), "{r}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let starts = text.lines().filter(|l| l.starts_with("start")).count();
+    assert_eq!(starts, 1, "the probe child started probe children:\n{text}");
+    assert!(
+        text.contains("got cuda: driver error") && text.contains("probe child"),
+        "{text}"
+    );
+}
+
+// ---- the run cache keeps answers, not accidents ----
+
+/// One test process of nextest run `run_id` probing CUDA through the caches, with `env` on
+/// top of a stand-in driver with one device; returns its report and its standard error.
+#[cfg(feature = "cuda")]
+fn cache_child(
+    run_id: &str,
+    slots: &Path,
+    count: &Path,
+    env: &[(&str, &str)],
+) -> (ProbeReport, String) {
+    let mut c = helper("probe::run_cache_child");
+    c.env("NEXTEST_RUN_ID", run_id)
+        .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+        .env("GPU_TEST_PERMIT_DIR", slots)
+        .env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
+        .env("CUDA_PROBE_STUB_COUNT", count);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("REPORT ").map(|(_, json)| json))
+        .unwrap_or_else(|| panic!("no report in:\n{stdout}\n{stderr}"));
+    (serde_json::from_str(line).unwrap(), stderr)
+}
+
+/// The run cache files of `run_id` for CUDA under the slot directory `slots`.
+#[cfg(feature = "cuda")]
+fn cache_files(slots: &Path, run_id: &str) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for dir in std::fs::read_dir(slots).into_iter().flatten().flatten() {
+        let name = dir.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("probe-") {
+            continue;
+        }
+        for f in std::fs::read_dir(dir.path()).unwrap().flatten() {
+            let n = f.file_name().to_string_lossy().into_owned();
+            if n.starts_with(&format!("{run_id}-cuda")) && n.ends_with(".json") {
+                files.push(f.path());
+            }
+        }
+    }
+    files
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn run_cache_retries_a_timed_out_probe_before_keeping_it() {
+    let dir = crate::util::tempdir();
+    let slots = dir.path().join("slots");
+    let count = dir.path().join("driver-calls");
+    let hang = [
+        ("CUDA_PROBE_STUB", "hang"),
+        ("GPU_TEST_PERMIT_PROBE_TIMEOUT", "300ms"),
+    ];
+    let ok = [("GPU_TEST_PERMIT_PROBE_TIMEOUT", "300ms")];
+
+    // A busy machine: the run's first probe times out. The next process probes again and
+    // its answer, not the accident, is what the rest of the run sees.
+    let (first, _) = cache_child("transient-run", &slots, &count, &hang);
+    assert!(
+        matches!(first.outcome, ProbeOutcome::TimedOut { .. }),
+        "{first}"
+    );
+    let (second, _) = cache_child("transient-run", &slots, &count, &ok);
+    assert_eq!(second.source, ProbeSource::Child, "{second}");
+    assert!(second.outcome.has_devices(), "{second}");
+    let (third, _) = cache_child("transient-run", &slots, &count, &hang);
+    assert_eq!(third.source, ProbeSource::RunCache, "{third}");
+    assert!(third.outcome.has_devices(), "{third}");
+    assert_eq!(driver_calls(&count), 2);
+
+    // A driver that always hangs: three attempts, then the timeout is the run's answer.
+    let run = "hanging-run";
+    for attempt in 1..=3 {
+        let (r, _) = cache_child(run, &slots, &count, &hang);
+        assert_eq!(r.source, ProbeSource::Child, "attempt {attempt}: {r}");
+        assert!(matches!(r.outcome, ProbeOutcome::TimedOut { .. }), "{r}");
+    }
+    assert_eq!(driver_calls(&count), 5);
+    let (kept, _) = cache_child(run, &slots, &count, &hang);
+    assert_eq!(kept.source, ProbeSource::RunCache, "{kept}");
+    assert!(
+        matches!(kept.outcome, ProbeOutcome::TimedOut { .. }),
+        "{kept}"
+    );
+    assert_eq!(driver_calls(&count), 5);
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn skips_from_a_cached_failure_name_the_run_cache() {
+    use gpu_test_permit::decision::{Decision, Policy, decide};
+    let dir = crate::util::tempdir();
+    let slots = dir.path().join("slots");
+    let count = dir.path().join("driver-calls");
+    let segv = [("CUDA_PROBE_STUB", "segv")];
+    let (fresh, _) = cache_child("skip-run", &slots, &count, &segv);
+    assert_eq!(fresh.source, ProbeSource::Child);
+    let (cached, _) = cache_child("skip-run", &slots, &count, &segv);
+    assert_eq!(cached.source, ProbeSource::RunCache);
+    let file = cache_files(&slots, "skip-run");
+    assert_eq!(file.len(), 1, "{file:?}");
+    for (r, from_cache) in [(&fresh, false), (&cached, true)] {
+        let (Decision::Skip(why) | Decision::Fail(why)) = decide(r, &Policy::none()) else {
+            panic!("a crashed driver cannot run: {r}");
+        };
+        assert_eq!(why.contains("run cache"), from_cache, "{why}");
+        if from_cache {
+            assert!(why.contains(&*file[0].to_string_lossy()), "{why}");
+            assert!(why.contains("delete"), "{why}");
+        }
+    }
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn run_cache_is_keyed_by_deadline_and_backend_environment() {
+    let dir = crate::util::tempdir();
+    let slots = dir.path().join("slots");
+    let count = dir.path().join("driver-calls");
+    let run = "keyed-run";
+    cache_child(run, &slots, &count, &[]);
+    let (again, _) = cache_child(run, &slots, &count, &[]);
+    assert_eq!(again.source, ProbeSource::RunCache);
+    assert_eq!(driver_calls(&count), 1);
+    // Whatever changes the answer gets a probe (and an entry) of its own.
+    let variants: [&[(&str, &str)]; 4] = [
+        &[("GPU_TEST_PERMIT_PROBE_TIMEOUT", "7s")],
+        &[("CUDA_VISIBLE_DEVICES", "1")],
+        &[("WGPU_BACKEND", "gl")],
+        &[("VK_DRIVER_FILES", "/nonexistent.json")],
+    ];
+    for (i, env) in variants.iter().enumerate() {
+        let (r, _) = cache_child(run, &slots, &count, env);
+        assert_eq!(r.source, ProbeSource::Child, "{env:?}");
+        assert_eq!(driver_calls(&count), 2 + i, "{env:?}");
+        let (r, _) = cache_child(run, &slots, &count, env);
+        assert_eq!(r.source, ProbeSource::RunCache, "{env:?}");
+    }
+    assert_eq!(cache_files(&slots, run).len(), 5);
+}
+
+#[cfg(all(feature = "cuda", unix))]
+#[test]
+fn run_cache_lock_wait_has_a_deadline() {
+    let dir = crate::util::tempdir();
+    let slots = dir.path().join("slots");
+    let count = dir.path().join("driver-calls");
+    let run = "locked-run";
+    let env = [("GPU_TEST_PERMIT_PROBE_TIMEOUT", "500ms")];
+    cache_child(run, &slots, &count, &env);
+    let file = cache_files(&slots, run).pop().unwrap();
+    // Another process holds the lock and never finishes: a later process stops waiting.
+    let lock = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(file.with_extension("lock"))
+        .unwrap();
+    lock.lock().unwrap();
+    std::fs::remove_file(&file).unwrap();
+    let start = std::time::Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (slots2, count2) = (slots.clone(), count.clone());
+    std::thread::spawn(move || {
+        let _ = tx.send(cache_child(run, &slots2, &count2, &env));
+    });
+    let (r, stderr) = rx
+        .recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("the wait for the probe cache lock has no deadline"));
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(r.source, ProbeSource::Child, "{r}");
+    assert!(r.outcome.has_devices(), "{r}");
+    assert!(stderr.contains("probe cache"), "{stderr}");
+    drop(lock);
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn corrupt_cache_numbers_are_ignored_and_reprobed() {
+    let dir = crate::util::tempdir();
+    let slots = dir.path().join("slots");
+    let count = dir.path().join("driver-calls");
+    let run = "corrupt-numbers-run";
+    cache_child(run, &slots, &count, &[]);
+    let file = cache_files(&slots, run).pop().unwrap();
+    let good: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let corruptions: [(&str, serde_json::Value); 3] = [
+        ("/report/duration_ms", serde_json::json!(1e300)),
+        ("/report/duration_ms", serde_json::json!(-1.0)),
+        ("/written_unix_ms", serde_json::json!(1e300)),
+    ];
+    for (i, (at, value)) in corruptions.into_iter().enumerate() {
+        let mut bad = good.clone();
+        *bad.pointer_mut(at).unwrap() = value.clone();
+        std::fs::write(&file, serde_json::to_vec(&bad).unwrap()).unwrap();
+        let (r, stderr) = cache_child(run, &slots, &count, &[]);
+        assert_eq!(r.source, ProbeSource::Child, "{at}={value}: {r}\n{stderr}");
+        assert!(r.outcome.has_devices(), "{r}");
+        assert_eq!(driver_calls(&count), 2 + i);
+    }
 }

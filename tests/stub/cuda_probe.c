@@ -12,8 +12,12 @@
  *   exit0         cuInit exits the process with status 0 without a word
  *   hang          cuInit prints a message and never returns
  *   garbage       cuInit prints a truncated probe answer on stdout and exits 0
+ *   flood         cuInit writes to stdout and stderr without end (a chatty driver)
+ *   helper-segv   cuInit starts a helper process that inherits stdout and stderr and keeps
+ *                 them open (it ends itself after 30 s), then dereferences null (SIGSEGV)
  * CUDA_PROBE_STUB_COUNT, when set, names a file that gets one line per cuInit call, so tests
- * can count how many probes really reached the driver.
+ * can count how many probes really reached the driver; helper-segv adds a line with the
+ * helper's pid.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -75,6 +79,36 @@ CUresult cuInit(unsigned int flags) {
     if (is("hang")) {
         say(2, "stub driver: waiting forever in cuInit\n");
         for (;;) pause();
+    }
+    if (is("flood")) {
+        char noise[4096];
+        memset(noise, 'n', sizeof noise);
+        noise[sizeof noise - 1] = '\n';
+        say(2, "stub driver: flooding stdout and stderr\n");
+        for (;;) {
+            if (write(1, noise, sizeof noise) < 0 || write(2, noise, sizeof noise) < 0) _exit(9);
+            usleep(50);
+        }
+    }
+    if (is("helper-segv")) {
+        pid_t helper = fork();
+        if (helper == 0) {
+            alarm(30);
+            for (;;) pause();
+        }
+        const char *path = getenv("CUDA_PROBE_STUB_COUNT");
+        if (path) {
+            int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0600);
+            char line[64];
+            snprintf(line, sizeof line, "helper pid %d\n", (int)helper);
+            if (fd >= 0) {
+                say(fd, line);
+                close(fd);
+            }
+        }
+        say(2, "stub driver: started a helper, about to dereference null\n");
+        volatile int *p = (volatile int *)0;
+        *p = 1;
     }
     if (is("garbage")) {
         say(1, "GPU_TEST_PERMIT_PROBE_ANSWER:{\"v\":1,\"answer\":{\"Probe\":{\"outc");
