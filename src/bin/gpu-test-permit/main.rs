@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use gpu_test_permit::config::Config;
+use gpu_test_permit::probe::ProbeMode;
 
 mod probe;
 mod report;
@@ -139,7 +140,14 @@ fn config(args: &[OsString]) -> Result<ExitCode, String> {
                 .map_or_else(|e| format!("invalid: {e}"), |p| p.to_string()),
         ),
         (c::PROBE_TIMEOUT_VAR, format!("{:?}", cfg.probe_timeout)),
-        (c::PROBE_VAR, format!("{:?}", cfg.probe_mode)),
+        (
+            c::PROBE_VAR,
+            match cfg.probe_mode {
+                ProbeMode::Child => "child",
+                ProbeMode::InProcess => "in-process",
+            }
+            .to_string(),
+        ),
         (c::TRACE_VAR, or_off(&cfg.trace)),
         (c::SKIP_LOG_VAR, or_off(&cfg.skip_log)),
         (c::STRICT_VAR, (cfg.strict as u8).to_string()),
