@@ -405,18 +405,20 @@ fn run_passes_sigterm_on_and_holds_the_slot_until_the_command_exits() {
 
 #[cfg(unix)]
 #[test]
-fn run_dies_of_a_forwarded_sigterm_with_its_command() {
+fn run_dies_of_a_forwarded_sigterm_or_sigint_with_its_command() {
     use std::os::unix::process::ExitStatusExt;
     let dir = tempdir();
-    let (mut run, sleep) = run_sh(dir.path(), "echo $$; exec sleep 30");
-    // SAFETY: plain kill(2) of our own child.
-    unsafe { libc::kill(run.child.id() as libc::pid_t, libc::SIGTERM) };
-    let status = run.child.wait().unwrap();
-    let left_running = alive(sleep);
-    if left_running {
-        // SAFETY: cleaning up the command left running.
-        unsafe { libc::kill(sleep, libc::SIGKILL) };
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let (mut run, sleep) = run_sh(dir.path(), "echo $$; exec sleep 30");
+        // SAFETY: plain kill(2) of our own child.
+        unsafe { libc::kill(run.child.id() as libc::pid_t, sig) };
+        let status = run.child.wait().unwrap();
+        let left_running = alive(sleep);
+        if left_running {
+            // SAFETY: cleaning up the command left running.
+            unsafe { libc::kill(sleep, libc::SIGKILL) };
+        }
+        assert!(!left_running, "signal {sig}: the command outlived run");
+        assert_eq!(status.signal(), Some(sig), "{status:?}");
     }
-    assert!(!left_running, "the command outlived run");
-    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
 }
