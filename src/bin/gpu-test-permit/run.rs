@@ -62,7 +62,7 @@ mod sys {
     //! Signal forwarding. The forwarded signals are blocked in every thread (the mask is set
     //! before any other thread starts, and threads inherit it), and one thread takes them with
     //! `sigwait`: no signal handler runs, so no code runs in signal context. The child would
-    //! inherit the mask, so it is cleared between fork and exec. The command is waited for
+    //! inherit the mask, so the mask `run` started with is restored between fork and exec. The command is waited for
     //! with `WNOWAIT` first, so its pid cannot be reused while the forwarding thread may still
     //! signal it.
 
@@ -85,6 +85,8 @@ mod sys {
 
     pub(super) struct Forwarder {
         target: Arc<Mutex<Target>>,
+        /// The signal mask before [`Forwarder::start`], for the command.
+        old_mask: libc::sigset_t,
     }
 
     fn lock(m: &Mutex<Target>) -> MutexGuard<'_, Target> {
@@ -108,26 +110,32 @@ mod sys {
         /// later) and starts the thread that takes them.
         pub(super) fn start() -> Forwarder {
             let set = forwarded_set();
-            // SAFETY: `set` is an initialised signal set; the old mask is not asked for.
-            unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+            // SAFETY: `set` is an initialised signal set; `old_mask` is written by the call
+            // (zeroed first, so it is initialised even if the call fails).
+            let old_mask = unsafe {
+                let mut old_mask: libc::sigset_t = std::mem::zeroed();
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask);
+                old_mask
+            };
             let target = Arc::new(Mutex::new(Target::NotStarted));
             let shared = Arc::clone(&target);
             std::thread::Builder::new()
                 .name("signal-forwarder".into())
                 .spawn(move || forward(set, &shared))
                 .expect("cannot start the signal-forwarding thread");
-            Forwarder { target }
+            Forwarder { target, old_mask }
         }
 
         /// Spawns `cmd`, passes the forwarded signals on to it until it exits, and reaps it.
         pub(super) fn run(self, cmd: &mut Command) -> io::Result<ExitStatus> {
             use std::os::unix::process::CommandExt;
-            let set = forwarded_set();
+            let old_mask = self.old_mask;
             // SAFETY: the closure runs in the child between fork and exec, where only
-            // async-signal-safe calls are allowed: pthread_sigmask is one, and `set` is a copy.
+            // async-signal-safe calls are allowed: pthread_sigmask is one, and `old_mask` is a
+            // copy owned by the closure.
             unsafe {
                 cmd.pre_exec(move || {
-                    libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                    libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
                     Ok(())
                 })
             };
