@@ -1,11 +1,30 @@
 //! Every environment variable the crate reads, parsed and validated in one place.
 //!
 //! [`Config::from_env`] reads the process environment once (see [`Config::global`]); a bad value
-//! never panics and never silently changes meaning. Values with a safe fallback (a number, a
+//! never panics and never silently changes meaning. Surrounding whitespace is ignored in numbers,
+//! durations and words (`"2 "` is 2), not in paths. Values with a safe fallback (a number, a
 //! duration) produce a [`ConfigWarning`] naming the variable, the bad value and the value used
-//! instead; the warnings are printed once, one line each, on standard error. Values where a guess
-//! would be dangerous (the slot directory, which decides which processes share a cap) are kept as
-//! errors and reported when a permit is first requested.
+//! instead. Values where a guess would be dangerous (the slot directory, which decides which
+//! processes share a cap) are kept as errors and reported when a permit is first requested.
+//!
+//! # Where warnings show up
+//!
+//! A warning is worth nothing if nobody sees it, and both test runners hide a passing test's
+//! output, so [`Config::global`] reports each process's warnings three ways:
+//!
+//! - **Standard error, once per process, one line each.** The lines are written to the
+//!   `std::io::stderr()` handle directly, not with `eprintln!`, which `cargo test` (libtest)
+//!   captures and shows only for failing tests: under `cargo test` they appear in the terminal
+//!   even when every test passes. `cargo nextest` captures the whole process's output and shows
+//!   it for failures only (or with `--success-output immediate`).
+//! - **A record of the nextest run.** Under nextest ([`NextestEnv::run_id`] set), the first test
+//!   process with warnings writes them to [`WARNINGS_FILE`] in the slot directory, headed by
+//!   the run id; later processes of the same run add only lines not yet there, and a new run
+//!   with warnings replaces the file. `gpu-test-permit config` prints the configuration the
+//!   current environment gives and the warnings of the last recorded run ([`recorded_warnings`]).
+//! - **Failures, on request.** With [`STRICT_VAR`]`=1` the warnings are errors: every call of
+//!   [`Config::global`] (so every permit, probe and skip decision) panics with them, which fails
+//!   the test under either runner and shows the message where failures are shown. Set it on CI.
 //!
 //! ```
 //! use gpu_test_permit::config::{Config, CONCURRENCY_VAR};
@@ -16,12 +35,15 @@
 //!     cfg.warnings[0].to_string(),
 //!     "gpu-test-permit: REALIZAR_GPU_TEST_CONCURRENCY='abc' is not a whole number; using 2"
 //! );
+//! let cfg = Config::from_lookup(|name| (name == CONCURRENCY_VAR).then(|| " 3 ".into()));
+//! assert_eq!((cfg.concurrency.get(), cfg.warnings.len()), (3, 0));
 //! ```
 
 use std::ffi::OsString;
 use std::fmt;
+use std::io::{self, Read, Seek, Write};
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -45,6 +67,12 @@ pub const SKIP_LOG_VAR: &str = "GPU_TEST_PERMIT_SKIP_LOG";
 /// GPUs the host's permits span: `auto` (CUDA devices the probe finds when the crate is built
 /// with `cuda`, else 1) or a count. Each GPU gets [`CONCURRENCY_VAR`] permits.
 pub const GPUS_VAR: &str = "GPU_TEST_PERMIT_GPUS";
+/// `1` (or `true`, `yes`, `on`) turns configuration warnings into failures: [`Config::global`]
+/// panics with them. `0`, `false`, `no`, `off` or unset: warnings only.
+pub const STRICT_VAR: &str = "GPU_TEST_PERMIT_STRICT_CONFIG";
+/// The file in the slot directory where the test processes of a `cargo nextest` run record
+/// their configuration warnings (see the module docs).
+pub const WARNINGS_FILE: &str = "config-warnings.log";
 /// Probe deadline when [`PROBE_TIMEOUT_VAR`] is not set.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -92,6 +120,8 @@ pub struct Config {
     pub gpus: Option<NonZeroUsize>,
     /// What `cargo nextest` told this process, when it runs under nextest.
     pub nextest: Option<NextestEnv>,
+    /// Whether warnings are failures, from [`STRICT_VAR`].
+    pub strict: bool,
     /// One entry per variable whose value was rejected and replaced.
     pub warnings: Vec<ConfigWarning>,
 }
@@ -126,16 +156,73 @@ impl Config {
     }
 
     /// The configuration of this process, read from the environment on first use. Its warnings
-    /// are printed to standard error then, once.
+    /// are reported then, once: on standard error, and under nextest in the run's record (see
+    /// the module docs).
+    ///
+    /// # Panics
+    ///
+    /// With [`STRICT_VAR`] set and any warning, on every call (except while the thread is
+    /// already panicking), with the message of [`Config::strict_failure`].
     pub fn global() -> &'static Config {
         static GLOBAL: OnceLock<Config> = OnceLock::new();
-        GLOBAL.get_or_init(|| {
+        let cfg = GLOBAL.get_or_init(|| {
             let cfg = Config::from_env();
-            for w in &cfg.warnings {
-                eprintln!("{w}");
-            }
+            cfg.report_warnings();
             cfg
-        })
+        });
+        if let Some(msg) = cfg.strict_failure()
+            && !std::thread::panicking()
+        {
+            panic!("{msg}");
+        }
+        cfg
+    }
+
+    /// With [`STRICT_VAR`] set and any warning: the message that fails the test.
+    pub fn strict_failure(&self) -> Option<String> {
+        if !self.strict || self.warnings.is_empty() {
+            return None;
+        }
+        let mut msg = format!(
+            "gpu-test-permit: {STRICT_VAR} is set, so configuration warnings are errors; fix \
+             these variables or unset {STRICT_VAR}:"
+        );
+        for w in &self.warnings {
+            msg.push_str("\n  ");
+            msg.push_str(&w.to_string());
+        }
+        Some(msg)
+    }
+
+    /// The slot directory this configuration names, or its error.
+    pub fn slot_dir_path(&self) -> Result<PathBuf, String> {
+        match &self.slot_dir {
+            SlotDir::Default => Ok(default_slot_dir()),
+            SlotDir::Explicit(p) => Ok(p.clone()),
+            SlotDir::Invalid(msg) => Err(msg.clone()),
+        }
+    }
+
+    fn report_warnings(&self) {
+        if self.warnings.is_empty() {
+            return;
+        }
+        let text: String = self.warnings.iter().map(|w| format!("{w}\n")).collect();
+        // The handle, not `eprint!`: libtest captures the macros, not the handle.
+        let _ = io::stderr().lock().write_all(text.as_bytes());
+        let Some(run_id) = self.nextest.as_ref().and_then(|n| n.run_id.as_deref()) else {
+            return;
+        };
+        let Ok(dir) = self.slot_dir_path() else {
+            return; // refused with its own message at the first permit
+        };
+        if let Err(e) = record_warnings(&dir, run_id, &self.warnings) {
+            let line = format!(
+                "gpu-test-permit: cannot record the configuration warnings in {}: {e}\n",
+                dir.join(WARNINGS_FILE).display()
+            );
+            let _ = io::stderr().lock().write_all(line.as_bytes());
+        }
     }
 
     /// Builds a configuration from any lookup function (for tests and tools); `lookup` returns
@@ -197,7 +284,7 @@ impl Config {
         };
         let probe_mode = match lookup(PROBE_VAR) {
             None => crate::probe::ProbeMode::Child,
-            Some(raw) => match raw.to_str() {
+            Some(raw) => match raw.to_str().map(str::trim) {
                 Some("child") => crate::probe::ProbeMode::Child,
                 Some("in-process") => crate::probe::ProbeMode::InProcess,
                 _ => {
@@ -223,7 +310,25 @@ impl Config {
                 .ok(),
         };
         let nextest = NextestEnv::from_lookup(&lookup, &mut warnings);
+        let strict = match lookup(STRICT_VAR) {
+            None => false,
+            Some(raw) => match raw
+                .to_str()
+                .map(|s| s.trim().to_ascii_lowercase())
+                .as_deref()
+            {
+                Some("1" | "true" | "yes" | "on") => true,
+                Some("" | "0" | "false" | "no" | "off") => false,
+                // Whoever set it meant something: a typo must not turn strictness off.
+                _ => {
+                    let problem = "is not 1, true, yes, on, 0, false, no or off";
+                    warnings.push(warning(STRICT_VAR, &raw, problem, "1"));
+                    true
+                }
+            },
+        };
         Config {
+            strict,
             gpus,
             concurrency,
             timeout,
@@ -271,6 +376,7 @@ impl NextestEnv {
         let mut slot = |var: &'static str| -> Option<u64> {
             let raw = lookup(var)?;
             let s = raw.to_string_lossy();
+            let s = s.trim();
             if s == "none" {
                 return None;
             }
@@ -313,9 +419,10 @@ fn utf8(raw: &OsString) -> Result<&str, String> {
     raw.to_str().ok_or_else(|| "is not valid UTF-8".to_string())
 }
 
-/// Parses a permit count: digits only, 1 to [`MAX_CONCURRENCY`].
+/// Parses a permit count: digits only (surrounding whitespace ignored), 1 to
+/// [`MAX_CONCURRENCY`].
 pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, String> {
-    let s = utf8(raw)?;
+    let s = utf8(raw)?.trim();
     if s.is_empty() {
         return Err("is empty".into());
     }
@@ -335,9 +442,10 @@ pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, String> {
 }
 
 /// Parses a positive duration: a whole number followed by an optional unit `ms`, `s`, `m` or
-/// `h` (no unit means seconds), e.g. `90`, `90s`, `1500ms`, `10m`.
+/// `h` (no unit means seconds), e.g. `90`, `90s`, `1500ms`, `10m`; surrounding whitespace is
+/// ignored.
 pub fn parse_duration(raw: &OsString) -> Result<Duration, String> {
-    let s = utf8(raw)?;
+    let s = utf8(raw)?.trim();
     if s.is_empty() {
         return Err("is empty".into());
     }
@@ -393,4 +501,83 @@ fn parse_dir(raw: &OsString) -> Result<PathBuf, &'static str> {
 /// owner; set [`DIR_VAR`] then. The choice is made once per process.
 pub fn default_slot_dir() -> PathBuf {
     crate::sys::default_slot_dir()
+}
+
+/// The configuration warnings recorded by the test processes of one `cargo nextest` run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordedWarnings {
+    /// The run's `NEXTEST_RUN_ID`.
+    pub run_id: String,
+    /// When the first of them was recorded, milliseconds since the Unix epoch.
+    pub recorded_unix_ms: u64,
+    /// The warning lines, as printed on standard error.
+    pub lines: Vec<String>,
+}
+
+const RECORD_HEADER: &str = "# gpu-test-permit configuration warnings of nextest run";
+
+/// The warnings recorded in slot directory `dir` by the last `cargo nextest` run that had any
+/// (see the module docs), or `None` when none are recorded.
+///
+/// # Errors
+///
+/// Reading the file failed (other than its not existing), or it is not such a record.
+pub fn recorded_warnings(dir: &Path) -> io::Result<Option<RecordedWarnings>> {
+    let text = match std::fs::read_to_string(dir.join(WARNINGS_FILE)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(parse_record(&text))
+}
+
+fn parse_record(text: &str) -> Option<RecordedWarnings> {
+    let mut lines = text.lines();
+    let header = lines.next()?.strip_prefix(RECORD_HEADER)?;
+    let (run_id, ms) = header.trim().rsplit_once(" at ")?;
+    Some(RecordedWarnings {
+        run_id: run_id.to_string(),
+        recorded_unix_ms: ms.trim_end_matches(" ms").parse().ok()?,
+        lines: lines
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect(),
+    })
+}
+
+/// Adds `warnings` to the record of run `run_id` in `dir`, replacing the record of another run.
+/// The file is locked while it is read and written, so concurrent test processes of one run
+/// write each line once.
+fn record_warnings(dir: &Path, run_id: &str, warnings: &[ConfigWarning]) -> io::Result<()> {
+    crate::sys::prepare_dir(dir).map_err(io::Error::other)?;
+    let mut file =
+        crate::sys::open_lock_file(&dir.join(WARNINGS_FILE), crate::sys::is_shared_dir(dir))?;
+    file.lock()?;
+    let mut text = String::new();
+    // A file that is not text is replaced like another run's record.
+    let _ = file.read_to_string(&mut text);
+    let mut lines: Vec<String> = match parse_record(&text) {
+        Some(r) if r.run_id == run_id => r.lines,
+        _ => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            file.set_len(0)?;
+            file.seek(io::SeekFrom::Start(0))?;
+            file.write_all(format!("{RECORD_HEADER} {run_id} at {now} ms\n").as_bytes())?;
+            Vec::new()
+        }
+    };
+    let mut add = String::new();
+    for w in warnings {
+        let line = w.to_string();
+        if !lines.contains(&line) {
+            add.push_str(&line);
+            add.push('\n');
+            lines.push(line);
+        }
+    }
+    file.seek(io::SeekFrom::End(0))?;
+    file.write_all(add.as_bytes())
 }

@@ -9,6 +9,8 @@
 //!
 //! For a parser, [`read_events`] returns the events of such a file.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -184,6 +186,10 @@ pub struct Summary {
 /// as it did, on a FIFO pool of the other size. It assumes hold times do not change with N;
 /// on a GPU they grow as more tests share it, so read a larger N's estimate as a lower bound.
 ///
+/// Cost: O(e log e) for `e` events, plus O(m log N) per replayed pool size for `m` holds; the
+/// replays stop at the first size at which no request waited for a permit, since every larger
+/// pool serves the requests the same way.
+///
 /// ```
 /// use gpu_test_permit::trace::{TraceArgs, TraceEvent, summarize};
 /// let ev = |name: &str, ts, dur| TraceEvent {
@@ -212,20 +218,18 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
     let end = events.iter().map(|e| e.ts + e.dur).max().unwrap_or(0);
     let span_us = end - start;
 
+    let mut index: HashMap<&str, usize> = HashMap::new();
     let mut tests: Vec<TestSummary> = Vec::new();
     for e in events {
-        let i = match tests.iter().position(|t| t.test == e.args.test) {
-            Some(i) => i,
-            None => {
-                tests.push(TestSummary {
-                    test: e.args.test.clone(),
-                    permits: 0,
-                    wait_us: 0,
-                    hold_us: 0,
-                });
-                tests.len() - 1
-            }
-        };
+        let i = *index.entry(e.args.test.as_str()).or_insert_with(|| {
+            tests.push(TestSummary {
+                test: e.args.test.clone(),
+                permits: 0,
+                wait_us: 0,
+                hold_us: 0,
+            });
+            tests.len() - 1
+        });
         match e.name.as_str() {
             "wait" => tests[i].wait_us += e.dur,
             "hold" => {
@@ -246,15 +250,28 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
     };
 
     // Requests in the order they were made.
+    let asked = RequestTimes::new(events);
     let mut requests: Vec<(u64, u64, bool)> = holds
         .iter()
-        .map(|h| (requested_at(events, h) - start, h.dur, h.args.exclusive))
+        .map(|h| (asked.of(h) - start, h.dur, h.args.exclusive))
         .collect();
     // Stable: requests made in the same microsecond keep the order of the trace.
     requests.sort_by_key(|r| r.0);
-    let what_if = (1..=concurrency * 2)
-        .map(|n| (n, replay(&requests, n)))
-        .collect();
+    let mut what_if = Vec::with_capacity(concurrency * 2);
+    let mut unconstrained = None;
+    for n in 1..=concurrency * 2 {
+        let span = match unconstrained {
+            Some(span) => span,
+            None => {
+                let (span, waited) = replay(&requests, n);
+                if !waited {
+                    unconstrained = Some(span);
+                }
+                span
+            }
+        };
+        what_if.push((n, span));
+    }
     Some(Summary {
         concurrency,
         tests,
@@ -265,39 +282,66 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
     })
 }
 
-/// When the request behind `hold` was made: the start of the wait that ended where the hold
-/// began (a wait span ends exactly at its hold's start), or the hold's start without one.
-fn requested_at(events: &[TraceEvent], hold: &TraceEvent) -> u64 {
-    events
-        .iter()
-        .find(|w| {
-            w.name == "wait" && w.pid == hold.pid && w.tid == hold.tid && w.ts + w.dur == hold.ts
-        })
-        .map_or(hold.ts, |w| w.ts)
+/// When the request behind each hold was made: the start of the wait that ended where the hold
+/// began (a wait span ends exactly at its hold's start), or the hold's start without one. Where
+/// several waits of one thread end at the same moment, the first in the trace counts.
+struct RequestTimes(HashMap<(u32, u64, u64), u64>);
+
+impl RequestTimes {
+    fn new(events: &[TraceEvent]) -> RequestTimes {
+        let mut waits = HashMap::new();
+        for w in events.iter().filter(|e| e.name == "wait") {
+            waits.entry((w.pid, w.tid, w.ts + w.dur)).or_insert(w.ts);
+        }
+        RequestTimes(waits)
+    }
+
+    fn of(&self, hold: &TraceEvent) -> u64 {
+        self.0
+            .get(&(hold.pid, hold.tid, hold.ts))
+            .copied()
+            .unwrap_or(hold.ts)
+    }
 }
 
 /// The span of `requests` `(arrival, hold, exclusive)` served first-come first-served by `n`
-/// permits (an exclusive request takes all of them).
-fn replay(requests: &[(u64, u64, bool)], n: usize) -> u64 {
-    // When each permit is next free.
-    let mut free_at = vec![0u64; n];
+/// permits (an exclusive request takes all of them), and whether any request waited because
+/// all `n` permits were busy.
+///
+/// The permits' next-free times are kept as a min-heap of those set since the last exclusive
+/// request plus, implicitly, `n - heap.len()` permits free at `floor` (the end of that
+/// exclusive request, or 0), which is never later than anything in the heap. The latest free
+/// time is the latest finish so far (`end`).
+///
+/// If no request waited for a permit with `n` permits, none waits with more, and every request
+/// begins at the same time: the pool of `n + 1` is the same free times plus one that is no later
+/// than any of them.
+fn replay(requests: &[(u64, u64, bool)], n: usize) -> (u64, bool) {
+    let mut busy: BinaryHeap<Reverse<u64>> = BinaryHeap::with_capacity(n.min(requests.len()));
+    let mut floor = 0;
     let mut end = 0;
+    let mut waited = false;
     for &(arrival, hold, exclusive) in requests {
-        free_at.sort_unstable();
-        let begin = if exclusive {
-            arrival.max(free_at[n - 1])
+        if exclusive {
+            let finish = arrival.max(end) + hold;
+            busy.clear();
+            floor = finish;
+            end = end.max(finish);
+            continue;
+        }
+        let ready = arrival.max(floor);
+        let begin = if busy.len() < n {
+            ready
         } else {
-            arrival.max(free_at[0])
+            let Reverse(first_free) = busy.pop().expect("n >= 1 permits are busy");
+            waited |= first_free > ready;
+            ready.max(first_free)
         };
         let finish = begin + hold;
-        if exclusive {
-            free_at.iter_mut().for_each(|f| *f = finish);
-        } else {
-            free_at[0] = finish;
-        }
+        busy.push(Reverse(finish));
         end = end.max(finish);
     }
-    end
+    (end, waited)
 }
 
 /// Renders the holds of a trace as a text timeline, one row per hold in the order they began:
@@ -336,8 +380,9 @@ pub fn timeline(events: &[TraceEvent], tick_ms: u64) -> String {
         "{:<width$} {:<5} timeline ({tick_ms} ms per character)\n",
         "process/thread", "slot"
     );
+    let requests = RequestTimes::new(events);
     for h in holds {
-        let asked = requested_at(events, h);
+        let asked = requests.of(h);
         let col = |t: u64| ((t - start) / tick_us) as usize;
         let slots: Vec<String> = h.args.slots.iter().map(|s| s.to_string()).collect();
         let _ = writeln!(

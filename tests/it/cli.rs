@@ -205,3 +205,220 @@ fn run_holds_a_permit_around_a_command() {
         .unwrap();
     assert_eq!(status.code(), Some(7));
 }
+
+#[test]
+fn config_warnings_of_a_nextest_run_are_recorded_once_and_shown_by_config() {
+    let dir = tempdir();
+    let test_process = |run_id: &str, concurrency: &str, timeout: &str| {
+        cli(dir.path(), 2)
+            .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+            .env("NEXTEST_RUN_ID", run_id)
+            .env("NEXTEST_TEST_GROUP", "gpu")
+            .env("NEXTEST_TEST_GROUP_SLOT", "0")
+            .env("REALIZAR_GPU_TEST_CONCURRENCY", concurrency)
+            .env("GPU_TEST_PERMIT_TIMEOUT", timeout)
+            .args(["hold", "--for", "1ms"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // Test processes of one run, side by side, each with the same bad value.
+    let run_a: Vec<_> = (0..4).map(|_| test_process("run-a", "2x", "60s")).collect();
+    for mut p in run_a {
+        assert!(p.wait().unwrap().success());
+    }
+    // A later process of the run adds only what is new.
+    assert!(test_process("run-a", "2x", "1y").wait().unwrap().success());
+    let config = || {
+        let out = cli(dir.path(), 2).arg("config").output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let shown = config();
+    let recorded: Vec<&str> = shown
+        .lines()
+        .skip_while(|l| !l.starts_with("configuration warnings of cargo nextest run run-a"))
+        .skip(1)
+        .collect();
+    assert_eq!(
+        recorded,
+        [
+            "  gpu-test-permit: REALIZAR_GPU_TEST_CONCURRENCY='2x' is not a whole number; using 2",
+            "  gpu-test-permit: GPU_TEST_PERMIT_TIMEOUT='1y' is not a duration like 90, 90s, \
+             1500ms or 10m; using 600s",
+        ],
+        "{shown}"
+    );
+    assert!(shown.contains("warnings: none"), "{shown}");
+    // The next run with warnings replaces the record; one without leaves it.
+    assert!(test_process("run-b", "0", "60s").wait().unwrap().success());
+    assert!(test_process("run-c", "2", "60s").wait().unwrap().success());
+    let shown = config();
+    assert!(shown.contains("nextest run run-b"), "{shown}");
+    assert!(shown.contains("'0' must be at least 1"), "{shown}");
+    assert!(!shown.contains("2x"), "{shown}");
+}
+
+#[test]
+fn config_with_strict_mode_fails_commands_before_they_start() {
+    let dir = tempdir();
+    let out = cli(dir.path(), 2)
+        .env("REALIZAR_GPU_TEST_CONCURRENCY", "2 x")
+        .env("GPU_TEST_PERMIT_STRICT_CONFIG", "1")
+        .args(["run", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("gpu-test-permit: GPU_TEST_PERMIT_STRICT_CONFIG is set"),
+        "{err}"
+    );
+    assert!(err.contains("'2 x' is not a whole number"), "{err}");
+}
+
+#[cfg(unix)]
+fn non_utf8(bytes: &[u8]) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    std::ffi::OsString::from_vec(bytes.to_vec())
+}
+
+#[cfg(unix)]
+#[test]
+fn cli_non_utf8_arguments_get_a_clear_error_or_pass_through() {
+    let dir = tempdir();
+    let bad = non_utf8(b"a\xffb");
+    for args in [
+        vec![bad.clone()],
+        vec!["hold".into(), "--for".into(), bad.clone()],
+        vec!["trace".into(), "--max-peak".into(), bad.clone()],
+    ] {
+        let out = cli(dir.path(), 2).args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with("gpu-test-permit: "), "{args:?}: {err}");
+        assert!(err.contains("a\u{fffd}b"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    // A path: accepted, and named in the error.
+    let out = cli(dir.path(), 2)
+        .arg("trace")
+        .arg(dir.path().join(&bad))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot read") && err.contains("a\u{fffd}b"),
+        "{err}"
+    );
+    // A command's arguments: passed on byte for byte.
+    let out = cli(dir.path(), 2)
+        .args(["run", "--", "printf", "%s|%s"])
+        .arg(&bad)
+        .arg(non_utf8(b"\xfe"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(out.stdout, b"a\xffb|\xfe");
+}
+
+#[cfg(unix)]
+#[test]
+fn run_dies_of_the_signal_that_killed_its_command() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempdir();
+    for (sig, name) in [
+        (libc::SIGSEGV, "SEGV"),
+        (libc::SIGABRT, "ABRT"),
+        (libc::SIGKILL, "KILL"),
+    ] {
+        let status = cli(dir.path(), 1)
+            .args(["run", "--", "sh", "-c"])
+            .arg(format!("kill -{name} $$"))
+            .status()
+            .unwrap();
+        assert_eq!(status.signal(), Some(sig), "{name}: {status:?}");
+    }
+    // The permit was released before: the next command gets it at once.
+    let status = cli(dir.path(), 1)
+        .env("GPU_TEST_PERMIT_TIMEOUT", "2s")
+        .args(["run", "--", "true"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// Starts `run -- sh -c SCRIPT` with N = 1; the script's first line on stdout is its pid.
+#[cfg(unix)]
+fn run_sh(dir: &std::path::Path, script: &str) -> (Holder, libc::pid_t) {
+    let run = Holder::spawn({
+        let mut c = cli(dir, 1);
+        c.args(["run", "--", "sh", "-c", script]);
+        c
+    });
+    let pid = run.lines.recv_timeout(LONG).unwrap().parse().unwrap();
+    (run, pid)
+}
+
+#[cfg(unix)]
+fn alive(pid: libc::pid_t) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid, 0) == 0 }
+}
+
+#[cfg(unix)]
+#[test]
+fn run_passes_sigterm_on_and_holds_the_slot_until_the_command_exits() {
+    let dir = tempdir();
+    let (mut run, sh) = run_sh(
+        dir.path(),
+        "trap 'echo term; sleep 2; exit 5' TERM; echo $$; while :; do sleep 0.05; done",
+    );
+    // SAFETY: plain kill(2) of our own child.
+    unsafe { libc::kill(run.child.id() as libc::pid_t, libc::SIGTERM) };
+    let got = run.lines.recv_timeout(Duration::from_secs(5));
+    if got.is_err() {
+        // SAFETY: cleaning up the command left running.
+        unsafe { libc::kill(sh, libc::SIGKILL) };
+    }
+    assert_eq!(
+        got.as_deref(),
+        Ok("term"),
+        "the command did not get SIGTERM"
+    );
+    // The command is still finishing: its permit is still held.
+    let second = Holder::spawn({
+        let mut c = cli(dir.path(), 1);
+        c.arg("hold");
+        c
+    });
+    assert!(
+        !second.held_within(Duration::from_millis(500)),
+        "the slot was free while the command still ran"
+    );
+    let status = run.child.wait().unwrap();
+    assert_eq!(status.code(), Some(5), "run exits as its command did");
+    assert!(second.held_within(LONG));
+}
+
+#[cfg(unix)]
+#[test]
+fn run_dies_of_a_forwarded_sigterm_or_sigint_with_its_command() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempdir();
+    for sig in [libc::SIGTERM, libc::SIGINT] {
+        let (mut run, sleep) = run_sh(dir.path(), "echo $$; exec sleep 30");
+        // SAFETY: plain kill(2) of our own child.
+        unsafe { libc::kill(run.child.id() as libc::pid_t, sig) };
+        let status = run.child.wait().unwrap();
+        let left_running = alive(sleep);
+        if left_running {
+            // SAFETY: cleaning up the command left running.
+            unsafe { libc::kill(sleep, libc::SIGKILL) };
+        }
+        assert!(!left_running, "signal {sig}: the command outlived run");
+        assert_eq!(status.signal(), Some(sig), "{status:?}");
+    }
+}

@@ -37,10 +37,9 @@ fn concurrency_values() {
     }
     let bad = [
         ("", "is empty"),
-        (" ", "is not a whole number"),
-        (" 2", "is not a whole number"),
-        ("2 ", "is not a whole number"),
+        (" ", "is empty"),
         ("abc", "is not a whole number"),
+        ("2 2", "is not a whole number"),
         ("0", "must be at least 1"),
         ("00", "must be at least 1"),
         ("-1", "is not a whole number"),
@@ -98,7 +97,6 @@ fn timeout_values() {
     }
     let bad = [
         ("", "is empty"),
-        (" 90", "is not a duration like 90, 90s, 1500ms or 10m"),
         ("abc", "is not a duration like 90, 90s, 1500ms or 10m"),
         ("0", "must be greater than zero"),
         ("0ms", "must be greater than zero"),
@@ -333,4 +331,158 @@ fn gpus_values() {
             format!("gpu-test-permit: GPU_TEST_PERMIT_GPUS='{raw}' {problem}; using auto")
         );
     }
+}
+
+#[test]
+fn surrounding_whitespace_is_trimmed_in_numbers_durations_and_words() {
+    use gpu_test_permit::config::{GPUS_VAR, PROBE_TIMEOUT_VAR, PROBE_VAR};
+    use gpu_test_permit::probe::ProbeMode;
+    for raw in ["1 ", " 1", "\t1\n", " 1 "] {
+        let c = with(CONCURRENCY_VAR, raw);
+        assert_eq!(c.concurrency.get(), 1, "{raw:?}");
+        assert!(c.warnings.is_empty(), "{raw:?}: {:?}", c.warnings);
+    }
+    for raw in ["90s ", " 90", "\t90\n"] {
+        let c = with(TIMEOUT_VAR, raw);
+        assert_eq!(c.timeout, Duration::from_secs(90), "{raw:?}");
+        assert!(c.warnings.is_empty(), "{raw:?}: {:?}", c.warnings);
+    }
+    let c = with(PROBE_TIMEOUT_VAR, " 1500ms ");
+    assert_eq!(
+        (c.probe_timeout, c.warnings.len()),
+        (Duration::from_millis(1500), 0)
+    );
+    let c = with(GPUS_VAR, " 3 ");
+    assert_eq!((c.gpus.map(|g| g.get()), c.warnings.len()), (Some(3), 0));
+    let c = with(PROBE_VAR, "in-process ");
+    assert_eq!((c.probe_mode, c.warnings.len()), (ProbeMode::InProcess, 0));
+    let c = Config::from_lookup(|name| match name {
+        "NEXTEST_RUN_ID" => Some("r".into()),
+        "NEXTEST_TEST_GROUP_SLOT" => Some(" 1 ".into()),
+        "NEXTEST_TEST_GLOBAL_SLOT" => Some("none ".into()),
+        _ => None,
+    });
+    let n = c.nextest.unwrap();
+    assert_eq!((n.group_slot, n.global_slot), (Some(1), None));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    // Inner whitespace is still wrong, and the warning shows the value as it was.
+    let c = with(CONCURRENCY_VAR, " 1 2 ");
+    assert_eq!(
+        c.warnings[0].to_string(),
+        "gpu-test-permit: REALIZAR_GPU_TEST_CONCURRENCY=' 1 2 ' is not a whole number; using 2"
+    );
+}
+
+#[test]
+fn strict_config_values() {
+    use gpu_test_permit::config::STRICT_VAR;
+    let strict = |value: &str, concurrency: &str| {
+        let (value, concurrency) = (OsString::from(value), OsString::from(concurrency));
+        Config::from_lookup(|name| match name {
+            STRICT_VAR => Some(value.clone()),
+            CONCURRENCY_VAR => Some(concurrency.clone()),
+            _ => None,
+        })
+    };
+    for on in ["1", "true", " yes", "ON"] {
+        let c = strict(on, "4");
+        assert!(c.strict, "{on}");
+        assert_eq!(c.strict_failure(), None, "no warnings, no failure");
+        let msg = strict(on, "4x").strict_failure().unwrap();
+        assert!(
+            msg.contains("GPU_TEST_PERMIT_STRICT_CONFIG is set"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("REALIZAR_GPU_TEST_CONCURRENCY='4x' is not a whole number; using 2"),
+            "{msg}"
+        );
+    }
+    for off in ["0", "false", "no", "off", ""] {
+        let c = strict(off, "4x");
+        assert!(!c.strict && c.strict_failure().is_none(), "{off:?}");
+    }
+    // A value that means nothing is a warning and keeps strictness on.
+    let c = strict("sometimes", "4");
+    assert!(c.strict);
+    assert!(c.strict_failure().unwrap().contains(
+        "GPU_TEST_PERMIT_STRICT_CONFIG='sometimes' is not 1, true, yes, on, 0, false, no or off"
+    ));
+}
+
+const CHILD_MARKER: &str = "GTP_TEST_CONFIG_CHILD";
+
+/// Does nothing unless started by the tests below as a child process of this test binary,
+/// under libtest's output capture: then it reads the configuration of its environment.
+#[test]
+fn config_child() {
+    if std::env::var_os(CHILD_MARKER).is_some() {
+        let _ = Config::global();
+    }
+}
+
+/// Runs `config_child` in a child libtest process (output captured, as in `cargo test`) with a
+/// clean permit environment plus `env`.
+fn run_config_child(env: &[(&str, &str)]) -> std::process::Output {
+    let dir = crate::util::tempdir();
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args(["config::config_child", "--exact", "--test-threads=1"]);
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("GPU_TEST_PERMIT_")
+            || k.starts_with("NEXTEST")
+            || k.starts_with("RUST_TEST")
+            || k == CONCURRENCY_VAR
+        {
+            c.env_remove(&*k);
+        }
+    }
+    c.env(CHILD_MARKER, "1")
+        .env("GPU_TEST_PERMIT_DIR", dir.path());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+#[test]
+fn config_warnings_reach_the_real_stderr_under_libtest_capture() {
+    let out = run_config_child(&[(CONCURRENCY_VAR, "3x")]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("1 passed"), "{stdout}");
+    assert_eq!(
+        stderr
+            .lines()
+            .filter(|l| l.contains(CONCURRENCY_VAR))
+            .collect::<Vec<_>>(),
+        ["gpu-test-permit: REALIZAR_GPU_TEST_CONCURRENCY='3x' is not a whole number; using 2"],
+        "{stderr}"
+    );
+}
+
+#[test]
+fn strict_config_fails_the_test_that_reads_a_bad_value() {
+    let out = run_config_child(&[
+        (CONCURRENCY_VAR, "3x"),
+        ("GPU_TEST_PERMIT_STRICT_CONFIG", "1"),
+    ]);
+    let all = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("1 failed"), "{all}");
+    assert!(
+        all.contains("GPU_TEST_PERMIT_STRICT_CONFIG is set, so configuration warnings are errors"),
+        "{all}"
+    );
+    assert!(all.contains("'3x' is not a whole number"), "{all}");
+    // Without a bad value strictness changes nothing.
+    let out = run_config_child(&[("GPU_TEST_PERMIT_STRICT_CONFIG", "1")]);
+    assert!(out.status.success());
 }

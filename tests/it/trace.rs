@@ -60,3 +60,45 @@ fn corrupt_trace_lines_are_reported_with_their_line_number() {
     let err = read_events(&path).unwrap_err();
     assert!(err.to_string().contains("line 2"), "{err}");
 }
+
+#[path = "../../benches/trace/baseline.rs"]
+mod baseline;
+#[path = "../../benches/trace/synthetic.rs"]
+mod synthetic;
+
+/// The summary and the timeline give exactly what the quadratic algorithm they replaced gave.
+fn assert_same_as_baseline(events: &[gpu_test_permit::trace::TraceEvent], what: &str) {
+    use gpu_test_permit::trace::{summarize, timeline};
+    let ours = summarize(events);
+    let old = baseline::summarize(events);
+    match (ours, old) {
+        (None, None) => {}
+        (Some(s), Some(b)) => {
+            let tests: Vec<_> = s
+                .tests
+                .iter()
+                .map(|t| (t.test.clone(), t.permits, t.wait_us, t.hold_us))
+                .collect();
+            assert_eq!(s.concurrency, b.concurrency, "{what}");
+            assert_eq!(tests, b.tests, "{what}");
+            assert_eq!(s.span_us, b.span_us, "{what}");
+            assert_eq!(s.utilisation.to_bits(), b.utilisation.to_bits(), "{what}");
+            assert_eq!(s.peak, b.peak, "{what}");
+            assert_eq!(s.what_if, b.what_if, "{what}");
+        }
+        (s, b) => panic!("{what}: ours {s:?}, baseline {b:?}"),
+    }
+    assert_eq!(timeline(events, 1), baseline::timeline(events, 1), "{what}");
+}
+
+#[test]
+fn trace_summary_matches_the_quadratic_algorithm_on_random_traces() {
+    for seed in 0..400 {
+        let events = synthetic::messy_trace(seed, (seed % 60) as usize);
+        assert_same_as_baseline(&events, &format!("messy trace {seed}"));
+    }
+    for (seed, n, exclusive_every) in [(1, 1, 0), (2, 2, 0), (3, 3, 7), (4, 8, 0), (5, 8, 3)] {
+        let events = synthetic::run_trace(seed, 400, n, exclusive_every);
+        assert_same_as_baseline(&events, &format!("run trace {seed} (N = {n})"));
+    }
+}

@@ -1,11 +1,16 @@
 //! `gpu-test-permit`: command-line tools around the permit pool.
 
+use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use gpu_test_permit::config::Config;
+use gpu_test_permit::probe::ProbeMode;
+
 mod probe;
 mod report;
+mod run;
 
 const USAGE: &str = "\
 usage: gpu-test-permit <command> [options]
@@ -18,7 +23,9 @@ commands:
         take a permit from the pool configured by the environment, print `held ...`, and keep
         it until standard input closes (or for DURATION, e.g. 500ms, 2s, 1m)
   run [--exclusive] -- COMMAND [ARGS...]
-        run COMMAND while holding a permit; exits with its status
+        run COMMAND while holding a permit, and exit as it did (killed by a signal: the
+        same signal); SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to COMMAND and the
+        permit is held until it has exited
   status [--dir DIR]
         who holds the host slots now, since when, and who waits
   trace FILE [--max-peak N] [--timeline]
@@ -26,6 +33,9 @@ commands:
         utilisation, peak concurrency and an estimate for other N; with --max-peak,
         exit 1 when more than N permits were held at once; with --timeline, draw who
         held the GPU when
+  config
+        print the configuration this environment gives, its warnings, and the
+        configuration warnings recorded by the last cargo nextest run that had any
   nextest-snippet
         print a .config/nextest.toml test group for GPU tests sized by
         REALIZAR_GPU_TEST_CONCURRENCY x GPU_TEST_PERMIT_GPUS
@@ -33,33 +43,40 @@ commands:
 ";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     let Some(cmd) = args.first() else {
         eprint!("{USAGE}");
         return ExitCode::from(2);
     };
     let rest = &args[1..];
-    let result = match cmd.as_str() {
-        "hold" => hold(rest),
-        "run" => run(rest),
-        "probe" => probe::main(rest),
-        "status" => report::status(rest),
-        "trace" => report::trace(rest),
-        "nextest-snippet" => {
-            // N per GPU times the GPUs: all the permits the host has.
-            let n = gpu_test_permit::PermitPool::global().capacity();
-            print!(
-                "{}",
-                gpu_test_permit::nextest::GROUP_SNIPPET
-                    .replace("max-threads = 2", &format!("max-threads = {n}"))
-            );
-            Ok(ExitCode::SUCCESS)
-        }
-        "help" | "--help" | "-h" => {
+    let result = match cmd.to_str() {
+        Some("help" | "--help" | "-h") => {
             print!("{USAGE}");
             Ok(ExitCode::SUCCESS)
         }
-        other => Err(format!("unknown command `{other}`\n{USAGE}")),
+        Some("config") => config(rest),
+        Some("trace") => report::trace(rest),
+        Some(cmd) => strict_check().and_then(|()| match cmd {
+            "hold" => utf8_args(rest).and_then(|a| hold(&a)),
+            "run" => run::main(rest),
+            "probe" => utf8_args(rest).and_then(|a| probe::main(&a)),
+            "status" => report::status(rest),
+            "nextest-snippet" => {
+                // N per GPU times the GPUs: all the permits the host has.
+                let n = gpu_test_permit::PermitPool::global().capacity();
+                print!(
+                    "{}",
+                    gpu_test_permit::nextest::GROUP_SNIPPET
+                        .replace("max-threads = 2", &format!("max-threads = {n}"))
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            other => Err(format!("unknown command `{other}`\n{USAGE}")),
+        }),
+        None => Err(format!(
+            "unknown command `{}` (not valid UTF-8)\n{USAGE}",
+            cmd.to_string_lossy()
+        )),
     };
     match result {
         Ok(code) => code,
@@ -70,7 +87,109 @@ fn main() -> ExitCode {
     }
 }
 
-fn take(exclusive: bool) -> Result<gpu_test_permit::GpuTestPermit, String> {
+/// The arguments as UTF-8, for commands whose arguments are all words and numbers.
+fn utf8_args(args: &[OsString]) -> Result<Vec<String>, String> {
+    args.iter()
+        .map(|a| {
+            a.to_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("argument '{}' is not valid UTF-8", a.to_string_lossy()))
+        })
+        .collect()
+}
+
+/// Fails before the command does anything when the configuration is rejected under
+/// `GPU_TEST_PERMIT_STRICT_CONFIG` (instead of the library's panic).
+fn strict_check() -> Result<(), String> {
+    match Config::from_env().strict_failure() {
+        Some(msg) => Err(msg
+            .strip_prefix("gpu-test-permit: ")
+            .unwrap_or(&msg)
+            .to_string()),
+        None => Ok(()),
+    }
+}
+
+/// `config`: the configuration of this environment and the warnings of the last nextest run.
+fn config(args: &[OsString]) -> Result<ExitCode, String> {
+    if !args.is_empty() {
+        return Err("config: usage: config".into());
+    }
+    let cfg = Config::from_env();
+    let or_off = |p: &Option<std::path::PathBuf>| {
+        p.as_ref()
+            .map_or_else(|| "off".to_string(), |p| p.display().to_string())
+    };
+    use gpu_test_permit::config as c;
+    let rows = [
+        (c::CONCURRENCY_VAR, cfg.concurrency.to_string()),
+        (
+            c::GPUS_VAR,
+            cfg.gpus.map_or_else(|| "auto".into(), |g| g.to_string()),
+        ),
+        (c::TIMEOUT_VAR, format!("{:?}", cfg.timeout)),
+        (
+            c::DIR_VAR,
+            cfg.slot_dir_path()
+                .map_or_else(|e| format!("invalid: {e}"), |p| p.display().to_string()),
+        ),
+        (
+            c::REQUIRE_VAR,
+            cfg.require
+                .as_ref()
+                .map_or_else(|e| format!("invalid: {e}"), |p| p.to_string()),
+        ),
+        (c::PROBE_TIMEOUT_VAR, format!("{:?}", cfg.probe_timeout)),
+        (
+            c::PROBE_VAR,
+            match cfg.probe_mode {
+                ProbeMode::Child => "child",
+                ProbeMode::InProcess => "in-process",
+            }
+            .to_string(),
+        ),
+        (c::TRACE_VAR, or_off(&cfg.trace)),
+        (c::SKIP_LOG_VAR, or_off(&cfg.skip_log)),
+        (c::STRICT_VAR, (cfg.strict as u8).to_string()),
+    ];
+    println!("configuration from this environment:");
+    for (var, value) in rows {
+        println!("  {var:<31} {value}");
+    }
+    if cfg.warnings.is_empty() {
+        println!("warnings: none");
+    } else {
+        println!("warnings:");
+        for w in &cfg.warnings {
+            println!("  {w}");
+        }
+    }
+    let Ok(dir) = cfg.slot_dir_path() else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let file = dir.join(c::WARNINGS_FILE);
+    match c::recorded_warnings(&dir) {
+        Ok(None) => println!(
+            "no cargo nextest run recorded configuration warnings in {}",
+            file.display()
+        ),
+        Ok(Some(r)) => {
+            println!(
+                "configuration warnings of cargo nextest run {} (recorded {} ago in {}):",
+                r.run_id,
+                report::ago(r.recorded_unix_ms),
+                file.display()
+            );
+            for line in &r.lines {
+                println!("  {line}");
+            }
+        }
+        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn take(exclusive: bool) -> Result<gpu_test_permit::GpuTestPermit, String> {
     let pool = gpu_test_permit::PermitPool::global();
     let timeout = pool.timeout();
     if exclusive {
@@ -120,27 +239,4 @@ fn hold(args: &[String]) -> Result<ExitCode, String> {
     drop(permit);
     println!("released");
     Ok(ExitCode::SUCCESS)
-}
-
-fn run(args: &[String]) -> Result<ExitCode, String> {
-    let (exclusive, rest) = match args.first().map(String::as_str) {
-        Some("--exclusive") => (true, &args[1..]),
-        _ => (false, args),
-    };
-    let rest = match rest.first().map(String::as_str) {
-        Some("--") => &rest[1..],
-        _ => rest,
-    };
-    let (program, program_args) = rest.split_first().ok_or("run: no command given")?;
-    let permit = take(exclusive)?;
-    let status = std::process::Command::new(program)
-        .args(program_args)
-        .status()
-        .map_err(|e| format!("cannot run `{program}`: {e}"))?;
-    drop(permit);
-    Ok(match status.code() {
-        Some(0) => ExitCode::SUCCESS,
-        Some(c) => ExitCode::from(c.clamp(1, 255) as u8),
-        None => ExitCode::FAILURE,
-    })
 }

@@ -1,5 +1,6 @@
 //! `status` and `trace`: what the permits are doing now, and what they did in a traced run.
 
+use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -8,7 +9,7 @@ use gpu_test_permit::config::{Config, SlotDir, default_slot_dir};
 use gpu_test_permit::host::{HolderRecord, status as host_status};
 use gpu_test_permit::trace::{read_events, summarize, timeline};
 
-fn ago(since_unix_ms: u64) -> String {
+pub(crate) fn ago(since_unix_ms: u64) -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -49,7 +50,7 @@ fn printable_path(path: &Path) -> String {
 }
 
 /// `status [--dir DIR]`: who holds the slots of the configured directory, since when, who waits.
-pub(crate) fn status(args: &[String]) -> Result<ExitCode, String> {
+pub(crate) fn status(args: &[OsString]) -> Result<ExitCode, String> {
     let dir = match args {
         [] => match &Config::global().slot_dir {
             SlotDir::Default => default_slot_dir(),
@@ -110,28 +111,35 @@ pub(crate) fn status(args: &[String]) -> Result<ExitCode, String> {
 /// `trace FILE [--max-peak N] [--timeline]`: per-test wait and hold times, utilisation, peak
 /// concurrency and an estimate for other N, optionally a timeline. With `--max-peak`, exits 1
 /// when the peak was higher.
-pub(crate) fn trace(args: &[String]) -> Result<ExitCode, String> {
+pub(crate) fn trace(args: &[OsString]) -> Result<ExitCode, String> {
     const USAGE: &str = "trace: usage: trace FILE [--max-peak N] [--timeline]";
-    let mut file = None;
+    let mut file: Option<&Path> = None;
     let mut max_peak = None;
     let mut show_timeline = false;
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        match a.as_str() {
-            "--max-peak" => {
+        match a.to_str() {
+            Some("--max-peak") => {
                 let n = it.next().ok_or(USAGE)?;
                 max_peak = Some(
-                    n.parse::<usize>()
-                        .map_err(|_| format!("--max-peak '{n}' is not a whole number"))?,
+                    n.to_str()
+                        .and_then(|n| n.parse::<usize>().ok())
+                        .ok_or_else(|| {
+                            format!("--max-peak '{}' is not a whole number", n.to_string_lossy())
+                        })?,
                 );
             }
-            "--timeline" => show_timeline = true,
-            f if file.is_none() && !f.starts_with("--") => file = Some(f),
+            Some("--timeline") => show_timeline = true,
+            // The file name need not be UTF-8.
+            _ if file.is_none() && !a.as_encoded_bytes().starts_with(b"--") => {
+                file = Some(Path::new(a))
+            }
             _ => return Err(USAGE.into()),
         }
     }
-    let file = file.ok_or(USAGE)?;
-    let events = read_events(Path::new(file)).map_err(|e| format!("cannot read {file}: {e}"))?;
+    let path = file.ok_or(USAGE)?;
+    let file = path.display();
+    let events = read_events(path).map_err(|e| format!("cannot read {file}: {e}"))?;
     let Some(s) = summarize(&events) else {
         return Err(format!("{file} holds no permit spans"));
     };

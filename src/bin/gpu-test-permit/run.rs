@@ -1,0 +1,254 @@
+//! `run [--exclusive] -- COMMAND [ARGS...]`: run a command while holding a permit, and end the
+//! way it ended.
+//!
+//! - The command and its arguments are passed on byte for byte (they need not be UTF-8).
+//! - Its exit code is ours. On Unix, when a signal killed it, we release the permit and then
+//!   die of the same signal (with core dumps off: the command's dump is the useful one), so a
+//!   parent such as nextest sees a crash as a crash; should we survive it, we exit with
+//!   128 + the signal number, as a shell reports it.
+//! - On Unix, SIGTERM, SIGINT, SIGHUP and SIGQUIT sent to `run` are passed on to the command,
+//!   and the permit stays held until the command has exited. A signal that arrives before the
+//!   command has started ends `run` as it would have without the forwarding. On Linux a signal
+//!   the terminal sent (Ctrl-C) is not passed on: the terminal sent it to the whole foreground
+//!   process group, the command included.
+
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::{Command, ExitCode, ExitStatus};
+
+/// `run`'s arguments, after the command name.
+pub(crate) fn main(args: &[OsString]) -> Result<ExitCode, String> {
+    let (exclusive, rest) = match args.first().and_then(|a| a.to_str()) {
+        Some("--exclusive") => (true, &args[1..]),
+        _ => (false, args),
+    };
+    let rest = match rest.first().and_then(|a| a.to_str()) {
+        Some("--") => &rest[1..],
+        _ => rest,
+    };
+    let (program, program_args) = rest.split_first().ok_or("run: no command given")?;
+    // Before anything else starts a thread, so that every thread inherits the blocked mask.
+    let signals = sys::Forwarder::start();
+    let permit = crate::take(exclusive)?;
+    let mut cmd = Command::new(program);
+    cmd.args(program_args);
+    let status = signals
+        .run(&mut cmd)
+        .map_err(|e| format!("cannot run `{}`: {e}", Path::new(program).display()))?;
+    drop(permit);
+    Ok(exit_like(status))
+}
+
+/// Ends this process the way `status` ended the command, or returns the exit code to use.
+fn exit_like(status: ExitStatus) -> ExitCode {
+    match status.code() {
+        Some(0) => return ExitCode::SUCCESS,
+        Some(code) => return ExitCode::from(code.clamp(1, 255) as u8),
+        None => {}
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            sys::die_of(sig);
+            return ExitCode::from((128 + sig).clamp(1, 255) as u8);
+        }
+    }
+    ExitCode::FAILURE
+}
+
+#[cfg(unix)]
+mod sys {
+    //! Signal forwarding. The forwarded signals are blocked in every thread (the mask is set
+    //! before any other thread starts, and threads inherit it), and one thread takes them with
+    //! `sigwait`: no signal handler runs, so no code runs in signal context. The child would
+    //! inherit the mask, so the mask `run` started with is restored between fork and exec. The command is waited for
+    //! with `WNOWAIT` first, so its pid cannot be reused while the forwarding thread may still
+    //! signal it.
+
+    use std::io;
+    use std::process::{Child, Command, ExitStatus};
+    use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+    use libc::c_int;
+
+    const FORWARDED: [c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+
+    enum Target {
+        /// The command has not started: a signal ends `run`.
+        NotStarted,
+        /// Signals go to this process.
+        Running(libc::pid_t),
+        /// The command has exited; `run` is about to.
+        Exited,
+    }
+
+    pub(super) struct Forwarder {
+        target: Arc<Mutex<Target>>,
+        /// The signal mask before [`Forwarder::start`], for the command.
+        old_mask: libc::sigset_t,
+    }
+
+    fn lock(m: &Mutex<Target>) -> MutexGuard<'_, Target> {
+        m.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn forwarded_set() -> libc::sigset_t {
+        // SAFETY: sigemptyset initialises the set, sigaddset adds valid signal numbers to it.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for sig in FORWARDED {
+                libc::sigaddset(&mut set, sig);
+            }
+            set
+        }
+    }
+
+    impl Forwarder {
+        /// Blocks the forwarded signals in this thread (and so in every thread it starts
+        /// later) and starts the thread that takes them.
+        pub(super) fn start() -> Forwarder {
+            let set = forwarded_set();
+            // SAFETY: `set` is an initialised signal set; `old_mask` is written by the call
+            // (zeroed first, so it is initialised even if the call fails).
+            let old_mask = unsafe {
+                let mut old_mask: libc::sigset_t = std::mem::zeroed();
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask);
+                old_mask
+            };
+            let target = Arc::new(Mutex::new(Target::NotStarted));
+            let shared = Arc::clone(&target);
+            std::thread::Builder::new()
+                .name("signal-forwarder".into())
+                .spawn(move || forward(set, &shared))
+                .expect("cannot start the signal-forwarding thread");
+            Forwarder { target, old_mask }
+        }
+
+        /// Spawns `cmd`, passes the forwarded signals on to it until it exits, and reaps it.
+        pub(super) fn run(self, cmd: &mut Command) -> io::Result<ExitStatus> {
+            use std::os::unix::process::CommandExt;
+            let old_mask = self.old_mask;
+            // SAFETY: the closure runs in the child between fork and exec, where only
+            // async-signal-safe calls are allowed: pthread_sigmask is one, and `old_mask` is a
+            // copy owned by the closure.
+            unsafe {
+                cmd.pre_exec(move || {
+                    libc::pthread_sigmask(libc::SIG_SETMASK, &old_mask, std::ptr::null_mut());
+                    Ok(())
+                })
+            };
+            let mut child: Child = {
+                // Held across the spawn: a signal in between waits, then goes to the command.
+                let mut target = lock(&self.target);
+                let child = cmd.spawn()?;
+                *target = Target::Running(child.id() as libc::pid_t);
+                child
+            };
+            let waited = wait_without_reaping(child.id() as libc::pid_t);
+            *lock(&self.target) = Target::Exited;
+            waited?;
+            child.wait()
+        }
+    }
+
+    /// Waits until process `pid` has exited, leaving it a zombie (its pid stays taken).
+    fn wait_without_reaping(pid: libc::pid_t) -> io::Result<()> {
+        loop {
+            // SAFETY: `info` is a valid siginfo_t to write to; `pid` is our own child.
+            let rc = unsafe {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                libc::waitid(
+                    libc::P_PID,
+                    pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOWAIT,
+                )
+            };
+            if rc == 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    fn forward(set: libc::sigset_t, target: &Mutex<Target>) {
+        loop {
+            let Some((sig, from_terminal)) = next_signal(&set) else {
+                continue;
+            };
+            match *lock(target) {
+                Target::NotStarted => die_of(sig),
+                Target::Running(pid) if !from_terminal => {
+                    // SAFETY: `pid` is our child, not reaped yet (see `Forwarder::run`).
+                    unsafe { libc::kill(pid, sig) };
+                }
+                Target::Running(_) | Target::Exited => {}
+            }
+        }
+    }
+
+    /// The next forwarded signal, and whether the terminal sent it.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn next_signal(set: &libc::sigset_t) -> Option<(c_int, bool)> {
+        /// `si_code` of a signal the kernel sent, as the terminal driver does for Ctrl-C.
+        const SI_KERNEL: c_int = 0x80;
+        // SAFETY: `set` is initialised; `info` is a valid siginfo_t to write to.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let sig = libc::sigwaitinfo(set, &mut info);
+            (sig > 0).then_some((sig, info.si_code == SI_KERNEL))
+        }
+    }
+
+    /// The next forwarded signal, and whether the terminal sent it (not known here).
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    fn next_signal(set: &libc::sigset_t) -> Option<(c_int, bool)> {
+        let mut sig: c_int = 0;
+        // SAFETY: `set` is initialised; `sig` is a valid c_int to write to.
+        let rc = unsafe { libc::sigwait(set, &mut sig) };
+        (rc == 0).then_some((sig, false))
+    }
+
+    /// Dies of `sig` with its default action; returns only if that does not end the process.
+    pub(super) fn die_of(sig: c_int) {
+        // SAFETY: plain libc calls on valid arguments. The default action replaces any handler
+        // (std ignores SIGPIPE), the signal is unblocked in this thread, and `raise` sends it to
+        // this thread. Core dumps are turned off first: this process has nothing to show.
+        unsafe {
+            let mut core: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_CORE, &mut core) == 0 {
+                core.rlim_cur = 0;
+                libc::setrlimit(libc::RLIMIT_CORE, &core);
+            }
+            libc::signal(sig, libc::SIG_DFL);
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+    }
+}
+
+#[cfg(not(unix))]
+mod sys {
+    use std::io;
+    use std::process::{Command, ExitStatus};
+
+    pub(super) struct Forwarder;
+
+    impl Forwarder {
+        pub(super) fn start() -> Forwarder {
+            Forwarder
+        }
+
+        pub(super) fn run(self, cmd: &mut Command) -> io::Result<ExitStatus> {
+            cmd.status()
+        }
+    }
+}
