@@ -33,7 +33,7 @@
 //! assert_eq!(cfg.concurrency.get(), 2);
 //! assert_eq!(
 //!     cfg.warnings[0].to_string(),
-//!     "gpu-test-permit: REALIZAR_GPU_TEST_CONCURRENCY='abc' is not a whole number; using 2"
+//!     "REALIZAR_GPU_TEST_CONCURRENCY='abc' is not a whole number; using 2"
 //! );
 //! let cfg = Config::from_lookup(|name| (name == CONCURRENCY_VAR).then(|| " 3 ".into()));
 //! assert_eq!((cfg.concurrency.get(), cfg.warnings.len()), (3, 0));
@@ -76,6 +76,13 @@ pub const WARNINGS_FILE: &str = "config-warnings.log";
 /// Probe deadline when [`PROBE_TIMEOUT_VAR`] is not set.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Pins the wgpu adapter whose name contains this text (case-insensitive); read by the wgpu
+/// fixture.
+pub const WGPU_ADAPTER_VAR: &str = "GPU_TEST_PERMIT_WGPU_ADAPTER";
+/// wgpu's own variable choosing its backends; when set, the probe and the fixture try exactly
+/// those (see `InstanceDescriptor::from_env` in wgpu).
+pub const WGPU_BACKEND_VAR: &str = "WGPU_BACKEND";
+
 /// Permits per GPU when [`CONCURRENCY_VAR`] is not set.
 pub const DEFAULT_CONCURRENCY: usize = 2;
 /// Largest accepted [`CONCURRENCY_VAR`]; larger values are almost certainly a typo.
@@ -109,15 +116,17 @@ pub struct Config {
     pub trace: Option<PathBuf>,
     /// Required backends, from [`REQUIRE_VAR`]; an invalid value is kept as its error message
     /// and fails every GPU test, because guessing could turn a requirement off.
-    pub require: Result<crate::decision::Policy, String>,
+    pub require: Result<crate::backend::Policy, RequireError>,
     /// Probe child deadline, from [`PROBE_TIMEOUT_VAR`].
     pub probe_timeout: Duration,
     /// Where probes run, from [`PROBE_VAR`].
-    pub probe_mode: crate::probe::ProbeMode,
+    pub probe_mode: crate::backend::ProbeMode,
     /// Skip ledger, from [`SKIP_LOG_VAR`].
     pub skip_log: Option<PathBuf>,
     /// GPUs the permits span, from [`GPUS_VAR`]; `None` is `auto`.
     pub gpus: Option<NonZeroUsize>,
+    /// The wgpu adapter to pin, from [`WGPU_ADAPTER_VAR`] (blank counts as unset).
+    pub wgpu_adapter: Option<String>,
     /// What `cargo nextest` told this process, when it runs under nextest.
     pub nextest: Option<NextestEnv>,
     /// Whether warnings are failures, from [`STRICT_VAR`].
@@ -143,7 +152,7 @@ impl fmt::Display for ConfigWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "gpu-test-permit: {}='{}' {}; using {}",
+            "{}='{}' {}; using {}",
             self.var, self.value, self.problem, self.using
         )
     }
@@ -207,7 +216,11 @@ impl Config {
         if self.warnings.is_empty() {
             return;
         }
-        let text: String = self.warnings.iter().map(|w| format!("{w}\n")).collect();
+        let text: String = self
+            .warnings
+            .iter()
+            .map(|w| format!("gpu-test-permit: {w}\n"))
+            .collect();
         // The handle, not `eprint!`: libtest captures the macros, not the handle.
         let _ = io::stderr().lock().write_all(text.as_bytes());
         let Some(run_id) = self.nextest.as_ref().and_then(|n| n.run_id.as_deref()) else {
@@ -264,14 +277,15 @@ impl Config {
             Some(raw) => Some(PathBuf::from(raw)),
         };
         let require = match lookup(REQUIRE_VAR) {
-            None => Ok(crate::decision::Policy::none()),
+            None => Ok(crate::backend::Policy::none()),
             Some(raw) => utf8(&raw)
-                .and_then(|s| s.parse::<crate::decision::Policy>())
-                .map_err(|problem| {
-                    format!(
-                        "gpu-test-permit: {REQUIRE_VAR}='{}' {problem}",
-                        raw.to_string_lossy()
-                    )
+                .and_then(|s| {
+                    s.parse::<crate::backend::Policy>()
+                        .map_err(ValueError::Policy)
+                })
+                .map_err(|problem| RequireError {
+                    value: raw.to_string_lossy().into_owned(),
+                    problem,
                 }),
         };
         let probe_timeout = match lookup(PROBE_TIMEOUT_VAR) {
@@ -283,14 +297,14 @@ impl Config {
             }),
         };
         let probe_mode = match lookup(PROBE_VAR) {
-            None => crate::probe::ProbeMode::Child,
+            None => crate::backend::ProbeMode::Child,
             Some(raw) => match raw.to_str().map(str::trim) {
-                Some("child") => crate::probe::ProbeMode::Child,
-                Some("in-process") => crate::probe::ProbeMode::InProcess,
+                Some("child") => crate::backend::ProbeMode::Child,
+                Some("in-process") => crate::backend::ProbeMode::InProcess,
                 _ => {
                     let problem = "is not child or in-process";
                     warnings.push(warning(PROBE_VAR, &raw, problem, "child"));
-                    crate::probe::ProbeMode::Child
+                    crate::backend::ProbeMode::Child
                 }
             },
         };
@@ -327,8 +341,12 @@ impl Config {
                 }
             },
         };
+        let wgpu_adapter = lookup(WGPU_ADAPTER_VAR)
+            .map(|v| v.to_string_lossy().trim().to_string())
+            .filter(|v| !v.is_empty());
         Config {
             strict,
+            wgpu_adapter,
             gpus,
             concurrency,
             timeout,
@@ -415,58 +433,130 @@ fn warning(
     }
 }
 
-fn utf8(raw: &OsString) -> Result<&str, String> {
-    raw.to_str().ok_or_else(|| "is not valid UTF-8".to_string())
+/// Why an environment value was rejected. Its message completes a sentence that starts with
+/// the variable and its value: `REALIZAR_GPU_TEST_CONCURRENCY='abc' is not a whole number`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ValueError {
+    /// Not valid UTF-8.
+    NotUtf8,
+    /// Empty, or only whitespace.
+    Empty,
+    /// A count that is not made of digits.
+    NotWholeNumber,
+    /// A count above [`MAX_CONCURRENCY`].
+    TooLarge,
+    /// A count of zero.
+    Zero,
+    /// Not a duration like `90`, `90s`, `1500ms` or `10m`.
+    NotDuration,
+    /// A duration too long to represent.
+    DurationTooLong,
+    /// A duration of zero.
+    ZeroDuration,
+    /// Not one of the words the variable takes.
+    NotOneOf(&'static str),
+    /// A `GPU_TEST_PERMIT_REQUIRE` value that is no [`Policy`](crate::decision::Policy).
+    Policy(crate::backend::PolicyError),
+}
+
+impl fmt::Display for ValueError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValueError::NotUtf8 => f.write_str("is not valid UTF-8"),
+            ValueError::Empty => f.write_str("is empty"),
+            ValueError::NotWholeNumber => f.write_str("is not a whole number"),
+            ValueError::TooLarge => write!(f, "is larger than the maximum {MAX_CONCURRENCY}"),
+            ValueError::Zero => f.write_str("must be at least 1"),
+            ValueError::NotDuration => f.write_str("is not a duration like 90, 90s, 1500ms or 10m"),
+            ValueError::DurationTooLong => f.write_str("is too large"),
+            ValueError::ZeroDuration => f.write_str("must be greater than zero"),
+            ValueError::NotOneOf(words) => write!(f, "is not {words}"),
+            ValueError::Policy(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ValueError {}
+
+impl From<ValueError> for String {
+    fn from(e: ValueError) -> String {
+        e.to_string()
+    }
+}
+
+/// A `GPU_TEST_PERMIT_REQUIRE` that cannot be used: every GPU test that consults it fails
+/// with this message, because guessing could turn a requirement off.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequireError {
+    /// The value as set, lossily converted to UTF-8.
+    pub value: String,
+    /// What is wrong with it.
+    pub problem: ValueError,
+}
+
+impl fmt::Display for RequireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{REQUIRE_VAR}='{}' {}", self.value, self.problem)
+    }
+}
+
+impl std::error::Error for RequireError {}
+
+fn utf8(raw: &OsString) -> Result<&str, ValueError> {
+    raw.to_str().ok_or(ValueError::NotUtf8)
 }
 
 /// Parses a permit count: digits only (surrounding whitespace ignored), 1 to
 /// [`MAX_CONCURRENCY`].
-pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, String> {
+///
+/// # Errors
+///
+/// The [`ValueError`] that says what is wrong with `raw`.
+pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, ValueError> {
     let s = utf8(raw)?.trim();
     if s.is_empty() {
-        return Err("is empty".into());
+        return Err(ValueError::Empty);
     }
     if !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err("is not a whole number".into());
+        return Err(ValueError::NotWholeNumber);
     }
-    let n: usize = s
-        .parse()
-        .map_err(|_| format!("is larger than the maximum {MAX_CONCURRENCY}"))?;
-    if n == 0 {
-        return Err("must be at least 1".into());
-    }
+    let n: usize = s.parse().map_err(|_| ValueError::TooLarge)?;
     if n > MAX_CONCURRENCY {
-        return Err(format!("is larger than the maximum {MAX_CONCURRENCY}"));
+        return Err(ValueError::TooLarge);
     }
-    Ok(NonZeroUsize::new(n).unwrap())
+    NonZeroUsize::new(n).ok_or(ValueError::Zero)
 }
 
 /// Parses a positive duration: a whole number followed by an optional unit `ms`, `s`, `m` or
 /// `h` (no unit means seconds), e.g. `90`, `90s`, `1500ms`, `10m`; surrounding whitespace is
 /// ignored.
-pub fn parse_duration(raw: &OsString) -> Result<Duration, String> {
+///
+/// # Errors
+///
+/// The [`ValueError`] that says what is wrong with `raw`.
+pub fn parse_duration(raw: &OsString) -> Result<Duration, ValueError> {
     let s = utf8(raw)?.trim();
     if s.is_empty() {
-        return Err("is empty".into());
+        return Err(ValueError::Empty);
     }
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
-    const HINT: &str = "is not a duration like 90, 90s, 1500ms or 10m";
     if digits.is_empty() {
-        return Err(HINT.into());
+        return Err(ValueError::NotDuration);
     }
-    let n: u64 = digits.parse().map_err(|_| "is too large".to_string())?;
+    let n: u64 = digits.parse().map_err(|_| ValueError::DurationTooLong)?;
     let d = match unit {
         "" | "s" => n.checked_mul(1000),
         "ms" => Some(n),
         "m" => n.checked_mul(60_000),
         "h" => n.checked_mul(3_600_000),
-        _ => return Err(HINT.into()),
+        _ => return Err(ValueError::NotDuration),
     }
     .map(Duration::from_millis)
-    .ok_or_else(|| "is too large".to_string())?;
+    .ok_or(ValueError::DurationTooLong)?;
     if d.is_zero() {
-        return Err("must be greater than zero".into());
+        return Err(ValueError::ZeroDuration);
     }
     Ok(d)
 }
@@ -482,6 +572,12 @@ fn parse_dir(raw: &OsString) -> Result<PathBuf, &'static str> {
         return Err("is not an absolute path");
     }
     Ok(p)
+}
+
+/// Whether wgpu's own [`WGPU_BACKEND_VAR`] is set. Read afresh: the probe child asks before
+/// `main`, and a test may set it for the fixture.
+pub(crate) fn wgpu_backend_set() -> bool {
+    std::env::var_os(WGPU_BACKEND_VAR).is_some()
 }
 
 /// The per-user default slot directory: `/tmp/gpu-test-permit-<uid>` on Unix, and

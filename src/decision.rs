@@ -32,9 +32,9 @@
 //! <reason>`, and appends the same line to the file named by `GPU_TEST_PERMIT_SKIP_LOG`, so CI
 //! can count skips (`grep -c`).
 
-use std::fmt;
 use std::io::Write;
 
+pub use crate::backend::{Policy, PolicyError};
 use crate::config::{Config, REQUIRE_VAR, SKIP_LOG_VAR};
 use crate::probe::{Backend, ProbeOutcome, ProbeReport, probe};
 
@@ -47,107 +47,6 @@ pub enum Decision {
     Skip(String),
     /// Fail the test, for this reason.
     Fail(String),
-}
-
-/// Which backends must be present, from `GPU_TEST_PERMIT_REQUIRE`.
-///
-/// ```
-/// use gpu_test_permit::decision::Policy;
-/// use gpu_test_permit::probe::Backend;
-///
-/// let p: Policy = "cuda, wgpu".parse().unwrap();
-/// assert!(p.requires(Backend::Cuda) && p.requires(Backend::Wgpu));
-/// assert_eq!(p.to_string(), "cuda,wgpu");
-/// assert!("cdua".parse::<Policy>().unwrap_err().contains("unknown word 'cdua'"));
-/// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Policy {
-    required: [bool; 2],
-    any: bool,
-}
-
-impl Policy {
-    /// Nothing is required: every absent backend skips (`none`, the default).
-    pub const fn none() -> Policy {
-        Policy {
-            required: [false, false],
-            any: false,
-        }
-    }
-
-    /// Some backend must have a device (`any`).
-    pub const fn any() -> Policy {
-        Policy {
-            required: [false, false],
-            any: true,
-        }
-    }
-
-    /// `backend` must have a device.
-    pub fn require(mut self, backend: Backend) -> Policy {
-        self.required[backend as usize] = true;
-        self
-    }
-
-    /// Whether `backend` must have a device.
-    pub fn requires(&self, backend: Backend) -> bool {
-        self.required[backend as usize]
-    }
-
-    /// Whether some backend must have a device (`any`).
-    pub fn requires_any(&self) -> bool {
-        self.any
-    }
-}
-
-impl fmt::Display for Policy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut words: Vec<&str> = Vec::new();
-        if self.any {
-            words.push("any");
-        }
-        words.extend(
-            Backend::ALL
-                .iter()
-                .filter(|b| self.requires(**b))
-                .map(|b| b.name()),
-        );
-        if words.is_empty() {
-            words.push("none");
-        }
-        f.write_str(&words.join(","))
-    }
-}
-
-impl std::str::FromStr for Policy {
-    type Err = String;
-
-    /// Parses `none`, `any`, `cuda`, `wgpu` or a comma-separated list of them. Unknown words
-    /// are errors: a typo must not quietly turn a requirement off.
-    fn from_str(s: &str) -> Result<Policy, String> {
-        const HINT: &str = "use none, any, cuda, wgpu or a comma-separated list such as cuda,wgpu";
-        let mut p = Policy::none();
-        let mut saw_none = false;
-        let words: Vec<&str> = s.split(',').map(str::trim).collect();
-        if words.iter().all(|w| w.is_empty()) {
-            return Err(format!("is empty; {HINT}"));
-        }
-        for w in &words {
-            match *w {
-                "" => return Err(format!("has an empty entry; {HINT}")),
-                "none" => saw_none = true,
-                "any" => p.any = true,
-                other => match other.parse::<Backend>() {
-                    Ok(b) => p = p.require(b),
-                    Err(_) => return Err(format!("has unknown word '{other}'; {HINT}")),
-                },
-            }
-        }
-        if saw_none && words.len() > 1 {
-            return Err(format!("combines none with other words; {HINT}"));
-        }
-        Ok(p)
-    }
 }
 
 /// Decides what a test of `report.backend` does. Pure: no probing, no environment.
@@ -240,7 +139,7 @@ pub fn decide_any(report: &ProbeReport, others: &[ProbeReport], policy: &Policy)
 pub fn check(backend: Backend) -> Decision {
     let policy = match &Config::global().require {
         Ok(p) => p,
-        Err(msg) => return Decision::Fail(msg.clone()),
+        Err(e) => return Decision::Fail(e.to_string()),
     };
     let report = probe(backend);
     if policy.requires_any() && !report.outcome.has_devices() {

@@ -65,6 +65,7 @@
 
 #![warn(missing_docs)]
 
+mod backend;
 #[cfg(feature = "cuda")]
 pub mod capture;
 pub mod config;

@@ -85,6 +85,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::backend::{Backend, ProbeMode, UnknownBackend};
 use crate::config::Config;
 
 mod backends;
@@ -95,59 +96,6 @@ mod child;
 /// the crate: its value is `<cuda|wgpu|ping> <device>:<inode> <token>`, honoured only in a
 /// process whose standard input is that pipe and holds that token.
 pub(crate) const CHILD_VAR: &str = "GPU_TEST_PERMIT_PROBE_CHILD";
-
-/// A GPU backend this crate can probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// NVIDIA CUDA through `cudarc` (feature `cuda`).
-    Cuda,
-    /// WebGPU over Vulkan, Metal, DX12 or GL through `wgpu` (feature `wgpu`).
-    Wgpu,
-}
-
-impl Backend {
-    /// Every backend, in a fixed order.
-    pub const ALL: [Backend; 2] = [Backend::Cuda, Backend::Wgpu];
-
-    /// The lower-case name used in environment variables and output: `cuda`, `wgpu`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Backend::Cuda => "cuda",
-            Backend::Wgpu => "wgpu",
-        }
-    }
-
-    /// Whether this build of the crate can probe the backend (its cargo feature is enabled).
-    pub const fn is_built(self) -> bool {
-        match self {
-            Backend::Cuda => cfg!(feature = "cuda"),
-            Backend::Wgpu => cfg!(feature = "wgpu"),
-        }
-    }
-
-    fn index(self) -> usize {
-        self as usize
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Backend {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Backend, String> {
-        match s {
-            "cuda" => Ok(Backend::Cuda),
-            "wgpu" => Ok(Backend::Wgpu),
-            _ => Err(format!("unknown backend '{s}'; expected cuda or wgpu")),
-        }
-    }
-}
 
 /// What kind of device an adapter is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -443,16 +391,6 @@ impl fmt::Display for ProbeReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.backend, self.outcome)
     }
-}
-
-/// How probes run: [`ProbeMode::Child`] unless `GPU_TEST_PERMIT_PROBE=in-process`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ProbeMode {
-    /// In a child process: a crash or hang of the driver cannot hurt the caller.
-    #[default]
-    Child,
-    /// In the calling process: faster, but a crash or hang of the driver is the caller's.
-    InProcess,
 }
 
 /// How one probe runs: deadline, mode and extra environment for the child.

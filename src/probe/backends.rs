@@ -135,7 +135,7 @@ mod wgpu_probe {
         // adapter: initialising GL/EGL beside a working Vulkan driver costs time and can hang,
         // which would turn a usable machine into a timed-out probe.
         let mut adapters = Vec::new();
-        for backends in crate::fixture::wgpu::backend_tiers() {
+        for backends in crate::backend::wgpu_tiers(crate::config::wgpu_backend_set()) {
             let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
                 backends,
                 ..wgpu::InstanceDescriptor::new_without_display_handle_from_env()

@@ -244,8 +244,8 @@ fn config_warnings_of_a_nextest_run_are_recorded_once_and_shown_by_config() {
     assert_eq!(
         recorded,
         [
-            "  gpu-test-permit: REALIZAR_GPU_TEST_CONCURRENCY='2x' is not a whole number; using 2",
-            "  gpu-test-permit: GPU_TEST_PERMIT_TIMEOUT='1y' is not a duration like 90, 90s, \
+            "  REALIZAR_GPU_TEST_CONCURRENCY='2x' is not a whole number; using 2",
+            "  GPU_TEST_PERMIT_TIMEOUT='1y' is not a duration like 90, 90s, \
              1500ms or 10m; using 600s",
         ],
         "{shown}"

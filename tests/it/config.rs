@@ -62,7 +62,7 @@ fn concurrency_values() {
         assert_eq!(c.warnings.len(), 1, "{raw:?}");
         assert_eq!(
             c.warnings[0].to_string(),
-            format!("gpu-test-permit: REALIZAR_GPU_TEST_CONCURRENCY='{raw}' {problem}; using 2")
+            format!("REALIZAR_GPU_TEST_CONCURRENCY='{raw}' {problem}; using 2")
         );
     }
 }
@@ -74,7 +74,7 @@ fn non_utf8_values_are_reported_lossily() {
     assert_eq!(c.concurrency.get(), 2);
     assert_eq!(
         c.warnings[0].to_string(),
-        "gpu-test-permit: REALIZAR_GPU_TEST_CONCURRENCY='2\u{fffd}' is not valid UTF-8; using 2"
+        "REALIZAR_GPU_TEST_CONCURRENCY='2\u{fffd}' is not valid UTF-8; using 2"
     );
     let c = with(TIMEOUT_VAR, non_utf8());
     assert_eq!(c.timeout, Duration::from_secs(600));
@@ -112,7 +112,7 @@ fn timeout_values() {
         assert_eq!(c.timeout, Duration::from_secs(600), "{raw:?}");
         assert_eq!(
             c.warnings[0].to_string(),
-            format!("gpu-test-permit: GPU_TEST_PERMIT_TIMEOUT='{raw}' {problem}; using 600s")
+            format!("GPU_TEST_PERMIT_TIMEOUT='{raw}' {problem}; using 600s")
         );
     }
 }
@@ -150,7 +150,7 @@ fn trace_values() {
     assert_eq!(c.trace, None);
     assert_eq!(
         c.warnings[0].to_string(),
-        "gpu-test-permit: GPU_TEST_PERMIT_TRACE='' is empty; using no trace"
+        "GPU_TEST_PERMIT_TRACE='' is empty; using no trace"
     );
 }
 
@@ -202,7 +202,7 @@ fn nextest_environment() {
     assert_eq!(c.nextest.unwrap().group_slot, None);
     assert_eq!(
         c.warnings[0].to_string(),
-        "gpu-test-permit: NEXTEST_TEST_GROUP_SLOT='x1' is not a slot number; using no slot"
+        "NEXTEST_TEST_GROUP_SLOT='x1' is not a slot number; using no slot"
     );
 }
 
@@ -239,17 +239,20 @@ fn require_values() {
         let c = with(REQUIRE_VAR, raw);
         assert!(c.warnings.is_empty(), "{raw}");
         assert_eq!(
-            c.require.unwrap_err(),
+            c.require.unwrap_err().to_string(),
             format!(
-                "gpu-test-permit: GPU_TEST_PERMIT_REQUIRE='{raw}' {problem}; use none, any, \
+                "GPU_TEST_PERMIT_REQUIRE='{raw}' {problem}; use none, any, \
                  cuda, wgpu or a comma-separated list such as cuda,wgpu"
             )
         );
     }
     #[cfg(unix)]
     assert_eq!(
-        with(REQUIRE_VAR, non_utf8()).require.unwrap_err(),
-        "gpu-test-permit: GPU_TEST_PERMIT_REQUIRE='2\u{fffd}' is not valid UTF-8"
+        with(REQUIRE_VAR, non_utf8())
+            .require
+            .unwrap_err()
+            .to_string(),
+        "GPU_TEST_PERMIT_REQUIRE='2\u{fffd}' is not valid UTF-8"
     );
 }
 
@@ -273,7 +276,7 @@ fn probe_timeout_values() {
         assert_eq!(c.probe_timeout, Duration::from_secs(10), "{raw}");
         assert_eq!(
             c.warnings[0].to_string(),
-            format!("gpu-test-permit: GPU_TEST_PERMIT_PROBE_TIMEOUT='{raw}' {problem}; using 10s")
+            format!("GPU_TEST_PERMIT_PROBE_TIMEOUT='{raw}' {problem}; using 10s")
         );
     }
 }
@@ -292,7 +295,7 @@ fn probe_mode_and_skip_log_values() {
     assert_eq!(c.probe_mode, ProbeMode::Child);
     assert_eq!(
         c.warnings[0].to_string(),
-        "gpu-test-permit: GPU_TEST_PERMIT_PROBE='inprocess' is not child or in-process; using child"
+        "GPU_TEST_PERMIT_PROBE='inprocess' is not child or in-process; using child"
     );
 
     assert_eq!(Config::from_lookup(|_| None).skip_log, None);
@@ -305,7 +308,7 @@ fn probe_mode_and_skip_log_values() {
     assert_eq!(c.skip_log, None);
     assert_eq!(
         c.warnings[0].to_string(),
-        "gpu-test-permit: GPU_TEST_PERMIT_SKIP_LOG='' is empty; using no skip log"
+        "GPU_TEST_PERMIT_SKIP_LOG='' is empty; using no skip log"
     );
 }
 
@@ -328,7 +331,7 @@ fn gpus_values() {
         assert_eq!(c.gpus, None, "{raw}");
         assert_eq!(
             c.warnings[0].to_string(),
-            format!("gpu-test-permit: GPU_TEST_PERMIT_GPUS='{raw}' {problem}; using auto")
+            format!("GPU_TEST_PERMIT_GPUS='{raw}' {problem}; using auto")
         );
     }
 }
@@ -369,7 +372,7 @@ fn surrounding_whitespace_is_trimmed_in_numbers_durations_and_words() {
     let c = with(CONCURRENCY_VAR, " 1 2 ");
     assert_eq!(
         c.warnings[0].to_string(),
-        "gpu-test-permit: REALIZAR_GPU_TEST_CONCURRENCY=' 1 2 ' is not a whole number; using 2"
+        "REALIZAR_GPU_TEST_CONCURRENCY=' 1 2 ' is not a whole number; using 2"
     );
 }
 

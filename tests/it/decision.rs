@@ -231,7 +231,7 @@ fn policy_syntax() {
         ("vulkan", "unknown word 'vulkan'"),
     ];
     for (raw, problem) in bad {
-        let e = raw.parse::<Policy>().unwrap_err();
+        let e = raw.parse::<Policy>().unwrap_err().to_string();
         assert!(e.contains(problem), "{raw:?}: {e}");
         assert!(e.contains("use none, any, cuda, wgpu"), "{raw:?}: {e}");
     }

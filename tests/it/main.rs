@@ -10,6 +10,7 @@ mod decision;
 mod dirs;
 mod host;
 mod in_process;
+mod layering;
 mod permit;
 mod probe;
 mod report;

@@ -22,7 +22,7 @@ pub(crate) fn main(args: &[String]) -> Result<ExitCode, String> {
     if backends.is_empty() {
         backends = Backend::ALL.to_vec();
     }
-    let policy = Config::global().require.clone();
+    let policy = Config::global().require.clone().map_err(|e| e.to_string());
     // Every backend is probed, also for a subset, because `any` looks at all of them.
     let reports: Vec<ProbeReport> = Backend::ALL.into_iter().map(probe).collect();
     let rows: Vec<(&ProbeReport, Decision)> = reports

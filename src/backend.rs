@@ -1,0 +1,226 @@
+//! The vocabulary every other module shares: the GPU backends, which of them a run requires,
+//! how probes run, and which wgpu backends are tried in what order. The bottom layer above
+//! `sys`: it reads no environment and knows nothing of probes, permits or fixtures, so
+//! [`config`](crate::config) can parse into these types and the probe and the fixtures agree
+//! on them. Re-exported where they are used: `probe::{Backend, ProbeMode}`,
+//! `decision::Policy`.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A GPU backend this crate can probe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// NVIDIA CUDA through `cudarc` (feature `cuda`).
+    Cuda,
+    /// WebGPU over Vulkan, Metal, DX12 or GL through `wgpu` (feature `wgpu`).
+    Wgpu,
+}
+
+impl Backend {
+    /// Every backend, in a fixed order.
+    pub const ALL: [Backend; 2] = [Backend::Cuda, Backend::Wgpu];
+
+    /// The lower-case name used in environment variables and output: `cuda`, `wgpu`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Backend::Cuda => "cuda",
+            Backend::Wgpu => "wgpu",
+        }
+    }
+
+    /// Whether this build of the crate can probe the backend (its cargo feature is enabled).
+    pub const fn is_built(self) -> bool {
+        match self {
+            Backend::Cuda => cfg!(feature = "cuda"),
+            Backend::Wgpu => cfg!(feature = "wgpu"),
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Backend {
+    type Err = UnknownBackend;
+
+    fn from_str(s: &str) -> Result<Backend, UnknownBackend> {
+        match s {
+            "cuda" => Ok(Backend::Cuda),
+            "wgpu" => Ok(Backend::Wgpu),
+            _ => Err(UnknownBackend(s.to_string())),
+        }
+    }
+}
+
+/// A word that names no [`Backend`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownBackend(pub String);
+
+impl fmt::Display for UnknownBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown backend '{}'; expected cuda or wgpu", self.0)
+    }
+}
+
+impl std::error::Error for UnknownBackend {}
+
+/// Which backends must be present, from `GPU_TEST_PERMIT_REQUIRE`.
+///
+/// ```
+/// use gpu_test_permit::decision::Policy;
+/// use gpu_test_permit::probe::Backend;
+///
+/// let p: Policy = "cuda, wgpu".parse().unwrap();
+/// assert!(p.requires(Backend::Cuda) && p.requires(Backend::Wgpu));
+/// assert_eq!(p.to_string(), "cuda,wgpu");
+/// assert!("cdua".parse::<Policy>().unwrap_err().to_string().contains("unknown word 'cdua'"));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    required: [bool; 2],
+    any: bool,
+}
+
+impl Policy {
+    /// Nothing is required: every absent backend skips (`none`, the default).
+    pub const fn none() -> Policy {
+        Policy {
+            required: [false, false],
+            any: false,
+        }
+    }
+
+    /// Some backend must have a device (`any`).
+    pub const fn any() -> Policy {
+        Policy {
+            required: [false, false],
+            any: true,
+        }
+    }
+
+    /// `backend` must have a device.
+    pub fn require(mut self, backend: Backend) -> Policy {
+        self.required[backend as usize] = true;
+        self
+    }
+
+    /// Whether `backend` must have a device.
+    pub fn requires(&self, backend: Backend) -> bool {
+        self.required[backend as usize]
+    }
+
+    /// Whether some backend must have a device (`any`).
+    pub fn requires_any(&self) -> bool {
+        self.any
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut words: Vec<&str> = Vec::new();
+        if self.any {
+            words.push("any");
+        }
+        words.extend(
+            Backend::ALL
+                .iter()
+                .filter(|b| self.requires(**b))
+                .map(|b| b.name()),
+        );
+        if words.is_empty() {
+            words.push("none");
+        }
+        f.write_str(&words.join(","))
+    }
+}
+
+impl std::str::FromStr for Policy {
+    type Err = PolicyError;
+
+    /// Parses `none`, `any`, `cuda`, `wgpu` or a comma-separated list of them. Unknown words
+    /// are errors: a typo must not quietly turn a requirement off.
+    fn from_str(s: &str) -> Result<Policy, PolicyError> {
+        let mut p = Policy::none();
+        let mut saw_none = false;
+        let words: Vec<&str> = s.split(',').map(str::trim).collect();
+        if words.iter().all(|w| w.is_empty()) {
+            return Err(PolicyError::Empty);
+        }
+        for w in &words {
+            match *w {
+                "" => return Err(PolicyError::EmptyEntry),
+                "none" => saw_none = true,
+                "any" => p.any = true,
+                other => match other.parse::<Backend>() {
+                    Ok(b) => p = p.require(b),
+                    Err(_) => return Err(PolicyError::UnknownWord(other.to_string())),
+                },
+            }
+        }
+        if saw_none && words.len() > 1 {
+            return Err(PolicyError::NoneWithOthers);
+        }
+        Ok(p)
+    }
+}
+
+/// Why a [`Policy`] could not be parsed. Its message completes a sentence that starts with the
+/// value, as in `GPU_TEST_PERMIT_REQUIRE='cdua' has unknown word 'cdua'; use ...`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// Nothing but commas and spaces.
+    Empty,
+    /// An empty entry between commas.
+    EmptyEntry,
+    /// A word that is not `none`, `any` or a backend.
+    UnknownWord(String),
+    /// `none` together with other words.
+    NoneWithOthers,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyError::Empty => f.write_str("is empty")?,
+            PolicyError::EmptyEntry => f.write_str("has an empty entry")?,
+            PolicyError::UnknownWord(w) => write!(f, "has unknown word '{w}'")?,
+            PolicyError::NoneWithOthers => f.write_str("combines none with other words")?,
+        }
+        f.write_str("; use none, any, cuda, wgpu or a comma-separated list such as cuda,wgpu")
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// How probes run: [`ProbeMode::Child`] unless `GPU_TEST_PERMIT_PROBE=in-process`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ProbeMode {
+    /// In a child process: a crash or hang of the driver cannot hurt the caller.
+    #[default]
+    Child,
+    /// In the calling process: faster, but a crash or hang of the driver is the caller's.
+    InProcess,
+}
+
+/// The wgpu backends to try, in order: the ones `WGPU_BACKEND` names, alone, when it is set
+/// (`from_env`), else Vulkan, Metal and DX12, then GL. The probe enumerates the same tiers as
+/// the fixture, so it answers for what the fixture uses.
+#[cfg(feature = "wgpu")]
+pub(crate) fn wgpu_tiers(from_env: bool) -> Vec<wgpu::Backends> {
+    if from_env {
+        vec![wgpu::InstanceDescriptor::new_without_display_handle_from_env().backends]
+    } else {
+        vec![wgpu::Backends::PRIMARY, wgpu::Backends::SECONDARY]
+    }
+}

@@ -1,0 +1,180 @@
+//! The modules of `src/` form layers that only point down: no cycles, the configuration is a
+//! leaf every module may read, and the probe knows nothing of its consumers. Read from the
+//! source text (`use crate::...` and `crate::...` paths), so it checks what a reader sees.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            if p.file_name().unwrap() != "bin" {
+                sources(&p, out);
+            }
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`src/probe/cache.rs` -> `probe`).
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap();
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// Root re-exports and exported macros, so `crate::acquire` counts as a use of `permit`.
+fn aliases(src: &Path, files: &[PathBuf]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let flat = lib.replace('\n', " ");
+    for part in flat.split("pub use ").skip(1) {
+        let stmt = part.split(';').next().unwrap();
+        let Some((module, rest)) = stmt.split_once("::") else {
+            continue;
+        };
+        let names = rest.trim().trim_start_matches('{').trim_end_matches('}');
+        for name in names.split(',') {
+            let name = name.trim();
+            if !name.is_empty() {
+                out.insert(name.to_string(), module.trim().to_string());
+            }
+        }
+    }
+    for f in files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for part in text.split("macro_rules! ").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            out.insert(name, module_of(src, f));
+        }
+    }
+    // The facade modules in lib.rs that only re-export the fixtures.
+    out.insert("wgpu".into(), "fixture".into());
+    out.insert("cuda".into(), "fixture".into());
+    out
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let modules: BTreeSet<String> = files
+        .iter()
+        .map(|f| module_of(&src, f))
+        .filter(|m| m != "lib")
+        .collect();
+    let aliases = aliases(&src, &files);
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        let from = module_of(&src, f);
+        if from == "lib" {
+            continue;
+        }
+        // Code only: a doc link is no dependency.
+        let text: String = std::fs::read_to_string(f)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut names = Vec::new();
+        for part in text.split("crate::").skip(1) {
+            if let Some(group) = part.strip_prefix('{') {
+                // `use crate::{a, b::c}`
+                let inner = group.split('}').next().unwrap();
+                names.extend(inner.split(',').map(|s| s.trim().to_string()));
+            } else {
+                names.push(part.to_string());
+            }
+        }
+        for name in names {
+            let head: String = name
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let to = if modules.contains(&head) {
+                head
+            } else if let Some(m) = aliases.get(&head) {
+                m.clone()
+            } else {
+                continue;
+            };
+            if to != from {
+                g.entry(from.clone()).or_default().insert(to);
+            }
+        }
+        g.entry(from).or_default();
+    }
+    g
+}
+
+fn find_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = stack.iter().position(|s| s == n) {
+            let mut cycle = stack[i..].to_vec();
+            cycle.push(n.to_string());
+            return Some(cycle);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        stack.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for n in g.keys() {
+        if let Some(c) = visit(n, g, &mut Vec::new(), &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn src_modules_form_layers_without_cycles() {
+    let g = graph();
+    assert!(g.contains_key("permit") && g.contains_key("probe"), "{g:?}");
+    if let Some(cycle) = find_cycle(&g) {
+        panic!("modules form a cycle: {}\n{g:#?}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn config_is_a_leaf_and_the_probe_knows_nothing_of_its_consumers() {
+    let g = graph();
+    let below_config = ["sys", "backend"];
+    let config: Vec<_> = g["config"]
+        .iter()
+        .filter(|m| !below_config.contains(&m.as_str()))
+        .collect();
+    assert!(config.is_empty(), "config reads {config:?}");
+    for consumer in ["fixture", "permit", "permitted", "decision", "capture"] {
+        assert!(
+            !g["probe"].contains(consumer),
+            "the probe uses `{consumer}`: {:?}",
+            g["probe"]
+        );
+    }
+}
