@@ -102,6 +102,18 @@ pub enum SlotDir {
     Invalid(String),
 }
 
+impl SlotDir {
+    /// The directory: the [default](default_slot_dir) one, the one named, or why the named one
+    /// cannot be used.
+    pub fn path(&self) -> Result<PathBuf, String> {
+        match self {
+            SlotDir::Default => Ok(default_slot_dir()),
+            SlotDir::Explicit(p) => Ok(p.clone()),
+            SlotDir::Invalid(msg) => Err(msg.clone()),
+        }
+    }
+}
+
 /// The typed, validated configuration.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -205,11 +217,7 @@ impl Config {
 
     /// The slot directory this configuration names, or its error.
     pub fn slot_dir_path(&self) -> Result<PathBuf, String> {
-        match &self.slot_dir {
-            SlotDir::Default => Ok(default_slot_dir()),
-            SlotDir::Explicit(p) => Ok(p.clone()),
-            SlotDir::Invalid(msg) => Err(msg.clone()),
-        }
+        self.slot_dir.path()
     }
 
     fn report_warnings(&self) {
@@ -656,9 +664,7 @@ fn record_warnings(dir: &Path, run_id: &str, warnings: &[ConfigWarning]) -> io::
     let mut lines: Vec<String> = match parse_record(&text) {
         Some(r) if r.run_id == run_id => r.lines,
         _ => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
+            let now = crate::clock::now_unix_ms();
             file.set_len(0)?;
             file.seek(io::SeekFrom::Start(0))?;
             file.write_all(format!("{RECORD_HEADER} {run_id} at {now} ms\n").as_bytes())?;

@@ -105,15 +105,25 @@ pub fn decide(report: &ProbeReport, policy: &Policy) -> Decision {
 /// [`decide`], plus the rule of `GPU_TEST_PERMIT_REQUIRE=any`: a test whose backend is absent
 /// fails when no backend in `others` has a device either. Pure.
 pub fn decide_any(report: &ProbeReport, others: &[ProbeReport], policy: &Policy) -> Decision {
+    decide_with_others(report, policy, || others.to_vec())
+}
+
+/// The one place of the `any` rule; `others` is asked for only where the rule needs them.
+fn decide_with_others(
+    report: &ProbeReport,
+    policy: &Policy,
+    others: impl FnOnce() -> Vec<ProbeReport>,
+) -> Decision {
     let d = decide(report, policy);
     if !(policy.requires_any() && matches!(d, Decision::Skip(_))) {
         return d;
     }
+    let others = others();
     if others.iter().any(|r| r.outcome.has_devices()) {
         return d;
     }
     let mut why = format!("{REQUIRE_VAR}={policy} requires some GPU backend, but ");
-    let all = std::iter::once(report).chain(others);
+    let all = std::iter::once(report).chain(&others);
     let parts: Vec<String> = all
         .map(|r| match r.run_cache_note() {
             Some(note) => format!("{r} ({note})"),
@@ -141,16 +151,13 @@ pub fn check(backend: Backend) -> Decision {
         Ok(p) => p,
         Err(e) => return Decision::Fail(e.to_string()),
     };
-    let report = probe(backend);
-    if policy.requires_any() && !report.outcome.has_devices() {
-        let others: Vec<ProbeReport> = Backend::ALL
+    decide_with_others(&probe(backend), policy, || {
+        Backend::ALL
             .into_iter()
             .filter(|b| *b != backend)
             .map(probe)
-            .collect();
-        return decide_any(&report, &others, policy);
-    }
-    decide(&report, policy)
+            .collect()
+    })
 }
 
 /// The line printed for a skip: `gpu-test-permit: SKIP <test> backend=<backend>: <reason>`

@@ -40,6 +40,16 @@ impl fmt::Display for FixtureError {
 
 impl std::error::Error for FixtureError {}
 
+/// `Ok` when `backend`'s tests should run here, else the skip or failure the decision gives.
+#[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+pub(crate) fn should_run(backend: crate::probe::Backend) -> Result<(), FixtureError> {
+    match crate::decision::check(backend) {
+        crate::decision::Decision::Run => Ok(()),
+        crate::decision::Decision::Skip(r) => Err(FixtureError::Skip(r)),
+        crate::decision::Decision::Fail(r) => Err(FixtureError::Fail(r)),
+    }
+}
+
 /// The body of the `*_or_skip!` fixture macros: the fixture, or a reported skip and an early
 /// `return $on_skip`, or a panic with the reason.
 #[macro_export]

@@ -47,7 +47,7 @@ use std::fs::{File, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -85,7 +85,7 @@ pub struct HolderRecord {
     pub since_unix_ms: u64,
     /// Whether this is part of an exclusive permit.
     pub exclusive: bool,
-    /// The holder's permit count N, to spot processes configured differently.
+    /// The holder's permits per GPU, N.
     pub concurrency: usize,
 }
 
@@ -153,12 +153,6 @@ fn truncate(s: &mut String, limit: usize) {
         s.truncate(end);
         s.push('…');
     }
-}
-
-pub(crate) fn unix_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// How a slot directory is laid out: permits per GPU and GPUs. Recorded in the directory by
@@ -251,6 +245,23 @@ pub enum HostError {
     },
     /// The process may not open enough files for the slots; the message says what to change.
     Descriptors(String),
+}
+
+impl Clone for HostError {
+    /// An I/O error is copied by its kind, OS error code and message.
+    fn clone(&self) -> HostError {
+        match self {
+            HostError::Directory(m) => HostError::Directory(m.clone()),
+            HostError::Descriptors(m) => HostError::Descriptors(m.clone()),
+            HostError::Io { path, error } => HostError::Io {
+                path: path.clone(),
+                error: match error.raw_os_error() {
+                    Some(code) => io::Error::from_raw_os_error(code),
+                    None => io::Error::new(error.kind(), error.to_string()),
+                },
+            },
+        }
+    }
 }
 
 impl std::fmt::Display for HostError {

@@ -68,6 +68,7 @@
 mod backend;
 #[cfg(feature = "cuda")]
 pub mod capture;
+mod clock;
 pub mod config;
 #[cfg(feature = "cuda")]
 mod cuda_codes;

@@ -14,7 +14,6 @@ use std::collections::{BinaryHeap, HashMap};
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -50,8 +49,10 @@ pub struct TraceArgs {
     pub slots: Vec<usize>,
     /// Whether the permit is exclusive.
     pub exclusive: bool,
-    /// The pool's permit count N.
-    pub concurrency: usize,
+    /// Permits in the pool: N per GPU times the GPUs (`concurrency` in traces written by
+    /// earlier versions).
+    #[serde(alias = "concurrency")]
+    pub capacity: usize,
 }
 
 /// Appends events to a trace file.
@@ -98,12 +99,6 @@ impl Tracer {
     }
 }
 
-pub(crate) fn micros(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
-
 /// Reads the events of a trace file written by this crate. Lines that are not events (the `[`
 /// header, a closing `]`) are skipped; a line that is not valid JSON is an error naming it.
 pub fn read_events(path: &Path) -> io::Result<Vec<TraceEvent>> {
@@ -126,15 +121,11 @@ pub fn read_events(path: &Path) -> io::Result<Vec<TraceEvent>> {
 }
 
 /// The largest number of permit units held at the same moment according to `events` (an
-/// exclusive hold counts as `concurrency` units).
+/// exclusive hold counts as `capacity` units).
 pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     let mut edges: Vec<(u64, i64)> = Vec::new();
     for e in events.iter().filter(|e| e.name == "hold") {
-        let units = if e.args.exclusive {
-            e.args.concurrency
-        } else {
-            1
-        } as i64;
+        let units = if e.args.exclusive { e.args.capacity } else { 1 } as i64;
         edges.push((e.ts, units));
         edges.push((e.ts + e.dur, -units));
     }
@@ -166,8 +157,9 @@ pub struct TestSummary {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Summary {
-    /// The permit count N the run used (the largest `concurrency` in the trace).
-    pub concurrency: usize,
+    /// Permits in the pool the run used, N per GPU times the GPUs (the largest `capacity` in
+    /// the trace).
+    pub capacity: usize,
     /// Per test, longest wait first.
     pub tests: Vec<TestSummary>,
     /// From the first request to the last release, microseconds.
@@ -195,7 +187,7 @@ pub struct Summary {
 /// let ev = |name: &str, ts, dur| TraceEvent {
 ///     name: name.into(), cat: "gpu-test-permit".into(), ph: "X".into(), ts, dur, pid: 1, tid: 1,
 ///     args: TraceArgs { test: "t".into(), thread: "t".into(), slots: vec![0],
-///                       exclusive: false, concurrency: 1 },
+///                       exclusive: false, capacity: 1 },
 /// };
 /// // Two 100 ms holds one after the other on N = 1; the second waited 100 ms.
 /// let s = summarize(&[ev("wait", 0, 0), ev("hold", 0, 100_000),
@@ -208,9 +200,9 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
     if holds.is_empty() {
         return None;
     }
-    let concurrency = events
+    let capacity = events
         .iter()
-        .map(|e| e.args.concurrency)
+        .map(|e| e.args.capacity)
         .max()
         .unwrap_or(1)
         .max(1);
@@ -241,12 +233,12 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
     }
     tests.sort_by(|a, b| b.wait_us.cmp(&a.wait_us).then(a.test.cmp(&b.test)));
 
-    let units = |e: &TraceEvent| if e.args.exclusive { concurrency } else { 1 };
+    let units = |e: &TraceEvent| if e.args.exclusive { capacity } else { 1 };
     let held: u128 = holds.iter().map(|e| e.dur as u128 * units(e) as u128).sum();
     let utilisation = if span_us == 0 {
         1.0
     } else {
-        held as f64 / (concurrency as f64 * span_us as f64)
+        held as f64 / (capacity as f64 * span_us as f64)
     };
 
     // Requests in the order they were made.
@@ -257,9 +249,9 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
         .collect();
     // Stable: requests made in the same microsecond keep the order of the trace.
     requests.sort_by_key(|r| r.0);
-    let mut what_if = Vec::with_capacity(concurrency * 2);
+    let mut what_if = Vec::with_capacity(capacity * 2);
     let mut unconstrained = None;
-    for n in 1..=concurrency * 2 {
+    for n in 1..=capacity * 2 {
         let span = match unconstrained {
             Some(span) => span,
             None => {
@@ -273,7 +265,7 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
         what_if.push((n, span));
     }
     Some(Summary {
-        concurrency,
+        capacity,
         tests,
         span_us,
         utilisation,
@@ -353,7 +345,7 @@ fn replay(requests: &[(u64, u64, bool)], n: usize) -> (u64, bool) {
 /// let ev = |name: &str, tid, ts, dur| TraceEvent {
 ///     name: name.into(), cat: "gpu-test-permit".into(), ph: "X".into(), ts, dur, pid: 7, tid,
 ///     args: TraceArgs { test: "t".into(), thread: format!("t{tid}"), slots: vec![0],
-///                       exclusive: false, concurrency: 1 },
+///                       exclusive: false, capacity: 1 },
 /// };
 /// let text = timeline(&[ev("wait", 1, 0, 0), ev("hold", 1, 0, 100_000),
 ///                       ev("wait", 2, 0, 100_000), ev("hold", 2, 100_000, 100_000)], 50);

@@ -30,11 +30,7 @@ struct TestSummary {
 pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     let mut edges: Vec<(u64, i64)> = Vec::new();
     for e in events.iter().filter(|e| e.name == "hold") {
-        let units = if e.args.exclusive {
-            e.args.concurrency
-        } else {
-            1
-        } as i64;
+        let units = if e.args.exclusive { e.args.capacity } else { 1 } as i64;
         edges.push((e.ts, units));
         edges.push((e.ts + e.dur, -units));
     }
@@ -55,7 +51,7 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
     }
     let concurrency = events
         .iter()
-        .map(|e| e.args.concurrency)
+        .map(|e| e.args.capacity)
         .max()
         .unwrap_or(1)
         .max(1);

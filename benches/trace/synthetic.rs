@@ -43,7 +43,7 @@ pub fn event(name: &str, test: String, pid: u32, tid: u64, ts: u64, dur: u64) ->
             test,
             slots: vec![0],
             exclusive: false,
-            concurrency: 1,
+            capacity: 1,
         },
     }
 }
@@ -81,7 +81,7 @@ pub fn run_trace(seed: u64, holds: usize, n: usize, exclusive_every: u64) -> Vec
         let mut h = event("hold", test, pid, tid, begin, dur);
         for e in [&mut w, &mut h] {
             e.args.exclusive = exclusive;
-            e.args.concurrency = n;
+            e.args.capacity = n;
         }
         events.push(w);
         events.push(h);
@@ -107,7 +107,7 @@ pub fn messy_trace(seed: u64, len: usize) -> Vec<TraceEvent> {
         let tid = rng.below(3);
         let mut e = event(name, format!("t{}", rng.below(6)), pid, tid, ts, dur);
         e.args.exclusive = rng.below(8) == 0;
-        e.args.concurrency = 1 + rng.below(4) as usize;
+        e.args.capacity = 1 + rng.below(4) as usize;
         e.args.slots = (0..rng.below(3) as usize).collect();
         events.push(e);
     }

@@ -85,6 +85,7 @@ impl fmt::Display for Holder {
 
 /// A wait that passed its deadline.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct WaitTimeout {
     /// How long the caller waited.
     pub waited: Duration,
@@ -92,8 +93,10 @@ pub struct WaitTimeout {
     pub kind: PermitKind,
     /// The test that waited.
     pub test: String,
-    /// The pool's permit count N.
+    /// Permits per GPU: N.
     pub concurrency: usize,
+    /// Permits in the pool: N per GPU times the GPUs.
+    pub capacity: usize,
     /// Who held permits when the wait gave up (this process and, through the host slots,
     /// others).
     pub holders: Vec<Holder>,
@@ -154,7 +157,7 @@ impl fmt::Display for WaitTimeout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "test `{}` waited {:.1}s for a{} GPU permit (N = {}) and gave up.",
+            "test `{}` waited {:.1}s for a{} GPU permit (N = {}{}) and gave up.",
             self.test,
             self.waited.as_secs_f64(),
             if self.kind == PermitKind::Exclusive {
@@ -162,7 +165,12 @@ impl fmt::Display for WaitTimeout {
             } else {
                 ""
             },
-            self.concurrency
+            self.concurrency,
+            if self.capacity == self.concurrency {
+                String::new()
+            } else {
+                format!(" per GPU, {} in all", self.capacity)
+            }
         )?;
         if self.holders.is_empty() {
             write!(f, " No permit holder was found.")?;
@@ -191,3 +199,5 @@ impl fmt::Display for WaitTimeout {
         )
     }
 }
+
+impl std::error::Error for WaitTimeout {}

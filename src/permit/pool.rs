@@ -12,8 +12,9 @@ use super::seat::{
     with_thread_permits,
 };
 use super::{AcquireError, Holder, PermitKind, WaitTimeout, Waiter};
+use crate::clock::unix_ms;
 use crate::config::{Config, SlotDir};
-use crate::host::{Blockers, HolderRecord, HostError, HostSlots, HostWaitError, Layout, unix_ms};
+use crate::host::{Blockers, HolderRecord, HostError, HostSlots, HostWaitError, Layout};
 use crate::sync::Ordering;
 use crate::trace::{TraceArgs, TraceEvent, Tracer};
 
@@ -42,7 +43,8 @@ pub(super) struct PoolInner {
     pub(super) local: LocalPool,
     pub(super) seats: Box<[Seat]>,
     pub(super) host: Option<HostSlots>,
-    pub(super) host_error: Option<String>,
+    /// Why the global pool has no host slots: every acquisition fails with it.
+    pub(super) host_error: Option<HostError>,
     pub(super) timeout: Duration,
     pub(super) tracer: Option<Tracer>,
     /// GPUs the permits span; a permit's device is its slot modulo this.
@@ -78,7 +80,7 @@ impl PoolInner {
                 thread: detail.thread.clone(),
                 slots: slots.collect(),
                 exclusive,
-                concurrency: self.local.capacity(),
+                capacity: self.local.capacity(),
             },
         }
     }
@@ -174,11 +176,10 @@ impl PoolBuilder {
         };
         let host = match &self.slot_dir {
             None => None,
-            Some(SlotDir::Default) => {
-                Some(HostSlots::open(&crate::config::default_slot_dir(), wanted)?)
+            Some(dir) => {
+                let dir = dir.path().map_err(HostError::Directory)?;
+                Some(HostSlots::open(&dir, wanted)?)
             }
-            Some(SlotDir::Explicit(dir)) => Some(HostSlots::open(dir, wanted)?),
-            Some(SlotDir::Invalid(msg)) => return Err(HostError::Directory(msg.clone())),
         };
         // Processes sharing a directory share its layout (see `host`).
         if let Some(layout) = host.as_ref().map(HostSlots::layout) {
@@ -188,7 +189,7 @@ impl PoolBuilder {
         Ok(self.finish(host, None))
     }
 
-    fn finish(self, host: Option<HostSlots>, host_error: Option<String>) -> PermitPool {
+    fn finish(self, host: Option<HostSlots>, host_error: Option<HostError>) -> PermitPool {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let tracer = self.trace.as_ref().and_then(|p| match Tracer::open(p) {
             Ok(t) => Some(t),
@@ -269,7 +270,7 @@ impl PermitPool {
             b.trace = cfg.trace.clone();
             match b.clone().build() {
                 Ok(pool) => pool,
-                Err(e) => b.in_process_only().finish(None, Some(e.to_string())),
+                Err(e) => b.in_process_only().finish(None, Some(e)),
             }
         })
     }
@@ -457,8 +458,8 @@ impl PermitPool {
     #[inline(never)]
     fn acquire_new(&self, kind: PermitKind, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
         let inner = self.inner();
-        if let Some(msg) = &inner.host_error {
-            return Err(AcquireError::Host(HostError::Directory(msg.clone())));
+        if let Some(e) = &inner.host_error {
+            return Err(AcquireError::Host(e.clone()));
         }
         crate::nextest::hint_once(inner.local.capacity());
         let exclusive = kind == PermitKind::Exclusive;
@@ -491,7 +492,7 @@ impl PermitPool {
                     thread: d.thread.clone(),
                     since_unix_ms: unix_ms(d.since_wall),
                     exclusive,
-                    concurrency: inner.local.capacity(),
+                    concurrency: inner.local.capacity() / inner.gpus,
                 };
                 match host.acquire(units, wait.resolve(start), &record) {
                     Ok(slots) => {
@@ -522,8 +523,8 @@ impl PermitPool {
             .store(crate::sys::thread_number(), Ordering::Relaxed);
         if let Some(d) = detail {
             if let (Some(t), Some(asked)) = (&inner.tracer, asked_wall) {
-                let ts = crate::trace::micros(asked);
-                let dur = crate::trace::micros(d.since_wall).saturating_sub(ts);
+                let ts = crate::clock::unix_micros(asked);
+                let dur = crate::clock::unix_micros(d.since_wall).saturating_sub(ts);
                 let slots = match first_slot {
                     NO_SLOT => 0..0,
                     _ if exclusive => 0..units,
@@ -608,7 +609,8 @@ impl PermitPool {
             waited: asked.elapsed(),
             kind,
             test,
-            concurrency: inner.local.capacity(),
+            concurrency: inner.local.capacity() / inner.gpus,
+            capacity: inner.local.capacity(),
             holders,
             waiters,
             queued_here: inner.local.queued(),

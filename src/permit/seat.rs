@@ -367,8 +367,8 @@ impl PoolInner {
                 host.release(&slots.clone().collect::<Vec<_>>());
             }
             if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {
-                let ts = crate::trace::micros(d.since_wall);
-                let dur = crate::trace::micros(end).saturating_sub(ts);
+                let ts = crate::clock::unix_micros(d.since_wall);
+                let dur = crate::clock::unix_micros(end).saturating_sub(ts);
                 t.write(&pool.event("hold", ts, dur, d, slots, exclusive));
             }
             // The last touch of the pool: once the units are back, a closed pool may go.

@@ -31,13 +31,10 @@ fn probe_here(backend: Backend) -> ProbeOutcome {
 mod cuda {
     use cudarc::driver::{result, sys};
 
+    // Codes are named from a static table, not by `cuGetErrorName`: formatting cudarc's
+    // `DriverError` calls into the driver, which may be absent or broken.
+    use crate::cuda_codes::DriverCode;
     use crate::probe::{Device, DeviceKind, ProbeOutcome};
-
-    /// The code's name comes from the enum, not from `cuGetErrorName`: formatting cudarc's
-    /// `DriverError` calls into the driver, which may be absent or broken.
-    fn code(r: sys::CUresult) -> String {
-        format!("{r:?} ({})", r as u32)
-    }
 
     pub(super) fn probe() -> ProbeOutcome {
         // SAFETY: only asks the dynamic loader for the driver library under its usual names;
@@ -52,17 +49,17 @@ mod cuda {
         if let Err(e) = result::init() {
             return match e.0 {
                 sys::CUresult::CUDA_ERROR_NO_DEVICE => ProbeOutcome::NoDevices {
-                    detail: format!("cuInit reported {}", code(e.0)),
+                    detail: format!("cuInit reported {}", DriverCode::from(e)),
                 },
                 // The CUDA toolkit's stub libcuda, found where no driver is installed.
                 sys::CUresult::CUDA_ERROR_STUB_LIBRARY => ProbeOutcome::NotInstalled {
                     detail: format!(
                         "cuInit reported {}: the libcuda found is the toolkit's stub, not a driver",
-                        code(e.0)
+                        DriverCode::from(e)
                     ),
                 },
-                other => ProbeOutcome::Error {
-                    detail: format!("cuInit failed with {}", code(other)),
+                _ => ProbeOutcome::Error {
+                    detail: format!("cuInit failed with {}", DriverCode::from(e)),
                 },
             };
         }
@@ -78,7 +75,7 @@ mod cuda {
             Ok(n) => n,
             Err(e) => {
                 return ProbeOutcome::Error {
-                    detail: format!("cuDeviceGetCount failed with {}", code(e.0)),
+                    detail: format!("cuDeviceGetCount failed with {}", DriverCode::from(e)),
                 };
             }
         };
@@ -90,7 +87,7 @@ mod cuda {
         let mut devices = Vec::new();
         for i in 0..count {
             let fail = |call: &str, e: result::DriverError| ProbeOutcome::Error {
-                detail: format!("{call} for device {i} failed with {}", code(e.0)),
+                detail: format!("{call} for device {i} failed with {}", DriverCode::from(e)),
             };
             let dev = match result::device::get(i) {
                 Ok(d) => d,

@@ -78,7 +78,7 @@ fn event(name: &str, test: &str, tid: u64, ts: u64, dur: u64, exclusive: bool) -
             thread: format!("t{tid}"),
             slots: vec![0],
             exclusive,
-            concurrency: 2,
+            capacity: 2,
         },
     }
 }
@@ -112,7 +112,7 @@ fn run_events() -> Vec<TraceEvent> {
 #[test]
 fn summary_counts_waits_holds_peak_and_replays_other_n() {
     let s = summarize(&run_events()).unwrap();
-    assert_eq!(s.concurrency, 2);
+    assert_eq!(s.capacity, 2);
     assert_eq!(s.span_us, 250_000);
     assert_eq!(s.peak, 2);
     // Longest wait first.

@@ -79,7 +79,7 @@ fn assert_same_as_baseline(events: &[gpu_test_permit::trace::TraceEvent], what: 
                 .iter()
                 .map(|t| (t.test.clone(), t.permits, t.wait_us, t.hold_us))
                 .collect();
-            assert_eq!(s.concurrency, b.concurrency, "{what}");
+            assert_eq!(s.capacity, b.concurrency, "{what}");
             assert_eq!(tests, b.tests, "{what}");
             assert_eq!(s.span_us, b.span_us, "{what}");
             assert_eq!(s.utilisation.to_bits(), b.utilisation.to_bits(), "{what}");

@@ -161,19 +161,15 @@ pub(crate) fn trace(args: &[OsString]) -> Result<ExitCode, String> {
         );
     }
     println!(
-        "\nN = {}; span {:.1} ms; utilisation {:.0}%; peak concurrency {}",
-        s.concurrency,
+        "\npermits {}; span {:.1} ms; utilisation {:.0}%; peak concurrency {}",
+        s.capacity,
         ms(s.span_us),
         s.utilisation * 100.0,
         s.peak
     );
     println!("estimated span with other N (same hold times; on a shared GPU they grow with N):");
     for (n, span) in &s.what_if {
-        let mark = if *n == s.concurrency {
-            "  (this run)"
-        } else {
-            ""
-        };
+        let mark = if *n == s.capacity { "  (this run)" } else { "" };
         println!("  N = {n:<3} {:>10.1} ms{mark}", ms(*span));
     }
     match max_peak {
