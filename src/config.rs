@@ -584,7 +584,7 @@ fn parse_dir(raw: &OsString) -> Result<PathBuf, &'static str> {
 
 /// Whether wgpu's own [`WGPU_BACKEND_VAR`] is set. Read afresh: the probe child asks before
 /// `main`, and a test may set it for the fixture.
-#[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+#[cfg(feature = "wgpu")]
 pub(crate) fn wgpu_backend_set() -> bool {
     std::env::var_os(WGPU_BACKEND_VAR).is_some()
 }
