@@ -7,6 +7,25 @@
 //! instead. Values where a guess would be dangerous (the slot directory, which decides which
 //! processes share a cap) are kept as errors and reported when a permit is first requested.
 //!
+//! # The variables
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024) | 2 |
+//! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit: `90`, `90s`, `1500ms`, `10m`, `1h` | 10m |
+//! | `GPU_TEST_PERMIT_DIR` | absolute path of the host slot directory (share it between users or containers) | `/tmp/gpu-test-permit-<uid>` |
+//! | `GPU_TEST_PERMIT_TRACE` | file to append wait and hold spans to (Chrome trace events; Perfetto opens it) | off |
+//! | `GPU_TEST_PERMIT_REQUIRE` | backends whose absence fails instead of skips: `none`, `any`, `cuda`, `wgpu`, `cuda,wgpu` | `none` |
+//! | `GPU_TEST_PERMIT_PROBE_TIMEOUT` | deadline for one backend's probe child | 10s |
+//! | `GPU_TEST_PERMIT_PROBE` | `child`, or `in-process` to probe inside the test process (faster, unprotected) | `child` |
+//! | `GPU_TEST_PERMIT_SKIP_LOG` | file to append one line per skipped test to | off |
+//! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1) or a count | `auto` |
+//! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
+//! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | pin the wgpu adapter whose name contains this text (case-insensitive) | best adapter |
+//! | `WGPU_BACKEND` | wgpu's own: when set, the probe and the fixture try exactly the backends it names | Vulkan, Metal, DX12, then GL |
+//!
+//! Durations are a whole number with an optional unit: `90`, `90s`, `1500ms`, `10m`, `1h`.
+//!
 //! # Where warnings show up
 //!
 //! A warning is worth nothing if nobody sees it, and both test runners hide a passing test's

@@ -38,22 +38,8 @@
 //!
 //! # Environment
 //!
-//! | variable | meaning | default |
-//! |---|---|---|
-//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU (≥ 1) | 2 |
-//! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit (`90`, `90s`, `1500ms`, `10m`) | 10m |
-//! | `GPU_TEST_PERMIT_DIR` | absolute path of the slot directory | `/tmp/gpu-test-permit-<uid>` |
-//! | `GPU_TEST_PERMIT_TRACE` | file to append Chrome trace events to | off |
-//! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each (`auto` or a count) | `auto` |
-//! | `GPU_TEST_PERMIT_REQUIRE` | backends whose absence fails: `none`, `any`, `cuda`, `wgpu`, lists | `none` |
-//! | `GPU_TEST_PERMIT_PROBE_TIMEOUT` | deadline for one backend's probe child | 10s |
-//! | `GPU_TEST_PERMIT_PROBE` | `child`, or `in-process` | `child` |
-//! | `GPU_TEST_PERMIT_SKIP_LOG` | file to append one line per skip to | off |
-//! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | pin the wgpu adapter whose name contains this | best |
-//! | `GPU_TEST_PERMIT_REQUIRE` | backends whose absence fails instead of skips: `none`, `any`, `cuda`, `wgpu`, `cuda,wgpu` | `none` |
-//! | `GPU_TEST_PERMIT_PROBE_TIMEOUT` | deadline of one backend probe child | 10s |
-//! | `GPU_TEST_PERMIT_PROBE` | `in-process` to probe without a child (faster, unprotected) | `child` |
-//! | `GPU_TEST_PERMIT_SKIP_LOG` | file each skip line is appended to | off |
+//! `REALIZAR_GPU_TEST_CONCURRENCY` sets N; every variable the crate reads is in the table of
+//! [`config`]'s documentation.
 //!
 //! All of them are parsed in [`config`]; a bad value is reported on one line, never a panic.
 //!

@@ -178,3 +178,40 @@ fn config_is_a_leaf_and_the_probe_knows_nothing_of_its_consumers() {
         );
     }
 }
+
+/// `(constant, variable)` for every `pub const *_VAR: &str = "..."` of config.
+fn config_variables(config: &str) -> Vec<(String, String)> {
+    config
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub const "))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(": &str = \"")?;
+            name.ends_with("_VAR")
+                .then(|| (name.to_string(), rest.trim_end_matches("\";").to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn every_variable_is_in_configs_table_exactly_once() {
+    let config =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/config.rs"))
+            .unwrap();
+    let rows: Vec<&str> = config
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | `"))
+        .map(|l| l.split('`').next().unwrap())
+        .collect();
+    let vars = config_variables(&config);
+    assert!(vars.len() >= 12, "{vars:?}");
+    for (constant, var) in &vars {
+        let n = rows.iter().filter(|r| *r == var).count();
+        assert_eq!(n, 1, "{constant} = {var} is in the table {n} times");
+    }
+    for row in rows {
+        assert!(
+            vars.iter().any(|(_, v)| v == row),
+            "the table names {row}, which config has no constant for"
+        );
+    }
+}
