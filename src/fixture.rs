@@ -58,7 +58,7 @@ macro_rules! __fixture_or_skip {
     ($make:expr, $backend:ident, $on_skip:expr) => {
         match $make {
             ::std::result::Result::Ok(gpu) => gpu,
-            ::std::result::Result::Err($crate::fixture::FixtureError::Skip(reason)) => {
+            ::std::result::Result::Err($crate::FixtureError::Skip(reason)) => {
                 $crate::decision::report_skip($crate::probe::Backend::$backend, &reason);
                 return $on_skip;
             }

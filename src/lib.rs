@@ -59,7 +59,7 @@ pub mod config;
 #[cfg(feature = "cuda")]
 mod cuda_codes;
 pub mod decision;
-pub mod fixture;
+mod fixture;
 pub mod host;
 pub mod nextest;
 mod permit;
@@ -73,6 +73,7 @@ pub use permit::{
     AcquireError, EnteredPermit, GpuTestPermit, Holder, PermitKind, PermitPool, PoolBuilder,
     WaitTimeout, Waiter, acquire, acquire_exclusive, try_acquire_for,
 };
+pub use fixture::FixtureError;
 pub use permitted::Permitted;
 
 /// The CUDA fixture (feature `cuda`): a permit-holding context and stream in one line.
