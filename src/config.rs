@@ -13,6 +13,7 @@
 //! |---|---|---|
 //! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024) | 2 |
 //! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit: `90`, `90s`, `1500ms`, `10m`, `1h` | 10m |
+//! | `GPU_TEST_PERMIT_HOLD_TIMEOUT` | longest a permit may be held; past it the process prints who holds permits, since when and the N in force, and aborts (a wedged driver becomes a failure, not a hung run); keep it below nextest's `slow-timeout` termination | off |
 //! | `GPU_TEST_PERMIT_DIR` | absolute path of the host slot directory (share it between users or containers) | `/tmp/gpu-test-permit-<uid>` |
 //! | `GPU_TEST_PERMIT_TRACE` | file to append wait and hold spans to (Chrome trace events; Perfetto opens it) | off |
 //! | `GPU_TEST_PERMIT_REQUIRE` | backends whose absence fails instead of skips: `none`, `any`, `cuda`, `wgpu`, `cuda,wgpu` | `none` |
@@ -70,6 +71,10 @@ use std::time::Duration;
 pub const CONCURRENCY_VAR: &str = "REALIZAR_GPU_TEST_CONCURRENCY";
 /// Longest wait for a permit before the wait fails with holder diagnostics.
 pub const TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_TIMEOUT";
+/// Longest a permit may be held: past it the process prints what it knows (who holds permits,
+/// since when, the N in force) and aborts, so a test stuck in a wedged driver fails the run
+/// with a diagnosis instead of hanging it. `off` (the default) or a duration.
+pub const HOLD_TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_HOLD_TIMEOUT";
 /// Directory of the host slot files.
 pub const DIR_VAR: &str = "GPU_TEST_PERMIT_DIR";
 /// File that wait and hold spans are appended to, as Chrome trace-event JSON.
@@ -141,6 +146,8 @@ pub struct Config {
     pub concurrency: NonZeroUsize,
     /// Wait deadline, from [`TIMEOUT_VAR`].
     pub timeout: Duration,
+    /// Hold deadline, from [`HOLD_TIMEOUT_VAR`]; `None` is off.
+    pub hold_timeout: Option<Duration>,
     /// Slot directory, from [`DIR_VAR`].
     pub slot_dir: SlotDir,
     /// Trace file, from [`TRACE_VAR`].
@@ -213,7 +220,7 @@ impl Config {
         if let Some(msg) = cfg.strict_failure()
             && !std::thread::panicking()
         {
-            panic!("{msg}");
+            panic!("gpu-test-permit: {msg}");
         }
         cfg
     }
@@ -224,7 +231,7 @@ impl Config {
             return None;
         }
         let mut msg = format!(
-            "gpu-test-permit: {STRICT_VAR} is set, so configuration warnings are errors; fix \
+            "{STRICT_VAR} is set, so configuration warnings are errors; fix \
              these variables or unset {STRICT_VAR}:"
         );
         for w in &self.warnings {
@@ -283,6 +290,13 @@ impl Config {
                 warnings.push(warning(TIMEOUT_VAR, &raw, problem, using));
                 DEFAULT_TIMEOUT
             }),
+        };
+        let hold_timeout = match lookup(HOLD_TIMEOUT_VAR) {
+            None => None,
+            Some(raw) if raw.to_str().map(str::trim) == Some("off") => None,
+            Some(raw) => parse_duration(&raw)
+                .map_err(|problem| warnings.push(warning(HOLD_TIMEOUT_VAR, &raw, problem, "off")))
+                .ok(),
         };
         let slot_dir = match lookup(DIR_VAR) {
             None => SlotDir::Default,
@@ -374,6 +388,7 @@ impl Config {
         Config {
             strict,
             wgpu_adapter,
+            hold_timeout,
             gpus,
             concurrency,
             timeout,

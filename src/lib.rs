@@ -69,11 +69,11 @@ mod sync;
 mod sys;
 pub mod trace;
 
+pub use fixture::FixtureError;
 pub use permit::{
     AcquireError, EnteredPermit, GpuTestPermit, Holder, PermitKind, PermitPool, PoolBuilder,
     WaitTimeout, Waiter, acquire, acquire_exclusive, try_acquire_for,
 };
-pub use fixture::FixtureError;
 pub use permitted::Permitted;
 
 /// The CUDA fixture (feature `cuda`): a permit-holding context and stream in one line.

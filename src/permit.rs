@@ -11,6 +11,7 @@ mod error;
 mod local;
 mod pool;
 mod seat;
+mod watchdog;
 
 use std::time::Duration;
 

@@ -193,10 +193,25 @@ impl fmt::Display for WaitTimeout {
                 self.queued_here
             )?;
         }
-        write!(
-            f,
-            "\nA holder that is stuck is the usual cause; otherwise raise GPU_TEST_PERMIT_TIMEOUT."
-        )
+        let running: Vec<&Holder> = self.holders.iter().filter(|h| !h.stopped).collect();
+        // (Hold times come from millisecond records: allow for their rounding.)
+        let whole_wait = |h: &&Holder| h.held_for + Duration::from_millis(50) >= self.waited;
+        if !running.is_empty() && running.iter().all(whole_wait) {
+            // Nothing changed hands while this test waited: stuck rather than busy.
+            write!(
+                f,
+                "\nEvery holder held its permit for the whole wait: they look stuck rather than \
+                 busy, as in a GPU driver that deadlocked under concurrent use. A lower \
+                 REALIZAR_GPU_TEST_CONCURRENCY is the usual cure; GPU_TEST_PERMIT_HOLD_TIMEOUT \
+                 makes a stuck holder fail with a diagnosis."
+            )
+        } else {
+            write!(
+                f,
+                "\nA holder that is stuck is the usual cause; otherwise raise \
+                 GPU_TEST_PERMIT_TIMEOUT."
+            )
+        }
     }
 }
 

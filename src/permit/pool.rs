@@ -46,6 +46,8 @@ pub(super) struct PoolInner {
     /// Why the global pool has no host slots: every acquisition fails with it.
     pub(super) host_error: Option<HostError>,
     pub(super) timeout: Duration,
+    /// See [`PoolBuilder::hold_timeout`].
+    pub(super) hold_timeout: Option<Duration>,
     pub(super) tracer: Option<Tracer>,
     /// GPUs the permits span; a permit's device is its slot modulo this.
     pub(super) gpus: usize,
@@ -105,6 +107,7 @@ pub struct PoolBuilder {
     gpus: usize,
     slot_dir: Option<SlotDir>,
     timeout: Duration,
+    hold_timeout: Option<Duration>,
     trace: Option<PathBuf>,
 }
 
@@ -154,6 +157,15 @@ impl PoolBuilder {
     /// The deadline of [`PermitPool::acquire`] and [`PermitPool::acquire_exclusive`].
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// The hold deadline: a permit of this pool held longer than `deadline` makes the process
+    /// print what is known (holders, since when, the N in force) and abort, so that a test
+    /// stuck in a wedged driver fails the run instead of hanging it
+    /// (`GPU_TEST_PERMIT_HOLD_TIMEOUT` for the global pool; off by default).
+    pub fn hold_timeout(mut self, deadline: Duration) -> Self {
+        self.hold_timeout = Some(deadline);
         self
     }
 
@@ -210,6 +222,7 @@ impl PoolBuilder {
                 host,
                 host_error,
                 timeout: self.timeout,
+                hold_timeout: self.hold_timeout,
                 tracer,
             }))),
         }
@@ -251,6 +264,7 @@ impl PermitPool {
             gpus: 1,
             slot_dir: Some(SlotDir::Default),
             timeout: crate::config::DEFAULT_TIMEOUT,
+            hold_timeout: None,
             trace: None,
         }
     }
@@ -268,6 +282,7 @@ impl PermitPool {
                 .timeout(cfg.timeout);
             b.slot_dir = Some(cfg.slot_dir.clone());
             b.trace = cfg.trace.clone();
+            b.hold_timeout = cfg.hold_timeout;
             match b.clone().build() {
                 Ok(pool) => pool,
                 Err(e) => b.in_process_only().finish(None, Some(e)),
@@ -521,6 +536,24 @@ impl PermitPool {
         seat.since.store(crate::sys::coarse_ns(), Ordering::Relaxed);
         seat.thread
             .store(crate::sys::thread_number(), Ordering::Relaxed);
+        if let Some(deadline) = inner.hold_timeout {
+            let (test, thread) = match &detail {
+                Some(d) => (d.test.clone(), d.thread.clone()),
+                None => (crate::nextest::current_test_name(), thread_label()),
+            };
+            let id = super::watchdog::watch(super::watchdog::Watched {
+                test,
+                thread,
+                exclusive,
+                deadline,
+                layout: Layout {
+                    per_gpu: inner.local.capacity() / inner.gpus,
+                    gpus: inner.gpus,
+                },
+                slot_dir: inner.host.as_ref().map(|h| h.dir().to_path_buf()),
+            });
+            seat.watch.store(id, Ordering::Relaxed);
+        }
         if let Some(d) = detail {
             if let (Some(t), Some(asked)) = (&inner.tracer, asked_wall) {
                 let ts = crate::clock::unix_micros(asked);

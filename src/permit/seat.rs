@@ -289,6 +289,8 @@ pub(super) struct Seat {
     pub(super) thread: AtomicU64,
     /// Names and wall-clock start, kept only where host records or a trace need them.
     pub(super) detail: parking_lot::Mutex<Option<Detail>>,
+    /// The hold-deadline watch of the permit, or 0 (see `watchdog`).
+    pub(super) watch: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -308,6 +310,7 @@ impl Seat {
             since: AtomicU64::new(0),
             thread: AtomicU64::new(0),
             detail: parking_lot::Mutex::new(None),
+            watch: AtomicU64::new(0),
         }
     }
 }
@@ -355,8 +358,15 @@ impl PoolInner {
                 None
             };
             let units = if exclusive { pool.local.capacity() } else { 1 };
+            let watch = match pool.hold_timeout {
+                Some(_) => s.watch.swap(0, Ordering::Relaxed),
+                None => 0,
+            };
             // Read everything first: once unclaimed, the seat belongs to the next permit.
             s.claimed.store(false, Ordering::Release);
+            if watch != 0 {
+                super::watchdog::unwatch(watch);
+            }
             let end = pool.tracer.as_ref().map(|_| SystemTime::now());
             let slots = match first_slot {
                 NO_SLOT => 0..0,

@@ -568,3 +568,68 @@ mod processes {
         assert!(err.contains("waiting by polling"), "{err}");
     }
 }
+
+#[cfg(unix)]
+mod hold_deadline {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    use crate::util::{cli, tempdir};
+
+    #[test]
+    fn a_permit_held_past_the_hold_deadline_aborts_with_a_diagnosis() {
+        let dir = tempdir();
+        let started = Instant::now();
+        // `hold` keeps its permit until standard input closes: here, never.
+        let mut child = cli(dir.path(), 1)
+            .env("GPU_TEST_PERMIT_HOLD_TIMEOUT", "300ms")
+            .arg("hold")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = loop {
+            if child.try_wait().unwrap().is_some() {
+                break child.wait_with_output().unwrap();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the stuck holder was not stopped"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGABRT),
+            "{}: {err}",
+            out.status
+        );
+        assert!(
+            err.contains("HOLD TIMEOUT")
+                && err.contains("past GPU_TEST_PERMIT_HOLD_TIMEOUT=300ms")
+                && err.contains("N = 1 permit(s) per GPU x 1 GPU(s)")
+                && err.contains("lower REALIZAR_GPU_TEST_CONCURRENCY"),
+            "{err}"
+        );
+        let hangs = gpu_test_permit::host::recorded_hangs(dir.path());
+        assert_eq!(hangs.len(), 1, "{hangs:?}");
+        assert_eq!((hangs[0].per_gpu, hangs[0].gpus), (1, 1));
+        assert!(hangs[0].held_ms >= 300);
+    }
+
+    #[test]
+    fn a_permit_returned_within_the_hold_deadline_is_left_alone() {
+        let dir = tempdir();
+        let out = cli(dir.path(), 1)
+            .env("GPU_TEST_PERMIT_HOLD_TIMEOUT", "5s")
+            .args(["hold", "--for", "200ms"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(gpu_test_permit::host::recorded_hangs(dir.path()).is_empty());
+    }
+}
