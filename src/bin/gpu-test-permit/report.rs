@@ -108,6 +108,7 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
 /// concurrency and an estimate for other N, optionally a timeline. With `--max-peak`, exits 1
 /// when the peak was higher.
 pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
+    // Exactly one operand: the parser checked. The file name need not be UTF-8.
     let path = Path::new(&args.operands()[0]);
     let max_peak = args.parsed_value("--max-peak", |n| {
         n.to_str()
