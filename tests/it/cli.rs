@@ -377,30 +377,15 @@ fn an_unknown_option_is_named_with_its_command() {
 #[test]
 fn run_leaves_its_commands_options_to_the_command() {
     let dir = tempdir();
-    for args in [
-        &[
-            "run",
-            "sh",
-            "-c",
-            "echo \"$@\"",
-            "sh",
-            "--help",
-            "--exclusive",
-        ][..],
-        &[
-            "run",
-            "--",
-            "sh",
-            "-c",
-            "echo \"$@\"",
-            "sh",
-            "--help",
-            "--exclusive",
-        ],
-    ] {
-        let out = cli(dir.path(), 1).args(args).output().unwrap();
-        assert!(out.status.success(), "{args:?}: {out:?}");
-        assert_eq!(out.stdout, b"--help --exclusive\n", "{args:?}");
+    let command = ["sh", "-c", "echo \"$@\"", "sh", "--help", "--exclusive"];
+    for ours in [&["run"][..], &["run", "--"]] {
+        let out = cli(dir.path(), 1)
+            .args(ours)
+            .args(command)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{ours:?}: {out:?}");
+        assert_eq!(out.stdout, b"--help --exclusive\n", "{ours:?}");
     }
 }
 
