@@ -4,7 +4,7 @@
 //! there; this crate's host slots do. nextest's own answer to shared resources is a test group
 //! with `max-threads`: with one, nextest never starts more GPU test processes than the cap, which
 //! is better than starting them and letting them wait. When a test takes a permit under nextest
-//! outside any group, the crate says once per process how to add the group ([`GROUP_SNIPPET`]).
+//! outside any group, the crate says once per process how to add the group ([`group_snippet`]).
 //! Inside a group, [`NextestEnv::group_slot`](crate::config::NextestEnv::group_slot) tells which
 //! of the group's slots this test has, for choosing a device.
 
@@ -13,16 +13,27 @@ use std::sync::Once;
 pub use crate::config::NextestEnv;
 use crate::config::{CONCURRENCY_VAR, Config};
 
-/// A `.config/nextest.toml` fragment that puts GPU tests in a group of at most 2 at a time.
-/// Adjust the filter to match your GPU tests and keep `max-threads` equal to
-/// `REALIZAR_GPU_TEST_CONCURRENCY`.
-pub const GROUP_SNIPPET: &str = r#"[test-groups]
-gpu = { max-threads = 2 }
+/// A `.config/nextest.toml` fragment that puts GPU tests in a test group of at most
+/// `max_threads` at a time. Adjust the filter to match your GPU tests and keep `max_threads`
+/// equal to all the permits the host has: `REALIZAR_GPU_TEST_CONCURRENCY` times the GPUs.
+///
+/// # Example
+///
+/// ```
+/// let snippet = gpu_test_permit::nextest::group_snippet(2);
+/// assert!(snippet.contains("gpu = { max-threads = 2 }"));
+/// ```
+pub fn group_snippet(max_threads: usize) -> String {
+    format!(
+        "[test-groups]
+gpu = {{ max-threads = {max_threads} }}
 
 [[profile.default.overrides]]
 filter = 'test(/gpu/)'
 test-group = 'gpu'
-"#;
+"
+    )
+}
 
 /// What nextest told this process, or `None` outside nextest.
 pub fn current() -> Option<&'static NextestEnv> {
@@ -55,7 +66,7 @@ pub fn group_hint(env: &NextestEnv, concurrency: usize) -> Option<String> {
         "gpu-test-permit: this test runs under cargo nextest outside a test group, so nextest \
          starts GPU test processes that then wait for a permit. Put GPU tests in a group of \
          max-threads = {concurrency} ({CONCURRENCY_VAR}) in .config/nextest.toml, for example:\n{}",
-        GROUP_SNIPPET.replace("max-threads = 2", &format!("max-threads = {concurrency}"))
+        group_snippet(concurrency)
     ))
 }
 

@@ -278,6 +278,160 @@ fn config_with_strict_mode_fails_commands_before_they_start() {
     assert!(err.contains("'2 x' is not a whole number"), "{err}");
 }
 
+/// Every command, as `help` lists them.
+const COMMANDS: [&str; 8] = [
+    "probe",
+    "hold",
+    "run",
+    "status",
+    "trace",
+    "config",
+    "nextest-snippet",
+    "help",
+];
+
+#[test]
+fn every_command_prints_its_usage_for_help_and_succeeds() {
+    let dir = tempdir();
+    let overview = cli(dir.path(), 2).arg("help").output().unwrap();
+    assert!(overview.status.success());
+    let overview = String::from_utf8(overview.stdout).unwrap();
+    for name in COMMANDS {
+        assert!(
+            overview.contains(&format!("\n  {name}")),
+            "{name} is missing from:\n{overview}"
+        );
+        for help in [&[name, "--help"][..], &[name, "-h"], &["help", name]] {
+            // Help needs no working configuration: strict mode with a bad value stops nothing.
+            let out = cli(dir.path(), 2)
+                .env("REALIZAR_GPU_TEST_CONCURRENCY", "x")
+                .env("GPU_TEST_PERMIT_STRICT_CONFIG", "1")
+                .args(help)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(out.status.code(), Some(0), "{help:?}: {out:?}");
+            assert!(
+                text.starts_with(&format!("usage: gpu-test-permit {name}")),
+                "{help:?}: {text}"
+            );
+            assert!(out.stderr.is_empty(), "{help:?}: {out:?}");
+        }
+    }
+    for top in ["--help", "-h"] {
+        let out = cli(dir.path(), 2).arg(top).output().unwrap();
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), overview);
+    }
+}
+
+#[test]
+fn hold_options_in_any_order_give_the_same_result() {
+    let dir = tempdir();
+    for args in [
+        &["hold", "--exclusive", "--for", "1ms"][..],
+        &["hold", "--for=1ms", "--exclusive"],
+    ] {
+        let out = cli(dir.path(), 2).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        // Exclusive: both slots.
+        assert!(text.contains(" slots=0,1\n"), "{args:?}: {text}");
+        assert!(text.ends_with("released\n"), "{args:?}: {text}");
+    }
+}
+
+#[test]
+fn an_unknown_option_is_named_with_its_command() {
+    let dir = tempdir();
+    for (args, usage) in [
+        (
+            &["hold", "--bogus"][..],
+            "hold [--exclusive] [--for DURATION]",
+        ),
+        (
+            &["hold", "--for=1ms", "--bogus=1"],
+            "hold [--exclusive] [--for DURATION]",
+        ),
+        (
+            &["run", "--bogus", "--", "true"],
+            "run [--exclusive] [--] COMMAND [ARGS...]",
+        ),
+        (&["status", "--bogus"], "status [--dir DIR]"),
+        (&["config", "--bogus"], "config"),
+    ] {
+        let out = cli(dir.path(), 2).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!(
+                "gpu-test-permit: {}: unknown option `--bogus`\nusage: gpu-test-permit {usage}\n",
+                args[0]
+            ),
+            "{args:?}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}
+
+#[test]
+fn run_leaves_its_commands_options_to_the_command() {
+    let dir = tempdir();
+    let command = ["sh", "-c", "echo \"$@\"", "sh", "--help", "--exclusive"];
+    for ours in [&["run"][..], &["run", "--"]] {
+        let out = cli(dir.path(), 1)
+            .args(ours)
+            .args(command)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{ours:?}: {out:?}");
+        assert_eq!(out.stdout, b"--help --exclusive\n", "{ours:?}");
+    }
+}
+
+#[test]
+fn errors_name_the_program_once() {
+    let dir = tempdir();
+    let fails = |args: &[&str], env: &[(&str, &str)]| {
+        let out = cli(dir.path(), 2)
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} {env:?}: {out:?}");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !text.contains("gpu-test-permit: gpu-test-permit:"),
+            "{args:?} {env:?}: {text}"
+        );
+        if out.status.code() == Some(2) {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                err.starts_with("gpu-test-permit: "),
+                "{args:?} {env:?}: {err}"
+            );
+        }
+    };
+    let hold = ["hold", "--for", "1ms"];
+    fails(&hold, &[("GPU_TEST_PERMIT_DIR", "relative/slots")]);
+    fails(
+        &hold,
+        &[
+            ("REALIZAR_GPU_TEST_CONCURRENCY", "2 x"),
+            ("GPU_TEST_PERMIT_STRICT_CONFIG", "1"),
+        ],
+    );
+    fails(&["status"], &[("GPU_TEST_PERMIT_DIR", "relative/slots")]);
+    // Exit 1, with the policy's error in the table.
+    fails(&["probe"], &[("GPU_TEST_PERMIT_REQUIRE", "cdua")]);
+    fails(&["hold", "--for", "soon"], &[]);
+    fails(&["nonsense"], &[]);
+}
+
 #[cfg(unix)]
 fn non_utf8(bytes: &[u8]) -> std::ffi::OsString {
     use std::os::unix::ffi::OsStringExt;
@@ -292,7 +446,7 @@ fn cli_non_utf8_arguments_get_a_clear_error_or_pass_through() {
     for args in [
         vec![bad.clone()],
         vec!["hold".into(), "--for".into(), bad.clone()],
-        vec!["trace".into(), "--max-peak".into(), bad.clone()],
+        vec!["trace".into(), "f".into(), "--max-peak".into(), bad.clone()],
     ] {
         let out = cli(dir.path(), 2).args(&args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);

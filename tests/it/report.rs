@@ -166,6 +166,32 @@ fn trace_command_prints_the_summary_and_checks_the_peak() {
 }
 
 #[test]
+fn trace_options_in_any_order_give_the_same_result() {
+    let dir = tempdir();
+    let path = trace_file(dir.path(), &run_events());
+    let trace = |args: &[&str]| {
+        let out = cli(dir.path(), 2)
+            .arg("trace")
+            .args(
+                args.iter()
+                    .map(|a| a.replace("FILE", path.to_str().unwrap())),
+            )
+            .output()
+            .unwrap();
+        (out.status.code(), out.stdout, out.stderr)
+    };
+    let first = trace(&["FILE", "--max-peak", "1", "--timeline"]);
+    assert_eq!(first.0, Some(1), "{first:?}");
+    assert!(String::from_utf8_lossy(&first.1).contains("pid 1 t3 "));
+    for other in [
+        &["--timeline", "--max-peak=1", "FILE"][..],
+        &["--max-peak", "1", "FILE", "--timeline"],
+    ] {
+        assert_eq!(trace(other), first, "{other:?}");
+    }
+}
+
+#[test]
 fn trace_command_draws_a_timeline_and_rejects_bad_arguments() {
     let dir = tempdir();
     let path = trace_file(dir.path(), &run_events());
@@ -192,6 +218,8 @@ fn trace_command_draws_a_timeline_and_rejects_bad_arguments() {
     ] {
         let out = cli(dir.path(), 2).args(bad).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{bad:?}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("usage: trace FILE"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("gpu-test-permit: trace: "), "{err}");
+        assert!(err.contains("usage: gpu-test-permit trace FILE"), "{err}");
     }
 }

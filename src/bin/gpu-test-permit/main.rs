@@ -3,105 +3,223 @@
 use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use gpu_test_permit::config::Config;
 use gpu_test_permit::probe::ProbeMode;
 
+use crate::args::{Args, Operands, Parsed, Spec};
+
+mod args;
 mod probe;
 mod report;
 mod run;
 
-const USAGE: &str = "\
-usage: gpu-test-permit <command> [options]
+/// A command: its arguments, what runs it, and whether it reads the global configuration.
+struct Command {
+    spec: Spec,
+    run: fn(&Args) -> Result<ExitCode, String>,
+    /// Whether it takes permits or probes, and so fails first where the configuration is
+    /// rejected under `GPU_TEST_PERMIT_STRICT_CONFIG` (`config`, which shows why, and `trace`,
+    /// which reads a file, run anyway).
+    checks_config: bool,
+}
 
-commands:
-  probe [--json] [cuda|wgpu ...]
-        probe GPU backends (each in a child process) and print what this machine has as a
-        table, or as JSON; exits 1 when GPU_TEST_PERMIT_REQUIRE would fail a test
-  hold [--exclusive] [--for DURATION]
-        take a permit from the pool configured by the environment, print `held ...`, and keep
-        it until standard input closes (or for DURATION, e.g. 500ms, 2s, 1m)
-  run [--exclusive] -- COMMAND [ARGS...]
-        run COMMAND while holding a permit, and exit as it did (killed by a signal: the
-        same signal); SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to COMMAND and the
-        permit is held until it has exited
-  status [--dir DIR]
-        who holds the host slots now, since when, and who waits
-  trace FILE [--max-peak N] [--timeline]
-        summarise a GPU_TEST_PERMIT_TRACE file: per-test wait and hold times,
-        utilisation, peak concurrency and an estimate for other N; with --max-peak,
-        exit 1 when more than N permits were held at once; with --timeline, draw who
-        held the GPU when
-  config
-        print the configuration this environment gives, its warnings, and the
-        configuration warnings recorded by the last cargo nextest run that had any
-  nextest-snippet
-        print a .config/nextest.toml test group for GPU tests sized by
-        REALIZAR_GPU_TEST_CONCURRENCY x GPU_TEST_PERMIT_GPUS
-  help  print this text
-";
+static COMMANDS: &[Command] = &[
+    Command {
+        spec: Spec {
+            name: "probe",
+            synopsis: "[--json] [cuda|wgpu ...]",
+            about: "probe GPU backends (each in a child process) and print what this machine has as a\n\
+                    table, or as JSON; exits 1 when GPU_TEST_PERMIT_REQUIRE would fail a test",
+            flags: &["--json"],
+            options: &[],
+            operands: Operands::Any,
+        },
+        run: probe::main,
+        checks_config: true,
+    },
+    Command {
+        spec: Spec {
+            name: "hold",
+            synopsis: "[--exclusive] [--for DURATION]",
+            about: "take a permit from the pool configured by the environment, print `held ...`, and keep\n\
+                    it until standard input closes (or for DURATION, e.g. 500ms, 2s, 1m)",
+            flags: &["--exclusive"],
+            options: &["--for"],
+            operands: Operands::None,
+        },
+        run: hold,
+        checks_config: true,
+    },
+    Command {
+        spec: Spec {
+            name: "run",
+            synopsis: "[--exclusive] [--] COMMAND [ARGS...]",
+            about: "run COMMAND while holding a permit, and exit as it did (killed by a signal: the\n\
+                    same signal); SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to COMMAND and the\n\
+                    permit is held until it has exited; COMMAND and ARGS pass byte for byte, and the\n\
+                    options end at COMMAND",
+            flags: &["--exclusive"],
+            options: &[],
+            operands: Operands::CommandLine,
+        },
+        run: run::main,
+        checks_config: true,
+    },
+    Command {
+        spec: Spec {
+            name: "status",
+            synopsis: "[--dir DIR]",
+            about: "who holds the host slots now, since when, and who waits",
+            flags: &[],
+            options: &["--dir"],
+            operands: Operands::None,
+        },
+        run: report::status,
+        checks_config: true,
+    },
+    Command {
+        spec: Spec {
+            name: "trace",
+            synopsis: "FILE [--max-peak N] [--timeline]",
+            about: "summarise a GPU_TEST_PERMIT_TRACE file: per-test wait and hold times,\n\
+                    utilisation, peak concurrency and an estimate for other N; with --max-peak,\n\
+                    exit 1 when more than N permits were held at once; with --timeline, draw who\n\
+                    held the GPU when",
+            flags: &["--timeline"],
+            options: &["--max-peak"],
+            operands: Operands::One("FILE"),
+        },
+        run: report::trace,
+        checks_config: false,
+    },
+    Command {
+        spec: Spec {
+            name: "config",
+            synopsis: "",
+            about: "print the configuration this environment gives, its warnings, and the\n\
+                    configuration warnings recorded by the last cargo nextest run that had any",
+            flags: &[],
+            options: &[],
+            operands: Operands::None,
+        },
+        run: config,
+        checks_config: false,
+    },
+    Command {
+        spec: Spec {
+            name: "nextest-snippet",
+            synopsis: "",
+            about: "print a .config/nextest.toml test group for GPU tests sized by\n\
+                    REALIZAR_GPU_TEST_CONCURRENCY x GPU_TEST_PERMIT_GPUS",
+            flags: &[],
+            options: &[],
+            operands: Operands::None,
+        },
+        run: nextest_snippet,
+        checks_config: true,
+    },
+    Command {
+        spec: Spec {
+            name: "help",
+            synopsis: "[COMMAND]",
+            about: "print this text, or COMMAND's (as `COMMAND --help` does)",
+            flags: &[],
+            options: &[],
+            operands: Operands::Any,
+        },
+        run: help,
+        checks_config: false,
+    },
+];
+
+/// The overview: every command's usage line and what it does.
+fn usage() -> String {
+    let mut text = String::from(
+        "usage: gpu-test-permit <command> [options]\n       \
+         gpu-test-permit <command> --help\n\ncommands:\n",
+    );
+    for c in COMMANDS {
+        text.push_str(format!("  {} {}", c.spec.name, c.spec.synopsis).trim_end());
+        text.push('\n');
+        for line in c.spec.about.lines() {
+            text.push_str("        ");
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    text
+}
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let Some(cmd) = args.first() else {
-        eprint!("{USAGE}");
+    let Some(name) = args.first() else {
+        eprint!("{}", usage());
         return ExitCode::from(2);
     };
-    let rest = &args[1..];
-    let result = match cmd.to_str() {
-        Some("help" | "--help" | "-h") => {
-            print!("{USAGE}");
-            Ok(ExitCode::SUCCESS)
-        }
-        Some("config") => config(rest),
-        Some("trace") => report::trace(rest),
-        Some(cmd) => strict_check().and_then(|()| match cmd {
-            "hold" => utf8_args(rest).and_then(|a| hold(&a)),
-            "run" => run::main(rest),
-            "probe" => utf8_args(rest).and_then(|a| probe::main(&a)),
-            "status" => report::status(rest),
-            "nextest-snippet" => {
-                // N per GPU times the GPUs: all the permits the host has.
-                let n = gpu_test_permit::PermitPool::global().capacity();
-                print!(
-                    "{}",
-                    gpu_test_permit::nextest::GROUP_SNIPPET
-                        .replace("max-threads = 2", &format!("max-threads = {n}"))
-                );
-                Ok(ExitCode::SUCCESS)
-            }
-            other => Err(format!("unknown command `{other}`\n{USAGE}")),
-        }),
-        None => Err(format!(
-            "unknown command `{}` (not valid UTF-8)\n{USAGE}",
-            cmd.to_string_lossy()
-        )),
-    };
-    match result {
+    match dispatch(name, &args[1..]) {
         Ok(code) => code,
         Err(msg) => {
+            // The one place that says who reports: messages, the library's included, do not.
             eprintln!("gpu-test-permit: {msg}");
             ExitCode::from(2)
         }
     }
 }
 
-/// The arguments as UTF-8, for commands whose arguments are all words and numbers.
-fn utf8_args(args: &[OsString]) -> Result<Vec<String>, String> {
-    args.iter()
-        .map(|a| {
-            a.to_str()
-                .map(str::to_string)
-                .ok_or_else(|| format!("argument '{}' is not valid UTF-8", a.to_string_lossy()))
-        })
-        .collect()
+fn dispatch(name: &OsString, rest: &[OsString]) -> Result<ExitCode, String> {
+    if matches!(name.to_str(), Some("--help" | "-h")) {
+        print!("{}", usage());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(command) = COMMANDS.iter().find(|c| *name == c.spec.name) else {
+        return Err(format!(
+            "unknown command `{}`\n{}",
+            name.to_string_lossy(),
+            usage()
+        ));
+    };
+    match command.spec.parse(rest)? {
+        Parsed::Help => {
+            print!("{}", command.spec.help());
+            Ok(ExitCode::SUCCESS)
+        }
+        Parsed::Args(args) => {
+            if command.checks_config {
+                strict_check()?;
+            }
+            (command.run)(&args)
+        }
+    }
+}
+
+/// `help [COMMAND]`.
+fn help(args: &Args) -> Result<ExitCode, String> {
+    match args.operands_utf8()?[..] {
+        [] => print!("{}", usage()),
+        [name] => match COMMANDS.iter().find(|c| c.spec.name == name) {
+            Some(c) => print!("{}", c.spec.help()),
+            None => return Err(args.error(format_args!("unknown command `{name}`"))),
+        },
+        [_, extra, ..] => return Err(args.error(format_args!("unexpected argument `{extra}`"))),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `nextest-snippet`: the test group, sized to all the permits the host has (N per GPU times
+/// the GPUs).
+fn nextest_snippet(_: &Args) -> Result<ExitCode, String> {
+    let n = gpu_test_permit::PermitPool::global().capacity();
+    print!("{}", gpu_test_permit::nextest::group_snippet(n));
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Fails before the command does anything when the configuration is rejected under
 /// `GPU_TEST_PERMIT_STRICT_CONFIG` (instead of the library's panic).
 fn strict_check() -> Result<(), String> {
     match Config::from_env().strict_failure() {
+        // The message is also the library's panic message, which names the crate; `main`
+        // names the program.
         Some(msg) => Err(msg
             .strip_prefix("gpu-test-permit: ")
             .unwrap_or(&msg)
@@ -111,10 +229,7 @@ fn strict_check() -> Result<(), String> {
 }
 
 /// `config`: the configuration of this environment and the warnings of the last nextest run.
-fn config(args: &[OsString]) -> Result<ExitCode, String> {
-    if !args.is_empty() {
-        return Err("config: usage: config".into());
-    }
+fn config(_: &Args) -> Result<ExitCode, String> {
     let cfg = Config::from_env();
     let or_off = |p: &Option<std::path::PathBuf>| {
         p.as_ref()
@@ -200,23 +315,11 @@ pub(crate) fn take(exclusive: bool) -> Result<gpu_test_permit::GpuTestPermit, St
     .map_err(|e| e.to_string())
 }
 
-fn hold(args: &[String]) -> Result<ExitCode, String> {
-    let mut exclusive = false;
-    let mut duration: Option<Duration> = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--exclusive" => exclusive = true,
-            "--for" => {
-                let v = it.next().ok_or("--for needs a duration")?;
-                duration = Some(
-                    gpu_test_permit::config::parse_duration(&v.into())
-                        .map_err(|p| format!("--for '{v}' {p}"))?,
-                );
-            }
-            other => return Err(format!("hold: unknown option `{other}`")),
-        }
-    }
+fn hold(args: &Args) -> Result<ExitCode, String> {
+    let exclusive = args.flag("--exclusive");
+    let duration = args.parsed_value("--for", |v| {
+        gpu_test_permit::config::parse_duration(&v.into())
+    })?;
     let permit = take(exclusive)?;
     let slots: Vec<String> = permit.slots().map(|s| s.to_string()).collect();
     let mut out = std::io::stdout().lock();

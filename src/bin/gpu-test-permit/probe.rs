@@ -6,19 +6,16 @@ use gpu_test_permit::config::{Config, REQUIRE_VAR};
 use gpu_test_permit::decision::{Decision, Policy, decide_any};
 use gpu_test_permit::probe::{Backend, ProbeReport, probe};
 
-pub(crate) fn main(args: &[String]) -> Result<ExitCode, String> {
-    let mut json = false;
-    let mut backends = Vec::new();
-    for a in args {
-        match a.as_str() {
-            "--json" => json = true,
-            other => backends.push(
-                other
-                    .parse::<Backend>()
-                    .map_err(|e| format!("probe: {e}"))?,
-            ),
-        }
-    }
+use crate::args::Args;
+
+/// `probe [--json] [cuda|wgpu ...]`.
+pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
+    let json = args.flag("--json");
+    let mut backends = args
+        .operands_utf8()?
+        .into_iter()
+        .map(|b| b.parse::<Backend>().map_err(|e| args.error(e)))
+        .collect::<Result<Vec<_>, _>>()?;
     if backends.is_empty() {
         backends = Backend::ALL.to_vec();
     }

@@ -1,13 +1,14 @@
 //! `status` and `trace`: what the permits are doing now, and what they did in a traced run.
 
-use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use gpu_test_permit::config::{Config, SlotDir, default_slot_dir};
+use gpu_test_permit::config::Config;
 use gpu_test_permit::host::{HolderRecord, status as host_status};
 use gpu_test_permit::trace::{read_events, summarize, timeline};
+
+use crate::args::Args;
 
 pub(crate) fn ago(since_unix_ms: u64) -> String {
     let now = SystemTime::now()
@@ -50,15 +51,10 @@ fn printable_path(path: &Path) -> String {
 }
 
 /// `status [--dir DIR]`: who holds the slots of the configured directory, since when, who waits.
-pub(crate) fn status(args: &[OsString]) -> Result<ExitCode, String> {
-    let dir = match args {
-        [] => match &Config::global().slot_dir {
-            SlotDir::Default => default_slot_dir(),
-            SlotDir::Explicit(p) => p.clone(),
-            SlotDir::Invalid(msg) => return Err(msg.clone()),
-        },
-        [flag, dir] if flag == "--dir" => dir.into(),
-        _ => return Err("status: usage: status [--dir DIR]".into()),
+pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
+    let dir = match args.value("--dir") {
+        Some(dir) => PathBuf::from(dir),
+        None => Config::global().slot_dir_path()?,
     };
     let s = host_status(&dir).map_err(|e| format!("cannot read {}: {e}", printable_path(&dir)))?;
     println!("slot directory {}", printable_path(&s.dir));
@@ -111,33 +107,15 @@ pub(crate) fn status(args: &[OsString]) -> Result<ExitCode, String> {
 /// `trace FILE [--max-peak N] [--timeline]`: per-test wait and hold times, utilisation, peak
 /// concurrency and an estimate for other N, optionally a timeline. With `--max-peak`, exits 1
 /// when the peak was higher.
-pub(crate) fn trace(args: &[OsString]) -> Result<ExitCode, String> {
-    const USAGE: &str = "trace: usage: trace FILE [--max-peak N] [--timeline]";
-    let mut file: Option<&Path> = None;
-    let mut max_peak = None;
-    let mut show_timeline = false;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.to_str() {
-            Some("--max-peak") => {
-                let n = it.next().ok_or(USAGE)?;
-                max_peak = Some(
-                    n.to_str()
-                        .and_then(|n| n.parse::<usize>().ok())
-                        .ok_or_else(|| {
-                            format!("--max-peak '{}' is not a whole number", n.to_string_lossy())
-                        })?,
-                );
-            }
-            Some("--timeline") => show_timeline = true,
-            // The file name need not be UTF-8.
-            _ if file.is_none() && !a.as_encoded_bytes().starts_with(b"--") => {
-                file = Some(Path::new(a))
-            }
-            _ => return Err(USAGE.into()),
-        }
-    }
-    let path = file.ok_or(USAGE)?;
+pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
+    // Exactly one operand: the parser checked. The file name need not be UTF-8.
+    let path = Path::new(&args.operands()[0]);
+    let max_peak = args.parsed_value("--max-peak", |n| {
+        n.to_str()
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or("is not a whole number")
+    })?;
+    let show_timeline = args.flag("--timeline");
     let file = path.display();
     let events = read_events(path).map_err(|e| format!("cannot read {file}: {e}"))?;
     let Some(s) = summarize(&events) else {

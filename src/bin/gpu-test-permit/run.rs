@@ -1,4 +1,4 @@
-//! `run [--exclusive] -- COMMAND [ARGS...]`: run a command while holding a permit, and end the
+//! `run [--exclusive] [--] COMMAND [ARGS...]`: run a command while holding a permit, and end the
 //! way it ended.
 //!
 //! - The command and its arguments are passed on byte for byte (they need not be UTF-8).
@@ -12,21 +12,16 @@
 //!   the terminal sent (Ctrl-C) is not passed on: the terminal sent it to the whole foreground
 //!   process group, the command included.
 
-use std::ffi::OsString;
 use std::path::Path;
 use std::process::{Command, ExitCode, ExitStatus};
 
-/// `run`'s arguments, after the command name.
-pub(crate) fn main(args: &[OsString]) -> Result<ExitCode, String> {
-    let (exclusive, rest) = match args.first().and_then(|a| a.to_str()) {
-        Some("--exclusive") => (true, &args[1..]),
-        _ => (false, args),
-    };
-    let rest = match rest.first().and_then(|a| a.to_str()) {
-        Some("--") => &rest[1..],
-        _ => rest,
-    };
-    let (program, program_args) = rest.split_first().ok_or("run: no command given")?;
+use crate::args::Args;
+
+/// `run`.
+pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
+    let exclusive = args.flag("--exclusive");
+    // The parser has checked that there is a command, and left it and its arguments as given.
+    let (program, program_args) = args.operands().split_first().ok_or("no command given")?;
     // Before anything else starts a thread, so that every thread inherits the blocked mask.
     let signals = sys::Forwarder::start();
     let permit = crate::take(exclusive)?;
