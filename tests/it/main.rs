@@ -11,6 +11,7 @@ mod dirs;
 mod host;
 mod in_process;
 mod permit;
+mod platform;
 mod probe;
 mod report;
 mod stress;
