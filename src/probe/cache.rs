@@ -227,14 +227,7 @@ fn slot_dir(cfg: &Config) -> Result<PathBuf, String> {
 
 /// Per user: the slot directory may be shared by several users, the cache need not be.
 fn user_dir(slots: &Path) -> PathBuf {
-    #[cfg(unix)]
-    {
-        slots.join(format!("probe-{}", crate::sys::effective_uid()))
-    }
-    #[cfg(not(unix))]
-    {
-        slots.join("probe")
-    }
+    slots.join(crate::sys::per_user_name("probe"))
 }
 
 fn cache_dir(cfg: &Config) -> Result<PathBuf, String> {
@@ -246,9 +239,8 @@ fn cache_dir(cfg: &Config) -> Result<PathBuf, String> {
 }
 
 /// The common case of every test process after a run's first: the file is there. Checks
-/// ownership with two `stat`s instead of `prepare_dir`'s write test, and leaves anything
-/// unusual to the slow path.
-#[cfg(unix)]
+/// ownership with two `stat`s instead of `prepare_dir`'s write test (where owners can be told
+/// that cheaply), and leaves anything unusual to the slow path.
 fn read_fast(
     cfg: &Config,
     name: &str,
@@ -257,37 +249,12 @@ fn read_fast(
     key: &str,
 ) -> Option<ProbeReport> {
     use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let me = crate::sys::effective_uid();
     let dir = user_dir(&slot_dir(cfg).ok()?);
-    let meta = std::fs::symlink_metadata(&dir).ok()?;
-    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
-        return None;
-    }
-    let path = dir.join(name);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&path)
-        .ok()?;
-    if file.metadata().ok()?.uid() != me {
-        return None;
-    }
+    let mut file = crate::sys::open_private_file(&dir, name)?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).ok()?;
     let file = validate(&bytes, run_id, backend, key, now_ms()).ok()?;
-    file.is_final().then(|| file.into_report(&path))
-}
-
-#[cfg(not(unix))]
-fn read_fast(
-    _cfg: &Config,
-    _name: &str,
-    _run_id: &str,
-    _backend: Backend,
-    _key: &str,
-) -> Option<ProbeReport> {
-    None
+    file.is_final().then(|| file.into_report(&dir.join(name)))
 }
 
 /// A file-name-safe form of the run id (nextest's are UUIDs, but the variable is user input).

@@ -118,39 +118,12 @@ fn parse_request(value: &str) -> Option<(&str, (u64, u64), &str)> {
     Some((kind, (dev.parse().ok()?, ino.parse().ok()?), token))
 }
 
-#[cfg(unix)]
+/// A request over a pipe that is this process's standard input and still holds its token.
+/// Where pipes have no identity to compare, the request is recognised by its form alone (see
+/// [`crate::sys::stdin_carries_token`]).
 fn verify(value: &str) -> Option<Request> {
     let (kind, pipe, token) = parse_request(value)?;
-    // SAFETY: `fstat` fills a plain struct; an fd that is not open gives an error.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(0, &mut st) } != 0
-        || st.st_mode & libc::S_IFMT != libc::S_IFIFO
-        || (st.st_dev as u64, st.st_ino as u64) != pipe
-    {
-        return None;
-    }
-    // The parent wrote the token before starting this process: it is there now or never.
-    let mut pfd = libc::pollfd {
-        fd: 0,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: polls one valid pollfd without waiting.
-    if unsafe { libc::poll(&mut pfd, 1, 0) } != 1 || pfd.revents & libc::POLLIN == 0 {
-        return None;
-    }
-    let mut buf = [0u8; 64];
-    // SAFETY: reads into a valid buffer of its length.
-    let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-    let got = buf.get(..usize::try_from(n).ok()?)?;
-    (got.strip_suffix(b"\n")? == token.as_bytes()).then(|| Request { kind: kind.into() })
-}
-
-/// Without file identities to compare, the request is recognised by its form alone.
-#[cfg(not(unix))]
-fn verify(value: &str) -> Option<Request> {
-    let (kind, _, _) = parse_request(value)?;
-    Some(Request { kind: kind.into() })
+    crate::sys::stdin_carries_token(pipe, token).then(|| Request { kind: kind.into() })
 }
 
 // Runs in every process that links this crate, before `main`. Outside a probe child it reads
@@ -180,44 +153,8 @@ fn probe_child_entry() {
     };
     let json = serde_json::to_string(&Envelope { v: VERSION, answer })
         .unwrap_or_else(|e| format!("serialising failed: {e}"));
-    write_stdout(format!("\n{MARKER}{json}\n").as_bytes());
-    exit_now();
-}
-
-#[cfg(unix)]
-fn write_stdout(mut bytes: &[u8]) {
-    // Straight to fd 1: std's stdout buffer is not flushed by `_exit`.
-    while !bytes.is_empty() {
-        // SAFETY: writes from a valid buffer of the given length.
-        let n = unsafe { libc::write(1, bytes.as_ptr().cast(), bytes.len()) };
-        if n <= 0 {
-            if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return;
-        }
-        bytes = &bytes[n as usize..];
-    }
-}
-
-#[cfg(not(unix))]
-fn write_stdout(bytes: &[u8]) {
-    use std::io::Write;
-    let mut out = io::stdout();
-    let _ = out.write_all(bytes);
-    let _ = out.flush();
-}
-
-fn exit_now() -> ! {
-    #[cfg(unix)]
-    {
-        // SAFETY: `_exit` ends the process at once; nothing runs after it.
-        unsafe { libc::_exit(0) }
-    }
-    #[cfg(not(unix))]
-    {
-        std::process::exit(0)
-    }
+    crate::sys::write_stdout_unbuffered(format!("\n{MARKER}{json}\n").as_bytes());
+    crate::sys::exit_now();
 }
 
 /// How a probe child ended.
@@ -255,7 +192,7 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
     let token = new_token();
     let (request_pipe, mut token_writer) = io::pipe()?;
     io::Write::write_all(&mut token_writer, format!("{token}\n").as_bytes())?;
-    let value = request_value(kind, pipe_identity(&request_pipe)?, &token);
+    let value = request_value(kind, crate::sys::pipe_identity(&request_pipe)?, &token);
     let mut cmd = Command::new(std::env::current_exe()?);
     // If the constructor did not run, a libtest binary given these arguments lists nothing and
     // exits: the parent then reports a missing answer instead of running tests in the child.
@@ -270,7 +207,8 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
         };
     }
     cmd.env(CHILD_VAR, value);
-    contain(&mut cmd);
+    // Its own process group, and it dies with this thread.
+    crate::sys::contain_child(&mut cmd);
     let mut child = Reaper::new(cmd.spawn()?);
     let pid = child.child.id();
 
@@ -365,48 +303,6 @@ fn new_token() -> String {
     format!("{:016x}{:016x}", word(), word())
 }
 
-/// The device and inode that name a pipe (the same for both of its ends).
-#[cfg(unix)]
-fn pipe_identity(pipe: &io::PipeReader) -> io::Result<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::File::from(std::os::fd::OwnedFd::from(pipe.try_clone()?)).metadata()?;
-    Ok((meta.dev(), meta.ino()))
-}
-
-#[cfg(not(unix))]
-fn pipe_identity(_pipe: &io::PipeReader) -> io::Result<(u64, u64)> {
-    Ok((0, 0))
-}
-
-/// Makes the child lead a process group of its own (so that helpers a driver starts can be
-/// killed with it) and, on Linux, die with the thread that starts it.
-#[cfg(unix)]
-fn contain(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    cmd.process_group(0);
-    #[cfg(target_os = "linux")]
-    {
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: between fork and exec the closure makes only async-signal-safe calls
-        // (`prctl`, `getppid`) and does not allocate.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The parent may have died before the signal was armed: nobody would wait.
-                if libc::getppid() != parent {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
-    }
-}
-
-#[cfg(not(unix))]
-fn contain(_cmd: &mut Command) {}
-
 /// The probe child, killed (with its process group) and reaped whichever way the probe ends.
 struct Reaper {
     child: Child,
@@ -422,32 +318,10 @@ impl Reaper {
         }
     }
 
-    /// Whether the child has exited. On Linux it is left unreaped, so its process group
-    /// id cannot be reused before [`Reaper::finish`] kills the group.
-    #[cfg(target_os = "linux")]
+    /// Whether the child has exited. Where the platform allows (Linux) it is left unreaped, so
+    /// its process group id cannot be reused before [`Reaper::finish`] kills the group.
     fn has_exited(&mut self) -> io::Result<bool> {
-        // SAFETY: `waitid` fills a plain struct; WNOWAIT leaves the child waitable.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-        let r = unsafe { libc::waitid(libc::P_PID, self.child.id(), &mut info, flags) };
-        if r != 0 {
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(false)
-            } else {
-                Err(e)
-            };
-        }
-        // SAFETY: `waitid` succeeded, so the pid field is initialised (0 while running).
-        Ok(unsafe { info.si_pid() } != 0)
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn has_exited(&mut self) -> io::Result<bool> {
-        if self.status.is_none() {
-            self.status = self.child.try_wait()?;
-        }
-        Ok(self.status.is_some())
+        crate::sys::child_has_exited(&mut self.child, &mut self.status)
     }
 
     /// Kills what is left of the child's process group and reaps the exited child.
@@ -475,11 +349,9 @@ impl Reaper {
     }
 
     fn kill_group(&self) {
-        #[cfg(unix)]
+        // Once reaped, the id may name another process's group.
         if self.status.is_none() {
-            // SAFETY: sends a signal. The child leads its group and is not reaped yet, so
-            // the id still names its group.
-            unsafe { libc::kill(-(self.child.id() as libc::pid_t), libc::SIGKILL) };
+            crate::sys::kill_process_group(&self.child);
         }
     }
 }
@@ -683,7 +555,7 @@ pub(super) fn classify(run: &ChildRun, timeout: Duration) -> ProbeOutcome {
             stderr_tail: run.stderr_tail.clone(),
         },
         End::Status(status) => {
-            let (signal, code) = status_parts(status);
+            let (signal, code) = (crate::sys::exit_signal(status), status.code());
             if signal.is_none() && code == Some(0) {
                 malformed(
                     "the probe child exited with status 0 without answering: the driver may \
@@ -699,18 +571,6 @@ pub(super) fn classify(run: &ChildRun, timeout: Duration) -> ProbeOutcome {
                 }
             }
         }
-    }
-}
-
-fn status_parts(status: &ExitStatus) -> (Option<i32>, Option<i32>) {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        (status.signal(), status.code())
-    }
-    #[cfg(not(unix))]
-    {
-        (None, status.code())
     }
 }
 
@@ -749,16 +609,7 @@ mod tests {
     use super::*;
 
     fn exited(code: i32) -> End {
-        #[cfg(unix)]
-        {
-            use std::os::unix::process::ExitStatusExt;
-            End::Status(ExitStatus::from_raw(code << 8))
-        }
-        #[cfg(not(unix))]
-        {
-            use std::os::windows::process::ExitStatusExt;
-            End::Status(ExitStatus::from_raw(code as u32))
-        }
+        End::Status(crate::sys::exit_status(code))
     }
 
     fn run(stdout: &str, end: End) -> ChildRun {
@@ -886,14 +737,6 @@ mod tests {
         ] {
             assert_eq!(parse_request(bad), None, "{bad:?}");
         }
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn a_request_without_its_pipe_is_not_honoured() {
-        // This test process's standard input is not the named pipe.
-        let token = "00112233445566778899aabbccddeeff";
-        assert!(verify(&request_value("cuda", (7, 42), token)).is_none());
     }
 
     #[test]

@@ -12,6 +12,7 @@ mod host;
 mod in_process;
 mod layering;
 mod permit;
+mod platform;
 mod probe;
 mod report;
 mod stress;

@@ -1,0 +1,144 @@
+//! What only Linux offers: the coarse clock, `gettid`, inotify, `/proc`, `PR_SET_PDEATHSIG`
+//! and `waitid` with `WNOWAIT`. `portable.rs` stands in for these everywhere else.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus};
+use std::time::Duration;
+
+pub(super) fn coarse_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write to; CLOCK_MONOTONIC_COARSE always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The kernel thread id.
+pub(super) fn raw_thread_number() -> u64 {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    unsafe { libc::gettid() as u64 }
+}
+
+/// An inotify descriptor that watches the files.
+pub(super) struct ChangeWatch {
+    fd: OwnedFd,
+}
+
+impl ChangeWatch {
+    pub(super) fn new(paths: &[&Path]) -> io::Result<ChangeWatch> {
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: plain syscall; the returned descriptor is owned below.
+        let raw = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        for p in paths {
+            let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+            let mask = libc::IN_MODIFY | libc::IN_CLOSE_WRITE | libc::IN_ATTRIB;
+            // SAFETY: `c` is a valid NUL-terminated string; `raw` is our inotify descriptor.
+            let wd = unsafe { libc::inotify_add_watch(raw, c.as_ptr(), mask) };
+            if wd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(ChangeWatch { fd })
+    }
+
+    pub(super) fn wait(&mut self, timeout: Duration) -> io::Result<bool> {
+        let raw = self.fd.as_raw_fd();
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let mut pfd = libc::pollfd {
+            fd: raw,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: `pfd` is a valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(false)
+            } else {
+                Err(e)
+            };
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        // Drain every queued event; only "something changed" matters.
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: `buf` is writable for its whole length.
+            let r = unsafe { libc::read(raw, buf.as_mut_ptr().cast(), buf.len()) };
+            if r <= 0 {
+                break;
+            }
+        }
+        Ok(true)
+    }
+}
+
+pub(super) fn process_is_stopped(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": the command may itself contain ") ", so split at the last one.
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .is_some_and(|state| matches!(state, 'T' | 't'))
+}
+
+/// Counted in `/proc/self/fd`.
+pub(super) fn open_descriptors() -> u64 {
+    std::fs::read_dir("/proc/self/fd").map_or(super::DESCRIPTORS_ESTIMATE, |entries| {
+        entries.count() as u64
+    })
+}
+
+/// `SIGKILL` for the child when the thread that starts it ends.
+pub(super) fn die_with_spawning_thread(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: between fork and exec the closure makes only async-signal-safe calls
+    // (`prctl`, `getppid`) and does not allocate.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before the signal was armed: nobody would wait.
+            if libc::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Looks with `waitid(WNOWAIT)`, which leaves the child unreaped (and `reaped` alone).
+pub(super) fn child_has_exited(
+    child: &mut Child,
+    _reaped: &mut Option<ExitStatus>,
+) -> io::Result<bool> {
+    // SAFETY: `waitid` fills a plain struct; WNOWAIT leaves the child waitable.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+    let r = unsafe { libc::waitid(libc::P_PID, child.id(), &mut info, flags) };
+    if r != 0 {
+        let e = io::Error::last_os_error();
+        return if e.kind() == io::ErrorKind::Interrupted {
+            Ok(false)
+        } else {
+            Err(e)
+        };
+    }
+    // SAFETY: `waitid` succeeded, so the pid field is initialised (0 while running).
+    Ok(unsafe { info.si_pid() } != 0)
+}

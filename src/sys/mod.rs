@@ -1,0 +1,396 @@
+//! The library's platform layer: every call of the library that differs between operating
+//! systems lives below this module, so the modules above it carry no platform `cfg`
+//! (`tests/it/platform.rs` greps the library's sources to keep it so). The CLI binary's own
+//! signal forwarding for `run`, in `src/bin/gpu-test-permit/run.rs`, is not part of the library
+//! and keeps its platform code there.
+//!
+//! This file is the portable face: the functions the rest of the crate calls, and the logic that
+//! every platform shares. Each platform's calls live in a file of their own, picked below:
+//! - `unix.rs`, every Unix: file modes, owners and groups, `O_NOFOLLOW`, descriptor limits,
+//!   process groups and signals, the raw standard streams of a probe child;
+//! - `linux.rs`, what only Linux offers: inotify, `/proc`, `gettid`, the coarse clock,
+//!   `PR_SET_PDEATHSIG`, `waitid` with `WNOWAIT`;
+//! - `portable.rs`, std-only stand-ins for those Linux calls on every other platform;
+//! - `windows.rs`, Windows' side of what `unix.rs` does, mostly std's portable behaviour.
+//!
+//! # Slot directories and other local users
+//!
+//! A slot directory decides who shares a cap, so on Unix it is checked against the other users
+//! of the host ([`prepare_dir`], [`open_lock_file`]):
+//! - **Private** (the default, `/tmp/gpu-test-permit-<uid>`, mode 0700): owned by this user.
+//!   Another user can create that name in `/tmp` first; then the first of `<name>-1` ...
+//!   `<name>-16` that this user owns, else the first free one, is used ([`default_slot_dir`]).
+//! - **Shared through a group** (the way for several users, e.g. `chgrp gpu DIR; chmod 2770
+//!   DIR`): a directory owned by another user is accepted when it is group-writable, has the
+//!   setgid bit and its group is one of this process's groups. Root-owned directories are
+//!   accepted as they are (root could change anything anyway). Lock files created in a group- or
+//!   world-writable directory get the directory's group and mode 0660 (0666 when world-writable)
+//!   set with `fchmod`, so a member's umask cannot lock the others out.
+//! - A world-writable directory is accepted only with the sticky bit, and lets every local user
+//!   share the cap.
+//!
+//! Lock files are never followed through symbolic links, existing ones are opened without
+//! `O_CREAT` (which `fs.protected_regular` refuses on other users' files in sticky
+//! directories, even for root), and anything but a regular file is refused without blocking.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::time::Duration;
+
+#[cfg(not(any(unix, windows)))]
+compile_error!("gpu-test-permit supports Unix and Windows");
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(not(target_os = "linux"))]
+mod portable;
+#[cfg(unix)]
+mod unix;
+#[cfg(windows)]
+mod windows;
+
+// `kernel`: Linux's own calls, or std-only stand-ins for them elsewhere.
+#[cfg(target_os = "linux")]
+use linux as kernel;
+#[cfg(not(target_os = "linux"))]
+use portable as kernel;
+// `os`: what every Unix shares, or Windows' side of it.
+#[cfg(unix)]
+use unix as os;
+#[cfg(windows)]
+use windows as os;
+
+/// The per-user default slot directory: `gpu-test-permit-<uid>` in `/tmp`, or the first usable
+/// alternative when another user holds that name (on Unix, see the module docs); a
+/// `gpu-test-permit` directory in the temporary directory elsewhere. Chosen once per process;
+/// the first call prints one line when an alternative is used.
+pub(crate) fn default_slot_dir() -> PathBuf {
+    os::default_slot_dir()
+}
+
+/// `base` made particular to this user where users have ids (`<base>-<uid>` on Unix), for a
+/// directory of this user's own inside one that several users may share.
+pub(crate) fn per_user_name(base: &str) -> String {
+    os::per_user_name(base)
+}
+
+/// A cheap monotonic timestamp in nanoseconds, for "held for how long" diagnostics: the coarse
+/// clock on Linux (a few ms resolution, no syscall), std's `Instant` elsewhere.
+pub(crate) fn coarse_ns() -> u64 {
+    kernel::coarse_ns()
+}
+
+/// Time since a [`coarse_ns`] timestamp.
+pub(crate) fn coarse_elapsed(since: u64) -> Duration {
+    Duration::from_nanos(coarse_ns().saturating_sub(since))
+}
+
+/// A small number that identifies the calling thread in traces and diagnostics (the kernel
+/// thread id on Linux), cached per thread. The first call on a thread also records its name for
+/// [`thread_name`].
+pub(crate) fn thread_number() -> u64 {
+    thread_local! {
+        static NUMBER: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    NUMBER.with(|c| {
+        if c.get() == 0 {
+            let n = kernel::raw_thread_number();
+            let t = std::thread::current();
+            let name = t
+                .name()
+                .map_or_else(|| format!("{:?}", t.id()), str::to_string);
+            thread_names().lock().insert(n, name);
+            c.set(n);
+        }
+        c.get()
+    })
+}
+
+fn thread_names() -> &'static parking_lot::Mutex<std::collections::HashMap<u64, String>> {
+    static NAMES: std::sync::OnceLock<parking_lot::Mutex<std::collections::HashMap<u64, String>>> =
+        std::sync::OnceLock::new();
+    NAMES.get_or_init(Default::default)
+}
+
+/// The name recorded for a [`thread_number`].
+pub(crate) fn thread_name(number: u64) -> String {
+    thread_names()
+        .lock()
+        .get(&number)
+        .cloned()
+        .unwrap_or_else(|| format!("thread {number}"))
+}
+
+/// Creates `dir` (mode 0700 on Unix) if it is missing and checks that it is safe to keep lock
+/// files in: a real directory (not a symlink), not writable by everyone unless the sticky bit is
+/// set, owned by this user or root or shared with this user through a group (see the module
+/// docs), and writable by this user.
+pub(crate) fn prepare_dir(dir: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    format!(
+                        "cannot create the parent of slot directory {}: {e}",
+                        dir.display()
+                    )
+                })?;
+            }
+            os::create_private_dir(dir).or_else(|e| {
+                if e.kind() == io::ErrorKind::AlreadyExists {
+                    Ok(()) // another process won the race; checked below
+                } else {
+                    Err(format!(
+                        "cannot create slot directory {}: {e}",
+                        dir.display()
+                    ))
+                }
+            })?;
+        }
+        Err(e) => {
+            return Err(format!(
+                "cannot inspect slot directory {}: {e}",
+                dir.display()
+            ));
+        }
+        Ok(_) => {}
+    }
+    let meta = std::fs::symlink_metadata(dir)
+        .map_err(|e| format!("cannot inspect slot directory {}: {e}", dir.display()))?;
+    if meta.file_type().is_symlink() {
+        return Err(format!(
+            "slot directory {} is a symbolic link; refusing it because another user could \
+             redirect it. Point GPU_TEST_PERMIT_DIR at the real directory",
+            dir.display()
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(format!(
+            "slot directory {} exists but is not a directory; remove it or set \
+             GPU_TEST_PERMIT_DIR to a directory",
+            dir.display()
+        ));
+    }
+    os::check_owner_and_mode(dir, &meta)?;
+    check_writable(dir)
+}
+
+/// Writability is checked by creating the slot files too; this probe gives the clearer message.
+/// The probe is a new file (`O_CREAT | O_EXCL`, no symlink followed): a name another user
+/// planted, as a link to a victim's file or anything else, is left alone and the next name tried.
+fn check_writable(dir: &Path) -> Result<(), String> {
+    for attempt in 0..8 {
+        let name = match attempt {
+            0 => format!(".write-check-{}", std::process::id()),
+            n => format!(".write-check-{}-{n}", std::process::id()),
+        };
+        let probe = dir.join(name);
+        let mut opts = OpenOptions::new();
+        opts.write(true).create_new(true);
+        os::private_no_follow(&mut opts);
+        match opts.open(&probe) {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+                return Ok(());
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(format!(
+                    "slot directory {} is not writable by this user ({e}); fix its permissions \
+                     or set GPU_TEST_PERMIT_DIR to a writable directory",
+                    dir.display()
+                ));
+            }
+        }
+    }
+    // Every name is taken: creating the slot files gives the verdict.
+    Ok(())
+}
+
+/// Opens (creating if needed) a lock file for reading and writing without following a
+/// symbolic link at its name, and without blocking on a FIFO or device planted there: anything
+/// but a regular file is refused.
+///
+/// In a shared directory (`shared_dir`, see [`is_shared_dir`]) an existing file is opened
+/// without `O_CREAT`, which `fs.protected_regular` forbids on other users' files in sticky
+/// directories; a new one gets the directory's group and the mode the directory is shared with
+/// (group and, in a world-writable directory, others read and write), whatever the umask.
+pub(crate) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<File> {
+    os::open_lock_file(path, shared_dir)
+}
+
+/// Opens an existing file for reading without following a symbolic link and without blocking,
+/// refusing anything but a regular file: for reading slot and wait files that another user of a
+/// shared directory could have replaced with a FIFO.
+pub(crate) fn open_regular_for_reading(path: &Path) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true);
+    os::no_follow_no_block(&mut opts);
+    let file = opts
+        .open(path)
+        .map_err(|e| os::explain_open_error(path, e))?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(not_a_regular_file(&meta));
+    }
+    Ok(file)
+}
+
+/// Opens `dir/name` for reading when `dir` is a real directory that this user owns and no one
+/// else may write, and the file (not followed through a symbolic link) is this user's too:
+/// two `stat`s instead of [`prepare_dir`]'s write test, for a cache's common case. `None`
+/// otherwise, and always where owners cannot be told this cheaply (not on Unix).
+pub(crate) fn open_private_file(dir: &Path, name: &str) -> Option<File> {
+    os::open_private_file(dir, name)
+}
+
+/// The error for a slot file that is not a regular file.
+fn not_a_regular_file(meta: &std::fs::Metadata) -> io::Error {
+    let kind = os::special_file_kind(&meta.file_type());
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "not a regular file but {kind}; a slot directory holds only this crate's files, \
+             so remove it"
+        ),
+    )
+}
+
+/// Whether a directory is meant to be shared by several users (world- or group-writable);
+/// never where files have no such modes (not on Unix).
+pub(crate) fn is_shared_dir(dir: &Path) -> bool {
+    os::is_shared_dir(dir)
+}
+
+/// Writes `buf` at `offset` without moving a shared cursor.
+pub(crate) fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    os::write_at(file, buf, offset)
+}
+
+/// Reads up to `buf.len()` bytes at offset 0.
+pub(crate) fn read_at_start(file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    os::read_at_start(file, buf)
+}
+
+/// Whether `path` still names the file open as `file` (it was not removed or replaced). Always
+/// true where files have no identity to compare (not on Unix).
+pub(crate) fn same_file(path: &Path, file: &File) -> bool {
+    os::same_file(path, file)
+}
+
+/// Waits for a change to a set of files: a write to any of them, or the last close of a file
+/// opened for writing (which is what a process that exits or is killed does to its lock files).
+///
+/// On Linux this is inotify, so a wait costs no CPU and wakes within microseconds. Elsewhere it
+/// falls back to sleeping in short steps. A caller re-checks its condition after every return:
+/// changes can be spurious, and the kernel reports a close just before it drops the closing
+/// file's locks, so callers also wake up periodically.
+pub(crate) struct ChangeWatch(kernel::ChangeWatch);
+
+impl std::fmt::Debug for ChangeWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChangeWatch").finish_non_exhaustive()
+    }
+}
+
+impl ChangeWatch {
+    /// Starts watching `paths`. Changes that happen after this returns are never missed.
+    pub(crate) fn new(paths: &[&Path]) -> io::Result<ChangeWatch> {
+        kernel::ChangeWatch::new(paths).map(ChangeWatch)
+    }
+
+    /// Blocks until a change is seen or `timeout` passes. Returns whether a change was seen.
+    pub(crate) fn wait(&mut self, timeout: Duration) -> io::Result<bool> {
+        self.0.wait(timeout)
+    }
+}
+
+/// Whether process `pid` is stopped (`SIGSTOP`, Ctrl-Z, or halted by a debugger). Read from
+/// `/proc` on Linux; `false` where that cannot be told.
+pub(crate) fn process_is_stopped(pid: u32) -> bool {
+    kernel::process_is_stopped(pid)
+}
+
+/// Descriptor limits that leave too little room, from [`ensure_descriptors`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DescriptorLimits {
+    /// Descriptors this process could still open.
+    pub(crate) available: u64,
+    /// The soft limit.
+    pub(crate) soft: u64,
+    /// The hard limit.
+    pub(crate) hard: u64,
+}
+
+/// What is taken to be open where the descriptors open in a process cannot be counted.
+const DESCRIPTORS_ESTIMATE: u64 = 64;
+
+/// Makes room for `needed` more open files in this process: raises the soft descriptor limit
+/// (up to the hard one) when the files open now plus `needed` and some headroom would pass it.
+/// Where there is no such limit (not on Unix), there is always room.
+pub(crate) fn ensure_descriptors(needed: usize) -> Result<(), DescriptorLimits> {
+    os::ensure_descriptors(needed, kernel::open_descriptors)
+}
+
+/// The device and inode that name a pipe (the same for both of its ends); `(0, 0)` where pipes
+/// have no such identity (not on Unix).
+pub(crate) fn pipe_identity(pipe: &io::PipeReader) -> io::Result<(u64, u64)> {
+    os::pipe_identity(pipe)
+}
+
+/// Whether standard input is the pipe named `pipe` (device and inode, see [`pipe_identity`])
+/// and holds `token` and a newline right now: read without waiting, and consumed. Where pipes
+/// have no identity to compare (not on Unix) this cannot be told, and the answer is yes.
+pub(crate) fn stdin_carries_token(pipe: (u64, u64), token: &str) -> bool {
+    os::stdin_carries_token(pipe, token)
+}
+
+/// Writes `bytes` to standard output past std's buffer (which [`exit_now`] does not flush),
+/// giving up silently when the stream fails.
+pub(crate) fn write_stdout_unbuffered(bytes: &[u8]) {
+    os::write_stdout_unbuffered(bytes);
+}
+
+/// Ends the process with status 0 at once: on Unix `_exit`, so no atexit handler (of a
+/// half-initialised driver, say) and no destructor runs.
+pub(crate) fn exit_now() -> ! {
+    os::exit_now()
+}
+
+/// Makes the child `cmd` starts lead a process group of its own (on Unix), so that helpers it
+/// starts can be killed with it by [`kill_process_group`], and die with the thread that starts
+/// it (on Linux: `SIGKILL` through `PR_SET_PDEATHSIG`).
+pub(crate) fn contain_child(cmd: &mut Command) {
+    os::own_process_group(cmd);
+    kernel::die_with_spawning_thread(cmd);
+}
+
+/// Whether `child` has exited. Where the platform can look without reaping it (Linux), the
+/// child is left unreaped, so its process group id cannot be reused before the group is killed
+/// with [`kill_process_group`]; elsewhere it is reaped and its status stored in `reaped`.
+/// Leaves `reaped` alone while it is `Some`.
+pub(crate) fn child_has_exited(
+    child: &mut Child,
+    reaped: &mut Option<ExitStatus>,
+) -> io::Result<bool> {
+    kernel::child_has_exited(child, reaped)
+}
+
+/// Sends `SIGKILL` (on Unix) to the process group that `child` leads (see [`contain_child`]).
+/// Only for a child not reaped yet, whose id still names its group.
+pub(crate) fn kill_process_group(child: &Child) {
+    os::kill_process_group(child);
+}
+
+/// The signal that ended a process, where processes end by signals (Unix).
+pub(crate) fn exit_signal(status: &ExitStatus) -> Option<i32> {
+    os::exit_signal(status)
+}
+
+/// The status of a process that exited with `code`.
+#[cfg(test)]
+pub(crate) fn exit_status(code: i32) -> ExitStatus {
+    os::exit_status(code)
+}

@@ -1,0 +1,121 @@
+//! Windows' side of what `unix.rs` does: std's portable behaviour where Unix has modes, owners,
+//! descriptor limits, process groups and signals, and positioned reads and writes through
+//! `seek_read` and `seek_write`.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+
+use super::DescriptorLimits;
+
+pub(super) fn default_slot_dir() -> PathBuf {
+    std::env::temp_dir().join("gpu-test-permit")
+}
+
+pub(super) fn per_user_name(base: &str) -> String {
+    base.to_string()
+}
+
+pub(super) fn create_private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::create_dir(dir)
+}
+
+pub(super) fn check_owner_and_mode(_dir: &Path, _meta: &std::fs::Metadata) -> Result<(), String> {
+    Ok(())
+}
+
+pub(super) fn private_no_follow(_opts: &mut OpenOptions) {}
+
+pub(super) fn no_follow_no_block(_opts: &mut OpenOptions) {}
+
+pub(super) fn open_lock_file(path: &Path, _shared_dir: bool) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+pub(super) fn open_private_file(_dir: &Path, _name: &str) -> Option<File> {
+    None
+}
+
+pub(super) fn special_file_kind(ft: &std::fs::FileType) -> &'static str {
+    if ft.is_dir() {
+        "a directory"
+    } else {
+        "a special file"
+    }
+}
+
+pub(super) fn explain_open_error(_path: &Path, e: io::Error) -> io::Error {
+    e
+}
+
+pub(super) fn is_shared_dir(_dir: &Path) -> bool {
+    false
+}
+
+pub(super) fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let n =
+            std::os::windows::fs::FileExt::seek_write(file, &buf[done..], offset + done as u64)?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        done += n;
+    }
+    Ok(())
+}
+
+pub(super) fn read_at_start(file: &File, buf: &mut [u8]) -> io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, buf, 0)
+}
+
+pub(super) fn same_file(_path: &Path, _file: &File) -> bool {
+    true
+}
+
+pub(super) fn ensure_descriptors(
+    _needed: usize,
+    _open_descriptors: fn() -> u64,
+) -> Result<(), DescriptorLimits> {
+    Ok(())
+}
+
+pub(super) fn pipe_identity(_pipe: &io::PipeReader) -> io::Result<(u64, u64)> {
+    Ok((0, 0))
+}
+
+/// Without file identities to compare, a request is recognised by its form alone.
+pub(super) fn stdin_carries_token(_pipe: (u64, u64), _token: &str) -> bool {
+    true
+}
+
+pub(super) fn write_stdout_unbuffered(bytes: &[u8]) {
+    use std::io::Write;
+    let mut out = io::stdout();
+    let _ = out.write_all(bytes);
+    let _ = out.flush();
+}
+
+pub(super) fn exit_now() -> ! {
+    std::process::exit(0)
+}
+
+pub(super) fn own_process_group(_cmd: &mut Command) {}
+
+pub(super) fn kill_process_group(_child: &Child) {}
+
+pub(super) fn exit_signal(_status: &ExitStatus) -> Option<i32> {
+    None
+}
+
+#[cfg(test)]
+pub(super) fn exit_status(code: i32) -> ExitStatus {
+    use std::os::windows::process::ExitStatusExt;
+    ExitStatus::from_raw(code as u32)
+}
