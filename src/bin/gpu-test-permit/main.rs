@@ -218,12 +218,7 @@ fn nextest_snippet(_: &Args) -> Result<ExitCode, String> {
 /// `GPU_TEST_PERMIT_STRICT_CONFIG` (instead of the library's panic).
 fn strict_check() -> Result<(), String> {
     match Config::from_env().strict_failure() {
-        // The message is also the library's panic message, which names the crate; `main`
-        // names the program.
-        Some(msg) => Err(msg
-            .strip_prefix("gpu-test-permit: ")
-            .unwrap_or(&msg)
-            .to_string()),
+        Some(msg) => Err(msg),
         None => Ok(()),
     }
 }
