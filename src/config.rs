@@ -616,6 +616,57 @@ fn parse_dir(raw: &OsString) -> Result<PathBuf, &'static str> {
     Ok(p)
 }
 
+/// Environment that changes what a probe finds, beside the machine itself: where drivers are
+/// loaded from, which devices are visible, which wgpu backends and Vulkan drivers are used.
+pub(crate) const PROBE_KEY_VARS: &[&str] = &[
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "WGPU_BACKEND",
+    "WGPU_ADAPTER_NAME",
+    "WGPU_POWER_PREF",
+    "WGPU_GLES_MINOR_VERSION",
+    "VK_DRIVER_FILES",
+    "VK_ICD_FILENAMES",
+    "VK_ADD_DRIVER_FILES",
+    "VK_LOADER_DRIVERS_SELECT",
+    "VK_LOADER_DRIVERS_DISABLE",
+    "VK_INSTANCE_LAYERS",
+    "MESA_VK_DEVICE_SELECT",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "LIBGL_ALWAYS_SOFTWARE",
+    "__EGL_VENDOR_LIBRARY_FILENAMES",
+];
+
+/// The value of one of [`PROBE_KEY_VARS`] in this process.
+pub(crate) fn probe_key_var(name: &str) -> Option<OsString> {
+    debug_assert!(PROBE_KEY_VARS.contains(&name));
+    std::env::var_os(name)
+}
+
+/// The probe child's request, set by a probing parent for its child only (see
+/// `probe::child`); a process started any other way ignores and removes it.
+pub(crate) const PROBE_REQUEST_VAR: &str = "GPU_TEST_PERMIT_PROBE_CHILD";
+
+/// Whether [`PROBE_REQUEST_VAR`] is set.
+pub(crate) fn has_probe_request() -> bool {
+    std::env::var_os(PROBE_REQUEST_VAR).is_some()
+}
+
+/// Reads and removes [`PROBE_REQUEST_VAR`], so that nothing this process starts inherits it.
+///
+/// # Safety
+///
+/// No other thread may read or write the environment meanwhile (it runs in a constructor,
+/// before `main`).
+pub(crate) unsafe fn take_probe_request() -> Option<OsString> {
+    let raw = std::env::var_os(PROBE_REQUEST_VAR)?;
+    // SAFETY: the caller guarantees that no other thread uses the environment now.
+    unsafe { std::env::remove_var(PROBE_REQUEST_VAR) };
+    Some(raw)
+}
+
 /// Whether wgpu's own [`WGPU_BACKEND_VAR`] is set. Read afresh: the probe child asks before
 /// `main`, and a test may set it for the fixture.
 #[cfg(feature = "wgpu")]

@@ -92,11 +92,6 @@ mod backends;
 mod cache;
 mod child;
 
-/// The environment variable that asks a child of this executable to answer a probe. Private to
-/// the crate: its value is `<cuda|wgpu|ping> <device>:<inode> <token>`, honoured only in a
-/// process whose standard input is that pipe and holds that token.
-pub(crate) const CHILD_VAR: &str = "GPU_TEST_PERMIT_PROBE_CHILD";
-
 /// What kind of device an adapter is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

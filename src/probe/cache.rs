@@ -17,14 +17,14 @@ use std::fs::{File, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Once, mpsc};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
 use super::{
     Backend, ProbeMode, ProbeOptions, ProbeOutcome, ProbeReport, ProbeSource, child, probe_with,
 };
-use crate::config::{Config, SlotDir};
+use crate::config::Config;
 
 const FORMAT: &str = "gpu-test-permit-probe-cache";
 const VERSION: u32 = 2;
@@ -35,29 +35,6 @@ pub(super) const TIMEOUT_ATTEMPTS: u32 = 3;
 /// How much longer than one probe's deadline a process waits for the lock that another
 /// process holds while it probes.
 const LOCK_SLACK: Duration = Duration::from_secs(3);
-
-/// Environment that changes what a probe finds, beside the machine itself: where drivers are
-/// loaded from, which devices are visible, which wgpu backends and Vulkan drivers are used.
-const KEY_VARS: &[&str] = &[
-    "LD_LIBRARY_PATH",
-    "CUDA_VISIBLE_DEVICES",
-    "CUDA_DEVICE_ORDER",
-    "WGPU_BACKEND",
-    "WGPU_ADAPTER_NAME",
-    "WGPU_POWER_PREF",
-    "WGPU_GLES_MINOR_VERSION",
-    "VK_DRIVER_FILES",
-    "VK_ICD_FILENAMES",
-    "VK_ADD_DRIVER_FILES",
-    "VK_LOADER_DRIVERS_SELECT",
-    "VK_LOADER_DRIVERS_DISABLE",
-    "VK_INSTANCE_LAYERS",
-    "MESA_VK_DEVICE_SELECT",
-    "DISPLAY",
-    "WAYLAND_DISPLAY",
-    "LIBGL_ALWAYS_SOFTWARE",
-    "__EGL_VENDOR_LIBRARY_FILENAMES",
-];
 
 #[derive(Serialize, Deserialize)]
 struct CacheFile {
@@ -97,11 +74,11 @@ fn is_transient(outcome: &ProbeOutcome) -> bool {
 }
 
 /// The key of the answers `opts` gets in this environment: a hash of the deadline, the mode
-/// and [`KEY_VARS`] as the probe child would see them.
+/// and [`PROBE_KEY_VARS`](crate::config::PROBE_KEY_VARS) as the probe child would see them.
 fn key(opts: &ProbeOptions) -> String {
     let lookup = |name: &str| match opts.env.iter().rev().find(|(k, _)| k == name) {
         Some((_, v)) => v.clone(),
-        None => std::env::var_os(name),
+        None => crate::config::probe_key_var(name),
     };
     // FNV-1a: stable across builds and processes, unlike std's hashers.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -112,7 +89,7 @@ fn key(opts: &ProbeOptions) -> String {
     };
     eat(&opts.timeout.as_millis().to_le_bytes());
     eat(&[matches!(opts.mode, ProbeMode::InProcess) as u8]);
-    for name in KEY_VARS {
+    for name in crate::config::PROBE_KEY_VARS {
         eat(name.as_bytes());
         let value = lookup(name);
         eat(&[u8::from(value.is_some())]);
@@ -217,21 +194,13 @@ fn warn_once(msg: &str) {
     ONCE.call_once(|| eprintln!("{msg}"));
 }
 
-fn slot_dir(cfg: &Config) -> Result<PathBuf, String> {
-    match &cfg.slot_dir {
-        SlotDir::Default => Ok(crate::config::default_slot_dir()),
-        SlotDir::Explicit(p) => Ok(p.clone()),
-        SlotDir::Invalid(msg) => Err(msg.clone()),
-    }
-}
-
 /// Per user: the slot directory may be shared by several users, the cache need not be.
 fn user_dir(slots: &Path) -> PathBuf {
     slots.join(crate::sys::per_user_name("probe"))
 }
 
 fn cache_dir(cfg: &Config) -> Result<PathBuf, String> {
-    let slots = slot_dir(cfg)?;
+    let slots = cfg.slot_dir_path()?;
     crate::sys::prepare_dir(&slots)?;
     let dir = user_dir(&slots);
     crate::sys::prepare_dir(&dir)?;
@@ -249,11 +218,11 @@ fn read_fast(
     key: &str,
 ) -> Option<ProbeReport> {
     use std::io::Read;
-    let dir = user_dir(&slot_dir(cfg).ok()?);
+    let dir = user_dir(&cfg.slot_dir_path().ok()?);
     let mut file = crate::sys::open_private_file(&dir, name)?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).ok()?;
-    let file = validate(&bytes, run_id, backend, key, now_ms()).ok()?;
+    let file = validate(&bytes, run_id, backend, key, crate::clock::now_unix_ms()).ok()?;
     file.is_final().then(|| file.into_report(&dir.join(name)))
 }
 
@@ -276,12 +245,6 @@ fn file_stem(run_id: &str) -> String {
     s
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// Reads the cache file; `None` when there is none or it cannot be trusted (then it is
 /// reported once and probed again).
 fn read_valid(path: &Path, run_id: &str, backend: Backend, key: &str) -> Option<CacheFile> {
@@ -296,7 +259,7 @@ fn read_valid(path: &Path, run_id: &str, backend: Backend, key: &str) -> Option<
             return None;
         }
     };
-    match validate(&bytes, run_id, backend, key, now_ms()) {
+    match validate(&bytes, run_id, backend, key, crate::clock::now_unix_ms()) {
         Ok(file) => Some(file),
         Err(why) => {
             warn_once(&format!(
@@ -356,7 +319,7 @@ fn write_atomically(
         run_id: run_id.into(),
         backend: report.backend,
         key: key.into(),
-        written_unix_ms: now_ms(),
+        written_unix_ms: crate::clock::now_unix_ms(),
         timeouts,
         report: ProbeReport {
             run_cache: None,

@@ -4,7 +4,7 @@
 //! # How a probe child runs
 //!
 //! The parent writes a fresh random token into a new pipe and starts this executable with the
-//! pipe's read end as standard input and [`CHILD_VAR`] set to `<kind> <dev>:<inode> <token>`:
+//! pipe's read end as standard input and [`PROBE_REQUEST_VAR`] set to `<kind> <dev>:<inode> <token>`:
 //! what to probe, which pipe carries the request, and the token it carries. A process is a probe
 //! child only when all three agree: its standard input is that very pipe (same device and
 //! inode) and the pipe holds that token. The first look consumes the token and removes the
@@ -32,7 +32,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Backend, CHILD_VAR, ProbeOptions, ProbeOutcome, backends};
+use super::{Backend, ProbeOptions, ProbeOutcome, backends};
+use crate::config::PROBE_REQUEST_VAR;
 
 /// Starts the answer line on the child's standard output. Drivers may print their own lines
 /// there; only the last line with this prefix counts.
@@ -84,16 +85,15 @@ pub(super) fn inside_probe_child() -> bool {
     request().is_some()
 }
 
-/// Reads, verifies and removes [`CHILD_VAR`].
+/// Reads, verifies and removes [`PROBE_REQUEST_VAR`].
 fn take_request() -> Option<Request> {
-    let raw = std::env::var_os(CHILD_VAR)?;
-    let verified = raw.to_str().and_then(verify);
     // SAFETY: runs once, normally in a constructor before `main`, when the process has no
     // other threads that could read the environment at the same time.
-    unsafe { std::env::remove_var(CHILD_VAR) };
+    let raw = unsafe { crate::config::take_probe_request() }?;
+    let verified = raw.to_str().and_then(verify);
     if verified.is_none() {
         eprintln!(
-            "gpu-test-permit: ignoring {CHILD_VAR}={:?}: this process was not started as a \
+            "gpu-test-permit: ignoring {PROBE_REQUEST_VAR}={:?}: this process was not started as a \
              probe child (the variable was inherited or set by hand); removed it",
             raw.to_string_lossy()
         );
@@ -132,7 +132,7 @@ fn verify(value: &str) -> Option<Request> {
 #[ctor::ctor(unsafe)]
 fn probe_child_entry() {
     // A user's constructor that called the probe may have verified (and removed) it already.
-    if REQUEST.get().is_none() && std::env::var_os(CHILD_VAR).is_none() {
+    if REQUEST.get().is_none() && !crate::config::has_probe_request() {
         return;
     }
     let Some(request) = request() else {
@@ -206,7 +206,7 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
             None => cmd.env_remove(k),
         };
     }
-    cmd.env(CHILD_VAR, value);
+    cmd.env(PROBE_REQUEST_VAR, value);
     // Its own process group, and it dies with this thread.
     crate::sys::contain_child(&mut cmd);
     let mut child = Reaper::new(cmd.spawn()?);

@@ -215,3 +215,37 @@ fn every_variable_is_in_configs_table_exactly_once() {
         );
     }
 }
+
+#[test]
+fn only_config_reads_the_environment() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let readers = [
+        "env::var(",
+        "env::var_os(",
+        "env::vars(",
+        "env::vars_os(",
+        "env::remove_var(",
+    ];
+    for f in files {
+        if f.ends_with("config.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            for r in readers {
+                assert!(
+                    !code.contains(r),
+                    "{}:{}: reads the environment outside config: {line}",
+                    f.display(),
+                    i + 1
+                );
+            }
+        }
+    }
+}

@@ -11,10 +11,8 @@ use gpu_test_permit::trace::{read_events, summarize, timeline};
 use crate::args::Args;
 
 pub(crate) fn ago(since_unix_ms: u64) -> String {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let d = Duration::from_millis(now.saturating_sub(since_unix_ms));
+    let since = UNIX_EPOCH + Duration::from_millis(since_unix_ms);
+    let d = SystemTime::now().duration_since(since).unwrap_or_default();
     format!("{:.1}s", d.as_secs_f64())
 }
 
