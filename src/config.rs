@@ -38,10 +38,10 @@
 //!   even when every test passes. `cargo nextest` captures the whole process's output and shows
 //!   it for failures only (or with `--success-output immediate`).
 //! - **A record of the nextest run.** Under nextest ([`NextestEnv::run_id`] set), the first test
-//!   process with warnings writes them to [`WARNINGS_FILE`] in the slot directory, headed by
+//!   process with warnings writes them to `config-warnings.log` in the slot directory, headed by
 //!   the run id; later processes of the same run add only lines not yet there, and a new run
 //!   with warnings replaces the file. `gpu-test-permit config` prints the configuration the
-//!   current environment gives and the warnings of the last recorded run ([`recorded_warnings`]).
+//!   current environment gives and the warnings of the last recorded run.
 //! - **Failures, on request.** With [`STRICT_VAR`]`=1` the warnings are errors: every call of
 //!   [`Config::global`] (so every permit, probe and skip decision) panics with them, which fails
 //!   the test under either runner and shows the message where failures are shown. Set it on CI.
@@ -96,6 +96,7 @@ pub const GPUS_VAR: &str = "GPU_TEST_PERMIT_GPUS";
 pub const STRICT_VAR: &str = "GPU_TEST_PERMIT_STRICT_CONFIG";
 /// The file in the slot directory where the test processes of a `cargo nextest` run record
 /// their configuration warnings (see the module docs).
+#[doc(hidden)] // the `config` command's
 pub const WARNINGS_FILE: &str = "config-warnings.log";
 /// Probe deadline when [`PROBE_TIMEOUT_VAR`] is not set.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -696,6 +697,7 @@ pub fn default_slot_dir() -> PathBuf {
 /// The configuration warnings recorded by the test processes of one `cargo nextest` run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[doc(hidden)] // the `config` command's
 pub struct RecordedWarnings {
     /// The run's `NEXTEST_RUN_ID`.
     pub run_id: String,
@@ -713,6 +715,7 @@ const RECORD_HEADER: &str = "# gpu-test-permit configuration warnings of nextest
 /// # Errors
 ///
 /// Reading the file failed (other than its not existing), or it is not such a record.
+#[doc(hidden)] // the `config` command's
 pub fn recorded_warnings(dir: &Path) -> io::Result<Option<RecordedWarnings>> {
     let text = match std::fs::read_to_string(dir.join(WARNINGS_FILE)) {
         Ok(text) => text,
