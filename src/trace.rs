@@ -170,6 +170,21 @@ pub struct Summary {
     pub peak: usize,
     /// Estimated span of the same requests with other values of N, `(N, microseconds)`.
     pub what_if: Vec<(usize, u64)>,
+    /// Permits granted but never returned: their process was killed or aborted (a hold
+    /// deadline, a crash) while it held them, or it still holds them.
+    pub unreleased: Vec<Unreleased>,
+}
+
+/// A permit the trace shows granted and never returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unreleased {
+    /// The test that held it.
+    pub test: String,
+    /// Its process.
+    pub pid: u32,
+    /// When it was granted, microseconds from the start of the trace.
+    pub granted_us: u64,
 }
 
 /// Summarises the events of a trace. `None` when it holds no hold span.
@@ -264,6 +279,24 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
         };
         what_if.push((n, span));
     }
+    // A grant (the end of a wait) without a hold that starts there, in that process, for
+    // that test: the permit was never returned. (The hold is written by the thread that drops
+    // the permit, which may not be the one that took it: threads are no part of the match.)
+    let returned: std::collections::HashSet<(u32, &str, u64)> = holds
+        .iter()
+        .map(|h| (h.pid, h.args.test.as_str(), h.ts))
+        .collect();
+    let mut unreleased: Vec<Unreleased> = events
+        .iter()
+        .filter(|w| w.name == "wait")
+        .filter(|w| !returned.contains(&(w.pid, w.args.test.as_str(), w.ts + w.dur)))
+        .map(|w| Unreleased {
+            test: w.args.test.clone(),
+            pid: w.pid,
+            granted_us: w.ts + w.dur - start,
+        })
+        .collect();
+    unreleased.sort_by_key(|u| u.granted_us);
     Some(Summary {
         capacity,
         tests,
@@ -271,6 +304,7 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
         utilisation,
         peak: peak_concurrency(events),
         what_if,
+        unreleased,
     })
 }
 

@@ -633,3 +633,49 @@ mod hold_deadline {
         assert!(gpu_test_permit::host::recorded_hangs(dir.path()).is_empty());
     }
 }
+
+#[cfg(unix)]
+#[test]
+fn a_trace_shows_a_permit_never_released_and_the_what_if_avoids_the_n_that_hung() {
+    use std::process::Stdio;
+    let dir = crate::util::tempdir();
+    let trace = dir.path().join("trace.json");
+    let slots = dir.path().join("slots");
+    let hold = |extra: &[(&str, &str)], args: &[&str]| {
+        let mut c = crate::util::cli(&slots, 1);
+        c.env("GPU_TEST_PERMIT_TRACE", &trace)
+            .arg("hold")
+            .args(args);
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        // Standard input stays open: `hold` keeps its permit until it closes, or `--for`.
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // (`wait` would close a standard input the child still owns.)
+        let stdin = child.stdin.take();
+        let status = child.wait().unwrap();
+        drop(stdin);
+        status
+    };
+    assert!(hold(&[], &["--for", "10ms"]).success());
+    // Stuck: aborted at its hold deadline, with its permit.
+    let stuck = hold(&[("GPU_TEST_PERMIT_HOLD_TIMEOUT", "200ms")], &[]);
+    assert!(!stuck.success());
+    let out = crate::util::cli(&slots, 1)
+        .arg("trace")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(text.matches("NOT RELEASED").count(), 1, "{text}");
+    assert!(
+        text.contains("N = 2") && text.contains("not advised: a permit hung at N = 1"),
+        "{text}"
+    );
+}

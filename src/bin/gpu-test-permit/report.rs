@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpu_test_permit::config::Config;
-use gpu_test_permit::host::{HolderRecord, status as host_status};
+use gpu_test_permit::host::{HolderRecord, recorded_hangs, status as host_status};
 use gpu_test_permit::trace::{read_events, summarize, timeline};
 
 use crate::args::Args;
@@ -143,9 +143,30 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         s.utilisation * 100.0,
         s.peak
     );
+    for u in &s.unreleased {
+        println!(
+            "NOT RELEASED: test `{}` (pid {}) took a permit at {:.1} ms and never returned it: \
+             its process was killed or aborted while holding it (a hold deadline, a crash, a \
+             wedged driver), or still holds it",
+            u.test,
+            u.pid,
+            ms(u.granted_us)
+        );
+    }
+    // Pool sizes that hung on this host (GPU_TEST_PERMIT_HOLD_TIMEOUT records them).
+    let hangs = Config::global()
+        .slot_dir_path()
+        .map(|dir| recorded_hangs(&dir))
+        .unwrap_or_default();
+    let hung_at = hangs.iter().map(|h| h.per_gpu * h.gpus).min();
     println!("estimated span with other N (same hold times; on a shared GPU they grow with N):");
     for (n, span) in &s.what_if {
-        let mark = if *n == s.capacity { "  (this run)" } else { "" };
+        let mut mark = if *n == s.capacity { "  (this run)" } else { "" }.to_string();
+        if let Some(h) = hung_at.filter(|h| n >= h) {
+            mark.push_str(&format!(
+                "  (not advised: a permit hung at N = {h} on this host)"
+            ));
+        }
         println!("  N = {n:<3} {:>10.1} ms{mark}", ms(*span));
     }
     match max_peak {
