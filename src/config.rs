@@ -256,8 +256,7 @@ impl Config {
             .iter()
             .map(|w| format!("gpu-test-permit: {w}\n"))
             .collect();
-        // The handle, not `eprint!`: libtest captures the macros, not the handle.
-        let _ = io::stderr().lock().write_all(text.as_bytes());
+        crate::notice::text(&text);
         let Some(run_id) = self.nextest.as_ref().and_then(|n| n.run_id.as_deref()) else {
             return;
         };
@@ -265,11 +264,10 @@ impl Config {
             return; // refused with its own message at the first permit
         };
         if let Err(e) = record_warnings(&dir, run_id, &self.warnings) {
-            let line = format!(
-                "gpu-test-permit: cannot record the configuration warnings in {}: {e}\n",
+            crate::notice::line(&format!(
+                "cannot record the configuration warnings in {}: {e}",
                 dir.join(WARNINGS_FILE).display()
-            );
-            let _ = io::stderr().lock().write_all(line.as_bytes());
+            ));
         }
     }
 

@@ -175,7 +175,7 @@ pub fn skip_line(test: &str, backend: Backend, reason: &str) -> String {
 /// [`nextest::current_test_name`](crate::nextest::current_test_name).
 pub fn report_skip(backend: Backend, reason: &str) {
     let line = skip_line(&crate::nextest::current_test_name(), backend, reason);
-    eprintln!("{line}");
+    crate::notice::text(&format!("{line}\n"));
     if let Some(path) = &Config::global().skip_log {
         let appended = std::fs::OpenOptions::new()
             .create(true)
@@ -183,10 +183,10 @@ pub fn report_skip(backend: Backend, reason: &str) {
             .open(path)
             .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
         if let Err(e) = appended {
-            eprintln!(
-                "gpu-test-permit: cannot append to {SKIP_LOG_VAR}={}: {e}",
+            crate::notice::line(&format!(
+                "cannot append to {SKIP_LOG_VAR}={}: {e}",
                 path.display()
-            );
+            ));
         }
     }
 }

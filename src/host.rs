@@ -366,7 +366,7 @@ impl HostSlots {
         let layout = agree_on_layout(dir, &layout_path, &layout_file, wanted)?;
         fd_budget(dir, layout)?;
         if layout != wanted {
-            warn(&format!(
+            crate::notice::line(&format!(
                 "slot directory {} serves {layout} (set by a process using it now); this process \
                  asked for {wanted} and uses the directory's layout, so that the cap holds. Give \
                  every process that shares the directory the same REALIZAR_GPU_TEST_CONCURRENCY \
@@ -570,7 +570,7 @@ impl HostSlots {
         waiting.watch = Some(match ChangeWatch::new(&paths) {
             Ok(w) => Watch::Changes(w),
             Err(e) => {
-                warn(&format!(
+                crate::notice::line(&format!(
                     "cannot watch the slot files in {} for changes ({e}); waiting by polling \
                      every {} ms at most instead (inotify instances and watches are per-user \
                      limits: fs.inotify.max_user_instances, fs.inotify.max_user_watches)",
@@ -623,7 +623,7 @@ impl HostSlots {
                 Some(Ok(None)) | None => {}
                 Some(Err(e)) => {
                     if !self.warned_corrupt.swap(true, Ordering::Relaxed) {
-                        warn(&format!(
+                        crate::notice::line(&format!(
                             "ignoring the corrupt holder record in {} ({e}); it is rewritten \
                              by the slot's next holder",
                             slot.path.display()
@@ -676,13 +676,6 @@ fn read_start(file: &File, len: usize) -> Option<Vec<u8>> {
     let n = sys::read_at_start(file, &mut buf).ok()?;
     buf.truncate(n);
     Some(buf)
-}
-
-/// One line on standard error, past the test harness's capture (a configuration problem must
-/// be seen even in a passing test).
-fn warn(msg: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "gpu-test-permit: {msg}");
 }
 
 /// Settles the layout of `dir` and leaves `file` locked shared. Returns the layout in force.

@@ -62,6 +62,7 @@ pub mod decision;
 mod fixture;
 pub mod host;
 pub mod nextest;
+mod notice;
 mod permit;
 mod permitted;
 pub mod probe;

@@ -75,7 +75,7 @@ pub(crate) fn hint_once(concurrency: usize) {
     if let Some(env) = current() {
         ONCE.call_once(|| {
             if let Some(h) = group_hint(env, concurrency) {
-                eprintln!("{h}");
+                crate::notice::text(&format!("{h}\n"));
             }
         });
     }

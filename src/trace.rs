@@ -91,10 +91,10 @@ impl Tracer {
         // One write call per event: O_APPEND makes it land whole at the end of the file.
         match (&self.file).write(&line) {
             Ok(n) if n == line.len() => {}
-            Ok(_) | Err(_) => eprintln!(
-                "gpu-test-permit: could not append a trace event to {}",
+            Ok(_) | Err(_) => crate::notice::line(&format!(
+                "could not append a trace event to {}",
                 self.path.display()
-            ),
+            )),
         }
     }
 }

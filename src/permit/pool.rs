@@ -206,10 +206,10 @@ impl PoolBuilder {
         let tracer = self.trace.as_ref().and_then(|p| match Tracer::open(p) {
             Ok(t) => Some(t),
             Err(e) => {
-                eprintln!(
-                    "gpu-test-permit: cannot open trace file {} ({e}); tracing is off",
+                crate::notice::line(&format!(
+                    "cannot open trace file {} ({e}); tracing is off",
                     p.display()
-                );
+                ));
                 None
             }
         });

@@ -9,7 +9,6 @@
 //!
 //! Registering costs a mutex per permit taken and returned, and only in pools with a deadline.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,7 +71,7 @@ fn run() {
                 .find(|e| now.duration_since(e.since) > e.watched.deadline)
             {
                 let msg = diagnosis(late, &list, now);
-                let _ = std::io::stderr().lock().write_all(msg.as_bytes());
+                crate::notice::text(&msg);
                 if let Some(dir) = &late.watched.slot_dir {
                     crate::host::record_hang(
                         dir,

@@ -116,7 +116,7 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
         Ok(dir) => dir,
         Err(e) => {
             warn_once(&format!(
-                "gpu-test-permit: not sharing probe results between test processes: {e}"
+                "not sharing probe results between test processes: {e}"
             ));
             return probe_with(backend, opts);
         }
@@ -132,7 +132,7 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
         Ok(Some(f)) => f,
         Ok(None) => {
             warn_once(&format!(
-                "gpu-test-permit: gave up waiting for the probe cache lock {} after {} ms \
+                "gave up waiting for the probe cache lock {} after {} ms \
                  (another test process is probing); probing without the cache",
                 lock_path.display(),
                 (opts.timeout + LOCK_SLACK).as_millis()
@@ -141,7 +141,7 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
         }
         Err(e) => {
             warn_once(&format!(
-                "gpu-test-permit: cannot lock the probe cache {}: {e}; probing without it",
+                "cannot lock the probe cache {}: {e}; probing without it",
                 path.display()
             ));
             return probe_with(backend, opts);
@@ -157,7 +157,7 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
     let timeouts = timeouts + u32::from(is_transient(&report.outcome));
     if let Err(e) = write_atomically(&path, run_id, &key, timeouts, &report) {
         warn_once(&format!(
-            "gpu-test-permit: cannot write the probe cache {}: {e}",
+            "cannot write the probe cache {}: {e}",
             path.display()
         ));
     }
@@ -191,7 +191,7 @@ fn lock_until(path: &Path, patience: Duration) -> std::io::Result<Option<File>> 
 
 fn warn_once(msg: &str) {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| eprintln!("{msg}"));
+    ONCE.call_once(|| crate::notice::line(msg));
 }
 
 /// Per user: the slot directory may be shared by several users, the cache need not be.
@@ -253,7 +253,7 @@ fn read_valid(path: &Path, run_id: &str, backend: Backend, key: &str) -> Option<
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => {
             warn_once(&format!(
-                "gpu-test-permit: cannot read the probe cache {}: {e}; probing again",
+                "cannot read the probe cache {}: {e}; probing again",
                 path.display()
             ));
             return None;
@@ -263,7 +263,7 @@ fn read_valid(path: &Path, run_id: &str, backend: Backend, key: &str) -> Option<
         Ok(file) => Some(file),
         Err(why) => {
             warn_once(&format!(
-                "gpu-test-permit: ignoring the probe cache {}: {why}; probing again",
+                "ignoring the probe cache {}: {why}; probing again",
                 path.display()
             ));
             None

@@ -92,11 +92,11 @@ fn take_request() -> Option<Request> {
     let raw = unsafe { crate::config::take_probe_request() }?;
     let verified = raw.to_str().and_then(verify);
     if verified.is_none() {
-        eprintln!(
-            "gpu-test-permit: ignoring {PROBE_REQUEST_VAR}={:?}: this process was not started as a \
-             probe child (the variable was inherited or set by hand); removed it",
+        crate::notice::line(&format!(
+            "ignoring {PROBE_REQUEST_VAR}={:?}: this process was not started as a probe child \
+             (the variable was inherited or set by hand); removed it",
             raw.to_string_lossy()
-        );
+        ));
     }
     verified
 }

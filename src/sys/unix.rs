@@ -22,7 +22,7 @@ pub(super) fn default_slot_dir() -> PathBuf {
             let me = effective_uid();
             let (dir, note) = choose_private_dir(&base, &format!("gpu-test-permit-{me}"), me);
             if let Some(note) = note {
-                eprintln!("gpu-test-permit: {note}");
+                crate::notice::line(&note);
             }
             dir
         })

@@ -164,7 +164,7 @@ fn src_modules_form_layers_without_cycles() {
 #[test]
 fn config_is_a_leaf_and_the_probe_knows_nothing_of_its_consumers() {
     let g = graph();
-    let below_config = ["sys", "backend", "clock"];
+    let below_config = ["sys", "backend", "clock", "notice"];
     let config: Vec<_> = g["config"]
         .iter()
         .filter(|m| !below_config.contains(&m.as_str()))
