@@ -20,9 +20,11 @@
 //! | `GPU_TEST_PERMIT_PROBE_TIMEOUT` | deadline for one backend's probe child | 10s |
 //! | `GPU_TEST_PERMIT_PROBE` | `child`, or `in-process` to probe inside the test process (faster, unprotected) | `child` |
 //! | `GPU_TEST_PERMIT_SKIP_LOG` | file to append one line per skipped test to | off |
-//! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1) or a count | `auto` |
+//! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1), a count (`4`: GPUs 0 to 3), or a list of GPU ids (`0,2,3`; one GPU: `3,`) that permit device k maps to, as the process numbers its CUDA devices (after `CUDA_VISIBLE_DEVICES`) | `auto` |
 //! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
-//! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | pin the wgpu adapter whose name contains this text (case-insensitive) | best adapter |
+//! | `WGPU_ADAPTER_NAME` | wgpu's own: the wgpu fixture uses only adapters whose name contains this text (case-insensitive), as `wgpu::util::initialize_adapter_from_env` does; no match fails the test with the list of adapters | best adapter |
+//! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | the same for this crate's fixture only (your own `WGPU_ADAPTER_NAME` code is not affected); wins over `WGPU_ADAPTER_NAME` when both are set | `WGPU_ADAPTER_NAME` |
+//! | `WGPU_POWER_PREF` | wgpu's own: `high` (discrete GPUs first), `low` (integrated first) or `none` (device type not considered: every adapter in wgpu's order); the order of the wgpu fixture's adapter choice | discrete, integrated, virtual, other, CPU |
 //! | `WGPU_BACKEND` | wgpu's own: when set, the probe and the fixture try exactly the backends it names | Vulkan, Metal, DX12, then GL |
 //!
 //! Durations are a whole number with an optional unit: `90`, `90s`, `1500ms`, `10m`, `1h`.
@@ -89,7 +91,8 @@ pub const PROBE_VAR: &str = "GPU_TEST_PERMIT_PROBE";
 /// File that every skip line is appended to.
 pub const SKIP_LOG_VAR: &str = "GPU_TEST_PERMIT_SKIP_LOG";
 /// GPUs the host's permits span: `auto` (CUDA devices the probe finds when the crate is built
-/// with `cuda`, else 1) or a count. Each GPU gets [`CONCURRENCY_VAR`] permits.
+/// with `cuda`, else 1), a count, or a comma-separated list of GPU ids (`0,2,3`; a single GPU
+/// as `3,`). Each GPU gets [`CONCURRENCY_VAR`] permits; see [`Gpus`].
 pub const GPUS_VAR: &str = "GPU_TEST_PERMIT_GPUS";
 /// `1` (or `true`, `yes`, `on`) turns configuration warnings into failures: [`Config::global`]
 /// panics with them. `0`, `false`, `no`, `off` or unset: warnings only.
@@ -101,9 +104,16 @@ pub const WARNINGS_FILE: &str = "config-warnings.log";
 /// Probe deadline when [`PROBE_TIMEOUT_VAR`] is not set.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Pins the wgpu adapter whose name contains this text (case-insensitive); read by the wgpu
-/// fixture.
+/// Pins the wgpu fixture to adapters whose name contains this text (case-insensitive): this
+/// crate's own form of [`WGPU_ADAPTER_NAME_VAR`], which it overrides when both are set, for
+/// pinning the fixture without changing what your own wgpu code picks.
 pub const WGPU_ADAPTER_VAR: &str = "GPU_TEST_PERMIT_WGPU_ADAPTER";
+/// wgpu's own adapter choice (`wgpu::util::initialize_adapter_from_env`): a case-insensitive
+/// part of the adapter's name. The wgpu fixture honours it.
+pub const WGPU_ADAPTER_NAME_VAR: &str = "WGPU_ADAPTER_NAME";
+/// wgpu's own power preference (`wgpu::PowerPreference::from_env`): `low`, `high` or `none`.
+/// The wgpu fixture orders adapters by it.
+pub const WGPU_POWER_PREF_VAR: &str = "WGPU_POWER_PREF";
 /// wgpu's own variable choosing its backends; when set, the probe and the fixture try exactly
 /// those (see `InstanceDescriptor::from_env` in wgpu).
 pub const WGPU_BACKEND_VAR: &str = "WGPU_BACKEND";
@@ -162,10 +172,19 @@ pub struct Config {
     pub probe_mode: crate::backend::ProbeMode,
     /// Skip ledger, from [`SKIP_LOG_VAR`].
     pub skip_log: Option<PathBuf>,
-    /// GPUs the permits span, from [`GPUS_VAR`]; `None` is `auto`.
+    /// How many GPUs the permits span, from [`GPUS_VAR`]: the count, or the length of the
+    /// list; `None` is `auto`.
     pub gpus: Option<NonZeroUsize>,
-    /// The wgpu adapter to pin, from [`WGPU_ADAPTER_VAR`] (blank counts as unset).
-    pub wgpu_adapter: Option<String>,
+    /// The GPU ids [`GPUS_VAR`] lists, when it is a list: permit device k is GPU
+    /// `gpu_list[k]`. `None` for `auto` and a count (device k is GPU k). See
+    /// [`Config::gpu_ids`].
+    pub gpu_list: Option<Vec<usize>>,
+    /// The wgpu adapter to pin, from [`WGPU_ADAPTER_VAR`] or else [`WGPU_ADAPTER_NAME_VAR`]
+    /// (blank counts as unset).
+    pub wgpu_adapter: Option<AdapterName>,
+    /// The order of the wgpu fixture's adapter choice, from [`WGPU_POWER_PREF_VAR`]; `None`
+    /// when unset (the fixture's own order).
+    pub wgpu_power: Option<PowerPref>,
     /// What `cargo nextest` told this process, when it runs under nextest.
     pub nextest: Option<NextestEnv>,
     /// Whether warnings are failures, from [`STRICT_VAR`].
@@ -195,6 +214,39 @@ impl fmt::Display for ConfigWarning {
             self.var, self.value, self.problem, self.using
         )
     }
+}
+
+/// What [`GPUS_VAR`] says: see [`parse_gpus`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gpus {
+    /// `auto`: as many GPUs as the probe finds.
+    Auto,
+    /// A count n: GPUs 0 to n - 1.
+    Count(NonZeroUsize),
+    /// These GPU ids, distinct, in this order: permit device k is the k-th.
+    List(Vec<usize>),
+}
+
+/// The wgpu adapter the fixture is pinned to: a case-insensitive part of its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterName {
+    /// The variable it came from ([`WGPU_ADAPTER_VAR`] or [`WGPU_ADAPTER_NAME_VAR`]), for
+    /// messages.
+    pub var: &'static str,
+    /// The text, trimmed, never empty.
+    pub name: String,
+}
+
+/// [`WGPU_POWER_PREF_VAR`]: how the wgpu fixture orders adapters by device type, as wgpu's
+/// `PowerPreference` does in `request_adapter`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerPref {
+    /// `none`: the device type is not considered; every adapter, in wgpu's order.
+    None,
+    /// `low`: integrated GPUs, then discrete, other, virtual, CPU.
+    Low,
+    /// `high`: discrete GPUs, then integrated, other, virtual, CPU.
+    High,
 }
 
 impl Config {
@@ -245,6 +297,32 @@ impl Config {
     /// The slot directory this configuration names, or its error.
     pub fn slot_dir_path(&self) -> Result<PathBuf, String> {
         self.slot_dir.path()
+    }
+
+    /// The GPU ids of a pool spanning `gpus` GPUs, in permit-device order: permit device k is
+    /// GPU `gpu_ids(gpus)[k]`. The list [`GPUS_VAR`] names, else `0..gpus` (a count or
+    /// `auto`; pass the pool's [`gpus`](crate::PermitPool::gpus), which knows what `auto`
+    /// found).
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{Config, GPUS_VAR};
+    ///
+    /// let cfg = Config::from_lookup(|name| (name == GPUS_VAR).then(|| "0,2,3".into()));
+    /// assert_eq!(cfg.gpus.map(|n| n.get()), Some(3));
+    /// assert_eq!(cfg.gpu_ids(3), [0, 2, 3]);
+    /// assert_eq!(Config::from_lookup(|_| None).gpu_ids(2), [0, 1]);
+    /// ```
+    pub fn gpu_ids(&self, gpus: usize) -> Vec<usize> {
+        self.gpu_list.clone().unwrap_or_else(|| (0..gpus).collect())
+    }
+
+    /// The GPU id of permit device `device`: its entry in the list [`GPUS_VAR`] names (taken
+    /// modulo the list's length), else `device` itself.
+    pub fn gpu_id(&self, device: usize) -> usize {
+        match &self.gpu_list {
+            Some(ids) if !ids.is_empty() => ids[device % ids.len()],
+            _ => device,
+        }
     }
 
     fn report_warnings(&self) {
@@ -356,12 +434,14 @@ impl Config {
             }
             Some(raw) => Some(PathBuf::from(raw)),
         };
-        let gpus = match lookup(GPUS_VAR) {
-            None => None,
-            Some(raw) if raw.to_str().map(str::trim) == Some("auto") => None,
-            Some(raw) => parse_concurrency(&raw)
-                .map_err(|problem| warnings.push(warning(GPUS_VAR, &raw, problem, "auto")))
-                .ok(),
+        let (gpus, gpu_list) = match lookup(GPUS_VAR).map(|raw| (parse_gpus(&raw), raw)) {
+            None | Some((Ok(Gpus::Auto), _)) => (None, None),
+            Some((Ok(Gpus::Count(n)), _)) => (Some(n), None),
+            Some((Ok(Gpus::List(ids)), _)) => (NonZeroUsize::new(ids.len()), Some(ids)),
+            Some((Err(problem), raw)) => {
+                warnings.push(warning(GPUS_VAR, &raw, problem, "auto"));
+                (None, None)
+            }
         };
         let nextest = NextestEnv::from_lookup(&lookup, &mut warnings);
         let strict = match lookup(STRICT_VAR) {
@@ -381,12 +461,34 @@ impl Config {
                 }
             },
         };
-        let wgpu_adapter = lookup(WGPU_ADAPTER_VAR)
-            .map(|v| v.to_string_lossy().trim().to_string())
-            .filter(|v| !v.is_empty());
+        let wgpu_adapter = [WGPU_ADAPTER_VAR, WGPU_ADAPTER_NAME_VAR]
+            .into_iter()
+            .find_map(|var| {
+                let name = lookup(var)?.to_string_lossy().trim().to_string();
+                (!name.is_empty()).then_some(AdapterName { var, name })
+            });
+        let wgpu_power = lookup(WGPU_POWER_PREF_VAR).and_then(|raw| {
+            match raw
+                .to_str()
+                .map(|s| s.trim().to_ascii_lowercase())
+                .as_deref()
+            {
+                Some("low") => Some(PowerPref::Low),
+                Some("high") => Some(PowerPref::High),
+                Some("none") => Some(PowerPref::None),
+                _ => {
+                    let problem = "is not low, high or none";
+                    let using = "the fixture's own order";
+                    warnings.push(warning(WGPU_POWER_PREF_VAR, &raw, problem, using));
+                    None
+                }
+            }
+        });
         Config {
             strict,
             wgpu_adapter,
+            wgpu_power,
+            gpu_list,
             hold_timeout,
             gpus,
             concurrency,
@@ -499,6 +601,12 @@ pub enum ValueError {
     NotOneOf(&'static str),
     /// A `GPU_TEST_PERMIT_REQUIRE` value that is no [`Policy`](crate::decision::Policy).
     Policy(crate::backend::PolicyError),
+    /// A list of GPU ids with an entry that is not a whole number.
+    NotGpuList,
+    /// A list of GPU ids that names one twice.
+    RepeatedGpu(usize),
+    /// A list of more than [`MAX_CONCURRENCY`] GPU ids.
+    TooManyGpus,
 }
 
 impl fmt::Display for ValueError {
@@ -514,6 +622,9 @@ impl fmt::Display for ValueError {
             ValueError::ZeroDuration => f.write_str("must be greater than zero"),
             ValueError::NotOneOf(words) => write!(f, "is not {words}"),
             ValueError::Policy(e) => e.fmt(f),
+            ValueError::NotGpuList => f.write_str("is not a count or a list of GPU ids like 0,2,3"),
+            ValueError::RepeatedGpu(id) => write!(f, "lists GPU {id} more than once"),
+            ValueError::TooManyGpus => write!(f, "lists more than {MAX_CONCURRENCY} GPUs"),
         }
     }
 }
@@ -567,6 +678,49 @@ pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, ValueError> {
         return Err(ValueError::TooLarge);
     }
     NonZeroUsize::new(n).ok_or(ValueError::Zero)
+}
+
+/// Parses [`GPUS_VAR`]: `auto`, a count (as [`parse_concurrency`]), or a comma-separated list
+/// of distinct GPU ids (`0,2,3`). A value with a comma is a list, so a single GPU is written
+/// `3,` (one trailing comma is allowed); surrounding whitespace is ignored, in entries too.
+///
+/// ```
+/// use gpu_test_permit::config::{parse_gpus, Gpus};
+///
+/// assert_eq!(parse_gpus(&"auto".into()), Ok(Gpus::Auto));
+/// assert_eq!(parse_gpus(&"2".into()).unwrap(), Gpus::Count(2.try_into().unwrap()));
+/// assert_eq!(parse_gpus(&"0, 2,3".into()), Ok(Gpus::List(vec![0, 2, 3])));
+/// assert_eq!(parse_gpus(&"3,".into()), Ok(Gpus::List(vec![3])));
+/// assert!(parse_gpus(&"0,0".into()).is_err());
+/// ```
+///
+/// # Errors
+///
+/// The [`ValueError`] that says what is wrong with `raw`.
+pub fn parse_gpus(raw: &OsString) -> Result<Gpus, ValueError> {
+    let s = utf8(raw)?.trim();
+    if s == "auto" {
+        return Ok(Gpus::Auto);
+    }
+    if !s.contains(',') {
+        return parse_concurrency(raw).map(Gpus::Count);
+    }
+    let entries = s.strip_suffix(',').unwrap_or(s);
+    let mut ids = Vec::new();
+    for entry in entries.split(',').map(str::trim) {
+        if entry.is_empty() || !entry.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ValueError::NotGpuList);
+        }
+        let id: usize = entry.parse().map_err(|_| ValueError::NotGpuList)?;
+        if ids.contains(&id) {
+            return Err(ValueError::RepeatedGpu(id));
+        }
+        ids.push(id);
+    }
+    if ids.len() > MAX_CONCURRENCY {
+        return Err(ValueError::TooManyGpus);
+    }
+    Ok(Gpus::List(ids))
 }
 
 /// Parses a positive duration: a whole number followed by an optional unit `ms`, `s`, `m` or

@@ -33,6 +33,8 @@
 //! - Fixtures: `wgpu::device_or_skip!()` and `cuda::context_or_skip!()` (features `wgpu`,
 //!   `cuda`) take a permit, consult the probe and create the GPU objects, which drop before
 //!   the permit.
+//! - [`devices`]: the `CUDA_VISIBLE_DEVICES` (and HIP, ROCr) values that pin a process
+//!   started under a permit to the permit's GPU.
 //! - `capture` (feature `cuda`): a CUDA graph capture guard that refuses allocations, uploads
 //!   and synchronization during a capture with a typed error.
 //!
@@ -59,6 +61,7 @@ pub mod config;
 #[cfg(feature = "cuda")]
 mod cuda_codes;
 pub mod decision;
+pub mod devices;
 mod fixture;
 pub mod host;
 pub mod nextest;

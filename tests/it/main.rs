@@ -7,6 +7,7 @@ mod capture;
 mod cli;
 mod config;
 mod decision;
+mod devices;
 mod dirs;
 mod host;
 mod in_process;

@@ -1,0 +1,210 @@
+//! Which GPU a process started under a permit should see: the device-visibility variables
+//! (`CUDA_VISIBLE_DEVICES`, `HIP_VISIBLE_DEVICES`, `ROCR_VISIBLE_DEVICES`) that pin it to the
+//! permit's GPU, worked out by one pure function, [`export`].
+//!
+//! A permit names a device k of its pool ([`GpuTestPermit::device`](crate::GpuTestPermit::device));
+//! the pool's GPU ids ([`Config::gpu_ids`](crate::config::Config::gpu_ids)) turn k into a GPU
+//! id as the calling process numbers its devices; and the caller's own visibility variables,
+//! when it has any, turn that id into the entry the driver understands. So a caller started
+//! with `CUDA_VISIBLE_DEVICES=2,3` whose permit is for device 1 starts its child with
+//! `CUDA_VISIBLE_DEVICES=3`, and the child sees that one GPU as its device 0.
+//!
+//! # The rules
+//!
+//! - `CUDA_VISIBLE_DEVICES` is always set: to the GPU id, or to the caller's entry at that
+//!   position when the caller set the variable. Entries are passed through as written, so
+//!   UUIDs (`GPU-8f3c...`, `MIG-...`) stay UUIDs.
+//! - `HIP_VISIBLE_DEVICES` is set the same way when the caller set it.
+//! - `ROCR_VISIBLE_DEVICES`, when the caller set it, is narrowed as well. ROCm applies it
+//!   first and numbers what is left for HIP (`HIP_VISIBLE_DEVICES`, else
+//!   `CUDA_VISIBLE_DEVICES`), so the HIP-level entry is looked up in the caller's ROCr list
+//!   and `HIP_VISIBLE_DEVICES` becomes `0` (the one device left). When the HIP-level entry is
+//!   a UUID, not a position, `ROCR_VISIBLE_DEVICES` is left as the caller set it.
+//! - An exclusive permit holds every GPU of the pool and names none: it exports the whole
+//!   pool, in pool order (so with `GPU_TEST_PERMIT_GPUS=0,2,3` the child sees GPUs 0, 2 and 3
+//!   and not GPU 1, which the pool does not cover).
+//! - A caller list is read as the drivers read it: entries separated by commas, surrounding
+//!   whitespace ignored, and the list ends at the first empty or negative entry (`0,1,-1,2`
+//!   is GPUs 0 and 1). A GPU id past the end of the caller's list is an error, never a guess.
+
+use std::ffi::OsString;
+use std::fmt;
+
+/// NVIDIA's variable: the CUDA devices a process sees, by index or UUID, in order.
+pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+/// AMD HIP's variable, applied after [`ROCR_VISIBLE_DEVICES`]; without it HIP reads
+/// [`CUDA_VISIBLE_DEVICES`].
+pub const HIP_VISIBLE_DEVICES: &str = "HIP_VISIBLE_DEVICES";
+/// AMD ROCr's variable, applied first: the GPUs the ROCm runtime exposes at all.
+pub const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
+
+/// The caller's own device-visibility variables, as set (`None`: unset). [`export`] maps the
+/// permit's GPU through them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VisibleDevices {
+    /// [`CUDA_VISIBLE_DEVICES`].
+    pub cuda: Option<String>,
+    /// [`HIP_VISIBLE_DEVICES`].
+    pub hip: Option<String>,
+    /// [`ROCR_VISIBLE_DEVICES`].
+    pub rocr: Option<String>,
+}
+
+impl VisibleDevices {
+    /// The three variables from any lookup function (`None` for an unset variable), e.g.
+    /// `|name| std::env::var_os(name)` for the calling process. Values that are not UTF-8
+    /// are converted lossily.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> VisibleDevices {
+        let text = |name: &str| lookup(name).map(|v| v.to_string_lossy().into_owned());
+        VisibleDevices {
+            cuda: text(CUDA_VISIBLE_DEVICES),
+            hip: text(HIP_VISIBLE_DEVICES),
+            rocr: text(ROCR_VISIBLE_DEVICES),
+        }
+    }
+}
+
+/// Why [`export`] found no devices to export.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ExportError {
+    /// The permit's device is not one of the pool's GPUs.
+    NoSuchDevice {
+        /// The permit's device.
+        device: usize,
+        /// How many GPUs the pool spans.
+        gpus: usize,
+    },
+    /// The caller's list has no entry at the position a GPU needs.
+    NotListed {
+        /// The variable.
+        var: &'static str,
+        /// Its value in the caller.
+        value: String,
+        /// The position looked up (0-based).
+        index: usize,
+        /// How many devices the value lists.
+        listed: usize,
+    },
+}
+
+impl fmt::Display for ExportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ExportError::NoSuchDevice { device, gpus } => write!(
+                f,
+                "the permit is for device {device}, but the pool spans {gpus} GPUs"
+            ),
+            ExportError::NotListed {
+                var,
+                value,
+                index,
+                listed,
+            } => write!(
+                f,
+                "{var}='{value}' lists {listed} devices, so it has no device {index}; list \
+                 every GPU of {} in it, or list fewer in {}",
+                crate::config::GPUS_VAR,
+                crate::config::GPUS_VAR,
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ExportError {}
+
+/// The device-visibility variables to set for a process started under a permit, in the order
+/// `CUDA_VISIBLE_DEVICES`, `HIP_VISIBLE_DEVICES`, `ROCR_VISIBLE_DEVICES` (the latter two only
+/// where the rules need them; see the [module docs](self) for the rules).
+///
+/// - `device`: the permit's [`device`](crate::GpuTestPermit::device); `None` (an exclusive
+///   permit) exports the whole pool.
+/// - `gpu_ids`: the pool's GPU ids in device order,
+///   [`Config::gpu_ids`](crate::config::Config::gpu_ids)`(pool.gpus())`.
+/// - `caller`: the caller's own variables, read by the caller and passed in.
+///
+/// Nothing is read from the environment here. Variables it does not return are to be left as
+/// the caller has them.
+///
+/// ```
+/// use gpu_test_permit::devices::{export, VisibleDevices};
+///
+/// // Two GPUs in the pool, and the caller sees physical GPUs 2 and 3 as its 0 and 1.
+/// let caller = VisibleDevices { cuda: Some("2,3".into()), ..Default::default() };
+/// let vars = export(Some(1), &[0, 1], &caller)?;
+/// assert_eq!(vars, [("CUDA_VISIBLE_DEVICES", "3".to_string())]);
+/// // No caller list: the id itself. An exclusive permit: every GPU of the pool.
+/// let none = VisibleDevices::default();
+/// assert_eq!(export(Some(0), &[0, 2, 3], &none)?[0].1, "0");
+/// assert_eq!(export(None, &[0, 2, 3], &none)?[0].1, "0,2,3");
+/// # Ok::<(), gpu_test_permit::devices::ExportError>(())
+/// ```
+///
+/// # Errors
+///
+/// [`ExportError::NoSuchDevice`] when `device` is not below `gpu_ids.len()`;
+/// [`ExportError::NotListed`] when a caller's list is too short for a GPU id.
+pub fn export(
+    device: Option<usize>,
+    gpu_ids: &[usize],
+    caller: &VisibleDevices,
+) -> Result<Vec<(&'static str, String)>, ExportError> {
+    let chosen: Vec<usize> = match device {
+        Some(k) => vec![*gpu_ids.get(k).ok_or(ExportError::NoSuchDevice {
+            device: k,
+            gpus: gpu_ids.len(),
+        })?],
+        None => gpu_ids.to_vec(),
+    };
+    let cuda = through(CUDA_VISIBLE_DEVICES, caller.cuda.as_deref(), &chosen)?
+        .unwrap_or_else(|| chosen.iter().map(usize::to_string).collect());
+    let mut hip = through(HIP_VISIBLE_DEVICES, caller.hip.as_deref(), &chosen)?;
+    let mut rocr = None;
+    // ROCr narrows first; HIP numbers what ROCr left, from its own list or CUDA's.
+    let hip_level = hip.as_ref().unwrap_or(&cuda);
+    let positions: Option<Vec<usize>> = hip_level.iter().map(|e| e.parse().ok()).collect();
+    if let (Some(_), Some(positions)) = (&caller.rocr, positions) {
+        rocr = through(ROCR_VISIBLE_DEVICES, caller.rocr.as_deref(), &positions)?;
+        hip = Some((0..positions.len()).map(|i| i.to_string()).collect());
+    }
+    let mut out = vec![(CUDA_VISIBLE_DEVICES, cuda.join(","))];
+    out.extend(hip.map(|h| (HIP_VISIBLE_DEVICES, h.join(","))));
+    out.extend(rocr.map(|r| (ROCR_VISIBLE_DEVICES, r.join(","))));
+    Ok(out)
+}
+
+/// The entries of the caller's list `value` of `var` at `positions`; `None` when unset.
+fn through(
+    var: &'static str,
+    value: Option<&str>,
+    positions: &[usize],
+) -> Result<Option<Vec<String>>, ExportError> {
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let listed = entries(value);
+    positions
+        .iter()
+        .map(|&index| {
+            listed
+                .get(index)
+                .map(|e| e.to_string())
+                .ok_or_else(|| ExportError::NotListed {
+                    var,
+                    value: value.to_string(),
+                    index,
+                    listed: listed.len(),
+                })
+        })
+        .collect::<Result<_, _>>()
+        .map(Some)
+}
+
+/// A visibility list as the drivers read it: up to the first empty or negative entry.
+fn entries(value: &str) -> Vec<&str> {
+    value
+        .split(',')
+        .map(str::trim)
+        .take_while(|e| !e.is_empty() && !e.starts_with('-'))
+        .collect()
+}
