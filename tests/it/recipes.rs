@@ -162,3 +162,15 @@ fn wrapper_script_recipe_caps_a_plain_suite() {
     });
     check(2, &records, &trace);
 }
+
+#[test]
+fn the_readme_shows_the_snippets_the_tool_prints() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    for snippet in [
+        gpu_test_permit::nextest::runner_snippet(2),
+        gpu_test_permit::nextest::wrapper_snippet(2),
+    ] {
+        assert!(readme.contains(&snippet), "README.md lacks:\n{snippet}");
+    }
+}
