@@ -43,7 +43,9 @@ static COMMANDS: &[Command] = &[
             name: "hold",
             synopsis: "[--exclusive] [--for DURATION]",
             about: "take a permit from the pool configured by the environment, print `held ...`, and keep\n\
-                    it until standard input closes (or for DURATION, e.g. 500ms, 2s, 1m)",
+                    it until standard input closes (or for DURATION, e.g. 500ms, 2s, 1m); a shell\n\
+                    cannot take over this permit (a lock lives in an open file, inherited only from a\n\
+                    parent): for a shell that holds one, use `run -- \"$SHELL\"`",
             flags: &["--exclusive"],
             options: &["--for"],
             operands: Operands::None,
@@ -276,6 +278,23 @@ fn config(_: &Args) -> Result<ExitCode, String> {
         (c::TRACE_VAR, or_off(&cfg.trace)),
         (c::SKIP_LOG_VAR, or_off(&cfg.skip_log)),
         (c::STRICT_VAR, (cfg.strict as u8).to_string()),
+        (
+            c::INHERITED_VAR,
+            match &cfg.inherited {
+                None => "unset".to_string(),
+                Some(Ok(p)) => format!(
+                    "{} permit on slot(s) {} of {}",
+                    if p.exclusive { "exclusive" } else { "shared" },
+                    p.slots
+                        .iter()
+                        .map(|s| s.index.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    p.dir.display()
+                ),
+                Some(Err(e)) => format!("invalid: {e}"),
+            },
+        ),
     ];
     println!("configuration from this environment:");
     for (var, value) in rows {
