@@ -22,6 +22,7 @@
 //! | `GPU_TEST_PERMIT_SKIP_LOG` | file to append one line per skipped test to | off |
 //! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1), a count (`4`: GPUs 0 to 3), or a list of GPU ids (`0,2,3`; one GPU: `3,`) that permit device k maps to, as the process numbers its CUDA devices (after `CUDA_VISIBLE_DEVICES`) | `auto` |
 //! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
+//! | `GPU_TEST_PERMIT_INHERITED` | set by `gpu-test-permit run` for its command: the permit it holds, which the command and its descendants work inside instead of taking host slots (see [`InheritedPermit`]); not for setting by hand | unset |
 //! | `WGPU_ADAPTER_NAME` | wgpu's own: the wgpu fixture uses only adapters whose name contains this text (case-insensitive), as `wgpu::util::initialize_adapter_from_env` does; no match fails the test with the list of adapters | best adapter |
 //! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | the same for this crate's fixture only (your own `WGPU_ADAPTER_NAME` code is not affected); wins over `WGPU_ADAPTER_NAME` when both are set | `WGPU_ADAPTER_NAME` |
 //! | `WGPU_POWER_PREF` | wgpu's own: `high` (discrete GPUs first), `low` (integrated first) or `none` (device type not considered: every adapter in wgpu's order); the order of the wgpu fixture's adapter choice | discrete, integrated, virtual, other, CPU |
@@ -97,6 +98,10 @@ pub const GPUS_VAR: &str = "GPU_TEST_PERMIT_GPUS";
 /// `1` (or `true`, `yes`, `on`) turns configuration warnings into failures: [`Config::global`]
 /// panics with them. `0`, `false`, `no`, `off` or unset: warnings only.
 pub const STRICT_VAR: &str = "GPU_TEST_PERMIT_STRICT_CONFIG";
+/// Set by `gpu-test-permit run` (and [`GpuTestPermit::pass_to`](crate::GpuTestPermit::pass_to))
+/// for the command it starts: the permit held for it, as an [`InheritedPermit`]. A process that
+/// finds a valid one takes no host slot; its permits come out of the inherited one.
+pub const INHERITED_VAR: &str = "GPU_TEST_PERMIT_INHERITED";
 /// The file in the slot directory where the test processes of a `cargo nextest` run record
 /// their configuration warnings (see the module docs).
 #[doc(hidden)] // the `config` command's
@@ -189,6 +194,10 @@ pub struct Config {
     pub nextest: Option<NextestEnv>,
     /// Whether warnings are failures, from [`STRICT_VAR`].
     pub strict: bool,
+    /// The permit a parent holds for this process, from [`INHERITED_VAR`]: `None` when unset,
+    /// the reason when it cannot be parsed (the pool then says so once and takes permits as
+    /// usual).
+    pub inherited: Option<Result<InheritedPermit, String>>,
     /// One entry per variable whose value was rejected and replaced.
     pub warnings: Vec<ConfigWarning>,
 }
@@ -461,6 +470,7 @@ impl Config {
                 }
             },
         };
+        let inherited = lookup(INHERITED_VAR).map(|raw| InheritedPermit::parse(&raw));
         let wgpu_adapter = [WGPU_ADAPTER_VAR, WGPU_ADAPTER_NAME_VAR]
             .into_iter()
             .find_map(|var| {
@@ -486,6 +496,7 @@ impl Config {
         });
         Config {
             strict,
+            inherited,
             wgpu_adapter,
             wgpu_power,
             gpu_list,
@@ -502,6 +513,190 @@ impl Config {
             nextest,
             warnings,
         }
+    }
+}
+
+/// A permit held by a parent process for this one: what [`INHERITED_VAR`] carries.
+///
+/// The parent (`gpu-test-permit run`) holds host slots and passes their open file descriptions
+/// to the command it starts, as descriptors without close-on-exec, so that the command and
+/// everything it starts share them: a `flock` lock belongs to the open file description, and
+/// the slot stays locked while any process holding it lives, the parent killed with SIGKILL
+/// included. The variable names those descriptors and what they must be:
+///
+/// ```text
+/// GPU_TEST_PERMIT_INHERITED=1:<per_gpu>x<gpus>:<shared|exclusive>:<slot>=<fd>/<dev>/<ino>[,...]:<dir>
+/// ```
+///
+/// `1` is the format's version; `<per_gpu>x<gpus>` the layout of the slot directory `<dir>`
+/// (last, so that it may contain `:`); then, per slot held, its index, the descriptor number in
+/// this process, and the device and inode of the slot file. A process trusts it only after
+/// checking each descriptor: open, the same file (device and inode) as `<dir>/gpu0.slot<i>`,
+/// and that file locked through that very description.
+///
+/// ```
+/// use gpu_test_permit::config::InheritedPermit;
+///
+/// let v = "1:2x1:shared:1=7/2049/131/:/tmp/gpu-test-permit-1000";
+/// assert!(InheritedPermit::parse(v.as_ref()).is_err()); // a malformed slot
+/// let v = "1:2x1:shared:1=7/2049/131:/tmp/slots:a";
+/// let p = InheritedPermit::parse(v.as_ref()).unwrap();
+/// assert_eq!((p.slots[0].index, p.slots[0].fd), (1, 7));
+/// assert_eq!(p.dir, std::path::Path::new("/tmp/slots:a"));
+/// assert_eq!(p.to_os_string(), v);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InheritedPermit {
+    /// Permits per GPU in the slot directory.
+    pub per_gpu: usize,
+    /// GPUs the slot directory serves.
+    pub gpus: usize,
+    /// Whether the parent holds every slot.
+    pub exclusive: bool,
+    /// The slots held, by index (one for a shared permit, all of them for an exclusive one).
+    pub slots: Vec<InheritedSlot>,
+    /// The slot directory.
+    pub dir: PathBuf,
+}
+
+/// One slot of an [`InheritedPermit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InheritedSlot {
+    /// The slot's index (`gpu0.slot<index>`).
+    pub index: usize,
+    /// The descriptor, in the receiving process, of an open file description holding its lock.
+    pub fd: u64,
+    /// The slot file's device number.
+    pub dev: u64,
+    /// The slot file's inode number.
+    pub ino: u64,
+}
+
+impl InheritedSlot {
+    /// A slot held through descriptor `fd` of file `(dev, ino)`.
+    pub fn new(index: usize, fd: u64, dev: u64, ino: u64) -> InheritedSlot {
+        InheritedSlot {
+            index,
+            fd,
+            dev,
+            ino,
+        }
+    }
+}
+
+impl InheritedPermit {
+    /// A permit of `slots` in `dir`, laid out as `per_gpu` x `gpus`.
+    pub fn new(
+        per_gpu: usize,
+        gpus: usize,
+        exclusive: bool,
+        slots: Vec<InheritedSlot>,
+        dir: PathBuf,
+    ) -> InheritedPermit {
+        InheritedPermit {
+            per_gpu,
+            gpus,
+            exclusive,
+            slots,
+            dir,
+        }
+    }
+
+    /// Parses the value of [`INHERITED_VAR`].
+    ///
+    /// # Errors
+    ///
+    /// What is wrong with it, completing "GPU_TEST_PERMIT_INHERITED='...' ...".
+    pub fn parse(raw: &std::ffi::OsStr) -> Result<InheritedPermit, String> {
+        let bytes = raw.as_encoded_bytes();
+        // The directory follows the fourth `:` and may contain more of them.
+        let Some(split) = bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b':')
+            .nth(3)
+            .map(|(i, _)| i)
+        else {
+            return Err("has fewer than five `:`-separated fields".into());
+        };
+        let head = std::str::from_utf8(&bytes[..split]).map_err(|_| "is not valid UTF-8")?;
+        // SAFETY: the tail comes from `as_encoded_bytes` of one `OsStr`, split right after an
+        // ASCII `:`, as `from_encoded_bytes_unchecked` requires.
+        let dir = unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(&bytes[split + 1..]) };
+        let fields: Vec<&str> = head.split(':').collect();
+        let [version, layout, kind, slots] = fields[..] else {
+            return Err("has fewer than five `:`-separated fields".into());
+        };
+        if version != "1" {
+            return Err(format!("has format version {version}, not 1"));
+        }
+        let count = |s: &str| {
+            s.parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_CONCURRENCY).contains(n))
+        };
+        let (per_gpu, gpus) = layout
+            .split_once('x')
+            .and_then(|(n, g)| Some((count(n)?, count(g)?)))
+            .ok_or_else(|| format!("has layout `{layout}`, not <per_gpu>x<gpus>"))?;
+        let exclusive = match kind {
+            "shared" => false,
+            "exclusive" => true,
+            _ => return Err(format!("has kind `{kind}`, not shared or exclusive")),
+        };
+        let slot = |s: &str| -> Option<InheritedSlot> {
+            let (index, rest) = s.split_once('=')?;
+            let mut ids = rest.split('/').map(|n| n.parse::<u64>().ok());
+            let (fd, dev, ino) = (ids.next()??, ids.next()??, ids.next()??);
+            if ids.next().is_some() {
+                return None;
+            }
+            Some(InheritedSlot::new(index.parse().ok()?, fd, dev, ino))
+        };
+        let slots = slots
+            .split(',')
+            .map(|s| slot(s).ok_or_else(|| format!("has slot `{s}`, not <slot>=<fd>/<dev>/<ino>")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let total = per_gpu.saturating_mul(gpus);
+        let fits = if exclusive {
+            slots.iter().map(|s| s.index).eq(0..total)
+        } else {
+            slots.len() == 1 && slots[0].index < total
+        };
+        if !fits {
+            return Err(format!(
+                "holds slots that do not fit a {kind} permit of {per_gpu}x{gpus}"
+            ));
+        }
+        let dir = PathBuf::from(dir);
+        if !dir.is_absolute() {
+            return Err("names a slot directory that is not an absolute path".into());
+        }
+        Ok(InheritedPermit::new(per_gpu, gpus, exclusive, slots, dir))
+    }
+
+    /// The value of [`INHERITED_VAR`] that [`parse`](Self::parse) reads back.
+    pub fn to_os_string(&self) -> OsString {
+        let slots: Vec<String> = self
+            .slots
+            .iter()
+            .map(|s| format!("{}={}/{}/{}", s.index, s.fd, s.dev, s.ino))
+            .collect();
+        let kind = if self.exclusive {
+            "exclusive"
+        } else {
+            "shared"
+        };
+        let mut out = OsString::from(format!(
+            "1:{}x{}:{kind}:{}:",
+            self.per_gpu,
+            self.gpus,
+            slots.join(",")
+        ));
+        out.push(&self.dir);
+        out
     }
 }
 

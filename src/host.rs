@@ -409,6 +409,12 @@ impl HostSlots {
         self.layout
     }
 
+    /// The open file of slot `index`, whose description holds the slot's lock while this
+    /// process holds the slot (for passing a held permit on to a command).
+    pub(crate) fn slot_file(&self, index: usize) -> &File {
+        &self.slots[index].file
+    }
+
     /// Takes `units` slots, waiting until `deadline`. Returns the slot indices.
     pub(crate) fn acquire(
         &self,
@@ -651,6 +657,62 @@ impl HostSlots {
         }
         Blockers { holders, waiting }
     }
+}
+
+/// Checks a permit inherited from a parent process (see
+/// [`InheritedPermit`](crate::config::InheritedPermit)): each descriptor is open, is the slot
+/// file of its index in the named directory (same device and inode, so neither a reused
+/// descriptor number nor a replaced file passes), that file is locked, and the lock is this
+/// very description's. Returns this process's own descriptors of those descriptions, which
+/// keep the slots locked while it lives.
+///
+/// # Errors
+///
+/// Why the inherited permit cannot be used, completing "the inherited permit ...".
+pub(crate) fn adopt_inherited(
+    permit: &crate::config::InheritedPermit,
+) -> Result<Vec<File>, String> {
+    let mut files = Vec::with_capacity(permit.slots.len());
+    for slot in &permit.slots {
+        let path = permit.dir.join(format!("gpu0.slot{}", slot.index));
+        let file = sys::inherited_file(slot.fd, (slot.dev, slot.ino)).map_err(|e| {
+            format!(
+                "names descriptor {} for {}, but {e}",
+                slot.fd,
+                path.display()
+            )
+        })?;
+        if !sys::same_file(&path, &file) {
+            return Err(format!(
+                "names descriptor {}, which is not the slot file {} (removed or replaced)",
+                slot.fd,
+                path.display()
+            ));
+        }
+        // Locked by someone: a fresh description cannot share the lock...
+        let fresh =
+            sys::open_regular_for_reading(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if !is_locked(&fresh) {
+            return Err(format!(
+                "names slot file {}, which nobody holds now (its holder has released it)",
+                path.display()
+            ));
+        }
+        // ...and by this description: locking it again through it converts our own lock,
+        // while another description's lock refuses.
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(format!(
+                    "names slot file {}, which another process holds",
+                    path.display()
+                ));
+            }
+            Err(TryLockError::Error(e)) => return Err(format!("{}: {e}", path.display())),
+        }
+        files.push(file);
+    }
+    Ok(files)
 }
 
 /// Whether another open file description holds a lock on `file` (probes with a shared lock).

@@ -35,6 +35,57 @@ test-group = 'gpu'
     )
 }
 
+/// The configuration that caps a test suite that does not use this crate, through
+/// `gpu-test-permit run` as cargo's target runner: every test binary runs under `run`, which
+/// takes a permit only for tests in the `gpu` test group (and none for nextest's `--list`), so
+/// `max_threads` should be all the permits the host has. Two files: `.cargo/config.toml` and
+/// `.config/nextest.toml`.
+///
+/// ```
+/// let snippet = gpu_test_permit::nextest::runner_snippet(2);
+/// assert!(snippet.contains(r#"runner = ["gpu-test-permit", "run", "--group", "gpu", "--"]"#));
+/// ```
+pub fn runner_snippet(max_threads: usize) -> String {
+    format!(
+        "# .cargo/config.toml: test binaries run under `gpu-test-permit run`; tests in the `gpu`
+# test group hold a permit, the others (and nextest's --list) run straight through. Or set
+# CARGO_TARGET_<TRIPLE>_RUNNER='gpu-test-permit run --group gpu --' on the GPU runner only.
+[target.'cfg(all())']
+runner = [\"gpu-test-permit\", \"run\", \"--group\", \"gpu\", \"--\"]
+
+# .config/nextest.toml
+{}",
+        group_snippet(max_threads)
+    )
+}
+
+/// The configuration that caps a test suite that does not use this crate, through
+/// `gpu-test-permit run` as a nextest wrapper script (experimental in nextest, available
+/// since 0.9.98): only the tests the script's filter picks run under `run`, and listing
+/// never does. One file, `.config/nextest.toml`.
+///
+/// ```
+/// let snippet = gpu_test_permit::nextest::wrapper_snippet(2);
+/// assert!(snippet.contains("run-wrapper = 'gpu-permit'"));
+/// ```
+pub fn wrapper_snippet(max_threads: usize) -> String {
+    format!(
+        "# .config/nextest.toml (nextest 0.9.98 or later): GPU tests run under
+# `gpu-test-permit run`, which holds a permit while the test runs.
+experimental = [\"wrapper-scripts\"]
+
+[scripts.wrapper.gpu-permit]
+command = 'gpu-test-permit run --'
+
+[[profile.default.scripts]]
+filter = 'test(/gpu/)'
+run-wrapper = 'gpu-permit'
+
+{}",
+        group_snippet(max_threads)
+    )
+}
+
 /// What nextest told this process, or `None` outside nextest.
 pub fn current() -> Option<&'static NextestEnv> {
     Config::global().nextest.as_ref()

@@ -13,7 +13,7 @@ use super::seat::{
 };
 use super::{AcquireError, Holder, PermitKind, WaitTimeout, Waiter};
 use crate::clock::unix_ms;
-use crate::config::{Config, SlotDir};
+use crate::config::{Config, INHERITED_VAR, SlotDir};
 use crate::host::{Blockers, HolderRecord, HostError, HostSlots, HostWaitError, Layout};
 use crate::sync::Ordering;
 use crate::trace::{TraceArgs, TraceEvent, Tracer};
@@ -51,6 +51,26 @@ pub(super) struct PoolInner {
     pub(super) tracer: Option<Tracer>,
     /// GPUs the permits span; a permit's device is its slot modulo this.
     pub(super) gpus: usize,
+    /// The permit a parent holds for this process, when the pool works inside it.
+    pub(super) inherited: Option<Inherited>,
+}
+
+/// A permit inherited from a parent process (`gpu-test-permit run`): the pool takes no host
+/// slot and hands out at most the units the parent holds, on the parent's slots.
+pub(super) struct Inherited {
+    /// The parent's permit, as it was passed.
+    pub(super) permit: crate::config::InheritedPermit,
+    /// This process's descriptors of the parent's slot descriptions (they keep the slots
+    /// locked while this process lives).
+    _files: Vec<std::fs::File>,
+}
+
+impl Inherited {
+    /// The slots held: `first..first + count`.
+    pub(super) fn slots(&self) -> std::ops::Range<usize> {
+        let first = self.permit.slots[0].index;
+        first..first + self.permit.slots.len()
+    }
 }
 
 impl PoolInner {
@@ -198,10 +218,15 @@ impl PoolBuilder {
             self.concurrency = layout.per_gpu;
             self.gpus = layout.gpus;
         }
-        Ok(self.finish(host, None))
+        Ok(self.finish(host, None, None))
     }
 
-    fn finish(self, host: Option<HostSlots>, host_error: Option<HostError>) -> PermitPool {
+    fn finish(
+        self,
+        host: Option<HostSlots>,
+        host_error: Option<HostError>,
+        inherited: Option<Inherited>,
+    ) -> PermitPool {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         let tracer = self.trace.as_ref().and_then(|p| match Tracer::open(p) {
             Ok(t) => Some(t),
@@ -224,6 +249,7 @@ impl PoolBuilder {
                 timeout: self.timeout,
                 hold_timeout: self.hold_timeout,
                 tracer,
+                inherited,
             }))),
         }
     }
@@ -275,6 +301,20 @@ impl PermitPool {
         static GLOBAL: OnceLock<PermitPool> = OnceLock::new();
         GLOBAL.get_or_init(|| {
             let cfg = Config::global();
+            if let Some(inherited) = &cfg.inherited {
+                match inherited.clone().and_then(|permit| {
+                    crate::host::adopt_inherited(&permit).map(|files| Inherited {
+                        permit,
+                        _files: files,
+                    })
+                }) {
+                    Ok(inherited) => return PermitPool::inside(inherited, cfg),
+                    Err(why) => crate::notice::line(&format!(
+                        "ignoring the permit inherited through {INHERITED_VAR}: it {why}; this \
+                         process takes permits from the host slots as usual"
+                    )),
+                }
+            }
             let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
             let mut b = PermitPool::builder()
                 .concurrency(cfg.concurrency.get())
@@ -285,9 +325,20 @@ impl PermitPool {
             b.hold_timeout = cfg.hold_timeout;
             match b.clone().build() {
                 Ok(pool) => pool,
-                Err(e) => b.in_process_only().finish(None, Some(e)),
+                Err(e) => b.in_process_only().finish(None, Some(e), None),
             }
         })
+    }
+
+    /// The global pool of a process started inside a parent's permit: in-process only, as
+    /// many units as the parent holds. Not traced: the parent's own span covers its command.
+    fn inside(inherited: Inherited, cfg: &Config) -> PermitPool {
+        let mut b = PermitPool::builder()
+            .concurrency(inherited.permit.slots.len())
+            .in_process_only()
+            .timeout(cfg.timeout);
+        b.hold_timeout = cfg.hold_timeout;
+        b.finish(None, None, Some(inherited))
     }
 
     /// Permits per GPU (N).
@@ -476,7 +527,9 @@ impl PermitPool {
         if let Some(e) = &inner.host_error {
             return Err(AcquireError::Host(e.clone()));
         }
-        crate::nextest::hint_once(inner.local.capacity());
+        if inner.inherited.is_none() {
+            crate::nextest::hint_once(inner.local.capacity());
+        }
         let exclusive = kind == PermitKind::Exclusive;
         let units = if exclusive { inner.local.capacity() } else { 1 };
         // Only pay for wall clocks and names where something records them: the uncontended
@@ -530,6 +583,10 @@ impl PermitPool {
             detail = Some(d);
         }
         let (seat_index, generation) = inner.claim_seat();
+        if let Some(inherited) = &inner.inherited {
+            // One seat per inherited slot; an exclusive permit holds them all from the first.
+            first_slot = inherited.slots().start + if exclusive { 0 } else { seat_index };
+        }
         let seat = &inner.seats[seat_index];
         seat.exclusive.store(exclusive, Ordering::Relaxed);
         seat.first_slot.store(first_slot, Ordering::Relaxed);

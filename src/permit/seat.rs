@@ -100,7 +100,10 @@ impl GpuTestPermit {
         if first == NO_SLOT {
             0..0
         } else if self.is_exclusive() {
-            0..self.pool().local.capacity()
+            match &self.pool().inherited {
+                Some(inherited) => inherited.slots(),
+                None => 0..self.pool().local.capacity(),
+            }
         } else {
             first..first + 1
         }
@@ -123,7 +126,10 @@ impl GpuTestPermit {
     /// # Ok::<(), gpu_test_permit::host::HostError>(())
     /// ```
     pub fn device(&self) -> Option<usize> {
-        let gpus = self.pool().gpus;
+        let gpus = match &self.pool().inherited {
+            Some(inherited) => inherited.permit.gpus,
+            None => self.pool().gpus,
+        };
         if self.is_exclusive() {
             return None;
         }
@@ -131,6 +137,58 @@ impl GpuTestPermit {
             s if s.is_empty() => (gpus == 1).then_some(0),
             s => Some(s.start % gpus),
         }
+    }
+
+    /// Lets the process that `cmd` starts, and everything it starts, work inside this permit
+    /// instead of taking permits of their own: their global pool takes no host slot and hands
+    /// out at most what this permit holds, on the same slots (so the same device). This is
+    /// what `gpu-test-permit run` does for its command.
+    ///
+    /// The command inherits the open files that hold this permit's slot locks (as descriptors
+    /// without close-on-exec) and finds them named in
+    /// [`INHERITED_VAR`](crate::config::INHERITED_VAR). A lock belongs to the open file, so the
+    /// slots stay locked while any process holding them lives, even if this one is killed with
+    /// SIGKILL; dropping this permit unlocks them for every holder. On a pool that itself works
+    /// inside an inherited permit, the command gets that permit again.
+    ///
+    /// # Errors
+    ///
+    /// [`Unsupported`](std::io::ErrorKind::Unsupported) on a pool without host slots and where
+    /// descriptors are not inherited by number (not on Unix); an error duplicating a
+    /// descriptor.
+    pub fn pass_to(&self, cmd: &mut std::process::Command) -> std::io::Result<()> {
+        use crate::config::{INHERITED_VAR, InheritedPermit, InheritedSlot};
+        let unsupported = |what: &str| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
+        let pool = self.pool();
+        let Some(host) = &pool.host else {
+            return match &pool.inherited {
+                Some(inherited) => {
+                    cmd.env(INHERITED_VAR, inherited.permit.to_os_string());
+                    Ok(())
+                }
+                None => Err(unsupported(
+                    "a pool without host slots has no permit to pass on",
+                )),
+            };
+        };
+        let mut slots = Vec::new();
+        for index in self.slots() {
+            let file = host.slot_file(index);
+            let (dev, ino) = crate::sys::file_identity(file)
+                .ok_or_else(|| unsupported("slot files have no identity to check here"))?;
+            let fd = crate::sys::pass_to_child(cmd, file)?;
+            slots.push(InheritedSlot::new(index, fd, dev, ino));
+        }
+        let layout = host.layout();
+        let permit = InheritedPermit::new(
+            layout.per_gpu,
+            layout.gpus,
+            self.is_exclusive(),
+            slots,
+            host.dir().to_path_buf(),
+        );
+        cmd.env(INHERITED_VAR, permit.to_os_string());
+        Ok(())
     }
 
     /// How long the permit has been held.

@@ -394,3 +394,24 @@ pub(crate) fn exit_signal(status: &ExitStatus) -> Option<i32> {
 pub(crate) fn exit_status(code: i32) -> ExitStatus {
     os::exit_status(code)
 }
+
+/// The device and inode of an open file, where files have them (Unix).
+pub(crate) fn file_identity(file: &File) -> Option<(u64, u64)> {
+    os::file_identity(file)
+}
+
+/// A descriptor of this process's own, for the open file description that descriptor `fd`
+/// (inherited from a parent) refers to, if `fd` is open and is the file `identity` (device and
+/// inode). The description is shared, so locks taken through the result are the parent's.
+/// Unsupported where descriptors are not inherited by number (not on Unix).
+pub(crate) fn inherited_file(fd: u64, identity: (u64, u64)) -> io::Result<File> {
+    os::inherited_file(fd, identity)
+}
+
+/// Makes the command `cmd` starts inherit `file`'s open file description, and returns the
+/// descriptor number it has there: a duplicate that the command keeps across `exec` (no
+/// close-on-exec in the child only). The duplicate lives as long as `cmd`. Unsupported where
+/// descriptors are not inherited by number (not on Unix).
+pub(crate) fn pass_to_child(cmd: &mut Command, file: &File) -> io::Result<u64> {
+    os::pass_to_child(cmd, file)
+}

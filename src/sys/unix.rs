@@ -424,6 +424,49 @@ pub(super) fn exit_status(code: i32) -> ExitStatus {
     ExitStatus::from_raw(code << 8)
 }
 
+pub(super) fn file_identity(file: &File) -> Option<(u64, u64)> {
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+pub(super) fn inherited_file(fd: u64, identity: (u64, u64)) -> io::Result<File> {
+    use std::os::fd::FromRawFd;
+    let fd = libc::c_int::try_from(fd)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "no such descriptor"))?;
+    // SAFETY: `fcntl` with `F_DUPFD_CLOEXEC` takes any number and fails with EBADF for one that
+    // is not open; it touches no memory.
+    let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if dup < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `dup` is a descriptor just made for us, owned by nothing else.
+    let file = unsafe { File::from_raw_fd(dup) };
+    let meta = file.metadata()?;
+    if !meta.is_file() || (meta.dev(), meta.ino()) != identity {
+        return Err(io::Error::other("it is open on another file"));
+    }
+    Ok(file)
+}
+
+pub(super) fn pass_to_child(cmd: &mut Command, file: &File) -> io::Result<u64> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    // Close-on-exec here, as std makes every descriptor: only the command keeps it.
+    let dup = OwnedFd::from(file.try_clone()?);
+    let number = dup.as_raw_fd();
+    // SAFETY: the closure runs in the child between fork and exec, where only async-signal-safe
+    // calls are allowed: `fcntl` is one. It owns `dup`, so the number names this description
+    // for as long as `cmd` can spawn; the flag changes in the child's descriptor table only.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(dup.as_raw_fd(), libc::F_SETFD, 0) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    Ok(number as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

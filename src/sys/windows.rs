@@ -119,3 +119,21 @@ pub(super) fn exit_status(code: i32) -> ExitStatus {
     use std::os::windows::process::ExitStatusExt;
     ExitStatus::from_raw(code as u32)
 }
+
+pub(super) fn file_identity(_file: &File) -> Option<(u64, u64)> {
+    None
+}
+
+pub(super) fn inherited_file(_fd: u64, _identity: (u64, u64)) -> io::Result<File> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "inherited permits need Unix descriptors",
+    ))
+}
+
+pub(super) fn pass_to_child(_cmd: &mut Command, _file: &File) -> io::Result<u64> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "passing a permit to a command needs Unix descriptors",
+    ))
+}

@@ -355,7 +355,7 @@ fn an_unknown_option_is_named_with_its_command() {
         ),
         (
             &["run", "--bogus", "--", "true"],
-            "run [--exclusive] [--] COMMAND [ARGS...]",
+            "run [--exclusive] [--group GROUP] [--filter TEXT] [--] COMMAND [ARGS...]",
         ),
         (&["status", "--bogus"], "status [--dir DIR]"),
         (&["config", "--bogus"], "config"),

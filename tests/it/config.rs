@@ -1,6 +1,6 @@
 //! Table tests of every environment variable, good and bad values.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::time::Duration;
 
 use gpu_test_permit::config::{CONCURRENCY_VAR, Config, DIR_VAR, SlotDir, TIMEOUT_VAR, TRACE_VAR};
@@ -488,4 +488,36 @@ fn strict_config_fails_the_test_that_reads_a_bad_value() {
     // Without a bad value strictness changes nothing.
     let out = run_config_child(&[("GPU_TEST_PERMIT_STRICT_CONFIG", "1")]);
     assert!(out.status.success());
+}
+
+#[test]
+fn inherited_permit_values_round_trip_and_bad_ones_say_why() {
+    use gpu_test_permit::config::{INHERITED_VAR, InheritedPermit};
+    let good = "1:2x2:exclusive:0=5/1/10,1=6/1/11,2=7/1/12,3=8/1/13:/tmp/slots";
+    let p = InheritedPermit::parse(OsStr::new(good)).unwrap();
+    assert!(p.exclusive);
+    assert_eq!((p.per_gpu, p.gpus, p.slots.len()), (2, 2, 4));
+    assert_eq!(p.to_os_string(), good);
+    assert_eq!(with(INHERITED_VAR, good).inherited, Some(Ok(p)));
+    assert_eq!(with(CONCURRENCY_VAR, "1").inherited, None);
+    for (bad, says) in [
+        ("", "fewer than five"),
+        ("1:1x1:shared:/tmp", "fewer than five"),
+        ("2:1x1:shared:0=5/1/10:/tmp", "format version 2"),
+        ("1:0x1:shared:0=5/1/10:/tmp", "layout `0x1`"),
+        ("1:1x1:both:0=5/1/10:/tmp", "kind `both`"),
+        ("1:1x1:shared:0=5/1:/tmp", "slot `0=5/1`"),
+        ("1:1x1:shared:0=5/1/10/3:/tmp", "slot `0=5/1/10/3`"),
+        ("1:1x1:shared:1=5/1/10:/tmp", "do not fit"),
+        ("1:2x1:exclusive:0=5/1/10:/tmp", "do not fit"),
+        ("1:2x1:exclusive:1=5/1/10,0=6/1/11:/tmp", "do not fit"),
+        ("1:1x1:shared:0=5/1/10:relative", "not an absolute path"),
+    ] {
+        let err = InheritedPermit::parse(OsStr::new(bad)).unwrap_err();
+        assert!(err.contains(says), "{bad}: {err}");
+        assert!(matches!(with(INHERITED_VAR, bad).inherited, Some(Err(_))));
+        // A bad value is the pool's to report (once, when it is first used), not a warning
+        // that GPU_TEST_PERMIT_STRICT_CONFIG would turn into failures.
+        assert!(with(INHERITED_VAR, bad).warnings.is_empty());
+    }
 }

@@ -43,7 +43,9 @@ static COMMANDS: &[Command] = &[
             name: "hold",
             synopsis: "[--exclusive] [--for DURATION]",
             about: "take a permit from the pool configured by the environment, print `held ...`, and keep\n\
-                    it until standard input closes (or for DURATION, e.g. 500ms, 2s, 1m)",
+                    it until standard input closes (or for DURATION, e.g. 500ms, 2s, 1m); a shell\n\
+                    cannot take over this permit (a lock lives in an open file, inherited only from a\n\
+                    parent): for a shell that holds one, use `run -- \"$SHELL\"`",
             flags: &["--exclusive"],
             options: &["--for"],
             operands: Operands::None,
@@ -54,13 +56,18 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "run",
-            synopsis: "[--exclusive] [--] COMMAND [ARGS...]",
+            synopsis: "[--exclusive] [--group GROUP] [--filter TEXT] [--] COMMAND [ARGS...]",
             about: "run COMMAND while holding a permit, and exit as it did (killed by a signal: the\n\
                     same signal); SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to COMMAND and the\n\
                     permit is held until it has exited; COMMAND and ARGS pass byte for byte, and the\n\
-                    options end at COMMAND",
+                    options end at COMMAND. COMMAND and what it starts work inside the permit\n\
+                    (GPU_TEST_PERMIT_INHERITED): a program that uses the crate takes no second one.\n\
+                    No permit (COMMAND runs in run's place) when ARGS contain --list (nextest listing\n\
+                    tests), with --group when NEXTEST_TEST_GROUP is not GROUP, and with --filter when\n\
+                    the test's name (NEXTEST_TEST_NAME, else ARGS) does not contain TEXT.\n\
+                    `run -- \"$SHELL\"` gives an interactive shell that holds a permit",
             flags: &["--exclusive"],
-            options: &[],
+            options: &["--group", "--filter"],
             operands: Operands::CommandLine,
         },
         run: run::main,
@@ -109,10 +116,13 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "nextest-snippet",
-            synopsis: "",
+            synopsis: "[--runner | --wrapper]",
             about: "print a .config/nextest.toml test group for GPU tests sized by\n\
-                    REALIZAR_GPU_TEST_CONCURRENCY x GPU_TEST_PERMIT_GPUS",
-            flags: &[],
+                    REALIZAR_GPU_TEST_CONCURRENCY x GPU_TEST_PERMIT_GPUS; with --runner, the\n\
+                    configuration that caps a suite that does not use the crate through\n\
+                    `gpu-test-permit run` as cargo's target runner; with --wrapper, the same as a\n\
+                    nextest wrapper script (experimental in nextest, since 0.9.98)",
+            flags: &["--runner", "--wrapper"],
             options: &[],
             operands: Operands::None,
         },
@@ -208,9 +218,16 @@ fn help(args: &Args) -> Result<ExitCode, String> {
 
 /// `nextest-snippet`: the test group, sized to all the permits the host has (N per GPU times
 /// the GPUs).
-fn nextest_snippet(_: &Args) -> Result<ExitCode, String> {
+fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
+    use gpu_test_permit::nextest;
     let n = gpu_test_permit::PermitPool::global().capacity();
-    print!("{}", gpu_test_permit::nextest::group_snippet(n));
+    let text = match (args.flag("--runner"), args.flag("--wrapper")) {
+        (true, true) => return Err(args.error("give --runner or --wrapper, not both")),
+        (true, false) => nextest::runner_snippet(n),
+        (false, true) => nextest::wrapper_snippet(n),
+        (false, false) => nextest::group_snippet(n),
+    };
+    print!("{text}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -261,6 +278,23 @@ fn config(_: &Args) -> Result<ExitCode, String> {
         (c::TRACE_VAR, or_off(&cfg.trace)),
         (c::SKIP_LOG_VAR, or_off(&cfg.skip_log)),
         (c::STRICT_VAR, (cfg.strict as u8).to_string()),
+        (
+            c::INHERITED_VAR,
+            match &cfg.inherited {
+                None => "unset".to_string(),
+                Some(Ok(p)) => format!(
+                    "{} permit on slot(s) {} of {}",
+                    if p.exclusive { "exclusive" } else { "shared" },
+                    p.slots
+                        .iter()
+                        .map(|s| s.index.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    p.dir.display()
+                ),
+                Some(Err(e)) => format!("invalid: {e}"),
+            },
+        ),
     ];
     println!("configuration from this environment:");
     for (var, value) in rows {

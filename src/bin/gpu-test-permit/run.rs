@@ -1,6 +1,15 @@
-//! `run [--exclusive] [--] COMMAND [ARGS...]`: run a command while holding a permit, and end the
-//! way it ended.
+//! `run [--exclusive] [--group GROUP] [--filter TEXT] [--] COMMAND [ARGS...]`: run a command
+//! while holding a permit, and end the way it ended.
 //!
+//! - The command works inside the permit: it inherits the open files that hold the permit's
+//!   slot locks and finds them named in `GPU_TEST_PERMIT_INHERITED`, so a command that itself
+//!   uses this crate (and everything it starts) takes no second slot (see
+//!   `GpuTestPermit::pass_to`). Should `run` be killed with SIGKILL, the slot stays locked until
+//!   the command and its descendants are gone too.
+//! - Straight through, with no permit, `run` executes the command in its own place when the
+//!   arguments contain `--list` (nextest lists a binary's tests through the target runner),
+//!   with `--group GROUP` when `NEXTEST_TEST_GROUP` is not GROUP, and with `--filter TEXT` when
+//!   the test's name (`NEXTEST_TEST_NAME`, else the arguments) does not contain TEXT.
 //! - The command and its arguments are passed on byte for byte (they need not be UTF-8).
 //! - Its exit code is ours. On Unix, when a signal killed it, we release the permit and then
 //!   die of the same signal (with core dumps off: the command's dump is the useful one), so a
@@ -12,8 +21,11 @@
 //!   the terminal sent (Ctrl-C) is not passed on: the terminal sent it to the whole foreground
 //!   process group, the command included.
 
+use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::process::{Command, ExitCode, ExitStatus};
+
+use gpu_test_permit::config::{Config, NextestEnv};
 
 use crate::args::Args;
 
@@ -22,16 +34,108 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     let exclusive = args.flag("--exclusive");
     // The parser has checked that there is a command, and left it and its arguments as given.
     let (program, program_args) = args.operands().split_first().ok_or("no command given")?;
+    let cannot_run =
+        |e: std::io::Error| format!("cannot run `{}`: {e}", Path::new(program).display());
+    let mut cmd = Command::new(program);
+    cmd.args(program_args);
+    let cfg = Config::from_env();
+    if pass_through(
+        program_args,
+        args.value("--group"),
+        args.value("--filter"),
+        cfg.nextest.as_ref(),
+    ) {
+        return sys::run_in_place(&mut cmd).map_err(cannot_run);
+    }
     // Before anything else starts a thread, so that every thread inherits the blocked mask.
     let signals = sys::Forwarder::start();
     let permit = crate::take(exclusive)?;
-    let mut cmd = Command::new(program);
-    cmd.args(program_args);
-    let status = signals
-        .run(&mut cmd)
-        .map_err(|e| format!("cannot run `{}`: {e}", Path::new(program).display()))?;
+    match permit.pass_to(&mut cmd) {
+        Ok(()) => {}
+        // Where descriptors are not inherited, a command that uses the crate takes its own.
+        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {}
+        Err(e) => return Err(format!("cannot pass the permit on: {e}")),
+    }
+    export_devices(&permit, &mut cmd)?;
+    let status = signals.run(&mut cmd).map_err(cannot_run)?;
     drop(permit);
     Ok(exit_like(status))
+}
+
+/// Makes the command see only the permit's GPUs (`CUDA_VISIBLE_DEVICES`, and the HIP/ROCm
+/// variables where the caller set them), so that a suite that opens device 0 lands on the
+/// permit's GPU; see [`gpu_test_permit::devices::export`]. The command then numbers its GPUs
+/// from 0, so its own pool (a command that uses the crate works inside this permit) is told
+/// which of them is which through `GPU_TEST_PERMIT_GPUS`: a list whose entry for the permit's
+/// device is 0 (the other entries are never used by a shared permit), or every GPU in pool
+/// order for an exclusive one.
+fn export_devices(
+    permit: &gpu_test_permit::GpuTestPermit,
+    cmd: &mut Command,
+) -> Result<(), String> {
+    use gpu_test_permit::devices::{self, VisibleDevices};
+    let pool = gpu_test_permit::PermitPool::global();
+    let gpus = pool.gpus();
+    let ids = Config::global().gpu_ids(gpus);
+    let caller = VisibleDevices::from_lookup(|name| std::env::var_os(name));
+    let vars = devices::export(permit.device(), &ids, &caller).map_err(|e| e.to_string())?;
+    for (name, value) in &vars {
+        cmd.env(name, value);
+    }
+    if vars
+        .iter()
+        .any(|(name, _)| *name == devices::CUDA_VISIBLE_DEVICES)
+    {
+        let seen: Vec<usize> = match permit.device() {
+            Some(k) => {
+                let mut others: Vec<usize> = (1..gpus).collect();
+                others.insert(k.min(others.len()), 0);
+                others
+            }
+            None => (0..gpus).collect(),
+        };
+        let list: Vec<String> = seen.iter().map(usize::to_string).collect();
+        // One GPU is written with a trailing comma, so that it reads as a list, not a count.
+        let value = match list.as_slice() {
+            [one] => format!("{one},"),
+            _ => list.join(","),
+        };
+        cmd.env(gpu_test_permit::config::GPUS_VAR, value);
+    }
+    Ok(())
+}
+
+/// Whether the command runs straight through, without a permit: a listing of tests (`--list`
+/// among its arguments), a test outside test group `group`, or one whose name does not
+/// contain `filter`.
+fn pass_through(
+    args: &[OsString],
+    group: Option<&OsStr>,
+    filter: Option<&OsStr>,
+    nextest: Option<&NextestEnv>,
+) -> bool {
+    if args.iter().any(|a| a == "--list") {
+        return true;
+    }
+    if let Some(group) = group {
+        let current = nextest.and_then(|n| n.test_group.as_deref());
+        if current.map(OsStr::new) != Some(group) {
+            return true;
+        }
+    }
+    if let Some(filter) = filter {
+        let filter = filter.to_string_lossy();
+        let name = match nextest.and_then(|n| n.test_name.as_deref()) {
+            Some(name) => name.contains(&*filter),
+            // Without the variable (older nextest, cargo test), the test is named in the
+            // arguments.
+            None => args.iter().any(|a| a.to_string_lossy().contains(&*filter)),
+        };
+        if !name {
+            return true;
+        }
+    }
+    false
 }
 
 /// Ends this process the way `status` ended the command, or returns the exit code to use.
@@ -209,6 +313,12 @@ mod sys {
         (rc == 0).then_some((sig, false))
     }
 
+    /// Replaces this process with `cmd`; returns only when that fails.
+    pub(super) fn run_in_place(cmd: &mut Command) -> io::Result<std::process::ExitCode> {
+        use std::os::unix::process::CommandExt;
+        Err(cmd.exec())
+    }
+
     /// Dies of `sig` with its default action; returns only if that does not end the process.
     pub(super) fn die_of(sig: c_int) {
         // SAFETY: plain libc calls on valid arguments. The default action replaces any handler
@@ -244,6 +354,59 @@ mod sys {
 
         pub(super) fn run(self, cmd: &mut Command) -> io::Result<ExitStatus> {
             cmd.status()
+        }
+    }
+
+    /// Runs `cmd` and ends as it did.
+    pub(super) fn run_in_place(cmd: &mut Command) -> io::Result<std::process::ExitCode> {
+        cmd.status().map(super::exit_like)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(group: Option<&str>, name: Option<&str>) -> NextestEnv {
+        let lookup = |var: &str| -> Option<OsString> {
+            match var {
+                "NEXTEST_RUN_ID" => Some("r".into()),
+                "NEXTEST_TEST_GROUP" => group.map(Into::into),
+                "NEXTEST_TEST_NAME" => name.map(Into::into),
+                _ => None,
+            }
+        };
+        Config::from_lookup(lookup).nextest.unwrap()
+    }
+
+    #[test]
+    fn listings_other_groups_and_unmatched_names_pass_through() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        let gpu = Some(OsStr::new("gpu"));
+        let test = args(&["gpu::draws", "--exact", "--nocapture"]);
+        let list = args(&["--list", "--format", "terse"]);
+        let in_gpu = env(Some("gpu"), Some("gpu::draws"));
+        let global = env(Some("@global"), Some("cpu::adds"));
+        // (args, group, filter, env, passes through)
+        let cases: [(&[OsString], _, _, Option<&NextestEnv>, bool); 10] = [
+            (&list, None, None, None, true),
+            (&list, gpu, None, Some(&in_gpu), true),
+            (&test, None, None, None, false),
+            (&test, gpu, None, Some(&in_gpu), false),
+            (&test, gpu, None, Some(&global), true),
+            (&test, gpu, None, None, true),
+            (&test, None, Some(OsStr::new("gpu::")), Some(&in_gpu), false),
+            (&test, None, Some(OsStr::new("gpu::")), Some(&global), true),
+            // Without NEXTEST_TEST_NAME the arguments name the test.
+            (&test, None, Some(OsStr::new("draws")), None, false),
+            (&test, gpu, Some(OsStr::new("other")), Some(&in_gpu), true),
+        ];
+        for (i, (a, group, filter, nextest, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                pass_through(a, group, filter, nextest),
+                expected,
+                "case {i}"
+            );
         }
     }
 }
