@@ -537,49 +537,36 @@ fn wgpu_adapter_name_without_a_match_fails_and_lists_the_adapters() {
 fn run_exports_the_permits_gpu_through_the_callers_list() {
     use std::time::Duration;
     let dir = crate::util::tempdir();
-    let with = |c: &mut std::process::Command| {
+    let cli = || {
+        let mut c = crate::util::cli(dir.path(), 1);
         c.env("GPU_TEST_PERMIT_GPUS", "2")
             .env("CUDA_VISIBLE_DEVICES", "2,3");
+        c
+    };
+    // What the command of `run <options>` sees.
+    let seen = |options: &[&str]| {
+        let out = cli()
+            .arg("run")
+            .args(options)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                "echo \"$CUDA_VISIBLE_DEVICES $GPU_TEST_PERMIT_GPUS\"",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
     // The first permit (device 0) is held elsewhere; `run` gets device 1.
-    let mut first = crate::util::cli(dir.path(), 1);
-    with(&mut first);
+    let mut first = cli();
     first.arg("hold");
     let first = crate::util::Holder::spawn(first);
     assert!(first.held_within(Duration::from_secs(20)));
-    let mut run = crate::util::cli(dir.path(), 1);
-    with(&mut run);
-    let out = run
-        .args([
-            "run",
-            "--",
-            "sh",
-            "-c",
-            "echo \"$CUDA_VISIBLE_DEVICES $GPU_TEST_PERMIT_GPUS\"",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
     // Device 1 of the caller's "2,3" is physical GPU 3; the command sees it as its GPU 0.
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "3 1,0");
+    assert_eq!(seen(&[]), "3 1,0");
     assert!(first.release().0.success());
     // Exclusive: both of the caller's GPUs, in pool order.
-    let mut run = crate::util::cli(dir.path(), 1);
-    with(&mut run);
-    let out = run
-        .args([
-            "run",
-            "--exclusive",
-            "--",
-            "sh",
-            "-c",
-            "echo \"$CUDA_VISIBLE_DEVICES $GPU_TEST_PERMIT_GPUS\"",
-        ])
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "2,3 0,1",
-        "{out:?}"
-    );
+    assert_eq!(seen(&["--exclusive"]), "2,3 0,1");
 }
