@@ -108,11 +108,9 @@ impl HolderRecord {
     }
 
     fn decode(raw: &[u8]) -> Result<Option<HolderRecord>, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
-        let text = text.trim_matches(|c: char| c.is_whitespace() || c == '\0');
-        if text.is_empty() {
+        let Some(text) = padded_text(raw)? else {
             return Ok(None);
-        }
+        };
         let mut r: HolderRecord = serde_json::from_str(text).map_err(|e| e.to_string())?;
         // Another process wrote the names: keep them from moving a terminal's cursor or
         // starting a forged line wherever they are shown.
@@ -142,6 +140,13 @@ pub(crate) fn escape_controls(text: &str) -> String {
 fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// The text of a padded record (blank or all padding: none).
+fn padded_text(raw: &[u8]) -> Result<Option<&str>, String> {
+    let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
+    let text = text.trim_matches(|c: char| c.is_whitespace() || c == '\0');
+    Ok((!text.is_empty()).then_some(text))
 }
 
 fn truncate(s: &mut String, limit: usize) {
@@ -203,11 +208,9 @@ impl Layout {
     }
 
     fn decode(raw: &[u8]) -> Result<Option<Layout>, String> {
-        let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
-        let text = text.trim_matches(|c: char| c.is_whitespace() || c == '\0');
-        if text.is_empty() {
+        let Some(text) = padded_text(raw)? else {
             return Ok(None);
-        }
+        };
         let r: LayoutRecord = serde_json::from_str(text).map_err(|e| e.to_string())?;
         if r.v != LAYOUT_VERSION {
             return Err(format!(
@@ -1167,11 +1170,7 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
                 continue;
             }
         };
-        let record = || {
-            let mut buf = vec![0u8; RECORD_LEN];
-            let n = sys::read_at_start(&file, &mut buf).ok()?;
-            HolderRecord::decode(&buf[..n]).ok().flatten()
-        };
+        let record = || read_record(&file);
         match index {
             Some(index) => out.slots.push(SlotStatus {
                 index,

@@ -75,6 +75,14 @@ impl Inherited {
 
 impl PoolInner {
     /// Whether permits record names and wall-clock times (for host records or the trace).
+    /// N per GPU and the GPUs, as this pool counts them.
+    pub(super) fn layout(&self) -> Layout {
+        Layout {
+            per_gpu: self.local.capacity() / self.gpus,
+            gpus: self.gpus,
+        }
+    }
+
     pub(super) fn detailed(&self) -> bool {
         self.host.is_some() || self.tracer.is_some()
     }
@@ -343,7 +351,7 @@ impl PermitPool {
 
     /// Permits per GPU (N).
     pub fn concurrency(&self) -> usize {
-        self.inner().local.capacity() / self.inner().gpus
+        self.inner().layout().per_gpu
     }
 
     /// GPUs the pool spans.
@@ -560,7 +568,7 @@ impl PermitPool {
                     thread: d.thread.clone(),
                     since_unix_ms: unix_ms(d.since_wall),
                     exclusive,
-                    concurrency: inner.local.capacity() / inner.gpus,
+                    concurrency: inner.layout().per_gpu,
                 };
                 match host.acquire(units, wait.resolve(start), &record) {
                     Ok(slots) => {
@@ -603,10 +611,7 @@ impl PermitPool {
                 thread,
                 exclusive,
                 deadline,
-                layout: Layout {
-                    per_gpu: inner.local.capacity() / inner.gpus,
-                    gpus: inner.gpus,
-                },
+                layout: inner.layout(),
                 slot_dir: inner.host.as_ref().map(|h| h.dir().to_path_buf()),
             });
             seat.watch.store(id, Ordering::Relaxed);
@@ -699,7 +704,7 @@ impl PermitPool {
             waited: asked.elapsed(),
             kind,
             test,
-            concurrency: inner.local.capacity() / inner.gpus,
+            concurrency: inner.layout().per_gpu,
             capacity: inner.local.capacity(),
             holders,
             waiters,

@@ -60,7 +60,9 @@ fn inherited_permit_child() {
     println!("inside run's permit");
 }
 
-fn run_child(exclusive: bool) -> (std::process::Output, Duration) {
+/// Runs the child test under `run` and checks that it ran inside `run`'s permit; returns how
+/// long that took.
+fn run_child(exclusive: bool) -> Duration {
     let dir = tempdir();
     let mut c = cli(dir.path(), if exclusive { 2 } else { 1 });
     c.env("GPU_TEST_PERMIT_TIMEOUT", "30s")
@@ -76,33 +78,27 @@ fn run_child(exclusive: bool) -> (std::process::Output, Duration) {
     ]);
     let start = Instant::now();
     let out = c.output().unwrap();
-    (out, start.elapsed())
-}
-
-#[test]
-fn a_test_that_uses_the_crate_under_run_with_one_permit_runs_at_once() {
-    let (out, took) = run_child(false);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let took = start.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("inside run's permit"), "{stdout}");
+    took
+}
+
+#[test]
+fn a_test_that_uses_the_crate_under_run_with_one_permit_runs_at_once() {
+    let took = run_child(false);
     // It would have waited for its own parent until the 30 s deadline.
     assert!(took < Duration::from_secs(10), "{took:?}");
 }
 
 #[test]
 fn under_run_exclusive_the_command_gets_every_slot() {
-    let (out, _) = run_child(true);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("inside run's permit"), "{stdout}");
+    run_child(true);
 }
 
 #[test]
