@@ -39,7 +39,11 @@ pub struct TraceEvent {
 }
 
 /// Details of a [`TraceEvent`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Fields added after the first release have defaults, so traces of earlier versions still
+/// read; [`read_events`] fills in what they lack (`units`: 1, or `capacity` for an exclusive
+/// permit; `gpus`: 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TraceArgs {
     /// Test name.
     pub test: String,
@@ -53,6 +57,35 @@ pub struct TraceArgs {
     /// earlier versions).
     #[serde(alias = "concurrency")]
     pub capacity: usize,
+    /// Permit units the permit held: 1 for a plain permit, k for a weighted one, `capacity`
+    /// for an exclusive one.
+    #[serde(default)]
+    pub units: usize,
+    /// GPUs the pool spans (its `capacity` is N per GPU times this).
+    #[serde(default)]
+    pub gpus: usize,
+    /// GPU memory the test declared it needs, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+    /// GPU memory the test was measured to use, in bytes, where its fixture could measure it
+    /// (hold events only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used: Option<u64>,
+    /// The per-GPU memory budget in force, in bytes, when one was set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_budget: Option<u64>,
+}
+
+impl TraceArgs {
+    /// Fills in what traces of earlier versions lack.
+    fn normalise(&mut self) {
+        if self.units == 0 {
+            self.units = if self.exclusive { self.capacity } else { 1 };
+        }
+        if self.gpus == 0 {
+            self.gpus = 1;
+        }
+    }
 }
 
 /// Appends events to a trace file.
@@ -109,12 +142,13 @@ pub fn read_events(path: &Path) -> io::Result<Vec<TraceEvent>> {
         if line.is_empty() || line == "[" || line == "]" {
             continue;
         }
-        let ev = serde_json::from_str(line).map_err(|e| {
+        let mut ev: TraceEvent = serde_json::from_str(line).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{} line {}: {e}", path.display(), i + 1),
             )
         })?;
+        ev.args.normalise();
         out.push(ev);
     }
     Ok(out)
@@ -202,7 +236,7 @@ pub struct Unreleased {
 /// let ev = |name: &str, ts, dur| TraceEvent {
 ///     name: name.into(), cat: "gpu-test-permit".into(), ph: "X".into(), ts, dur, pid: 1, tid: 1,
 ///     args: TraceArgs { test: "t".into(), thread: "t".into(), slots: vec![0],
-///                       exclusive: false, capacity: 1 },
+///                       exclusive: false, capacity: 1, ..Default::default() },
 /// };
 /// // Two 100 ms holds one after the other on N = 1; the second waited 100 ms.
 /// let s = summarize(&[ev("wait", 0, 0), ev("hold", 0, 100_000),
@@ -379,7 +413,7 @@ fn replay(requests: &[(u64, u64, bool)], n: usize) -> (u64, bool) {
 /// let ev = |name: &str, tid, ts, dur| TraceEvent {
 ///     name: name.into(), cat: "gpu-test-permit".into(), ph: "X".into(), ts, dur, pid: 7, tid,
 ///     args: TraceArgs { test: "t".into(), thread: format!("t{tid}"), slots: vec![0],
-///                       exclusive: false, capacity: 1 },
+///                       exclusive: false, capacity: 1, ..Default::default() },
 /// };
 /// let text = timeline(&[ev("wait", 1, 0, 0), ev("hold", 1, 0, 100_000),
 ///                       ev("wait", 2, 0, 100_000), ev("hold", 2, 100_000, 100_000)], 50);

@@ -44,6 +44,7 @@ pub fn event(name: &str, test: String, pid: u32, tid: u64, ts: u64, dur: u64) ->
             slots: vec![0],
             exclusive: false,
             capacity: 1,
+            ..Default::default()
         },
     }
 }

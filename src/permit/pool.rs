@@ -111,6 +111,9 @@ impl PoolInner {
                 slots: slots.collect(),
                 exclusive,
                 capacity: self.local.capacity(),
+                units: if exclusive { self.local.capacity() } else { 1 },
+                gpus: self.gpus,
+                ..Default::default()
             },
         }
     }

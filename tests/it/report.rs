@@ -79,6 +79,7 @@ fn event(name: &str, test: &str, tid: u64, ts: u64, dur: u64, exclusive: bool) -
             slots: vec![0],
             exclusive,
             capacity: 2,
+            ..Default::default()
         },
     }
 }
