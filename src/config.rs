@@ -21,6 +21,7 @@
 //! | `GPU_TEST_PERMIT_PROBE` | `child`, or `in-process` to probe inside the test process (faster, unprotected) | `child` |
 //! | `GPU_TEST_PERMIT_SKIP_LOG` | file to append one line per skipped test to | off |
 //! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1), a count (`4`: GPUs 0 to 3), or a list of GPU ids (`0,2,3`; one GPU: `3,`) that permit device k maps to, as the process numbers its CUDA devices (after `CUDA_VISIBLE_DEVICES`) | `auto` |
+//! | `GPU_TEST_PERMIT_GPU_MEMORY` | GPU memory per GPU that permits budget: a size (`64GiB`, `80GB`, `512MiB`, bytes) or a percentage of the smallest device memory the CUDA probe reports (`90%`); a permit declaring memory ([`acquire_memory`](crate::acquire_memory)) takes `ceil(bytes / (budget / N))` permit units. On unified-memory devices (GB10) set a size: the probe does not derive one | CUDA device memory (discrete GPUs, feature `cuda`), else none |
 //! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
 //! | `GPU_TEST_PERMIT_INHERITED` | set by `gpu-test-permit run` for its command: the permit it holds, which the command and its descendants work inside instead of taking host slots (see [`InheritedPermit`]); not for setting by hand | unset |
 //! | `WGPU_ADAPTER_NAME` | wgpu's own: the wgpu fixture uses only adapters whose name contains this text (case-insensitive), as `wgpu::util::initialize_adapter_from_env` does; no match fails the test with the list of adapters | best adapter |
@@ -95,6 +96,10 @@ pub const SKIP_LOG_VAR: &str = "GPU_TEST_PERMIT_SKIP_LOG";
 /// with `cuda`, else 1), a count, or a comma-separated list of GPU ids (`0,2,3`; a single GPU
 /// as `3,`). Each GPU gets [`CONCURRENCY_VAR`] permits; see [`Gpus`].
 pub const GPUS_VAR: &str = "GPU_TEST_PERMIT_GPUS";
+/// GPU memory per GPU that permits budget: a size with a unit (`64GiB`, `80GB`, `512MiB`, or
+/// plain bytes) or a percentage (`90%`) of the smallest device memory the CUDA probe reports.
+/// See [`MemoryBudget`].
+pub const GPU_MEMORY_VAR: &str = "GPU_TEST_PERMIT_GPU_MEMORY";
 /// `1` (or `true`, `yes`, `on`) turns configuration warnings into failures: [`Config::global`]
 /// panics with them. `0`, `false`, `no`, `off` or unset: warnings only.
 pub const STRICT_VAR: &str = "GPU_TEST_PERMIT_STRICT_CONFIG";
@@ -194,6 +199,8 @@ pub struct Config {
     pub nextest: Option<NextestEnv>,
     /// Whether warnings are failures, from [`STRICT_VAR`].
     pub strict: bool,
+    /// The per-GPU memory budget, from [`GPU_MEMORY_VAR`]; `None` when unset (or rejected).
+    pub gpu_memory: Option<MemoryBudget>,
     /// The permit a parent holds for this process, from [`INHERITED_VAR`]: `None` when unset,
     /// the reason when it cannot be parsed (the pool then says so once and takes permits as
     /// usual).
@@ -222,6 +229,40 @@ impl fmt::Display for ConfigWarning {
             "{}='{}' {}; using {}",
             self.var, self.value, self.problem, self.using
         )
+    }
+}
+
+/// What [`GPU_MEMORY_VAR`] says: see [`parse_memory`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MemoryBudget {
+    /// This many bytes per GPU.
+    Bytes(u64),
+    /// This percentage (above 0, at most 100) of the smallest device memory the probe reports.
+    Percent(f64),
+}
+
+impl fmt::Display for MemoryBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemoryBudget::Bytes(b) => f.write_str(&format_bytes(*b)),
+            MemoryBudget::Percent(p) => write!(f, "{p}% of the device memory"),
+        }
+    }
+}
+
+/// `bytes` in the largest binary unit that keeps one decimal meaningful: `512 MiB`, `1.5 GiB`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
     }
 }
 
@@ -494,8 +535,17 @@ impl Config {
                 }
             }
         });
+        let gpu_memory = lookup(GPU_MEMORY_VAR).and_then(|raw| {
+            parse_memory(&raw)
+                .map_err(|problem| {
+                    let using = "no memory budget (memory declarations count as one permit)";
+                    warnings.push(warning(GPU_MEMORY_VAR, &raw, problem, using));
+                })
+                .ok()
+        });
         Config {
             strict,
+            gpu_memory,
             inherited,
             wgpu_adapter,
             wgpu_power,
@@ -802,6 +852,10 @@ pub enum ValueError {
     RepeatedGpu(usize),
     /// A list of more than [`MAX_CONCURRENCY`] GPU ids.
     TooManyGpus,
+    /// Not a size like `64GiB`, `80GB`, `512MiB` or a percentage like `90%`.
+    NotMemory,
+    /// A size of zero, or a percentage outside (0, 100].
+    MemoryOutOfRange,
 }
 
 impl fmt::Display for ValueError {
@@ -820,6 +874,12 @@ impl fmt::Display for ValueError {
             ValueError::NotGpuList => f.write_str("is not a count or a list of GPU ids like 0,2,3"),
             ValueError::RepeatedGpu(id) => write!(f, "lists GPU {id} more than once"),
             ValueError::TooManyGpus => write!(f, "lists more than {MAX_CONCURRENCY} GPUs"),
+            ValueError::NotMemory => {
+                f.write_str("is not a size like 64GiB, 80GB or 512MiB, or a percentage like 90%")
+            }
+            ValueError::MemoryOutOfRange => {
+                f.write_str("must be a size above zero or a percentage above 0 and at most 100")
+            }
         }
     }
 }
@@ -949,6 +1009,61 @@ pub fn parse_duration(raw: &OsString) -> Result<Duration, ValueError> {
         return Err(ValueError::ZeroDuration);
     }
     Ok(d)
+}
+
+/// Parses a memory budget: a whole or decimal number with an optional unit — `B`, `K`/`KB`,
+/// `M`/`MB`, `G`/`GB`, `T`/`TB` (powers of 1000) or `KiB`, `MiB`, `GiB`, `TiB` (powers of
+/// 1024), case-insensitive, a space allowed before the unit; no unit means bytes — or a
+/// percentage `p%` with 0 < p <= 100.
+///
+/// # Errors
+///
+/// The [`ValueError`] that says what is wrong with `raw`.
+///
+/// ```
+/// use gpu_test_permit::config::{parse_memory, MemoryBudget};
+/// assert_eq!(parse_memory(&"64GiB".into()), Ok(MemoryBudget::Bytes(64 << 30)));
+/// assert_eq!(parse_memory(&"1.5 GB".into()), Ok(MemoryBudget::Bytes(1_500_000_000)));
+/// assert_eq!(parse_memory(&" 90% ".into()), Ok(MemoryBudget::Percent(90.0)));
+/// assert!(parse_memory(&"lots".into()).is_err());
+/// ```
+pub fn parse_memory(raw: &OsString) -> Result<MemoryBudget, ValueError> {
+    let s = utf8(raw)?.trim();
+    if s.is_empty() {
+        return Err(ValueError::Empty);
+    }
+    if let Some(p) = s.strip_suffix('%') {
+        let p: f64 = p.trim().parse().map_err(|_| ValueError::NotMemory)?;
+        if !(p > 0.0 && p <= 100.0) {
+            return Err(ValueError::MemoryOutOfRange);
+        }
+        return Ok(MemoryBudget::Percent(p));
+    }
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    if number.is_empty() || number.starts_with('.') || number.ends_with('.') {
+        return Err(ValueError::NotMemory);
+    }
+    let value: f64 = number.parse().map_err(|_| ValueError::NotMemory)?;
+    let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(ValueError::NotMemory),
+    };
+    let bytes = (value * scale).round();
+    if bytes < 1.0 || !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err(ValueError::MemoryOutOfRange);
+    }
+    Ok(MemoryBudget::Bytes(bytes as u64))
 }
 
 fn parse_dir(raw: &OsString) -> Result<PathBuf, &'static str> {

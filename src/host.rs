@@ -87,6 +87,17 @@ pub struct HolderRecord {
     pub exclusive: bool,
     /// The holder's permits per GPU, N.
     pub concurrency: usize,
+    /// Units of the permit (1; k for a weighted permit; all slots for an exclusive one).
+    /// Records of earlier versions lack it: 1.
+    #[serde(default = "one")]
+    pub units: usize,
+    /// GPU memory the permit's request declared, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+}
+
+fn one() -> usize {
+    1
 }
 
 impl HolderRecord {
@@ -418,13 +429,16 @@ impl HostSlots {
         &self.slots[index].file
     }
 
-    /// Takes `units` slots, waiting until `deadline`. Returns the slot indices.
+    /// Takes `units` slots of one GPU (every slot when `exclusive`), waiting until `deadline`.
+    /// Returns the slot indices.
     pub(crate) fn acquire(
         &self,
         units: usize,
+        exclusive: bool,
         deadline: Option<Instant>,
         record: &HolderRecord,
     ) -> Result<Vec<usize>, HostWaitError> {
+        let units = if exclusive { self.slots.len() } else { units };
         let mut turn = match deadline {
             None => self.acquire_lock.lock(),
             Some(d) => match self.acquire_lock.try_lock_until(d) {
@@ -433,7 +447,7 @@ impl HostSlots {
             },
         };
         let waiting = &mut *turn;
-        let result = self.take_turn(units, deadline, record, waiting);
+        let result = self.take_turn(units, exclusive, deadline, record, waiting);
         waiting.unlist();
         result
     }
@@ -441,6 +455,7 @@ impl HostSlots {
     fn take_turn(
         &self,
         units: usize,
+        exclusive: bool,
         deadline: Option<Instant>,
         record: &HolderRecord,
         waiting: &mut Waiting,
@@ -459,7 +474,7 @@ impl HostSlots {
             }
             // The head takes slots; so does anyone when the head is stopped and cannot.
             if gate || self.head_is_stopped() {
-                match self.try_take(units, record) {
+                match self.try_take(units, exclusive, record) {
                     Ok(Some(got)) => break Ok(got),
                     Ok(None) => {}
                     Err(e) => break Err(e),
@@ -496,43 +511,53 @@ impl HostSlots {
         result
     }
 
-    /// Takes `units` free slots now, all of them or none. Records are written only once all
-    /// are taken.
+    /// Takes `units` free slots now, all of them or none: any slots for an exclusive request
+    /// (which asks for all), else slots of one GPU, the first GPU that has enough. Records are
+    /// written only once all are taken.
     fn try_take(
         &self,
         units: usize,
+        exclusive: bool,
         record: &HolderRecord,
     ) -> Result<Option<Vec<usize>>, HostWaitError> {
-        let mut got = Vec::with_capacity(units);
-        for (i, slot) in self.slots.iter().enumerate() {
-            if got.len() == units {
-                break;
+        let gpus = if exclusive || units == 1 {
+            1
+        } else {
+            self.layout.gpus
+        };
+        for gpu in 0..gpus {
+            let mut got = Vec::with_capacity(units);
+            for (i, slot) in self.slots.iter().enumerate().skip(gpu).step_by(gpus) {
+                if got.len() == units {
+                    break;
+                }
+                if slot.held.load(Ordering::Acquire) {
+                    continue;
+                }
+                match slot.file.try_lock() {
+                    Ok(()) => {
+                        slot.held.store(true, Ordering::Release);
+                        got.push(i);
+                    }
+                    Err(TryLockError::WouldBlock) => {}
+                    Err(TryLockError::Error(e)) => {
+                        self.unlock_unrecorded(&got);
+                        return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
+                    }
+                }
             }
-            if slot.held.load(Ordering::Acquire) {
+            if got.len() < units {
+                self.unlock_unrecorded(&got);
                 continue;
             }
-            match slot.file.try_lock() {
-                Ok(()) => {
-                    slot.held.store(true, Ordering::Release);
-                    got.push(i);
-                }
-                Err(TryLockError::WouldBlock) => {}
-                Err(TryLockError::Error(e)) => {
-                    self.unlock_unrecorded(&got);
-                    return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
-                }
+            let bytes = record.encode();
+            for &i in &got {
+                // A record is diagnostics only; failing to write one must not fail the test.
+                let _ = sys::write_at(&self.slots[i].file, &bytes, 0);
             }
+            return Ok(Some(got));
         }
-        if got.len() < units {
-            self.unlock_unrecorded(&got);
-            return Ok(None);
-        }
-        let bytes = record.encode();
-        for &i in &got {
-            // A record is diagnostics only; failing to write one must not fail the test.
-            let _ = sys::write_at(&self.slots[i].file, &bytes, 0);
-        }
-        Ok(Some(got))
+        Ok(None)
     }
 
     /// Gives back slots taken by a request that could not get all it asked for. Nothing was
@@ -1214,6 +1239,8 @@ mod tests {
             since_unix_ms: 5,
             exclusive: true,
             concurrency: 2,
+            units: 2,
+            memory: None,
         };
         let enc = r.encode();
         assert_eq!(enc.len(), RECORD_LEN);

@@ -75,8 +75,9 @@ pub mod trace;
 
 pub use fixture::FixtureError;
 pub use permit::{
-    AcquireError, EnteredPermit, GpuTestPermit, Holder, PermitKind, PermitPool, PoolBuilder,
-    WaitTimeout, Waiter, acquire, acquire_exclusive, try_acquire_for,
+    AcquireError, EnteredPermit, GpuTestPermit, Holder, PermitKind, PermitPool, PermitRequest,
+    PoolBuilder, WaitTimeout, Waiter, acquire, acquire_exclusive, acquire_memory, acquire_weighted,
+    try_acquire_for,
 };
 pub use permitted::Permitted;
 

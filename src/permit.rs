@@ -16,7 +16,7 @@ mod watchdog;
 use std::time::Duration;
 
 pub use error::{AcquireError, Holder, WaitTimeout, Waiter};
-pub use pool::{PermitPool, PoolBuilder};
+pub use pool::{PermitPool, PermitRequest, PoolBuilder};
 pub use seat::{EnteredPermit, GpuTestPermit};
 
 /// Takes a shared GPU permit from the [global pool](PermitPool::global), waiting for one as long
@@ -57,6 +57,57 @@ pub fn acquire() -> GpuTestPermit {
 /// ```
 pub fn acquire_exclusive() -> GpuTestPermit {
     PermitPool::global().acquire_exclusive()
+}
+
+/// Takes a permit of `units` of one GPU's N units from the [global pool](PermitPool::global):
+/// a test that needs as much of the GPU as k ordinary tests counts as k, so that N can be set
+/// for the ordinary tests instead of the largest one. All units come from one GPU, and are
+/// taken at once or not at all, across processes too; requests are served in arrival order,
+/// so a heavy request is not starved by light ones.
+///
+/// A thread holding a permit of at least `units` units gets a nested guard at once.
+///
+/// # Panics
+///
+/// As [`acquire`]; and when `units` is more than a GPU has (N), and when the thread holds a
+/// permit of fewer units (it would wait for itself).
+///
+/// # Examples
+///
+/// ```
+/// // Half of a GPU shared by N = 4 ordinary tests.
+/// # std::env::set_var("REALIZAR_GPU_TEST_CONCURRENCY", "4");
+/// let heavy = gpu_test_permit::acquire_weighted(2);
+/// assert_eq!(heavy.units(), 2);
+/// ```
+pub fn acquire_weighted(units: usize) -> GpuTestPermit {
+    PermitPool::global().acquire_weighted(units)
+}
+
+/// Takes a permit for a test that needs `bytes` of GPU memory from the
+/// [global pool](PermitPool::global): it holds `ceil(bytes / (budget / N))` of its GPU's N
+/// units, where the budget is `GPU_TEST_PERMIT_GPU_MEMORY` (a size, or a percentage of the
+/// device memory) or, unset, the device memory the CUDA probe reports on discrete GPUs. N
+/// still caps the number of tests; memory only makes big tests count as several.
+///
+/// Without a known budget (no variable, no CUDA device), the permit holds one unit and the
+/// process says so once.
+///
+/// # Panics
+///
+/// As [`acquire_weighted`], and when `bytes` is more than one GPU's budget.
+///
+/// # Examples
+///
+/// ```
+/// # std::env::set_var("REALIZAR_GPU_TEST_CONCURRENCY", "4");
+/// # std::env::set_var("GPU_TEST_PERMIT_GPU_MEMORY", "16GiB");
+/// // N = 4 on a 16 GiB budget: units of 4 GiB; 6 GiB takes two of them.
+/// let permit = gpu_test_permit::acquire_memory(6 << 30);
+/// assert_eq!((permit.units(), permit.memory()), (2, Some(6 << 30)));
+/// ```
+pub fn acquire_memory(bytes: u64) -> GpuTestPermit {
+    PermitPool::global().acquire_memory(bytes)
 }
 
 /// Like [`acquire`], but waits at most `timeout` and returns an error instead of panicking.

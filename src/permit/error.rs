@@ -1,6 +1,8 @@
 //! Why a permit could not be had, and who was in the way.
 
 use std::fmt;
+
+use crate::config::INHERITED_VAR;
 use std::time::Duration;
 
 use super::PermitKind;
@@ -17,6 +19,34 @@ pub enum AcquireError {
     ExclusiveWhileShared,
     /// A non-blocking request ([`PermitPool::try_acquire`](crate::PermitPool::try_acquire)) found no free permit.
     WouldBlock,
+    /// A weighted request asked for more units than one GPU has: it could never be served.
+    #[non_exhaustive]
+    TooLarge {
+        /// Units asked for (from a weight, or from declared memory).
+        asked: usize,
+        /// Units one GPU has (N), or those of the permit this process works inside.
+        per_gpu: usize,
+        /// The pool works inside a permit inherited from `gpu-test-permit run`, which holds
+        /// `per_gpu` units.
+        inherited: bool,
+    },
+    /// A request declared more memory than one GPU's budget: it could never be served.
+    #[non_exhaustive]
+    MemoryTooLarge {
+        /// Bytes declared.
+        asked: u64,
+        /// The per-GPU budget, bytes.
+        budget: u64,
+    },
+    /// The thread holds a permit of fewer units than it now asks for; waiting for more would
+    /// wait for itself. Take the larger permit first, or drop the smaller one.
+    #[non_exhaustive]
+    NestedLarger {
+        /// Units of the permit the thread holds.
+        held: usize,
+        /// Units asked for.
+        asked: usize,
+    },
     /// The host slots could not be used.
     Host(HostError),
 }
@@ -31,6 +61,36 @@ impl fmt::Display for AcquireError {
                  before any shared one, or drop the shared one first",
             ),
             AcquireError::WouldBlock => f.write_str("no GPU permit is free right now"),
+            AcquireError::TooLarge {
+                asked,
+                per_gpu,
+                inherited: false,
+            } => write!(
+                f,
+                "asked for a GPU permit of {asked} units, but a GPU has only {per_gpu} \
+                 (REALIZAR_GPU_TEST_CONCURRENCY); ask for at most {per_gpu} units, take the \
+                 exclusive permit, or raise N"
+            ),
+            AcquireError::TooLarge { asked, per_gpu, .. } => write!(
+                f,
+                "asked for a GPU permit of {asked} units, but this process works inside the \
+                 permit of `gpu-test-permit run` ({INHERITED_VAR}), which holds {per_gpu}; give \
+                 `run` --units {asked} (or --exclusive)"
+            ),
+            AcquireError::MemoryTooLarge { asked, budget } => write!(
+                f,
+                "declared {} of GPU memory, but the budget of one GPU is {} \
+                 (GPU_TEST_PERMIT_GPU_MEMORY, or the device memory the probe found); declare \
+                 at most that, or raise the budget",
+                crate::config::format_bytes(*asked),
+                crate::config::format_bytes(*budget)
+            ),
+            AcquireError::NestedLarger { held, asked } => write!(
+                f,
+                "this thread holds a GPU permit of {held} unit(s) and asked for {asked}, which \
+                 would wait for itself forever; take the larger permit first (nested requests \
+                 of at most {held} units then use it), or drop the smaller one"
+            ),
             AcquireError::Host(e) => e.fmt(f),
         }
     }
@@ -59,6 +119,8 @@ pub struct Holder {
     pub held_for: Duration,
     /// Whether it holds the whole pool.
     pub exclusive: bool,
+    /// Permit units it holds (1, k for a weighted permit, all for an exclusive one).
+    pub units: usize,
     /// Whether its process was stopped (`SIGSTOP`, Ctrl-Z, a debugger): it keeps its permit
     /// until it is resumed or killed.
     pub stopped: bool,
@@ -73,7 +135,13 @@ impl fmt::Display for Holder {
             self.thread,
             self.pid,
             self.held_for.as_secs_f64(),
-            if self.exclusive { ", exclusive" } else { "" },
+            if self.exclusive {
+                ", exclusive".to_string()
+            } else if self.units > 1 {
+                format!(", {} units", self.units)
+            } else {
+                String::new()
+            },
             if self.stopped {
                 ", its process stopped (SIGSTOP, Ctrl-Z or a debugger)"
             } else {
@@ -91,6 +159,8 @@ pub struct WaitTimeout {
     pub waited: Duration,
     /// What was asked for.
     pub kind: PermitKind,
+    /// Permit units asked for.
+    pub units: usize,
     /// The test that waited.
     pub test: String,
     /// Permits per GPU: N.
@@ -122,6 +192,8 @@ pub struct Waiter {
     pub waiting_for: Duration,
     /// Whether it asked for the whole pool.
     pub exclusive: bool,
+    /// Permit units it asked for.
+    pub units: usize,
     /// Whether it was the head of the queue (the next to take a permit).
     pub head: bool,
     /// Whether its process was stopped (`SIGSTOP`, Ctrl-Z, a debugger): a stopped head loses
@@ -138,7 +210,13 @@ impl fmt::Display for Waiter {
             self.thread,
             self.pid,
             self.waiting_for.as_secs_f64(),
-            if self.exclusive { "n exclusive" } else { "" },
+            if self.exclusive {
+                "n exclusive".to_string()
+            } else if self.units > 1 {
+                format!(" {}-unit", self.units)
+            } else {
+                String::new()
+            },
             if self.head {
                 ", at the head of the queue"
             } else {
@@ -161,9 +239,11 @@ impl fmt::Display for WaitTimeout {
             self.test,
             self.waited.as_secs_f64(),
             if self.kind == PermitKind::Exclusive {
-                "n exclusive"
+                "n exclusive".to_string()
+            } else if self.units > 1 {
+                format!(" {}-unit", self.units)
             } else {
-                ""
+                String::new()
             },
             self.concurrency,
             if self.capacity == self.concurrency {

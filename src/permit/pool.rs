@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use super::local::{Deadline, LocalPool, LocalTimeout};
 use super::seat::{
-    Detail, GUARD_BITS, GUARDS, GpuTestPermit, NO_SLOT, Nested, Seat, ThreadPermit,
+    Detail, GUARD_BITS, GUARDS, GpuTestPermit, NO_MEMORY, NO_SLOT, Nested, Seat, ThreadPermit,
     with_thread_permits,
 };
 use super::{AcquireError, Holder, PermitKind, WaitTimeout, Waiter};
@@ -53,6 +53,13 @@ pub(super) struct PoolInner {
     pub(super) gpus: usize,
     /// The permit a parent holds for this process, when the pool works inside it.
     pub(super) inherited: Option<Inherited>,
+    /// Where the per-GPU memory budget comes from.
+    pub(super) budget_source: Option<crate::config::MemoryBudget>,
+    /// The per-GPU memory budget in bytes, resolved at the first request that declares memory
+    /// (a percentage needs the probe).
+    pub(super) budget: OnceLock<Option<u64>>,
+    /// Without a configured budget, ask the probe (the global pool only).
+    pub(super) probe_budget: bool,
 }
 
 /// A permit inherited from a parent process (`gpu-test-permit run`): the pool takes no host
@@ -66,10 +73,9 @@ pub(super) struct Inherited {
 }
 
 impl Inherited {
-    /// The slots held: `first..first + count`.
-    pub(super) fn slots(&self) -> std::ops::Range<usize> {
-        let first = self.permit.slots[0].index;
-        first..first + self.permit.slots.len()
+    /// The slots held, in the order the parent passed them.
+    pub(super) fn slots(&self) -> Vec<usize> {
+        self.permit.slots.iter().map(|s| s.index).collect()
     }
 }
 
@@ -94,8 +100,10 @@ impl PoolInner {
         ts: u64,
         dur: u64,
         detail: &Detail,
-        slots: std::ops::Range<usize>,
+        slots: Vec<usize>,
         exclusive: bool,
+        units: usize,
+        memory: Option<u64>,
     ) -> TraceEvent {
         TraceEvent {
             name: name.into(),
@@ -108,12 +116,14 @@ impl PoolInner {
             args: TraceArgs {
                 test: detail.test.clone(),
                 thread: detail.thread.clone(),
-                slots: slots.collect(),
+                slots,
                 exclusive,
                 capacity: self.local.capacity(),
-                units: if exclusive { self.local.capacity() } else { 1 },
+                units,
                 gpus: self.gpus,
-                ..Default::default()
+                memory,
+                memory_used: None,
+                memory_budget: self.budget.get().copied().flatten(),
             },
         }
     }
@@ -140,6 +150,8 @@ pub struct PoolBuilder {
     timeout: Duration,
     hold_timeout: Option<Duration>,
     trace: Option<PathBuf>,
+    memory_budget: Option<crate::config::MemoryBudget>,
+    probe_budget: bool,
 }
 
 impl PoolBuilder {
@@ -197,6 +209,20 @@ impl PoolBuilder {
     /// (`GPU_TEST_PERMIT_HOLD_TIMEOUT` for the global pool; off by default).
     pub fn hold_timeout(mut self, deadline: Duration) -> Self {
         self.hold_timeout = Some(deadline);
+        self
+    }
+
+    /// The GPU memory of one GPU that permits budget (`GPU_TEST_PERMIT_GPU_MEMORY` for the
+    /// global pool): a request declaring `bytes` ([`PermitPool::acquire_memory`]) takes
+    /// `ceil(bytes / (budget / N))` of the GPU's N units. Without a budget, such a request
+    /// takes one unit (and says so once).
+    ///
+    /// # Panics
+    ///
+    /// If `bytes` is 0.
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        assert!(bytes >= 1, "a memory budget is at least one byte");
+        self.memory_budget = Some(crate::config::MemoryBudget::Bytes(bytes));
         self
     }
 
@@ -261,6 +287,9 @@ impl PoolBuilder {
                 hold_timeout: self.hold_timeout,
                 tracer,
                 inherited,
+                budget_source: self.memory_budget,
+                budget: OnceLock::new(),
+                probe_budget: self.probe_budget,
             }))),
         }
     }
@@ -303,6 +332,8 @@ impl PermitPool {
             timeout: crate::config::DEFAULT_TIMEOUT,
             hold_timeout: None,
             trace: None,
+            memory_budget: None,
+            probe_budget: false,
         }
     }
 
@@ -334,6 +365,8 @@ impl PermitPool {
             b.slot_dir = Some(cfg.slot_dir.clone());
             b.trace = cfg.trace.clone();
             b.hold_timeout = cfg.hold_timeout;
+            b.memory_budget = cfg.gpu_memory;
+            b.probe_budget = true;
             match b.clone().build() {
                 Ok(pool) => pool,
                 Err(e) => b.in_process_only().finish(None, Some(e), None),
@@ -349,6 +382,8 @@ impl PermitPool {
             .in_process_only()
             .timeout(cfg.timeout);
         b.hold_timeout = cfg.hold_timeout;
+        b.memory_budget = cfg.gpu_memory;
+        b.probe_budget = true;
         b.finish(None, None, Some(inherited))
     }
 
@@ -383,7 +418,7 @@ impl PermitPool {
     ///
     /// When the deadline passes or the slot directory is unusable; see [`acquire`](crate::acquire).
     pub fn acquire(&self) -> GpuTestPermit {
-        self.acquire_or_panic(PermitKind::Shared)
+        self.acquire_or_panic(Want::ONE)
     }
 
     /// Takes every permit, waiting up to the pool's deadline.
@@ -392,7 +427,52 @@ impl PermitPool {
     ///
     /// As [`acquire_exclusive`](crate::acquire_exclusive).
     pub fn acquire_exclusive(&self) -> GpuTestPermit {
-        self.acquire_or_panic(PermitKind::Exclusive)
+        self.acquire_or_panic(Want::EXCLUSIVE)
+    }
+
+    /// Takes a permit of `units` units, all on one GPU, waiting up to the pool's deadline; see
+    /// [`acquire_weighted`](crate::acquire_weighted).
+    ///
+    /// # Panics
+    ///
+    /// As [`acquire_weighted`](crate::acquire_weighted).
+    pub fn acquire_weighted(&self, units: usize) -> GpuTestPermit {
+        self.request().units(units).acquire()
+    }
+
+    /// Takes a permit for a test that needs `bytes` of GPU memory, waiting up to the pool's
+    /// deadline; see [`acquire_memory`](crate::acquire_memory).
+    ///
+    /// # Panics
+    ///
+    /// As [`acquire_memory`](crate::acquire_memory).
+    pub fn acquire_memory(&self, bytes: u64) -> GpuTestPermit {
+        self.request().memory(bytes).acquire()
+    }
+
+    /// A request to build: units, memory, exclusive, then how long to wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder()
+    ///     .concurrency(8)
+    ///     .memory_budget(64 << 30)
+    ///     .in_process_only()
+    ///     .build()?;
+    /// // 20 GiB of a 64 GiB GPU with N = 8: 3 of its 8 units (8 GiB each).
+    /// let big = pool.request().memory(20 << 30).acquire_for(Duration::from_secs(60))?;
+    /// assert_eq!(big.units(), 3);
+    /// // Nested requests of at most 3 units on this thread use it.
+    /// assert!(pool.acquire_weighted(2).is_nested());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn request(&self) -> PermitRequest<'_> {
+        PermitRequest {
+            pool: self,
+            want: Want::ONE,
+        }
     }
 
     /// Takes a shared permit, waiting at most `timeout`.
@@ -401,7 +481,7 @@ impl PermitPool {
     ///
     /// See [`AcquireError`].
     pub fn try_acquire_for(&self, timeout: Duration) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(PermitKind::Shared, Deadline::After(timeout))
+        self.acquire_inner(Want::ONE, Deadline::After(timeout))
     }
 
     /// Takes every permit, waiting at most `timeout`.
@@ -413,7 +493,7 @@ impl PermitPool {
         &self,
         timeout: Duration,
     ) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(PermitKind::Exclusive, Deadline::After(timeout))
+        self.acquire_inner(Want::EXCLUSIVE, Deadline::After(timeout))
     }
 
     /// Takes a permit of `kind` only if one is free now (a nested acquisition always succeeds).
@@ -441,7 +521,7 @@ impl PermitPool {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_acquire(&self, kind: PermitKind) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(kind, Deadline::Now)
+        self.acquire_inner(Want::of(kind), Deadline::Now)
     }
 
     /// Takes a permit of `kind` waiting until `deadline` (`None`: no deadline; use with care).
@@ -454,12 +534,15 @@ impl PermitPool {
         kind: PermitKind,
         deadline: Option<Instant>,
     ) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(kind, deadline.map_or(Deadline::Never, Deadline::At))
+        self.acquire_inner(
+            Want::of(kind),
+            deadline.map_or(Deadline::Never, Deadline::At),
+        )
     }
 
     #[inline]
-    fn acquire_or_panic(&self, kind: PermitKind) -> GpuTestPermit {
-        match self.acquire_inner(kind, Deadline::After(self.inner().timeout)) {
+    fn acquire_or_panic(&self, want: Want) -> GpuTestPermit {
+        match self.acquire_inner(want, Deadline::After(self.inner().timeout)) {
             Ok(p) => p,
             Err(e) => panic!("gpu-test-permit: {e}"),
         }
@@ -507,11 +590,14 @@ impl PermitPool {
     }
 
     #[inline(always)]
-    fn acquire_inner(
-        &self,
-        kind: PermitKind,
-        wait: Deadline,
-    ) -> Result<GpuTestPermit, AcquireError> {
+    fn acquire_inner(&self, want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
+        // Weighted and memory requests are checked (and memory turned into units) first: a
+        // request that can never be served fails at once, nested or not.
+        let want = if want.units == 1 && want.memory.is_none() {
+            want
+        } else {
+            self.resolve(want)?
+        };
         if let Some(seat) = self.nested_seat() {
             let guard = GpuTestPermit {
                 pool: self.inner,
@@ -520,20 +606,70 @@ impl PermitPool {
             };
             // Read from the seat, not through `&guard`: a guard whose address is taken is
             // built on the stack and copied out, which costs a store-forwarding stall here.
-            if kind == PermitKind::Exclusive
-                && !self.inner().seats[seat].exclusive.load(Ordering::Relaxed)
-            {
+            let held = &self.inner().seats[seat];
+            if want.exclusive && !held.exclusive.load(Ordering::Relaxed) {
                 drop(guard);
                 return Err(AcquireError::ExclusiveWhileShared);
             }
+            if want.units > 1 {
+                let held = held.units.load(Ordering::Relaxed);
+                if want.units > held {
+                    drop(guard);
+                    return Err(AcquireError::NestedLarger {
+                        held,
+                        asked: want.units,
+                    });
+                }
+            }
             return Ok(guard);
         }
-        self.acquire_new(kind, wait)
+        self.acquire_new(want, wait)
+    }
+
+    /// Checks a weighted or memory request and turns its memory into units.
+    #[cold]
+    fn resolve(&self, mut want: Want) -> Result<Want, AcquireError> {
+        let inner = self.inner();
+        if want.exclusive {
+            return Ok(want);
+        }
+        // Units one GPU has, as N counts them (inside an inherited permit: the directory's N).
+        let per_gpu = match &inner.inherited {
+            Some(inherited) => inherited.permit.per_gpu,
+            None => inner.layout().per_gpu,
+        };
+        if let Some(bytes) = want.memory {
+            match inner.memory_budget() {
+                Some(budget) if bytes > budget => {
+                    return Err(AcquireError::MemoryTooLarge {
+                        asked: bytes,
+                        budget,
+                    });
+                }
+                Some(budget) => {
+                    let units = (bytes as u128 * per_gpu as u128).div_ceil(budget as u128);
+                    want.units = want.units.max(units.max(1) as usize);
+                }
+                None => no_budget_notice(bytes),
+            }
+        }
+        let (limit, inherited) = match &inner.inherited {
+            Some(inherited) => (inherited.permit.slots.len(), true),
+            None => (per_gpu, false),
+        };
+        if want.units > limit {
+            return Err(AcquireError::TooLarge {
+                asked: want.units,
+                per_gpu: limit,
+                inherited,
+            });
+        }
+        Ok(want)
     }
 
     /// Takes a permit this thread does not hold yet.
     #[inline(never)]
-    fn acquire_new(&self, kind: PermitKind, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
+    fn acquire_new(&self, want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
         let inner = self.inner();
         if let Some(e) = &inner.host_error {
             return Err(AcquireError::Host(e.clone()));
@@ -541,8 +677,12 @@ impl PermitPool {
         if inner.inherited.is_none() {
             crate::nextest::hint_once(inner.local.capacity());
         }
-        let exclusive = kind == PermitKind::Exclusive;
-        let units = if exclusive { inner.local.capacity() } else { 1 };
+        let exclusive = want.exclusive;
+        let units = if exclusive {
+            inner.local.capacity()
+        } else {
+            want.units
+        };
         // Only pay for wall clocks and names where something records them: the uncontended
         // in-process path reads no clock but the coarse one.
         let asked_wall = inner.tracer.as_ref().map(|_| SystemTime::now());
@@ -551,11 +691,11 @@ impl PermitPool {
             Err(LocalTimeout { since }) => {
                 return Err(match wait {
                     Deadline::Now => AcquireError::WouldBlock,
-                    _ => self.timeout_error(kind, since),
+                    _ => self.timeout_error(want, since),
                 });
             }
         };
-        let mut first_slot = NO_SLOT;
+        let mut slots: Vec<usize> = Vec::new();
         let mut detail = None;
         if inner.detailed() {
             let mut d = Detail {
@@ -572,10 +712,12 @@ impl PermitPool {
                     since_unix_ms: unix_ms(d.since_wall),
                     exclusive,
                     concurrency: inner.layout().per_gpu,
+                    units,
+                    memory: want.memory,
                 };
-                match host.acquire(units, wait.resolve(start), &record) {
-                    Ok(slots) => {
-                        first_slot = slots[0];
+                match host.acquire(units, exclusive, wait.resolve(start), &record) {
+                    Ok(got) => {
+                        slots = got;
                         d.since_wall = SystemTime::now();
                     }
                     Err(e) => {
@@ -585,7 +727,7 @@ impl PermitPool {
                             HostWaitError::TimedOut if matches!(wait, Deadline::Now) => {
                                 AcquireError::WouldBlock
                             }
-                            HostWaitError::TimedOut => self.timeout_error(kind, start),
+                            HostWaitError::TimedOut => self.timeout_error(want, start),
                             HostWaitError::Failed(e) => AcquireError::Host(e),
                         });
                     }
@@ -595,12 +737,30 @@ impl PermitPool {
         }
         let (seat_index, generation) = inner.claim_seat();
         if let Some(inherited) = &inner.inherited {
-            // One seat per inherited slot; an exclusive permit holds them all from the first.
-            first_slot = inherited.slots().start + if exclusive { 0 } else { seat_index };
+            // One seat per inherited slot; an exclusive permit holds them all, a weighted one
+            // names as many of them as it has units (the parent's slots are all on its GPU).
+            let all = inherited.slots();
+            slots = if exclusive {
+                all
+            } else if units == 1 {
+                vec![all[seat_index]]
+            } else {
+                all[..units].to_vec()
+            };
         }
         let seat = &inner.seats[seat_index];
         seat.exclusive.store(exclusive, Ordering::Relaxed);
-        seat.first_slot.store(first_slot, Ordering::Relaxed);
+        seat.units.store(units, Ordering::Relaxed);
+        seat.memory
+            .store(want.memory.unwrap_or(NO_MEMORY), Ordering::Relaxed);
+        seat.first_slot.store(
+            slots.iter().copied().min().unwrap_or(NO_SLOT),
+            Ordering::Relaxed,
+        );
+        if units > 1 && !exclusive {
+            slots.sort_unstable();
+            *seat.slots.lock() = slots.clone();
+        }
         seat.since.store(crate::sys::coarse_ns(), Ordering::Relaxed);
         seat.thread
             .store(crate::sys::thread_number(), Ordering::Relaxed);
@@ -623,12 +783,8 @@ impl PermitPool {
             if let (Some(t), Some(asked)) = (&inner.tracer, asked_wall) {
                 let ts = crate::clock::unix_micros(asked);
                 let dur = crate::clock::unix_micros(d.since_wall).saturating_sub(ts);
-                let slots = match first_slot {
-                    NO_SLOT => 0..0,
-                    _ if exclusive => 0..units,
-                    f => f..f + 1,
-                };
-                t.write(&inner.event("wait", ts, dur, &d, slots, exclusive));
+                let held = inner.held_slots(seat_index);
+                t.write(&inner.event("wait", ts, dur, &d, held, exclusive, units, want.memory));
             }
             *seat.detail.lock() = Some(d);
         }
@@ -647,7 +803,7 @@ impl PermitPool {
         })
     }
 
-    fn timeout_error(&self, kind: PermitKind, asked: Instant) -> AcquireError {
+    fn timeout_error(&self, want: Want, asked: Instant) -> AcquireError {
         let test = crate::nextest::current_test_name();
         let inner = self.inner();
         // Whether the wait ended in this process's queue or at the host slots, the slots say
@@ -661,12 +817,20 @@ impl PermitPool {
         let since = |ms: u64| Duration::from_millis(now_ms.saturating_sub(ms));
         // Host records cover every process, this one included; seats add this process's
         // holders without a record (a pool without host slots).
-        let mut holders: Vec<Holder> = blockers
-            .holders
+        // A permit of k units wrote its record into each of its k slots: list it once.
+        let mut records: Vec<(HolderRecord, usize)> = Vec::new();
+        for r in blockers.holders {
+            match records.iter_mut().find(|(seen, _)| *seen == r) {
+                Some((_, slots)) => *slots += 1,
+                None => records.push((r, 1)),
+            }
+        }
+        let mut holders: Vec<Holder> = records
             .into_iter()
-            .map(|r| Holder {
+            .map(|(r, slots)| Holder {
                 held_for: since(r.since_unix_ms),
                 stopped: r.pid != pid && crate::sys::process_is_stopped(r.pid),
+                units: r.units.max(slots),
                 test: r.test,
                 thread: r.thread,
                 pid: r.pid,
@@ -686,6 +850,7 @@ impl PermitPool {
                     pid,
                     held_for: crate::sys::coarse_elapsed(seat.since.load(Ordering::Relaxed)),
                     exclusive: seat.exclusive.load(Ordering::Relaxed),
+                    units: seat.units.load(Ordering::Relaxed),
                     stopped: false,
                 });
             }
@@ -699,13 +864,19 @@ impl PermitPool {
                 thread: w.record.thread,
                 pid: w.record.pid,
                 exclusive: w.record.exclusive,
+                units: w.record.units,
                 head: w.head,
                 stopped: w.stopped,
             })
             .collect();
         AcquireError::Timeout(WaitTimeout {
             waited: asked.elapsed(),
-            kind,
+            kind: want.kind(),
+            units: if want.exclusive {
+                inner.local.capacity()
+            } else {
+                want.units
+            },
             test,
             concurrency: inner.layout().per_gpu,
             capacity: inner.local.capacity(),
@@ -713,6 +884,173 @@ impl PermitPool {
             waiters,
             queued_here: inner.local.queued(),
         })
+    }
+}
+
+/// What a request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Want {
+    /// Units on one GPU (ignored when exclusive).
+    pub(super) units: usize,
+    pub(super) exclusive: bool,
+    /// Declared GPU memory, bytes.
+    pub(super) memory: Option<u64>,
+}
+
+impl Want {
+    const ONE: Want = Want {
+        units: 1,
+        exclusive: false,
+        memory: None,
+    };
+    const EXCLUSIVE: Want = Want {
+        units: 1,
+        exclusive: true,
+        memory: None,
+    };
+
+    fn of(kind: PermitKind) -> Want {
+        match kind {
+            PermitKind::Shared => Want::ONE,
+            PermitKind::Exclusive => Want::EXCLUSIVE,
+        }
+    }
+
+    fn kind(&self) -> PermitKind {
+        if self.exclusive {
+            PermitKind::Exclusive
+        } else {
+            PermitKind::Shared
+        }
+    }
+}
+
+/// A permit request being built: see [`PermitPool::request`].
+#[derive(Debug, Clone, Copy)]
+#[must_use = "a request does nothing until acquired"]
+pub struct PermitRequest<'p> {
+    pool: &'p PermitPool,
+    want: Want,
+}
+
+impl PermitRequest<'_> {
+    /// Asks for `units` of one GPU's N units (1 by default): a test that needs the GPU of k
+    /// ordinary tests counts as k. All units come from one GPU. With a declared
+    /// [`memory`](Self::memory) as well, the larger of the two counts.
+    ///
+    /// # Panics
+    ///
+    /// If `units` is 0.
+    pub fn units(mut self, units: usize) -> Self {
+        assert!(units >= 1, "a permit holds at least one unit");
+        self.want.units = units;
+        self
+    }
+
+    /// Declares the GPU memory the test needs: it takes `ceil(bytes / (budget / N))` units,
+    /// where the budget is one GPU's (`GPU_TEST_PERMIT_GPU_MEMORY`,
+    /// [`PoolBuilder::memory_budget`], or the device memory the CUDA probe reports). Without a
+    /// known budget the request takes one unit, and the process says so once.
+    pub fn memory(mut self, bytes: u64) -> Self {
+        self.want.memory = Some(bytes);
+        self
+    }
+
+    /// Asks for every unit of every GPU: nothing else runs on the GPU while it is held.
+    pub fn exclusive(mut self) -> Self {
+        self.want.exclusive = true;
+        self
+    }
+
+    /// Takes the permit, waiting up to the pool's deadline.
+    ///
+    /// # Panics
+    ///
+    /// When the request can never be served (more units or memory than a GPU has), when the
+    /// thread holds a smaller permit (see [`AcquireError::NestedLarger`]), when the deadline
+    /// passes, and when the slot directory is unusable. In a test, that fails the test.
+    pub fn acquire(self) -> GpuTestPermit {
+        self.pool.acquire_or_panic(self.want)
+    }
+
+    /// Takes the permit only if its units are free now.
+    ///
+    /// # Errors
+    ///
+    /// [`AcquireError::WouldBlock`] when they are not, and the others of [`AcquireError`].
+    pub fn try_acquire(self) -> Result<GpuTestPermit, AcquireError> {
+        self.pool.acquire_inner(self.want, Deadline::Now)
+    }
+
+    /// Takes the permit, waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// See [`AcquireError`].
+    pub fn acquire_for(self, timeout: Duration) -> Result<GpuTestPermit, AcquireError> {
+        self.pool.acquire_inner(self.want, Deadline::After(timeout))
+    }
+
+    /// Takes the permit, waiting until `deadline` (`None`: no deadline; use with care).
+    ///
+    /// # Errors
+    ///
+    /// See [`AcquireError`].
+    pub fn acquire_until(self, deadline: Option<Instant>) -> Result<GpuTestPermit, AcquireError> {
+        self.pool
+            .acquire_inner(self.want, deadline.map_or(Deadline::Never, Deadline::At))
+    }
+}
+
+impl PoolInner {
+    /// The per-GPU memory budget, bytes (resolved once; a percentage or no setting asks the
+    /// CUDA probe).
+    fn memory_budget(&self) -> Option<u64> {
+        *self.budget.get_or_init(|| match self.budget_source {
+            Some(crate::config::MemoryBudget::Bytes(b)) => Some(b),
+            Some(crate::config::MemoryBudget::Percent(p)) => {
+                probed_memory(true).map(|m| (m as f64 * p / 100.0) as u64)
+            }
+            // The global pool only: a pool from the builder has the budget it was given.
+            None if self.probe_budget => probed_memory(false),
+            None => None,
+        })
+    }
+}
+
+/// The smallest device memory the CUDA probe reports, in bytes; `None` without the `cuda`
+/// feature, without CUDA devices, or (unless `unified_too`) when a device shares its memory
+/// with the CPU: there the budget is what the user says it is.
+fn probed_memory(unified_too: bool) -> Option<u64> {
+    #[cfg(feature = "cuda")]
+    {
+        use crate::probe::{Backend, DeviceKind};
+        let outcome = crate::probe::probe(Backend::Cuda).outcome;
+        let devices = outcome.devices()?;
+        if !unified_too && devices.iter().any(|d| d.kind == DeviceKind::Integrated) {
+            return None;
+        }
+        devices.iter().filter_map(|d| d.memory_bytes).min()
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = unified_too;
+        None
+    }
+}
+
+/// Says once per process that a memory declaration counts as one unit for want of a budget.
+#[cold]
+fn no_budget_notice(bytes: u64) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        crate::notice::line(&format!(
+            "a test declared {} of GPU memory, but no memory budget is known, so memory \
+             declarations count as one permit unit; set {} (e.g. 64GiB, or 90% of the device \
+             memory the CUDA probe reports)",
+            crate::config::format_bytes(bytes),
+            crate::config::GPU_MEMORY_VAR
+        ));
     }
 }
 

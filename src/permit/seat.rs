@@ -93,20 +93,36 @@ impl GpuTestPermit {
         self.nested == Nested::Yes
     }
 
-    /// The host slots this permit holds: one for a shared permit, all N for an exclusive one,
-    /// none for a pool without host slots. The first slot is a natural device ordinal hint.
-    pub fn slots(&self) -> std::ops::Range<usize> {
-        let first = self.seat().first_slot.load(Ordering::Relaxed);
-        if first == NO_SLOT {
-            0..0
-        } else if self.is_exclusive() {
-            match &self.pool().inherited {
-                Some(inherited) => inherited.slots(),
-                None => 0..self.pool().local.capacity(),
-            }
-        } else {
-            first..first + 1
+    /// Permit units this permit holds: 1 for a plain permit, k for a weighted one
+    /// ([`acquire_weighted`](crate::acquire_weighted), or memory converted to units), every
+    /// unit of the pool for an exclusive one.
+    pub fn units(&self) -> usize {
+        self.seat().units.load(Ordering::Relaxed)
+    }
+
+    /// The GPU memory the permit's request declared, in bytes
+    /// ([`acquire_memory`](crate::acquire_memory)).
+    pub fn memory(&self) -> Option<u64> {
+        match self.seat().memory.load(Ordering::Relaxed) {
+            NO_MEMORY => None,
+            bytes => Some(bytes),
         }
+    }
+
+    /// Records the GPU memory the test was measured to use while it held this permit (the
+    /// fixtures call this where they can measure it). The largest value recorded goes into the
+    /// trace's hold event, where `gpu-test-permit trace` compares it with the declaration.
+    pub fn record_memory_used(&self, bytes: u64) {
+        self.seat()
+            .memory_used
+            .fetch_max(bytes.min(NO_MEMORY - 1), Ordering::Relaxed);
+    }
+
+    /// The host slots this permit holds, in increasing order: one for a plain permit, k (all
+    /// on one GPU) for a weighted one, all of them for an exclusive one, none for a pool
+    /// without host slots. The first slot is a natural device ordinal hint.
+    pub fn slots(&self) -> Vec<usize> {
+        self.pool().held_slots(self.seat)
     }
 
     /// The GPU this permit is for, on a pool that spans several GPUs
@@ -133,9 +149,9 @@ impl GpuTestPermit {
         if self.is_exclusive() {
             return None;
         }
-        match self.slots() {
-            s if s.is_empty() => (gpus == 1).then_some(0),
-            s => Some(s.start % gpus),
+        match self.seat().first_slot.load(Ordering::Relaxed) {
+            NO_SLOT => (gpus == 1).then_some(0),
+            first => Some(first % gpus),
         }
     }
 
@@ -329,6 +345,8 @@ pub(super) fn with_thread_permits<R>(f: impl FnOnce(&mut Vec<ThreadPermit>) -> R
 pub(super) const GUARD_BITS: u32 = 24;
 pub(super) const GUARDS: u64 = (1 << GUARD_BITS) - 1;
 pub(super) const NO_SLOT: usize = usize::MAX;
+/// No memory declared.
+pub(super) const NO_MEMORY: u64 = u64::MAX;
 
 /// Where one real permit keeps its state. A pool has N seats, as many as it can have permits
 /// (each permit holds at least one unit), so a request that got its units always finds a free
@@ -340,7 +358,16 @@ pub(super) struct Seat {
     /// Generation (high bits) and number of live guards (low [`GUARD_BITS`]).
     pub(super) word: AtomicU64,
     pub(super) exclusive: AtomicBool,
+    /// Units held (see [`GpuTestPermit::units`]).
+    pub(super) units: AtomicUsize,
+    /// Declared memory in bytes, or [`NO_MEMORY`].
+    pub(super) memory: AtomicU64,
+    /// Largest measured memory use recorded (0: none).
+    pub(super) memory_used: AtomicU64,
+    /// The lowest host slot held, or [`NO_SLOT`].
     pub(super) first_slot: AtomicUsize,
+    /// Every host slot held, for a weighted permit (units > 1, not exclusive) only.
+    pub(super) slots: parking_lot::Mutex<Vec<usize>>,
     /// [`crate::sys::coarse_ns`] when granted.
     pub(super) since: AtomicU64,
     /// Thread that took it, for diagnostics.
@@ -364,7 +391,11 @@ impl Seat {
             claimed: AtomicBool::new(false),
             word: AtomicU64::new(0),
             exclusive: AtomicBool::new(false),
+            units: AtomicUsize::new(0),
+            memory: AtomicU64::new(NO_MEMORY),
+            memory_used: AtomicU64::new(0),
             first_slot: AtomicUsize::new(NO_SLOT),
+            slots: parking_lot::Mutex::new(Vec::new()),
             since: AtomicU64::new(0),
             thread: AtomicU64::new(0),
             detail: parking_lot::Mutex::new(None),
@@ -374,6 +405,24 @@ impl Seat {
 }
 
 impl PoolInner {
+    /// The host slots held by the permit in `seat` (see [`GpuTestPermit::slots`]).
+    pub(super) fn held_slots(&self, seat: usize) -> Vec<usize> {
+        let s = &self.seats[seat];
+        let first = s.first_slot.load(Ordering::Relaxed);
+        if first == NO_SLOT {
+            Vec::new()
+        } else if s.exclusive.load(Ordering::Relaxed) {
+            match &self.inherited {
+                Some(inherited) => inherited.slots(),
+                None => (0..self.local.capacity()).collect(),
+            }
+        } else if s.units.load(Ordering::Relaxed) == 1 {
+            vec![first]
+        } else {
+            s.slots.lock().clone()
+        }
+    }
+
     /// Claims a free seat for a permit that holds its units. Returns the seat and its
     /// generation.
     pub(super) fn claim_seat(&self) -> (usize, u64) {
@@ -409,13 +458,21 @@ impl PoolInner {
             let pool = unsafe { this.as_ref() };
             let s = &pool.seats[seat];
             let exclusive = s.exclusive.load(Ordering::Relaxed);
-            let first_slot = s.first_slot.load(Ordering::Relaxed);
+            let units = s.units.load(Ordering::Relaxed);
+            let slots = pool.held_slots(seat);
+            let memory = match s.memory.load(Ordering::Relaxed) {
+                NO_MEMORY => None,
+                bytes => Some(bytes),
+            };
+            let used = match s.memory_used.swap(0, Ordering::Relaxed) {
+                0 => None,
+                bytes => Some(bytes),
+            };
             let detail = if pool.detailed() {
                 s.detail.lock().take()
             } else {
                 None
             };
-            let units = if exclusive { pool.local.capacity() } else { 1 };
             let watch = match pool.hold_timeout {
                 Some(_) => s.watch.swap(0, Ordering::Relaxed),
                 None => 0,
@@ -426,18 +483,15 @@ impl PoolInner {
                 super::watchdog::unwatch(watch);
             }
             let end = pool.tracer.as_ref().map(|_| SystemTime::now());
-            let slots = match first_slot {
-                NO_SLOT => 0..0,
-                _ if exclusive => 0..units,
-                f => f..f + 1,
-            };
             if let Some(host) = &pool.host {
-                host.release(&slots.clone().collect::<Vec<_>>());
+                host.release(&slots);
             }
             if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {
                 let ts = crate::clock::unix_micros(d.since_wall);
                 let dur = crate::clock::unix_micros(end).saturating_sub(ts);
-                t.write(&pool.event("hold", ts, dur, d, slots, exclusive));
+                let mut event = pool.event("hold", ts, dur, d, slots, exclusive, units, memory);
+                event.args.memory_used = used;
+                t.write(&event);
             }
             // The last touch of the pool: once the units are back, a closed pool may go.
             if pool.local.release(units) {

@@ -350,7 +350,7 @@ fn hold(args: &Args) -> Result<ExitCode, String> {
         gpu_test_permit::config::parse_duration(&v.into())
     })?;
     let permit = take(exclusive)?;
-    let slots: Vec<String> = permit.slots().map(|s| s.to_string()).collect();
+    let slots: Vec<String> = permit.slots().iter().map(|s| s.to_string()).collect();
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
