@@ -76,7 +76,10 @@ pub fn acquire_exclusive() -> GpuTestPermit {
 ///
 /// ```
 /// // Half of a GPU shared by N = 4 ordinary tests.
-/// # std::env::set_var("REALIZAR_GPU_TEST_CONCURRENCY", "4");
+/// # // SAFETY: the example's process has one thread at this point.
+/// # unsafe { std::env::set_var("REALIZAR_GPU_TEST_CONCURRENCY", "4") };
+/// # let dir = std::env::temp_dir().join(format!("gtp-doc-{}", std::process::id()));
+/// # unsafe { std::env::set_var("GPU_TEST_PERMIT_DIR", &dir) };
 /// let heavy = gpu_test_permit::acquire_weighted(2);
 /// assert_eq!(heavy.units(), 2);
 /// ```
@@ -100,8 +103,11 @@ pub fn acquire_weighted(units: usize) -> GpuTestPermit {
 /// # Examples
 ///
 /// ```
-/// # std::env::set_var("REALIZAR_GPU_TEST_CONCURRENCY", "4");
-/// # std::env::set_var("GPU_TEST_PERMIT_GPU_MEMORY", "16GiB");
+/// # // SAFETY: the example's process has one thread at this point.
+/// # unsafe { std::env::set_var("REALIZAR_GPU_TEST_CONCURRENCY", "4") };
+/// # let dir = std::env::temp_dir().join(format!("gtp-doc-{}", std::process::id()));
+/// # unsafe { std::env::set_var("GPU_TEST_PERMIT_DIR", &dir) };
+/// # unsafe { std::env::set_var("GPU_TEST_PERMIT_GPU_MEMORY", "16GiB") };
 /// // N = 4 on a 16 GiB budget: units of 4 GiB; 6 GiB takes two of them.
 /// let permit = gpu_test_permit::acquire_memory(6 << 30);
 /// assert_eq!((permit.units(), permit.memory()), (2, Some(6 << 30)));

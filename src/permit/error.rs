@@ -13,7 +13,7 @@ use crate::host::HostError;
 #[non_exhaustive]
 pub enum AcquireError {
     /// The deadline passed; the error lists who held the permits.
-    Timeout(WaitTimeout),
+    Timeout(Box<WaitTimeout>),
     /// The thread holds a shared permit and asked for an exclusive one, which would wait for
     /// itself forever. Take the exclusive permit first, or drop the shared one.
     ExclusiveWhileShared,

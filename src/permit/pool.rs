@@ -869,7 +869,7 @@ impl PermitPool {
                 stopped: w.stopped,
             })
             .collect();
-        AcquireError::Timeout(WaitTimeout {
+        AcquireError::Timeout(Box::new(WaitTimeout {
             waited: asked.elapsed(),
             kind: want.kind(),
             units: if want.exclusive {
@@ -883,7 +883,7 @@ impl PermitPool {
             holders,
             waiters,
             queued_here: inner.local.queued(),
-        })
+        }))
     }
 }
 

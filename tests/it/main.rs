@@ -22,3 +22,4 @@ mod stress;
 mod stub;
 mod trace;
 mod util;
+mod weighted;

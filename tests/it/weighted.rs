@@ -1,0 +1,193 @@
+//! Weighted and memory-declaring permits in one process: units, nesting, the checks that
+//! fail at once, memory turned into units, and k units from one GPU.
+
+use std::thread;
+use std::time::Duration;
+
+use gpu_test_permit::{AcquireError, PermitKind, PermitPool};
+
+use crate::util::{pool, tempdir};
+
+const GIB: u64 = 1 << 30;
+
+#[test]
+fn a_weighted_permit_holds_its_units_on_the_host_and_in_the_process() {
+    let dir = tempdir();
+    let a = pool(dir.path(), 4);
+    let b = pool(dir.path(), 4);
+    let heavy = a.acquire_weighted(3);
+    assert_eq!((heavy.units(), heavy.slots().len()), (3, 3));
+    thread::scope(|s| {
+        s.spawn(|| {
+            // One unit is left: in this pool and, through the slots, in the other one.
+            let err = a.request().units(2).try_acquire().unwrap_err();
+            assert!(matches!(err, AcquireError::WouldBlock), "{err}");
+            let err = b.request().units(2).try_acquire().unwrap_err();
+            assert!(matches!(err, AcquireError::WouldBlock), "{err}");
+            let light = b.try_acquire(PermitKind::Shared).unwrap();
+            assert_eq!(light.units(), 1);
+            assert!(!heavy.slots().contains(&light.slots()[0]));
+        });
+    });
+    drop(heavy);
+    let all = b
+        .request()
+        .units(4)
+        .acquire_for(Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(all.slots(), [0, 1, 2, 3]);
+}
+
+#[test]
+fn requests_that_can_never_be_served_fail_at_once() {
+    let p = PermitPool::builder()
+        .concurrency(4)
+        .memory_budget(16 * GIB)
+        .in_process_only()
+        .build()
+        .unwrap();
+    let err = p
+        .request()
+        .units(5)
+        .acquire_for(Duration::from_secs(60))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AcquireError::TooLarge {
+                asked: 5,
+                per_gpu: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("only 4"), "{err}");
+    let err = p.request().memory(17 * GIB).try_acquire().unwrap_err();
+    assert!(matches!(err, AcquireError::MemoryTooLarge { .. }), "{err}");
+    assert!(err.to_string().contains("17 GiB"), "{err}");
+    assert!(err.to_string().contains("16 GiB"), "{err}");
+}
+
+#[test]
+fn declared_memory_takes_its_share_of_the_units() {
+    let p = PermitPool::builder()
+        .concurrency(4)
+        .memory_budget(16 * GIB)
+        .in_process_only()
+        .build()
+        .unwrap();
+    for (bytes, units) in [
+        (1, 1),
+        (4 * GIB, 1),
+        (4 * GIB + 1, 2),
+        (6 * GIB, 2),
+        (16 * GIB, 4),
+    ] {
+        let permit = p.request().memory(bytes).try_acquire().unwrap();
+        assert_eq!(
+            (permit.units(), permit.memory()),
+            (units, Some(bytes)),
+            "{bytes} bytes"
+        );
+    }
+    // A weight and a declaration: the larger counts.
+    let permit = p.request().units(3).memory(GIB).try_acquire().unwrap();
+    assert_eq!(permit.units(), 3);
+}
+
+#[test]
+fn without_a_budget_a_memory_declaration_counts_as_one_unit() {
+    let p = PermitPool::builder()
+        .concurrency(2)
+        .in_process_only()
+        .build()
+        .unwrap();
+    let permit = p.request().memory(100 * GIB).try_acquire().unwrap();
+    assert_eq!(permit.units(), 1);
+}
+
+#[test]
+fn nested_requests_use_a_large_enough_permit_and_refuse_a_larger_one() {
+    let p = pool(tempdir().path(), 4);
+    let outer = p.acquire_weighted(2);
+    assert!(p.acquire_weighted(2).is_nested());
+    assert!(p.acquire().is_nested());
+    let err = p.request().units(3).try_acquire().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AcquireError::NestedLarger {
+                held: 2,
+                asked: 3,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("take the larger permit first"),
+        "{err}"
+    );
+    assert!(matches!(
+        p.try_acquire(PermitKind::Exclusive),
+        Err(AcquireError::ExclusiveWhileShared)
+    ));
+    drop(outer);
+    // The units all came back.
+    assert_eq!(p.request().units(4).try_acquire().unwrap().units(), 4);
+    let all = p.acquire_exclusive();
+    assert_eq!(all.units(), 4);
+    assert!(p.acquire_weighted(4).is_nested());
+}
+
+#[test]
+fn a_weighted_permit_takes_its_units_from_one_gpu() {
+    let dir = tempdir();
+    let two_gpus = || {
+        PermitPool::builder()
+            .concurrency(2)
+            .gpus(2)
+            .slot_dir(dir.path())
+            .build()
+            .unwrap()
+    };
+    let (p, other) = (two_gpus(), two_gpus());
+    // Slot 0 (GPU 0) taken: GPU 0 has one unit left, GPU 1 has two.
+    let light = p.acquire();
+    assert_eq!(light.device(), Some(0));
+    let heavy = other.acquire_weighted(2);
+    assert_eq!((heavy.device(), heavy.slots()), (Some(1), vec![1, 3]));
+    drop(heavy);
+    // One unit taken on each GPU: two are free in all, but no GPU has two.
+    let on_gpu1 = thread::scope(|s| s.spawn(|| p.acquire()).join().unwrap());
+    assert_eq!(on_gpu1.device(), Some(1));
+    let err = other.request().units(2).try_acquire().unwrap_err();
+    assert!(matches!(err, AcquireError::WouldBlock), "{err}");
+    drop(light);
+    let heavy = other.acquire_weighted(2);
+    assert_eq!((heavy.device(), heavy.slots()), (Some(0), vec![0, 2]));
+}
+
+#[test]
+fn a_timed_out_weighted_wait_names_the_units() {
+    let dir = tempdir();
+    let a = pool(dir.path(), 3);
+    let b = pool(dir.path(), 3);
+    let heavy = a.acquire_weighted(2);
+    let err = b
+        .request()
+        .units(2)
+        .acquire_for(Duration::from_millis(100))
+        .unwrap_err();
+    let AcquireError::Timeout(t) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(t.units, 2);
+    assert_eq!(t.holders.len(), 1, "{err}");
+    assert_eq!(t.holders[0].units, 2);
+    let text = err.to_string();
+    assert!(text.contains("for a 2-unit GPU permit"), "{text}");
+    assert!(text.contains(", 2 units"), "{text}");
+    drop(heavy);
+}
