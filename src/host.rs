@@ -22,9 +22,13 @@
 //!   slots there are, and an exclusive permit really is all of them.
 //! - `gpu0.gate`: whoever holds this lock is the head of the cross-process queue. A request
 //!   that finds no free slot keeps the gate while it waits, and writes its own record into the
-//!   gate file; the others wait for the gate. An exclusive request takes all slots at once or
-//!   none (it never sits on some while waiting for the rest), and with the gate held nobody
-//!   else takes a slot, so it cannot be starved and two exclusive requests cannot deadlock.
+//!   gate file; the others wait for the gate. A request for several slots — k slots of one
+//!   GPU for a weighted permit, every slot for an exclusive one — takes them all at once or
+//!   none (it never sits on some while waiting for the rest), and once it holds the gate
+//!   nobody else takes a slot, so light requests cannot starve it and two heavy requests cannot
+//!   deadlock. Before that it competes for the gate like any waiter: every release wakes the
+//!   waiters, and the gate changes hands at each grant. Light requests take the slots a heavy
+//!   holder leaves free.
 //!   A head that is stopped (`SIGSTOP`, Ctrl-Z, a debugger; seen through `/proc` on Linux)
 //!   loses its turn: the other waiters take free slots past it. A dead head's lock is gone.
 //! - `gpu0.slot<i>`: the slot locks. The holder writes a JSON record of itself (pid, test,

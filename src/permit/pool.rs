@@ -26,11 +26,15 @@ use crate::trace::{TraceArgs, TraceEvent, Tracer};
 ///
 /// # Semantics
 ///
-/// - **Fair**: requests are served in arrival order within a process; an exclusive request is
-///   not overtaken by later shared ones. Across processes, the head of the queue is whoever
-///   holds the slot directory's gate; among processes waiting for the gate the kernel picks.
+/// - **Weighted**: a permit holds 1 unit, k units of one GPU
+///   ([`acquire_weighted`](Self::acquire_weighted), [`acquire_memory`](Self::acquire_memory)),
+///   or every unit (exclusive); its units are taken at once or not at all.
+/// - **Fair**: requests are served in arrival order within a process; a heavy (weighted or
+///   exclusive) request is not overtaken by later light ones. Across processes, the head of the
+///   queue is whoever holds the slot directory's gate, and it takes its units before anyone
+///   else takes any; among processes waiting for the gate, whoever retries first gets it.
 /// - **Reentrant per thread**: a thread holding a permit of this pool gets nested guards
-///   without waiting. At most one real permit per thread.
+///   without waiting for requests of at most its units. At most one real permit per thread.
 /// - **Bounded**: every wait has a deadline; past it the error lists the holders.
 /// - **Crash-safe**: a process killed while holding frees its slot at once.
 pub struct PermitPool {
