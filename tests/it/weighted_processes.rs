@@ -293,6 +293,7 @@ fn a_heavy_request_is_served_while_light_holders_keep_coming() {
     let mut head_at = None;
     let mut heavy_done = None;
     while Instant::now() < stream_end {
+        std::thread::sleep(Duration::from_millis(60));
         lights.push(spawn(1, "250ms"));
         if head_at.is_none()
             && status(dir.path())
@@ -305,7 +306,6 @@ fn a_heavy_request_is_served_while_light_holders_keep_coming() {
         if heavy_done.is_none() && heavy.try_wait().unwrap().is_some() {
             heavy_done = Some(Instant::now());
         }
-        std::thread::sleep(Duration::from_millis(60));
     }
     let heavy_status = heavy.wait().unwrap();
     for mut l in lights {
@@ -332,7 +332,8 @@ fn a_heavy_request_is_served_while_light_holders_keep_coming() {
         heavy_wait.dur / 1000
     );
     // Light requests that came once it headed the queue did not overtake it.
-    if let Some(head_at) = head_at {
+    let head_at = head_at.expect("status never showed the heavy request at the head");
+    {
         let head_us = head_at
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
