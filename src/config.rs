@@ -604,7 +604,8 @@ pub struct InheritedPermit {
     pub gpus: usize,
     /// Whether the parent holds every slot.
     pub exclusive: bool,
-    /// The slots held, by index (one for a shared permit, all of them for an exclusive one).
+    /// The slots held, by index: as many as a shared permit's units, all of one GPU; every
+    /// slot for an exclusive one.
     pub slots: Vec<InheritedSlot>,
     /// The slot directory.
     pub dir: PathBuf,
@@ -713,7 +714,16 @@ impl InheritedPermit {
         let fits = if exclusive {
             slots.iter().map(|s| s.index).eq(0..total)
         } else {
-            slots.len() == 1 && slots[0].index < total
+            // A weighted permit: 1 to N distinct slots, all of one GPU (slot i is on GPU
+            // i % gpus).
+            let mut indices: Vec<usize> = slots.iter().map(|s| s.index).collect();
+            indices.sort_unstable();
+            indices.dedup();
+            indices.len() == slots.len()
+                && slots.len() <= per_gpu
+                && indices
+                    .iter()
+                    .all(|&i| i < total && i % gpus == indices[0] % gpus)
         };
         if !fits {
             return Err(format!(

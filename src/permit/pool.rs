@@ -74,12 +74,59 @@ pub(super) struct Inherited {
     /// This process's descriptors of the parent's slot descriptions (they keep the slots
     /// locked while this process lives).
     _files: Vec<std::fs::File>,
+    /// Which of the parent's slots (by position) a permit of this process names now, so
+    /// that permits held side by side name slots of their own.
+    in_use: parking_lot::Mutex<Vec<bool>>,
 }
 
 impl Inherited {
+    fn new(permit: crate::config::InheritedPermit, files: Vec<std::fs::File>) -> Inherited {
+        let in_use = parking_lot::Mutex::new(vec![false; permit.slots.len()]);
+        Inherited {
+            permit,
+            _files: files,
+            in_use,
+        }
+    }
+
     /// The slots held, in the order the parent passed them.
     pub(super) fn slots(&self) -> Vec<usize> {
         self.permit.slots.iter().map(|s| s.index).collect()
+    }
+
+    /// Names `units` of the parent's slots that no other permit of this process names, all of
+    /// one GPU where one GPU has that many free (the in-process count guarantees `units` free
+    /// slots in all, not on one GPU: only an exclusive parent spans several GPUs).
+    pub(super) fn take(&self, units: usize) -> Vec<usize> {
+        let all = self.slots();
+        let gpus = self.permit.gpus.max(1);
+        let mut in_use = self.in_use.lock();
+        let free: Vec<usize> = (0..all.len()).filter(|&i| !in_use[i]).collect();
+        let on_one_gpu = (0..gpus).find_map(|gpu| {
+            let mine: Vec<usize> = free
+                .iter()
+                .copied()
+                .filter(|&i| all[i] % gpus == gpu)
+                .take(units)
+                .collect();
+            (mine.len() == units).then_some(mine)
+        });
+        let chosen = on_one_gpu.unwrap_or_else(|| free.into_iter().take(units).collect());
+        debug_assert_eq!(chosen.len(), units, "more units out than inherited");
+        for &i in &chosen {
+            in_use[i] = true;
+        }
+        chosen.into_iter().map(|i| all[i]).collect()
+    }
+
+    /// Gives back slots named by [`take`](Self::take).
+    pub(super) fn give_back(&self, slots: &[usize]) {
+        let mut in_use = self.in_use.lock();
+        for (i, s) in self.permit.slots.iter().enumerate() {
+            if slots.contains(&s.index) {
+                in_use[i] = false;
+            }
+        }
     }
 }
 
@@ -349,10 +396,7 @@ impl PermitPool {
             let cfg = Config::global();
             if let Some(inherited) = &cfg.inherited {
                 match inherited.clone().and_then(|permit| {
-                    crate::host::adopt_inherited(&permit).map(|files| Inherited {
-                        permit,
-                        _files: files,
-                    })
+                    crate::host::adopt_inherited(&permit).map(|files| Inherited::new(permit, files))
                 }) {
                     Ok(inherited) => return PermitPool::inside(inherited, cfg),
                     Err(why) => crate::notice::line(&format!(
@@ -741,15 +785,12 @@ impl PermitPool {
         }
         let (seat_index, generation) = inner.claim_seat();
         if let Some(inherited) = &inner.inherited {
-            // One seat per inherited slot; an exclusive permit holds them all, a weighted one
-            // names as many of them as it has units (the parent's slots are all on its GPU).
-            let all = inherited.slots();
+            // An exclusive permit holds every inherited slot; any other names as many of the
+            // slots no other permit names as it has units.
             slots = if exclusive {
-                all
-            } else if units == 1 {
-                vec![all[seat_index]]
+                inherited.slots()
             } else {
-                all[..units].to_vec()
+                inherited.take(units)
             };
         }
         let seat = &inner.seats[seat_index];

@@ -486,6 +486,10 @@ impl PoolInner {
             if let Some(host) = &pool.host {
                 host.release(&slots);
             }
+            // Before the units: whoever gets them next finds their slots free.
+            if let Some(inherited) = pool.inherited.as_ref().filter(|_| !exclusive) {
+                inherited.give_back(&slots);
+            }
             if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {
                 let ts = crate::clock::unix_micros(d.since_wall);
                 let dur = crate::clock::unix_micros(end).saturating_sub(ts);

@@ -347,15 +347,16 @@ fn an_unknown_option_is_named_with_its_command() {
     for (args, usage) in [
         (
             &["hold", "--bogus"][..],
-            "hold [--exclusive] [--for DURATION]",
+            "hold [--exclusive | --units K | --memory SIZE] [--for DURATION]",
         ),
         (
             &["hold", "--for=1ms", "--bogus=1"],
-            "hold [--exclusive] [--for DURATION]",
+            "hold [--exclusive | --units K | --memory SIZE] [--for DURATION]",
         ),
         (
             &["run", "--bogus", "--", "true"],
-            "run [--exclusive] [--group GROUP] [--filter TEXT] [--] COMMAND [ARGS...]",
+            "run [--exclusive | --units K | --memory SIZE] [--group GROUP] [--filter TEXT] [--] \
+             COMMAND [ARGS...]",
         ),
         (&["status", "--bogus"], "status [--dir DIR]"),
         (&["config", "--bogus"], "config"),
@@ -575,4 +576,243 @@ fn run_dies_of_a_forwarded_sigterm_or_sigint_with_its_command() {
         assert!(!left_running, "signal {sig}: the command outlived run");
         assert_eq!(status.signal(), Some(sig), "{status:?}");
     }
+}
+
+#[test]
+fn hold_and_run_refuse_bad_units_and_sizes_with_exit_code_2() {
+    let dir = tempdir();
+    for command in ["hold", "run"] {
+        for (given, says) in [
+            (&["--units", "0"][..], "--units '0' must be at least 1"),
+            (&["--units", "two"], "--units 'two' is not a whole number"),
+            (&["--units="], "--units '' is empty"),
+            (
+                &["--memory", "lots"],
+                "--memory 'lots' is not a size like 24GiB",
+            ),
+            (
+                &["--memory", "0GB"],
+                "--memory '0GB' must be a size above zero",
+            ),
+            (&["--memory", "50%"], "--memory '50%' is a percentage"),
+            (
+                &["--exclusive", "--units", "2"],
+                "--exclusive takes every unit; give it or --units, not both",
+            ),
+            (
+                &["--memory=1GiB", "--exclusive"],
+                "--exclusive takes every unit; give it or --memory, not both",
+            ),
+        ] {
+            let mut c = cli(dir.path(), 4);
+            c.arg(command).args(given);
+            if command == "run" {
+                // Nothing runs: `touch` would leave a file behind.
+                c.args(["--", "touch"]).arg(dir.path().join("ran"));
+            } else {
+                c.args(["--for", "1ms"]);
+            }
+            let out = c.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{command} {given:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{command} {given:?}: {err}");
+            assert!(
+                err.starts_with(&format!("gpu-test-permit: {command}: {says}")),
+                "{err}"
+            );
+            assert!(out.stdout.is_empty(), "{command} {given:?}");
+            assert!(!dir.path().join("ran").exists(), "{command} {given:?} ran");
+        }
+        // More units than a GPU has: the pool's own error, before anything runs.
+        let mut c = cli(dir.path(), 4);
+        c.args([command, "--units", "5"]);
+        if command == "run" {
+            c.args(["--", "touch"]).arg(dir.path().join("ran"));
+        }
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("a GPU has only 4"), "{err}");
+        assert!(!dir.path().join("ran").exists());
+    }
+}
+
+#[test]
+fn hold_prints_the_units_it_holds() {
+    let dir = tempdir();
+    for (args, env, says) in [
+        (&["--units", "3"][..], None, " units=3 slots=0,1,2\n"),
+        (&[][..], None, " units=1 slots=0\n"),
+        (&["--exclusive"][..], None, " units=4 slots=0,1,2,3\n"),
+        // 5 GB of 16 GiB with N = 4: two units of 4 GiB.
+        (
+            &["--memory", "5GB"][..],
+            Some("16GiB"),
+            " units=2 slots=0,1\n",
+        ),
+        // The larger of the two counts.
+        (
+            &["--memory", "5GB", "--units", "3"][..],
+            Some("16GiB"),
+            " units=3 slots=0,1,2\n",
+        ),
+    ] {
+        let mut c = cli(dir.path(), 4);
+        if let Some(budget) = env {
+            c.env("GPU_TEST_PERMIT_GPU_MEMORY", budget);
+        }
+        let out = c
+            .arg("hold")
+            .args(args)
+            .args(["--for", "1ms"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(text.starts_with("held pid="), "{args:?}: {text}");
+        assert!(text.contains(says), "{args:?}: {text}");
+    }
+}
+
+#[test]
+fn nextest_snippet_tells_nextest_the_weight_of_heavy_tests() {
+    let dir = tempdir();
+    let snippet = |n: usize, extra: &[&str]| {
+        let out = cli(dir.path(), n)
+            .arg("nextest-snippet")
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = snippet(4, &[]);
+    assert!(
+        text.starts_with(&gpu_test_permit::nextest::group_snippet(4)),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "# [[profile.default.overrides]]\n# filter = 'test(/heavy_/)'\n\
+             # test-group = 'gpu'\n# threads-required = 2\n"
+        ),
+        "{text}"
+    );
+    // Every added line is a comment: the block is valid as printed.
+    let added = &text[gpu_test_permit::nextest::group_snippet(4).len()..];
+    assert!(
+        added.lines().all(|l| l.is_empty() || l.starts_with('#')),
+        "{added}"
+    );
+    assert!(snippet(8, &[]).contains("# threads-required = 4\n"));
+    let wrapper = snippet(4, &["--wrapper"]);
+    assert!(wrapper.contains("# threads-required = 2\n"), "{wrapper}");
+    assert!(
+        wrapper.contains("`command = 'gpu-test-permit run --units 2 --'`"),
+        "{wrapper}"
+    );
+    // N = 1: every permit is a whole GPU, nothing to weigh; the runner is one command for
+    // every test, so its tests hold one unit each.
+    assert_eq!(snippet(1, &[]), gpu_test_permit::nextest::group_snippet(1));
+    assert_eq!(
+        snippet(4, &["--runner"]),
+        gpu_test_permit::nextest::runner_snippet(4)
+    );
+}
+
+/// The weights block, uncommented and aimed at one test of the plain suite, in a real nextest
+/// run: nextest never runs that test beside another one of the group (its 2 units fill a
+/// group of 2), while the other GPU tests run two at a time.
+#[test]
+fn nextest_runs_a_weighted_test_alone_in_a_full_group() {
+    let mut cargo =
+        std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    crate::util::clear_permit_env(&mut cargo);
+    cargo.current_dir(env!("CARGO_MANIFEST_DIR"));
+    if !cargo
+        .args(["nextest", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        eprintln!("SKIPPED, cargo-nextest is not installed (cargo install cargo-nextest)");
+        return;
+    }
+    let work = tempdir();
+    let out = cli(work.path(), 2).arg("nextest-snippet").output().unwrap();
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let mut uncommented = false;
+    let config: String = printed
+        .lines()
+        .map(|l| {
+            uncommented |= l == "# [[profile.default.overrides]]";
+            let l = if uncommented {
+                l.strip_prefix("# ").unwrap_or(l)
+            } else {
+                l
+            };
+            format!("{}\n", l.replace("test(/heavy_/)", "test(/gpu_matmul/)"))
+        })
+        .collect();
+    assert!(config.contains("\nthreads-required = 2\n"), "{config}");
+    let config_file = work.path().join("nextest.toml");
+    std::fs::write(&config_file, &config).unwrap();
+    let records = work.path().join("records");
+    std::fs::create_dir(&records).unwrap();
+    let mut c =
+        std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    crate::util::clear_permit_env(&mut c);
+    let out = c
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args([
+            "nextest",
+            "run",
+            "--offline",
+            "-p",
+            "gpu-test-permit-plain-suite",
+        ])
+        .arg("--target-dir")
+        .arg(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plain-suite"))
+        .args([
+            "--test-threads",
+            "6",
+            "--status-level",
+            "fail",
+            "-E",
+            "test(/gpu/)",
+        ])
+        .arg("--config-file")
+        .arg(&config_file)
+        .env("PLAIN_SUITE_RECORDS", &records)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut runs: Vec<(String, u128, u128)> = Vec::new();
+    for e in std::fs::read_dir(&records).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        let f: Vec<&str> = text.split_whitespace().collect();
+        runs.push((
+            f[0].to_string(),
+            f[2].parse().unwrap(),
+            f[3].parse().unwrap(),
+        ));
+    }
+    assert_eq!(runs.len(), 4, "{runs:?}");
+    let overlap = |a: &(String, u128, u128), b: &(String, u128, u128)| a.1 < b.2 && b.1 < a.2;
+    let heavy = runs.iter().find(|r| r.0 == "gpu_matmul").unwrap();
+    for other in runs.iter().filter(|r| r.0 != "gpu_matmul") {
+        assert!(!overlap(heavy, other), "{heavy:?} ran beside {other:?}");
+    }
+    // The group is not serial: the light ones overlapped.
+    let lights: Vec<_> = runs.iter().filter(|r| r.0 != "gpu_matmul").collect();
+    assert!(
+        lights
+            .iter()
+            .any(|a| lights.iter().any(|b| a.0 != b.0 && overlap(a, b))),
+        "{runs:?}"
+    );
 }

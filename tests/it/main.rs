@@ -23,3 +23,4 @@ mod stub;
 mod trace;
 mod util;
 mod weighted;
+mod weighted_processes;

@@ -41,13 +41,16 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "hold",
-            synopsis: "[--exclusive] [--for DURATION]",
-            about: "take a permit from the pool configured by the environment, print `held ...`, and keep\n\
-                    it until standard input closes (or for DURATION, e.g. 500ms, 2s, 1m); a shell\n\
+            synopsis: "[--exclusive | --units K | --memory SIZE] [--for DURATION]",
+            about: "take a permit from the pool configured by the environment, print `held ...` (its\n\
+                    pid, units and slots), and keep it until standard input closes (or for DURATION,\n\
+                    e.g. 500ms, 2s, 1m); --units K holds K of one GPU's N units, as a test that\n\
+                    counts as K does; --memory SIZE (e.g. 24GiB, 80GB) the units that much memory\n\
+                    takes of the GPU_TEST_PERMIT_GPU_MEMORY budget; --exclusive every unit. A shell\n\
                     cannot take over this permit (a lock lives in an open file, inherited only from a\n\
                     parent): for a shell that holds one, use `run -- \"$SHELL\"`",
             flags: &["--exclusive"],
-            options: &["--for"],
+            options: &["--for", "--units", "--memory"],
             operands: Operands::None,
         },
         run: hold,
@@ -56,18 +59,20 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "run",
-            synopsis: "[--exclusive] [--group GROUP] [--filter TEXT] [--] COMMAND [ARGS...]",
+            synopsis: "[--exclusive | --units K | --memory SIZE] [--group GROUP] [--filter TEXT] [--] \
+                       COMMAND [ARGS...]",
             about: "run COMMAND while holding a permit, and exit as it did (killed by a signal: the\n\
                     same signal); SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to COMMAND and the\n\
                     permit is held until it has exited; COMMAND and ARGS pass byte for byte, and the\n\
-                    options end at COMMAND. COMMAND and what it starts work inside the permit\n\
-                    (GPU_TEST_PERMIT_INHERITED): a program that uses the crate takes no second one.\n\
-                    No permit (COMMAND runs in run's place) when ARGS contain --list (nextest listing\n\
-                    tests), with --group when NEXTEST_TEST_GROUP is not GROUP, and with --filter when\n\
-                    the test's name (NEXTEST_TEST_NAME, else ARGS) does not contain TEXT.\n\
-                    `run -- \"$SHELL\"` gives an interactive shell that holds a permit",
+                    options end at COMMAND. --units K, --memory SIZE and --exclusive as for `hold`.\n\
+                    COMMAND and what it starts work inside the permit (GPU_TEST_PERMIT_INHERITED): a\n\
+                    program that uses the crate takes no second one, and gets at most the units run\n\
+                    holds. No permit (COMMAND runs in run's place) when ARGS contain --list (nextest\n\
+                    listing tests), with --group when NEXTEST_TEST_GROUP is not GROUP, and with\n\
+                    --filter when the test's name (NEXTEST_TEST_NAME, else ARGS) does not contain\n\
+                    TEXT. `run -- \"$SHELL\"` gives an interactive shell that holds a permit",
             flags: &["--exclusive"],
-            options: &["--group", "--filter"],
+            options: &["--group", "--filter", "--units", "--memory"],
             operands: Operands::CommandLine,
         },
         run: run::main,
@@ -217,18 +222,53 @@ fn help(args: &Args) -> Result<ExitCode, String> {
 }
 
 /// `nextest-snippet`: the test group, sized to all the permits the host has (N per GPU times
-/// the GPUs).
+/// the GPUs), and how heavy tests tell nextest their weight.
 fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
     use gpu_test_permit::nextest;
-    let n = gpu_test_permit::PermitPool::global().capacity();
+    let pool = gpu_test_permit::PermitPool::global();
+    let n = pool.capacity();
     let text = match (args.flag("--runner"), args.flag("--wrapper")) {
         (true, true) => return Err(args.error("give --runner or --wrapper, not both")),
+        // The runner is one command for every test: their permits are all of one unit.
         (true, false) => nextest::runner_snippet(n),
-        (false, true) => nextest::wrapper_snippet(n),
-        (false, false) => nextest::group_snippet(n),
+        (false, true) => nextest::wrapper_snippet(n) + &weights_snippet(pool.concurrency(), true),
+        (false, false) => nextest::group_snippet(n) + &weights_snippet(pool.concurrency(), false),
     };
     print!("{text}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The commented override that gives heavy tests their weight in the `gpu` test group:
+/// `threads-required` counts against the group's `max-threads`, so nextest starts no more
+/// units than the permits have, and a heavy test's process does not start only to wait.
+/// Both overrides put their tests in the same group, so their order does not matter. Empty
+/// where N = 1 (every permit is a whole GPU).
+fn weights_snippet(per_gpu: usize, wrapper: bool) -> String {
+    if per_gpu < 2 {
+        return String::new();
+    }
+    let k = per_gpu.div_ceil(2).max(2);
+    let how = if wrapper {
+        format!(
+            "# Under the wrapper, they need one of their own that holds the units, with\n\
+             # `command = 'gpu-test-permit run --units {k} --'` and a filter kept apart from\n\
+             # gpu-permit's.\n"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "
+# Heavy tests: a test that takes a permit of k units counts as k tests
+# (acquire_weighted(k), acquire_memory(bytes), `gpu-test-permit run --units k`). Tell nextest
+# with `threads-required = k` in the group, so that it starts no more units than there are
+# permits (k is at most N = {per_gpu}, one GPU's units); e.g. for tests of {k} units:
+# [[profile.default.overrides]]
+# filter = 'test(/heavy_/)'
+# test-group = 'gpu'
+# threads-required = {k}
+{how}"
+    )
 }
 
 /// Fails before the command does anything when the configuration is rejected under
@@ -333,29 +373,90 @@ fn config(_: &Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-pub(crate) fn take(exclusive: bool) -> Result<gpu_test_permit::GpuTestPermit, String> {
-    let pool = gpu_test_permit::PermitPool::global();
-    let timeout = pool.timeout();
-    if exclusive {
-        pool.try_acquire_exclusive_for(timeout)
-    } else {
-        pool.try_acquire_for(timeout)
+/// The permit `hold` and `run` ask for: `--exclusive`, `--units K`, `--memory SIZE` (both
+/// of the last two: the larger counts), or one unit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Ask {
+    exclusive: bool,
+    units: Option<usize>,
+    memory: Option<u64>,
+}
+
+impl Ask {
+    /// Reads `--exclusive`, `--units K` and `--memory SIZE`.
+    ///
+    /// # Errors
+    ///
+    /// A value that is not a whole number of units or a size (a percentage is a budget, not a
+    /// request), and `--exclusive` with either of the others.
+    pub(crate) fn from_args(args: &Args) -> Result<Ask, String> {
+        use gpu_test_permit::config::{MemoryBudget, ValueError, parse_concurrency, parse_memory};
+        let units = args.parsed_value("--units", |v| parse_concurrency(&v.into()))?;
+        let memory = args.parsed_value("--memory", |v| match parse_memory(&v.into()) {
+            Ok(MemoryBudget::Bytes(b)) => Ok(b),
+            // A budget may be a share of the device memory; a request is an amount.
+            Ok(MemoryBudget::Percent(_)) => Err(
+                "is a percentage; give the memory the command needs as a size like 24GiB, \
+                 80GB or 512MiB (only the budget, GPU_TEST_PERMIT_GPU_MEMORY, may be a \
+                 percentage)"
+                    .to_string(),
+            ),
+            Err(ValueError::MemoryOutOfRange) => Err("must be a size above zero".to_string()),
+            Err(ValueError::NotMemory) => {
+                Err("is not a size like 24GiB, 80GB or 512MiB".to_string())
+            }
+            Err(e) => Err(e.to_string()),
+        })?;
+        let exclusive = args.flag("--exclusive");
+        if exclusive && (units.is_some() || memory.is_some()) {
+            let other = if units.is_some() {
+                "--units"
+            } else {
+                "--memory"
+            };
+            return Err(args.error(format_args!(
+                "--exclusive takes every unit; give it or {other}, not both"
+            )));
+        }
+        Ok(Ask {
+            exclusive,
+            units: units.map(|u| u.get()),
+            memory,
+        })
     }
-    .map_err(|e| e.to_string())
+}
+
+/// Takes the permit `ask` describes from the global pool, waiting up to its deadline.
+pub(crate) fn take(ask: Ask) -> Result<gpu_test_permit::GpuTestPermit, String> {
+    let pool = gpu_test_permit::PermitPool::global();
+    let mut request = pool.request();
+    if ask.exclusive {
+        request = request.exclusive();
+    }
+    if let Some(units) = ask.units {
+        request = request.units(units);
+    }
+    if let Some(bytes) = ask.memory {
+        request = request.memory(bytes);
+    }
+    request
+        .acquire_for(pool.timeout())
+        .map_err(|e| e.to_string())
 }
 
 fn hold(args: &Args) -> Result<ExitCode, String> {
-    let exclusive = args.flag("--exclusive");
+    let ask = Ask::from_args(args)?;
     let duration = args.parsed_value("--for", |v| {
         gpu_test_permit::config::parse_duration(&v.into())
     })?;
-    let permit = take(exclusive)?;
+    let permit = take(ask)?;
     let slots: Vec<String> = permit.slots().iter().map(|s| s.to_string()).collect();
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "held pid={} slots={}",
+        "held pid={} units={} slots={}",
         std::process::id(),
+        permit.units(),
         slots.join(",")
     )
     .and_then(|()| out.flush())

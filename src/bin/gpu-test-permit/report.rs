@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpu_test_permit::config::Config;
-use gpu_test_permit::host::{HolderRecord, recorded_hangs, status as host_status};
+use gpu_test_permit::host::{HolderRecord, SlotStatus, recorded_hangs, status as host_status};
 use gpu_test_permit::trace::{read_events, summarize, timeline};
 
 use crate::args::Args;
@@ -17,13 +17,42 @@ pub(crate) fn ago(since_unix_ms: u64) -> String {
 }
 
 fn who(r: &HolderRecord) -> String {
-    format!(
-        "pid {} {} ({}){}",
+    let mut text = format!(
+        "pid {} {} ({})",
         r.pid,
         printable(&r.test),
-        printable(&r.thread),
-        if r.exclusive { " exclusive" } else { "" }
-    )
+        printable(&r.thread)
+    );
+    if r.exclusive {
+        text.push_str(" exclusive");
+    } else if r.units > 1 {
+        text.push_str(&format!(", {} units", r.units));
+    }
+    if let Some(bytes) = r.memory {
+        text.push_str(&format!(
+            ", declared {}",
+            gpu_test_permit::config::format_bytes(bytes)
+        ));
+    }
+    text
+}
+
+/// The slots of `slots` that one permit holds, permit by permit, in the order of their first
+/// slot: a permit of k units (every slot, when exclusive) wrote the same record into each of
+/// its k slots. Equal records from more slots than the permit has units are separate permits.
+fn permits_by_record(slots: &[SlotStatus]) -> Vec<(&HolderRecord, Vec<usize>)> {
+    let mut out: Vec<(&HolderRecord, Vec<usize>)> = Vec::new();
+    for slot in slots {
+        let Some(r) = &slot.holder else { continue };
+        match out
+            .iter_mut()
+            .find(|(seen, held)| *seen == r && held.len() < r.units.max(1))
+        {
+            Some((_, held)) => held.push(slot.index),
+            None => out.push((r, vec![slot.index])),
+        }
+    }
+    out
 }
 
 /// Text that other processes wrote (test and thread names in slot records) or named (paths),
@@ -62,14 +91,26 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
     if s.slots.is_empty() {
         println!("no slots yet (no permit was taken with this directory)");
     }
+    // One line per permit (at its first slot), however many slots it holds.
+    let permits = permits_by_record(&s.slots);
     for slot in &s.slots {
         match (&slot.holder, slot.held) {
-            (Some(r), _) => println!(
-                "slot {}: held {} by {}",
-                slot.index,
-                ago(r.since_unix_ms),
-                who(r)
-            ),
+            (Some(_), _) => {
+                let Some((r, held)) = permits.iter().find(|(_, held)| held[0] == slot.index) else {
+                    continue;
+                };
+                let names = held
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",");
+                println!(
+                    "{} {names}: held {} by {}",
+                    if held.len() == 1 { "slot" } else { "slots" },
+                    ago(r.since_unix_ms),
+                    who(r)
+                );
+            }
             (None, true) => println!("slot {}: held (no readable record)", slot.index),
             (None, false) => println!("slot {}: free", slot.index),
         }

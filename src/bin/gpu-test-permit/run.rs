@@ -1,5 +1,5 @@
-//! `run [--exclusive] [--group GROUP] [--filter TEXT] [--] COMMAND [ARGS...]`: run a command
-//! while holding a permit, and end the way it ended.
+//! `run [--exclusive | --units K | --memory SIZE] [--group GROUP] [--filter TEXT] [--] COMMAND
+//! [ARGS...]`: run a command while holding a permit, and end the way it ended.
 //!
 //! - The command works inside the permit: it inherits the open files that hold the permit's
 //!   slot locks and finds them named in `GPU_TEST_PERMIT_INHERITED`, so a command that itself
@@ -31,7 +31,7 @@ use crate::args::Args;
 
 /// `run`.
 pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
-    let exclusive = args.flag("--exclusive");
+    let ask = crate::Ask::from_args(args)?;
     // The parser has checked that there is a command, and left it and its arguments as given.
     let (program, program_args) = args.operands().split_first().ok_or("no command given")?;
     let cannot_run =
@@ -49,7 +49,7 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     }
     // Before anything else starts a thread, so that every thread inherits the blocked mask.
     let signals = sys::Forwarder::start();
-    let permit = crate::take(exclusive)?;
+    let permit = crate::take(ask)?;
     match permit.pass_to(&mut cmd) {
         Ok(()) => {}
         // Where descriptors are not inherited, a command that uses the crate takes its own.
