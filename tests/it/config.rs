@@ -521,3 +521,43 @@ fn inherited_permit_values_round_trip_and_bad_ones_say_why() {
         assert!(with(INHERITED_VAR, bad).warnings.is_empty());
     }
 }
+
+#[test]
+fn gpu_memory_takes_sizes_and_percentages_and_rejects_the_rest_with_a_warning() {
+    use gpu_test_permit::config::{GPU_MEMORY_VAR, MemoryBudget};
+    let cases: [(&str, MemoryBudget); 9] = [
+        ("64GiB", MemoryBudget::Bytes(64 << 30)),
+        (" 64 gib ", MemoryBudget::Bytes(64 << 30)),
+        ("80GB", MemoryBudget::Bytes(80_000_000_000)),
+        ("80G", MemoryBudget::Bytes(80_000_000_000)),
+        ("512MiB", MemoryBudget::Bytes(512 << 20)),
+        ("1.5TiB", MemoryBudget::Bytes(3 << 39)),
+        ("4096", MemoryBudget::Bytes(4096)),
+        ("90%", MemoryBudget::Percent(90.0)),
+        ("100 %", MemoryBudget::Percent(100.0)),
+    ];
+    for (raw, want) in cases {
+        let c = with(GPU_MEMORY_VAR, raw);
+        assert_eq!(c.gpu_memory, Some(want), "{raw:?}");
+        assert!(c.warnings.is_empty(), "{raw:?}: {:?}", c.warnings);
+    }
+    for raw in [
+        "", "lots", "64 GiBs", "0", "0GiB", "0%", "101%", "-5GB", ".5G", "1e9", "NaN%", "5.G",
+    ] {
+        let c = with(GPU_MEMORY_VAR, raw);
+        assert_eq!(c.gpu_memory, None, "{raw:?}");
+        assert_eq!(c.warnings.len(), 1, "{raw:?}");
+        let text = c.warnings[0].to_string();
+        assert!(text.starts_with("GPU_TEST_PERMIT_GPU_MEMORY='"), "{text}");
+        assert!(
+            text.ends_with("using no memory budget (memory declarations count as one permit)"),
+            "{text}"
+        );
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStringExt;
+        let c = with(GPU_MEMORY_VAR, OsString::from_vec(vec![b'6', 0xff]));
+        assert_eq!((c.gpu_memory, c.warnings.len()), (None, 1));
+    }
+}

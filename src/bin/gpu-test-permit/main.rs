@@ -294,6 +294,13 @@ fn config(_: &Args) -> Result<ExitCode, String> {
             c::GPUS_VAR,
             cfg.gpus.map_or_else(|| "auto".into(), |g| g.to_string()),
         ),
+        (
+            c::GPU_MEMORY_VAR,
+            cfg.gpu_memory.map_or_else(
+                || "unset (the CUDA probe's device memory on discrete GPUs, else none)".into(),
+                |m| m.to_string(),
+            ),
+        ),
         (c::TIMEOUT_VAR, format!("{:?}", cfg.timeout)),
         (
             c::DIR_VAR,
