@@ -69,6 +69,11 @@ fn wgpu_needs_child() {
         drop(gpu);
         drop(buf);
 
+        // More units than a GPU has (N = 4): a failure with the pool's advice, not a wait.
+        let err = gpu_test_permit::wgpu::device_for(gpu_test_permit::GpuNeed::default().units(5))
+            .unwrap_err();
+        println!("{ANSWER}too-large skip={} {err}", err.is_skip());
+
         let gpu = gpu_test_permit::wgpu::device_or_skip!(exclusive);
         println!(
             "{ANSWER}exclusive units={} exclusive={}",
@@ -125,6 +130,16 @@ fn wgpu_fixture_needs_and_measured_memory_reach_the_trace() {
     assert!(
         answers.contains(&"exclusive units=4 exclusive=true".to_string()),
         "{answers:?}"
+    );
+    let too_large = answers
+        .iter()
+        .find(|a| a.starts_with("too-large "))
+        .unwrap();
+    assert!(
+        too_large.starts_with(
+            "too-large skip=false asked for a GPU permit of 5 units, but a GPU has only 4"
+        ),
+        "{too_large}"
     );
     let memory = answers.iter().find(|a| a.starts_with("memory ")).unwrap();
     assert!(
@@ -210,4 +225,49 @@ fn fixture_macros_return_the_on_skip_value_with_their_needs() {
         "{answers:?}"
     );
     let _ = answers;
+}
+
+/// The child of [`the_memory_budget_comes_from_discrete_cuda_devices_only`]: what a 512 MiB
+/// declaration holds.
+#[test]
+#[ignore = "helper: run in a child process by the fixture tests"]
+fn budget_child() {
+    let permit = gpu_test_permit::acquire_memory(512 * MIB);
+    println!("{ANSWER}units={}", permit.units());
+}
+
+/// Without `GPU_TEST_PERMIT_GPU_MEMORY` the budget is a discrete CUDA device's memory; a
+/// device that shares memory with the CPU (as a GB10 does) gives none, so a declaration counts
+/// as one unit and the process says so, until the variable sets one. (The stand-in driver
+/// reports 1 GiB discrete device 0 and, with two devices, an integrated device 1.)
+#[cfg(feature = "cuda")]
+#[test]
+fn the_memory_budget_comes_from_discrete_cuda_devices_only() {
+    let run = |devices: &str, budget: Option<&str>| {
+        let dir = crate::util::tempdir();
+        let mut c = crate::probe::helper("fixture::budget_child");
+        c.env("GPU_TEST_PERMIT_DIR", dir.path())
+            .env("REALIZAR_GPU_TEST_CONCURRENCY", "4")
+            .env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
+            .env("CUDA_PROBE_STUB", "ok")
+            .env("CUDA_PROBE_STUB_DEVICES", devices);
+        if let Some(b) = budget {
+            c.env("GPU_TEST_PERMIT_GPU_MEMORY", b);
+        }
+        let out = c.output().unwrap();
+        let (stdout, stderr) = crate::probe::text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        let units = stdout
+            .lines()
+            .find_map(|l| l.split_once(ANSWER).map(|(_, a)| a.to_string()))
+            .unwrap_or_else(|| panic!("no answer in:\n{stdout}\n{stderr}"));
+        (units, stderr.contains("no memory budget is known"))
+    };
+    // Discrete, 1 GiB: units of 256 MiB, 512 MiB takes two.
+    assert_eq!(run("1", None), ("units=2".into(), false));
+    // One of the devices is integrated: no budget from the probe.
+    assert_eq!(run("2", None), ("units=1".into(), true));
+    // A budget set by hand: 2 GiB in units of 512 MiB.
+    assert_eq!(run("2", Some("2GiB")), ("units=1".into(), false));
+    assert_eq!(run("2", Some("1GiB")), ("units=2".into(), false));
 }
