@@ -42,13 +42,15 @@ cargo nextest run --workspace --all-features
 cargo run -q --example cap_demo
 cargo run -q --all-features --example wgpu_demo
 
-# The example suite again, traced, under each runner; the trace proves the cap held.
+# The example suite again, traced, under each runner; the trace proves the cap held. With a
+# memory budget, so that its heavy tests (256 MiB declared) hold two units of 128 MiB each
+# beside the light ones.
 n=${REALIZAR_GPU_TEST_CONCURRENCY:-2}
 traces=$(mktemp -d)
 trap 'rm -rf "$traces"' EXIT
-GPU_TEST_PERMIT_TRACE="$traces/cargo-test.json" \
+GPU_TEST_PERMIT_GPU_MEMORY=256MiB GPU_TEST_PERMIT_TRACE="$traces/cargo-test.json" \
     cargo test -p gpu-test-permit-example-suite --all-features -q
-GPU_TEST_PERMIT_TRACE="$traces/nextest.json" \
+GPU_TEST_PERMIT_GPU_MEMORY=256MiB GPU_TEST_PERMIT_TRACE="$traces/nextest.json" \
     cargo nextest run -p gpu-test-permit-example-suite --all-features --status-level fail
 for t in cargo-test nextest; do
     echo "== example suite trace ($t)"

@@ -32,7 +32,9 @@
 //!   ([`require_backend!`]).
 //! - Fixtures: `wgpu::device_or_skip!()` and `cuda::context_or_skip!()` (features `wgpu`,
 //!   `cuda`) take a permit, consult the probe and create the GPU objects, which drop before
-//!   the permit.
+//!   the permit. A heavy test says how much of the GPU it needs (`device_or_skip!(units = 2)`,
+//!   `context_or_skip!(memory = 8 << 30)`, [`GpuNeed`]); the fixture records the memory it
+//!   measured on the permit, and so in the trace.
 //! - [`devices`]: the `CUDA_VISIBLE_DEVICES` (and HIP, ROCr) values that pin a process
 //!   started under a permit to the permit's GPU.
 //! - `capture` (feature `cuda`): a CUDA graph capture guard that refuses allocations, uploads
@@ -73,7 +75,7 @@ mod sync;
 mod sys;
 pub mod trace;
 
-pub use fixture::FixtureError;
+pub use fixture::{FixtureError, GpuNeed};
 pub use permit::{
     AcquireError, EnteredPermit, GpuTestPermit, Holder, PermitKind, PermitPool, PermitRequest,
     PoolBuilder, WaitTimeout, Waiter, acquire, acquire_exclusive, acquire_memory, acquire_weighted,

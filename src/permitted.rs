@@ -25,6 +25,24 @@ use crate::permit::{AcquireError, GpuTestPermit, PermitPool};
 /// // dropping `ctx` drops the Context, then returns the permit
 /// ```
 ///
+/// A fixture that needs more of the GPU than an ordinary test takes a larger permit
+/// ([`acquire_weighted`](crate::acquire_weighted), [`acquire_memory`](crate::acquire_memory)):
+///
+/// ```
+/// use gpu_test_permit::Permitted;
+///
+/// # // SAFETY: the example's process has one thread at this point.
+/// # unsafe { std::env::set_var("REALIZAR_GPU_TEST_CONCURRENCY", "4") };
+/// # let dir = std::env::temp_dir().join(format!("gtp-doc-permitted-{}", std::process::id()));
+/// # unsafe { std::env::set_var("GPU_TEST_PERMIT_DIR", &dir) };
+/// let big = Permitted::with_permit(gpu_test_permit::acquire_weighted(2), || vec![0u8; 1 << 20]);
+/// assert_eq!(big.permit().units(), 2);
+/// // Or by memory: units of the budget GPU_TEST_PERMIT_GPU_MEMORY sets.
+/// drop(big);
+/// let big = Permitted::with_permit(gpu_test_permit::acquire_memory(6 << 30), || ());
+/// assert_eq!(big.permit().memory(), Some(6 << 30));
+/// ```
+///
 /// The same for a fixture of your own, written out:
 ///
 /// ```

@@ -5,34 +5,20 @@ use gpu_test_permit::wgpu::WgpuFixture;
 use wgpu::util::DeviceExt;
 
 /// Element types the helper moves between CPU and GPU.
-pub trait Element: Copy + std::fmt::Debug + PartialEq {
+pub trait Element: bytemuck::Pod + std::fmt::Debug + PartialEq {
     /// The WGSL type name.
     const WGSL: &'static str;
-    /// Little-endian bytes.
-    fn to_bytes(self) -> [u8; 4];
-    /// From little-endian bytes.
-    fn from_bytes(b: [u8; 4]) -> Self;
 }
 
 macro_rules! element {
     ($($t:ty),*) => {$(
         impl Element for $t {
             const WGSL: &'static str = stringify!($t);
-            fn to_bytes(self) -> [u8; 4] {
-                self.to_le_bytes()
-            }
-            fn from_bytes(b: [u8; 4]) -> Self {
-                <$t>::from_le_bytes(b)
-            }
         }
     )*};
 }
 
 element!(f32, u32, i32);
-
-fn bytes<T: Element>(v: &[T]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_bytes()).collect()
-}
 
 /// Computes `out[i] = <expr>` on the GPU, where `expr` is WGSL over `a[i]` and `b[i]` (read as
 /// `a` and `b`) and `i` (`u32`). `a` and `b` must have the same length.
@@ -74,7 +60,7 @@ pub fn map2<T: Element, U: Element>(gpu: &WgpuFixture, expr: &str, a: &[T], b: &
     let input = |label, data: &[T]| {
         device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
-            contents: &bytes(data),
+            contents: bytemuck::cast_slice(data),
             usage: wgpu::BufferUsages::STORAGE,
         })
     };
@@ -124,9 +110,7 @@ pub fn map2<T: Element, U: Element>(gpu: &WgpuFixture, expr: &str, a: &[T], b: &
         .poll(wgpu::PollType::wait_indefinitely())
         .expect("waiting for the GPU");
     let view = readback.get_mapped_range(..).expect("reading the result");
-    view.chunks_exact(4)
-        .map(|c| U::from_bytes(c.try_into().unwrap()))
-        .collect()
+    bytemuck::pod_collect_to_vec(&view)
 }
 
 /// `n` deterministic pseudo-random `f32`s in `[lo, hi)`.
@@ -135,6 +119,13 @@ pub fn floats(n: usize, seed: u32, lo: f32, hi: f32) -> Vec<f32> {
         .into_iter()
         .map(|x| lo + (hi - lo) * (x >> 8) as f32 / (1u32 << 24) as f32)
         .collect()
+}
+
+/// `n` values from `lo` up to (not including) `hi`, in a saw-tooth of 1,000 steps: input for
+/// large tests, cheaper to make than [`floats`].
+pub fn ramp(n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    let step = (hi - lo) / 1000.0;
+    (0..n).map(|i| lo + (i % 1000) as f32 * step).collect()
 }
 
 /// `n` deterministic pseudo-random `u32`s (xorshift32).

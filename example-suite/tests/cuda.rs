@@ -39,3 +39,19 @@ fn gpu_cuda_device_matches_probe() {
     let name = gpu.context().name().unwrap();
     assert_eq!(devices[gpu.ordinal()].name, name);
 }
+
+/// A heavy test: it declares the memory it needs (1 GiB: with an 80 GiB budget and N = 4, one
+/// unit of 20 GiB; with a 2 GiB budget, two of 512 MiB), and where NVML can tell, the
+/// fixture's measurement covers the allocation.
+#[test]
+fn gpu_heavy_cuda_allocation() {
+    let gpu = gpu_test_permit::cuda::context_or_skip!(memory = 1 << 30);
+    let bytes = 256usize << 20;
+    let dev = gpu.stream().alloc_zeros::<u8>(bytes).unwrap();
+    gpu.stream().synchronize().unwrap();
+    if let Some(used) = gpu.memory_used() {
+        // NVML counts the whole process: the context, this buffer, and other tests' at once.
+        assert!(used >= bytes as u64, "NVML reports {used} bytes");
+    }
+    drop(dev);
+}

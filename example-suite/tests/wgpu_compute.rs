@@ -3,8 +3,13 @@
 //!
 //! On a machine without a wgpu adapter these skip with one line each; with
 //! `GPU_TEST_PERMIT_REQUIRE=wgpu` (a GPU CI lane) they fail instead.
+//!
+//! Most tests are light: a few 16 KiB buffers, one permit unit each. The `gpu_heavy_*` tests at
+//! the end move a million times more data and say so (`device_or_skip!(memory = ...)`), so
+//! that they count as several light tests when a memory budget is set; both kinds share the
+//! GPU in one run.
 
-use gpu_test_permit_example_suite::{close, floats, map2, words};
+use gpu_test_permit_example_suite::{close, floats, map2, ramp, words};
 
 const N: usize = 4096;
 
@@ -138,4 +143,40 @@ fn gpu_worker_threads_share_the_device() {
             w.join().unwrap().unwrap();
         }
     });
+}
+
+/// Elements of a heavy test: four buffers of 16 MB (the most one 1-D dispatch of 64-wide
+/// workgroups reaches is 65,535 x 64).
+const HEAVY_N: usize = 4_000_000;
+
+/// What a heavy test declares. Measured on lavapipe, such a test's device reserves 192 MiB
+/// (wgpu's allocator takes memory in 64 to 256 MiB blocks; a device without buffers of its own
+/// reserves 64 MiB). With `GPU_TEST_PERMIT_GPU_MEMORY=256MiB` and N = 2 a heavy test holds both
+/// units, with N = 4 all four, and with no budget one (the process says so once).
+const HEAVY_MEMORY: u64 = 256 << 20;
+
+/// One heavy test per kernel, over [`HEAVY_N`] elements; the CPU checks every 997th.
+macro_rules! heavy_tests {
+    ($($name:ident: $expr:literal, |$a:ident, $b:ident| $cpu:expr, $tol:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            let gpu = gpu_test_permit::wgpu::device_or_skip!(memory = HEAVY_MEMORY);
+            let a = ramp(HEAVY_N, 0.5, 4.0);
+            let b = ramp(HEAVY_N, 1.0, 3.0);
+            let got: Vec<f32> = map2(&gpu, $expr, &a, &b);
+            assert_eq!(got.len(), HEAVY_N);
+            let picked = |v: &[f32]| v.iter().copied().step_by(997).collect::<Vec<_>>();
+            let want: Vec<f32> = picked(&a)
+                .into_iter()
+                .zip(picked(&b))
+                .map(|($a, $b)| $cpu)
+                .collect();
+            close(&picked(&got), &want, $tol).unwrap();
+        }
+    )*};
+}
+
+heavy_tests! {
+    gpu_heavy_saxpy: "2.5 * a + b", |a, b| 2.5 * a + b, 1e-5;
+    gpu_heavy_hypot: "sqrt(a * a + b * b)", |a, b| a.hypot(b), 1e-5;
 }

@@ -415,3 +415,32 @@ pub(crate) fn inherited_file(fd: u64, identity: (u64, u64)) -> io::Result<File> 
 pub(crate) fn pass_to_child(cmd: &mut Command, file: &File) -> io::Result<u64> {
     os::pass_to_child(cmd, file)
 }
+
+/// A shared library loaded at run time and never unloaded (Unix: `dlopen`; Windows: none are
+/// loaded). Used for optional driver libraries the crate does not link against.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) struct Library(std::ptr::NonNull<std::ffi::c_void>);
+
+// SAFETY: the handle is an opaque token that `dlsym` accepts from any thread; it is never
+// closed.
+unsafe impl Send for Library {}
+// SAFETY: as above.
+unsafe impl Sync for Library {}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+impl Library {
+    /// Loads `name` (a file name searched as the platform does, e.g. `libnvidia-ml.so.1`);
+    /// `None` when it is not there.
+    pub(crate) fn open(name: &std::ffi::CStr) -> Option<Library> {
+        os::open_library(name).map(Library)
+    }
+
+    /// The address of `symbol`, to be cast to its function type by the caller.
+    pub(crate) fn symbol(
+        &self,
+        symbol: &std::ffi::CStr,
+    ) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
+        os::library_symbol(self.0, symbol)
+    }
+}

@@ -467,6 +467,25 @@ pub(super) fn pass_to_child(cmd: &mut Command, file: &File) -> io::Result<u64> {
     Ok(number as u64)
 }
 
+/// A shared library opened with `dlopen` (`RTLD_NOW | RTLD_LOCAL`), never closed: the symbols
+/// taken from it stay valid for the life of the process.
+pub(super) fn open_library(name: &std::ffi::CStr) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
+    // SAFETY: `name` is a valid C string; loading a library runs its initialisers, which is
+    // what the caller asks for.
+    let handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    std::ptr::NonNull::new(handle)
+}
+
+/// The address of `symbol` in a library from [`open_library`].
+pub(super) fn library_symbol(
+    library: std::ptr::NonNull<std::ffi::c_void>,
+    symbol: &std::ffi::CStr,
+) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
+    // SAFETY: `library` is a live handle from `dlopen` (never closed) and `symbol` a valid C
+    // string; `dlsym` only looks the name up.
+    std::ptr::NonNull::new(unsafe { libc::dlsym(library.as_ptr(), symbol.as_ptr()) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

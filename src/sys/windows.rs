@@ -137,3 +137,16 @@ pub(super) fn pass_to_child(_cmd: &mut Command, _file: &File) -> io::Result<u64>
         "passing a permit to a command needs Unix descriptors",
     ))
 }
+
+/// Shared libraries are loaded on Unix only (NVML for the CUDA fixture's memory measurement);
+/// on Windows the fixture does without.
+pub(super) fn open_library(_name: &std::ffi::CStr) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
+    None
+}
+
+pub(super) fn library_symbol(
+    _library: std::ptr::NonNull<std::ffi::c_void>,
+    _symbol: &std::ffi::CStr,
+) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
+    None
+}

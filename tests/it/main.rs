@@ -9,6 +9,7 @@ mod config;
 mod decision;
 mod devices;
 mod dirs;
+mod fixture;
 mod host;
 mod in_process;
 mod inherit;
