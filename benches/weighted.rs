@@ -16,13 +16,17 @@
 //!   process holds both units of an N = 2 directory and releases them; a child waiting for 1
 //!   unit (`acquire()`) or for 2 (`acquire_weighted(2)`) notes when it runs.
 //!
-//! After criterion, interleaved rounds of the uncontended pairs, and the makespan and hand-off
-//! samples criterion took, print medians and ratios (targets: weighted makespan <= 0.6x the
-//! count-only one; weighted acquire + release within 1.2x of a single permit's in process and
-//! within 1.5x across processes).
+//! After criterion, the makespans criterion took, and interleaved rounds of the uncontended
+//! acquisitions and of the hand-offs (so that drift in a shared machine hits ours and the
+//! baseline alike), print medians and ratios. Targets: weighted makespan <= 0.6x the count-only
+//! one; weighted acquire + release within 1.2x of a single permit's in process, within 1.5x
+//! across processes (host slots).
 //!
 //! Child processes are this bench's executable started again with [`CHILD_VAR`] set; they use
 //! the library's global pool, configured through the environment as a test process's would be.
+//! `GPU_TEST_PERMIT_WEIGHTED_BENCH_CHILD="spin local|host single|weighted-2|memory-2 CALLS"`
+//! runs one kind of uncontended acquisition CALLS times, for instruction counts under
+//! `valgrind --tool=callgrind` (stable where timings on a shared machine are not).
 //!
 //! Run with `cargo bench --bench weighted`; see BENCHMARKS.md for figures.
 #![allow(missing_docs)]
@@ -37,8 +41,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group};
-use gpu_test_permit::PermitPool;
 use gpu_test_permit::trace::{TraceEvent, read_events};
+use gpu_test_permit::{GpuTestPermit, PermitPool};
 
 const GIB: u64 = 1 << 30;
 /// The simulated GPU's memory.
@@ -311,6 +315,10 @@ fn check_traces() {
             }
             let events = read_events(&path).unwrap();
             let peak = weighted_peak(&events);
+            if peak.holds == 0 {
+                // Filtered out of this run.
+                continue;
+            }
             let worst_memory = match cap {
                 // Count-only tests declare nothing: the worst case is every holder heavy.
                 Cap::CountOnly => peak.units as u64 * HEAVY_MEMORY,
@@ -383,11 +391,13 @@ fn overhead_pairs(c: &mut Criterion, name: &str, pool: &PermitPool) {
     assert_eq!(pool.acquire_weighted(2).units(), 2);
     assert_eq!(pool.acquire_memory(TWO_UNITS_OF_MEMORY).units(), 2);
     let mut g = c.benchmark_group(name);
-    g.bench_function("single", |b| b.iter(|| drop(black_box(pool.acquire()))));
-    g.bench_function("weighted-2", |b| {
+    g.bench_function(Kind::Single.name(), |b| {
+        b.iter(|| drop(black_box(pool.acquire())))
+    });
+    g.bench_function(Kind::Weighted2.name(), |b| {
         b.iter(|| drop(black_box(pool.acquire_weighted(black_box(2)))))
     });
-    g.bench_function("memory-2", |b| {
+    g.bench_function(Kind::Memory2.name(), |b| {
         b.iter(|| {
             drop(black_box(
                 pool.acquire_memory(black_box(TWO_UNITS_OF_MEMORY)),
@@ -406,6 +416,55 @@ fn overhead_host_slots(c: &mut Criterion) {
     overhead_pairs(c, "overhead-host-slots", &host_pool(dir.path(), 4));
 }
 
+/// A child process that waits for a permit of `units` units whenever it is told to, and
+/// reports when it got it: the far side of a cross-process hand-off.
+struct HandoffChild {
+    child: std::process::Child,
+    to_child: std::process::ChildStdin,
+    from_child: BufReader<std::process::ChildStdout>,
+}
+
+impl HandoffChild {
+    fn spawn(dir: &Path, units: usize) -> HandoffChild {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .env(CHILD_VAR, format!("handoff {units}"))
+            .env("GPU_TEST_PERMIT_DIR", dir)
+            .env("GPU_TEST_PERMIT_GPUS", "1")
+            .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        HandoffChild {
+            to_child: child.stdin.take().unwrap(),
+            from_child: BufReader::new(child.stdout.take().unwrap()),
+            child,
+        }
+    }
+
+    /// One hand-off: `pool` (N = 2) takes both units, the child starts waiting, `pool`
+    /// releases; returns the time from the release to the child running.
+    fn once(&mut self, pool: &PermitPool) -> Duration {
+        let held = pool.acquire_weighted(2);
+        writeln!(self.to_child, "go").unwrap();
+        self.to_child.flush().unwrap();
+        // Let the child reach its wait before releasing.
+        thread::sleep(Duration::from_millis(2));
+        let t0 = monotonic_ns();
+        drop(held);
+        let mut line = String::new();
+        self.from_child.read_line(&mut line).unwrap();
+        let t1: u64 = line.trim().parse().unwrap();
+        Duration::from_nanos(t1.saturating_sub(t0))
+    }
+
+    fn finish(self) {
+        drop(self.to_child);
+        let mut child = self.child;
+        assert!(child.wait().unwrap().success());
+    }
+}
+
 /// Release-to-running latency across processes: this process holds both units of an N = 2
 /// directory; a child waits for 1 or 2 units and reports when it runs.
 fn overhead_handoff(c: &mut Criterion) {
@@ -414,41 +473,11 @@ fn overhead_handoff(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
     let pool = host_pool(dir.path(), 2);
     for (name, units) in [("single", 1), ("weighted-2", 2)] {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .env(CHILD_VAR, format!("handoff {units}"))
-            .env("GPU_TEST_PERMIT_DIR", dir.path())
-            .env("GPU_TEST_PERMIT_GPUS", "1")
-            .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut to_child = child.stdin.take().unwrap();
-        let mut from_child = BufReader::new(child.stdout.take().unwrap());
-        let id = format!("overhead-handoff-cross-process/{name}");
+        let mut child = HandoffChild::spawn(dir.path(), units);
         g.bench_function(name, |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let held = pool.acquire_weighted(2);
-                    writeln!(to_child, "go").unwrap();
-                    to_child.flush().unwrap();
-                    // Let the child reach its wait before releasing.
-                    thread::sleep(Duration::from_millis(2));
-                    let t0 = monotonic_ns();
-                    drop(held);
-                    let mut line = String::new();
-                    from_child.read_line(&mut line).unwrap();
-                    let t1: u64 = line.trim().parse().unwrap();
-                    let took = Duration::from_nanos(t1.saturating_sub(t0));
-                    record(&id, took);
-                    total += took;
-                }
-                total
-            })
+            b.iter_custom(|iters| (0..iters).map(|_| child.once(&pool)).sum())
         });
-        drop(to_child);
-        assert!(child.wait().unwrap().success());
+        child.finish();
     }
     g.finish();
 }
@@ -463,53 +492,131 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Interleaved rounds of a single permit and a weighted one, so drift in the machine hits both
-/// alike; prints the median per-call times and their ratio.
-fn paired_ratio(what: &str, pool: &PermitPool, calls: u32, target: f64) {
-    let (mut single, mut weighted) = (Vec::new(), Vec::new());
-    for _ in 0..41 {
-        let t = Instant::now();
-        for _ in 0..calls {
-            drop(black_box(pool.acquire()));
+/// The uncontended acquisitions compared: a single permit, the baseline, first.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Single,
+    Weighted2,
+    Memory2,
+}
+
+impl Kind {
+    const ALL: [Kind; 3] = [Kind::Single, Kind::Weighted2, Kind::Memory2];
+
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Single => "single",
+            Kind::Weighted2 => "weighted-2",
+            Kind::Memory2 => "memory-2",
         }
-        single.push(t.elapsed() / calls);
-        let t = Instant::now();
-        for _ in 0..calls {
-            drop(black_box(pool.acquire_weighted(black_box(2))));
-        }
-        weighted.push(t.elapsed() / calls);
     }
-    let (single, weighted) = (median(&mut single).unwrap(), median(&mut weighted).unwrap());
-    println!(
-        "{what}: single {single:.1?}, weighted(2) {weighted:.1?}, weighted/single = {:.3}x \
-         (target <= {target}x)",
-        weighted.as_secs_f64() / single.as_secs_f64()
+
+    fn from_name(name: &str) -> Kind {
+        *Kind::ALL
+            .iter()
+            .find(|k| k.name() == name)
+            .unwrap_or_else(|| panic!("unknown acquisition {name}"))
+    }
+
+    /// Times `calls` acquisitions and releases of this kind, with a loop of its own for each
+    /// kind (no dispatch inside the loop).
+    fn time(self, pool: &PermitPool, calls: u64) -> Duration {
+        fn run(calls: u64, acquire: impl Fn() -> GpuTestPermit) -> Duration {
+            let t = Instant::now();
+            for _ in 0..calls {
+                drop(black_box(acquire()));
+            }
+            t.elapsed()
+        }
+        match self {
+            Kind::Single => run(calls, || pool.acquire()),
+            Kind::Weighted2 => run(calls, || pool.acquire_weighted(black_box(2))),
+            Kind::Memory2 => run(calls, || {
+                pool.acquire_memory(black_box(TWO_UNITS_OF_MEMORY))
+            }),
+        }
+    }
+}
+
+/// Prints the medians of interleaved samples (nanoseconds), each kind's ratio to the first.
+fn print_ratios(what: &str, kinds: &[&str], mut samples: Vec<Vec<f64>>, target: f64) {
+    let medians: Vec<f64> = samples
+        .iter_mut()
+        .map(|v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect();
+    let show = |ns: f64| {
+        if ns < 1e3 {
+            format!("{ns:.1} ns")
+        } else {
+            format!("{:.2} µs", ns / 1e3)
+        }
+    };
+    let mut line = format!("{what}: {} {}", kinds[0], show(medians[0]));
+    for (kind, &m) in kinds.iter().zip(&medians).skip(1) {
+        line += &format!(", {kind} {} ({:.3}x)", show(m), m / medians[0]);
+    }
+    println!("{line} (target <= {target}x)");
+}
+
+/// Interleaved rounds of each kind of uncontended acquire + release, so that drift in a noisy
+/// machine hits all alike; prints the median per-call times and their ratios to the single
+/// permit.
+fn paired_uncontended(what: &str, pool: &PermitPool, rounds: usize, calls: u32, target: f64) {
+    let mut samples = vec![Vec::new(); Kind::ALL.len()];
+    for _ in 0..rounds {
+        for (kind, out) in Kind::ALL.iter().zip(&mut samples) {
+            out.push(kind.time(pool, calls.into()).as_nanos() as f64 / f64::from(calls));
+        }
+    }
+    let names = Kind::ALL.map(Kind::name);
+    print_ratios(what, &names, samples, target);
+}
+
+/// Alternating cross-process hand-offs to a child waiting for 1 unit and one waiting for 2.
+fn paired_handoff(rounds: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = host_pool(dir.path(), 2);
+    let mut children = [
+        HandoffChild::spawn(dir.path(), 1),
+        HandoffChild::spawn(dir.path(), 2),
+    ];
+    let mut samples = vec![Vec::new(), Vec::new()];
+    for _ in 0..rounds {
+        for (child, out) in children.iter_mut().zip(&mut samples) {
+            out.push(child.once(&pool).as_nanos() as f64);
+        }
+    }
+    for child in children {
+        child.finish();
+    }
+    print_ratios(
+        "hand-off across processes (N = 2)",
+        &["single", "weighted-2"],
+        samples,
+        1.5,
     );
 }
 
 fn overhead_summary() {
-    paired_ratio(
+    paired_uncontended(
         "uncontended in process (N = 4)",
         &local_pool(4),
-        20_000,
+        201,
+        5_000,
         1.2,
     );
     let dir = tempfile::tempdir().unwrap();
-    paired_ratio(
+    paired_uncontended(
         "uncontended with host slots (N = 4)",
         &host_pool(dir.path(), 4),
-        500,
+        201,
+        100,
         1.5,
     );
-    let single = median(&mut samples("overhead-handoff-cross-process/single"));
-    let weighted = median(&mut samples("overhead-handoff-cross-process/weighted-2"));
-    if let (Some(single), Some(weighted)) = (single, weighted) {
-        println!(
-            "hand-off across processes: single {single:.1?}, weighted(2) {weighted:.1?}, \
-             weighted/single = {:.3}x (target <= 1.5x)",
-            weighted.as_secs_f64() / single.as_secs_f64()
-        );
-    }
+    paired_handoff(500);
 }
 
 const CHILD_VAR: &str = "GPU_TEST_PERMIT_WEIGHTED_BENCH_CHILD";
@@ -534,6 +641,18 @@ fn child(role: &str) {
                 writeln!(out, "{t}").unwrap();
                 out.flush().unwrap();
             }
+        }
+        // For instruction counts (`valgrind --tool=callgrind`): `calls` uncontended
+        // acquisitions of one kind, on a pool of N = 4 in process only or with host slots.
+        ["spin", layer, what, calls] => {
+            let dir = tempfile::tempdir().unwrap();
+            let pool = match layer {
+                "local" => local_pool(4),
+                "host" => host_pool(dir.path(), 4),
+                _ => panic!("unknown layer {layer}"),
+            };
+            let calls: u64 = calls.parse().unwrap();
+            Kind::from_name(what).time(&pool, calls);
         }
         _ => panic!("unknown bench child role {role}"),
     }
