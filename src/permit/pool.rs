@@ -55,6 +55,8 @@ pub(super) struct PoolInner {
     pub(super) tracer: Option<Tracer>,
     /// GPUs the permits span; a permit's device is its slot modulo this.
     pub(super) gpus: usize,
+    /// Permits per GPU, N: the capacity over the GPUs.
+    pub(super) per_gpu: usize,
     /// The permit a parent holds for this process, when the pool works inside it.
     pub(super) inherited: Option<Inherited>,
     /// Where the per-GPU memory budget comes from.
@@ -131,15 +133,15 @@ impl Inherited {
 }
 
 impl PoolInner {
-    /// Whether permits record names and wall-clock times (for host records or the trace).
     /// N per GPU and the GPUs, as this pool counts them.
     pub(super) fn layout(&self) -> Layout {
         Layout {
-            per_gpu: self.local.capacity() / self.gpus,
+            per_gpu: self.per_gpu,
             gpus: self.gpus,
         }
     }
 
+    /// Whether permits record names and wall-clock times (for host records or the trace).
     pub(super) fn detailed(&self) -> bool {
         self.host.is_some() || self.tracer.is_some()
     }
@@ -332,6 +334,7 @@ impl PoolBuilder {
                 local: LocalPool::new(self.capacity()),
                 seats: (0..self.capacity()).map(|_| Seat::new()).collect(),
                 gpus: self.gpus,
+                per_gpu: self.concurrency,
                 host,
                 host_error,
                 timeout: self.timeout,
@@ -641,7 +644,11 @@ impl PermitPool {
     fn acquire_inner(&self, want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
         // Weighted and memory requests are checked (and memory turned into units) first: a
         // request that can never be served fails at once, nested or not.
-        let want = if want.units == 1 && want.memory.is_none() {
+        let inner = self.inner();
+        let want = if want.memory.is_none()
+            && (want.units == 1
+                || (!want.exclusive && inner.inherited.is_none() && want.units <= inner.per_gpu))
+        {
             want
         } else {
             self.resolve(want)?
@@ -684,7 +691,7 @@ impl PermitPool {
         // Units one GPU has, as N counts them (inside an inherited permit: the directory's N).
         let per_gpu = match &inner.inherited {
             Some(inherited) => inherited.permit.per_gpu,
-            None => inner.layout().per_gpu,
+            None => inner.per_gpu,
         };
         if let Some(bytes) = want.memory {
             match inner.memory_budget() {
@@ -695,7 +702,10 @@ impl PermitPool {
                     });
                 }
                 Some(budget) => {
-                    let units = (bytes as u128 * per_gpu as u128).div_ceil(budget as u128);
+                    let units = match bytes.checked_mul(per_gpu as u64) {
+                        Some(scaled) => scaled.div_ceil(budget),
+                        None => (bytes as u128 * per_gpu as u128).div_ceil(budget as u128) as u64,
+                    };
                     want.units = want.units.max(units.max(1) as usize);
                 }
                 None => no_budget_notice(bytes),
@@ -802,7 +812,7 @@ impl PermitPool {
             slots.iter().copied().min().unwrap_or(NO_SLOT),
             Ordering::Relaxed,
         );
-        if units > 1 && !exclusive {
+        if units > 1 && !exclusive && !slots.is_empty() {
             slots.sort_unstable();
             *seat.slots.lock() = slots.clone();
         }
