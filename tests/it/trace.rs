@@ -102,3 +102,96 @@ fn trace_summary_matches_the_quadratic_algorithm_on_random_traces() {
         assert_same_as_baseline(&events, &format!("run trace {seed} (N = {n})"));
     }
 }
+
+/// The H100 traces of the example suite (`../shared/data/h100-example-suite`, beside the
+/// checkout): `(file, events, wall seconds from the data's README)`.
+fn h100_traces() -> Vec<(String, Vec<gpu_test_permit::trace::TraceEvent>, f64)> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data/h100-example-suite");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap_or_else(|e| {
+        panic!(
+            "the H100 traces are missing ({}: {e}); CI has ../shared beside the checkout",
+            dir.display()
+        )
+    });
+    // Table rows: | file | runner | N | wall (s) |
+    let mut out = Vec::new();
+    for row in readme.lines().filter(|l| l.starts_with("| ") && l.contains(".json")) {
+        let cells: Vec<&str> = row.trim_matches('|').split('|').map(str::trim).collect();
+        let wall: f64 = cells[3].parse().expect("wall seconds");
+        let events = read_events(&dir.join(cells[0])).unwrap();
+        out.push((cells[0].to_string(), events, wall));
+    }
+    assert!(out.len() >= 5, "{} traces in {}", out.len(), dir.display());
+    out
+}
+
+/// Predicts each H100 run's span from each other run of the same runner, and checks the model
+/// against what was measured: see BENCHMARKS.md ("What-if model against the H100"). Prints the
+/// table with `cargo nextest run -E 'test(h100)' --no-capture`.
+#[test]
+fn trace_model_predicts_the_h100_runs() {
+    use gpu_test_permit::trace::{Slowdown, predict, replay_fixed, summarize};
+    let traces = h100_traces();
+    let runner = |f: &str| f.split('-').next().unwrap().to_string();
+    let summaries: Vec<_> = traces
+        .iter()
+        .map(|(_, e, _)| summarize(e).unwrap())
+        .collect();
+    let s = |us: u64| us as f64 / 1e6;
+    println!(
+        "| from | fit | to N | fixed replay (s) | model (s) | model range (s) | measured span (s) | \
+         model wall (s) | measured wall (s) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    // (from, to, model error, fixed error) as fractions of the measured span.
+    let mut errors = Vec::new();
+    for (i, (from, events, wall_from)) in traces.iter().enumerate() {
+        let source = &summaries[i];
+        // Time outside the permits (start-up before the first request, the end after the last
+        // release) taken as the same in every run of one runner.
+        let outside = wall_from - s(source.span_us);
+        for (j, (to, _, wall_to)) in traces.iter().enumerate() {
+            if i == j || runner(from) != runner(to) {
+                continue;
+            }
+            let n = summaries[j].capacity;
+            let measured = summaries[j].span_us;
+            let fixed = replay_fixed(events, n).unwrap();
+            let p = predict(events, &source.slowdown, n).unwrap();
+            println!(
+                "| {from} | {:?} | {n} | {:.2} | **{:.2}** | {:.2}-{:.2} | {:.2} | {:.2} | {:.2} |",
+                source.slowdown.basis,
+                s(fixed),
+                s(p.span_us),
+                s(p.low_us),
+                s(p.high_us),
+                s(measured),
+                s(p.span_us) + outside,
+                wall_to
+            );
+            let err = |x: u64| (x as f64 - measured as f64) / measured as f64;
+            errors.push((from.clone(), n, err(p.span_us), err(fixed), p, measured));
+        }
+    }
+    // Two runs fitted together (each test seen at two concurrencies), replaying the N = 2 run.
+    let (n1, n2) = (&traces[0].1, &traces[1].1);
+    let both: Vec<_> = n1.iter().chain(n2).cloned().collect();
+    let fit = Slowdown::fit(&both);
+    println!("\nfit from nextest-N1 + nextest-N2: {fit:?}");
+    for (to, _, wall_to) in traces.iter().filter(|t| runner(&t.0) == "nextest") {
+        let j = traces.iter().position(|t| &t.0 == to).unwrap();
+        let n = summaries[j].capacity;
+        let p = predict(n2, &fit, n).unwrap();
+        println!(
+            "| nextest-N2.json | N1 + N2 | {n} | | **{:.2}** | {:.2}-{:.2} | {:.2} | | {wall_to:.2} |",
+            s(p.span_us),
+            s(p.low_us),
+            s(p.high_us),
+            s(summaries[j].span_us),
+        );
+    }
+    for e in &errors {
+        println!("{e:?}");
+    }
+}
