@@ -7,7 +7,53 @@
 //! many processes never interleave within a line. Timestamps are microseconds since the Unix
 //! epoch, so spans from different processes line up.
 //!
-//! For a parser, [`read_events`] returns the events of such a file.
+//! For a parser, [`read_events`] returns the events of such a file; [`summarize`] says what
+//! they tell about choosing N.
+//!
+//! # The slowdown model
+//!
+//! The what-if ([`Summary::what_if`]) replays a run's requests on a pool of another size, each
+//! hold as long as it was. On a shared GPU that misleads: tests that share the GPU slow each
+//! other down, so a run at N = 2 whose holds took twice as long as alone replays at N = 1 as
+//! twice as long as it would take, and at N = 4 as faster than it would be. The model
+//! ([`Slowdown`], [`Summary::predicted`]) assumes:
+//!
+//! - **A hold's time grows linearly with the units held beside it.** A hold that takes `d`
+//!   alone takes `d x (1 + a x o)` when other holds keep `o` units of its GPU busy on average
+//!   over its life (per GPU: the units of the whole pool divided by its GPUs; a weighted
+//!   permit's units count as its weight). `a = 0`: holds do not slow each other; `a = 1`:
+//!   the GPU's throughput is fixed, two holds side by side take as long as one after the other.
+//!   One `a` for all tests: each test has its own time alone, not its own slope.
+//! - **`a` comes from the trace.** Each hold's `o` is measured from the holds that overlap it;
+//!   `a` is the least-squares fit of `ln d = ln alone + ln(1 + a x o)`. Where tests held
+//!   permits at concurrencies at least half a unit apart (traces of two runs at different N
+//!   in one file, or tests that take permits repeatedly), each such test has its own time
+//!   alone ([`SlowdownBasis::RepeatedTests`]). Otherwise, where enough holds ran at low and at
+//!   high concurrency, all tests share one ([`SlowdownBasis::Overlap`]: it assumes the tests
+//!   that happened to run alone are like the others). A saturated run (every hold at about N)
+//!   or a run at N = 1 cannot tell `a` at all ([`SlowdownBasis::NotIdentified`]): the model
+//!   then takes `a = 1/2`, the middle of `0..=1`, and reports the whole of it as the range. To
+//!   pin `a` down, trace a run at another N into the same file, or fit with
+//!   [`Slowdown::fit`] on the events of both.
+//! - **The range** is a bootstrap over tests (or holds): the 5th to 95th percentile of `a`
+//!   over 100 resamples, each replayed like the point estimate.
+//! - **The replay rescales.** At another N each hold's time alone is rescaled to the
+//!   concurrency it sees in the replay; since that depends on the hold times, the replay
+//!   repeats (moving each time half way to the rescaled time) until they settle.
+//! - **Requests are paced by releases.** A test runner runs a fixed number of tests at once
+//!   (cargo test's threads; nextest's, each test a process), so after the first few, a test
+//!   starts when another ends. The model pairs each request made after a release with a
+//!   release (in order) and replays it as long after that release as it came in the trace:
+//!   the runner's start-up (a process under nextest) and the test's work before its permit.
+//!   The fixed-duration what-if keeps each request at its time, as it always did.
+//! - **What the trace does not hold**, the model does not predict: the span runs from the
+//!   first request to the last release, so the build, the runner's start-up before the first
+//!   test asks and the end after the last release are outside it (about 0.3 s of a nextest
+//!   run on the H100). Under a nextest test group whose `max-threads` is below the new N, the
+//!   group, not the permits, caps the tests: change both.
+//!
+//! Checked against runs of the example suite at N = 1 to 8 on an H100 and on lavapipe: see
+//! BENCHMARKS.md ("What-if model").
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -154,12 +200,22 @@ pub fn read_events(path: &Path) -> io::Result<Vec<TraceEvent>> {
     Ok(out)
 }
 
-/// The largest number of permit units held at the same moment according to `events` (an
-/// exclusive hold counts as `capacity` units).
+/// Permit units a hold took: its `units`, or for an event that did not come from
+/// [`read_events`] and lacks them, what that fills in (1, or `capacity` for an exclusive permit).
+fn units_of(e: &TraceEvent) -> usize {
+    match e.args.units {
+        0 if e.args.exclusive => e.args.capacity.max(1),
+        0 => 1,
+        k => k,
+    }
+}
+
+/// The largest number of permit units held at the same moment according to `events` (a
+/// weighted hold counts its `units`, an exclusive one `capacity`).
 pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     let mut edges: Vec<(u64, i64)> = Vec::new();
     for e in events.iter().filter(|e| e.name == "hold") {
-        let units = if e.args.exclusive { e.args.capacity } else { 1 } as i64;
+        let units = units_of(e) as i64;
         edges.push((e.ts, units));
         edges.push((e.ts + e.dur, -units));
     }
@@ -198,12 +254,24 @@ pub struct Summary {
     pub tests: Vec<TestSummary>,
     /// From the first request to the last release, microseconds.
     pub span_us: u64,
-    /// Held permit-time over the permit-time available (`N x span`), 0 to 1.
+    /// Held unit-time over the unit-time available (`capacity x span`), 0 to 1.
     pub utilisation: f64,
     /// Most permit units held at once.
     pub peak: usize,
-    /// Estimated span of the same requests with other values of N, `(N, microseconds)`.
+    /// Estimated span of the same requests with other pool sizes, `(N, microseconds)`, each
+    /// hold as long as it was in the trace. Pool sizes from 1 to twice `capacity`.
     pub what_if: Vec<(usize, u64)>,
+    /// How hold times grew with the units held at the same time, fitted from the trace: the
+    /// model behind [`predicted`](Self::predicted).
+    pub slowdown: Slowdown,
+    /// Estimated span with other pool sizes from the [`slowdown`](Self::slowdown) model: the
+    /// replay of [`what_if`](Self::what_if), each hold's time rescaled to the concurrency it
+    /// sees in the replay. The same pool sizes, up to [`MODEL_MAX_N`].
+    pub predicted: Vec<Prediction>,
+    /// Tests whose measured GPU memory (`memory_used`) exceeded what they declared, or the
+    /// share of the memory budget their units stand for, with a weight or a declaration that
+    /// would cover it. By test name.
+    pub memory: Vec<MemoryAdvice>,
     /// Permits granted but never returned: their process was killed or aborted (a hold
     /// deadline, a crash) while it held them, or it still holds them.
     pub unreleased: Vec<Unreleased>,
@@ -221,15 +289,107 @@ pub struct Unreleased {
     pub granted_us: u64,
 }
 
+/// How hold times grow with concurrency: a hold that takes `d` alone takes
+/// `d x (1 + factor x o)` while other holds keep `o` units of its GPU busy on average (see the
+/// [module docs](self#the-slowdown-model)).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Slowdown {
+    /// The fitted factor `a`: 0, hold times do not depend on concurrency; 1, every unit held
+    /// beside a hold slows it as much as running one more test's hold after it (the GPU's
+    /// throughput is fixed).
+    pub factor: f64,
+    /// The low end of the factor's range (5th percentile of a bootstrap over tests or holds).
+    pub low: f64,
+    /// The high end of the factor's range (95th percentile).
+    pub high: f64,
+    /// What the fit rests on.
+    pub basis: SlowdownBasis,
+}
+
+/// What a [`Slowdown`] was fitted from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SlowdownBasis {
+    /// `tests` tests held permits at concurrencies at least half a unit apart (several runs
+    /// traced into one file, or tests that take permits repeatedly): each test keeps its own
+    /// time alone and the factor is shared. The strongest basis.
+    RepeatedTests {
+        /// Tests the fit used.
+        tests: usize,
+    },
+    /// `holds` holds ran at different concurrencies (a run with idle stretches, a long tail):
+    /// fitted across tests, assuming that the tests which ran at low and at high concurrency
+    /// would take alike alone.
+    Overlap {
+        /// Holds the fit used.
+        holds: usize,
+    },
+    /// Every hold ran at about the same concurrency (a saturated run, or N = 1), so the trace
+    /// cannot tell how hold times grow with it. The factor is the middle of the range from 0
+    /// (hold times fixed) to 1 (the GPU's throughput fixed), and the range is all of it.
+    NotIdentified,
+    /// Given, not fitted ([`Slowdown::given`]).
+    Given,
+}
+
+/// A [`Slowdown`] model's estimate of a run's span with `n` permits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Prediction {
+    /// Permits in the pool (N per GPU times the GPUs).
+    pub n: usize,
+    /// Estimated span with the fitted factor, microseconds.
+    pub span_us: u64,
+    /// The shortest span over the factor's range, microseconds.
+    pub low_us: u64,
+    /// The longest span over the factor's range, microseconds.
+    pub high_us: u64,
+}
+
+/// A test that used more GPU memory than it declared, or than its units' share of the
+/// budget, and what would cover it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemoryAdvice {
+    /// Test name.
+    pub test: String,
+    /// The most GPU memory one of its holds was measured to use, bytes.
+    pub used: u64,
+    /// What that hold declared, bytes.
+    pub declared: Option<u64>,
+    /// Units that hold took.
+    pub units: usize,
+    /// The share of the per-GPU memory budget its units stand for (`budget x units / N`),
+    /// bytes, when a budget was set.
+    pub share: Option<u64>,
+    /// With a budget, the units whose share covers `used`: `ceil(used / (budget / N))`, at
+    /// most N (then it needs more than a whole GPU's budget, see
+    /// [`over_budget`](Self::over_budget)).
+    pub suggested_units: Option<usize>,
+    /// Whether `used` exceeded the whole per-GPU budget.
+    pub over_budget: bool,
+    /// A declaration that covers `used`: it rounded up to a whole MiB, bytes.
+    pub suggested_memory: u64,
+}
+
+/// The largest pool size the [`Slowdown`] model replays ([`Summary::predicted`] stops there;
+/// the fixed-duration [`Summary::what_if`] does not).
+pub const MODEL_MAX_N: usize = 64;
+
 /// Summarises the events of a trace. `None` when it holds no hold span.
 ///
-/// The what-if estimate replays the requests in the order they were made, each holding as long
-/// as it did, on a FIFO pool of the other size. It assumes hold times do not change with N;
-/// on a GPU they grow as more tests share it, so read a larger N's estimate as a lower bound.
+/// Holds count their permit units (a weighted permit `k`, an exclusive one the pool). The
+/// what-if replays the requests in the order they were made, each holding as long as it did,
+/// on a first-come first-served pool of the other size: a request for `k` units waits until
+/// `k` are free, and the requests behind it wait behind it. The [`Slowdown`] model's replay
+/// ([`Summary::predicted`]) rescales each hold to the concurrency it sees; see the
+/// [module docs](self#the-slowdown-model) for what it assumes.
 ///
-/// Cost: O(e log e) for `e` events, plus O(m log N) per replayed pool size for `m` holds; the
-/// replays stop at the first size at which no request waited for a permit, since every larger
-/// pool serves the requests the same way.
+/// Cost: O(e log e) for `e` events, plus O(m log m) per replayed pool size for `m` holds (a
+/// small constant times that for the model, which replays until the holds' times settle, at
+/// most 20 times); the replays stop at the first size at which no request waited for a
+/// permit, since every larger pool serves the requests the same way.
 ///
 /// ```
 /// use gpu_test_permit::trace::{TraceArgs, TraceEvent, summarize};
@@ -243,8 +403,20 @@ pub struct Unreleased {
 ///                     ev("wait", 0, 100_000), ev("hold", 100_000, 100_000)]).unwrap();
 /// assert_eq!((s.peak, s.span_us), (1, 200_000));
 /// assert_eq!(s.what_if[1], (2, 100_000)); // with N = 2 both would have run at once
+/// // ... if running side by side did not slow them down. The trace cannot tell whether it
+/// // does (they never overlapped): the model's range runs from there to "no faster at all".
+/// // (The model's replay settles to within 0.1 %.)
+/// let p = s.predicted[1];
+/// assert_eq!(p.low_us, 100_000);
+/// assert!(p.high_us.abs_diff(200_000) < 1_000, "{p:?}");
 /// ```
 pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
+    summarize_with(events, None)
+}
+
+/// [`summarize`] with a [`Slowdown`] fitted elsewhere (from these events and runs of the same
+/// suite at other N, say), or with `None`, fitted from `events`.
+pub fn summarize_with(events: &[TraceEvent], slowdown: Option<&Slowdown>) -> Option<Summary> {
     let holds: Vec<&TraceEvent> = events.iter().filter(|e| e.name == "hold").collect();
     if holds.is_empty() {
         return None;
@@ -282,30 +454,26 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
     }
     tests.sort_by(|a, b| b.wait_us.cmp(&a.wait_us).then(a.test.cmp(&b.test)));
 
-    let units = |e: &TraceEvent| if e.args.exclusive { capacity } else { 1 };
-    let held: u128 = holds.iter().map(|e| e.dur as u128 * units(e) as u128).sum();
+    let held: u128 = holds
+        .iter()
+        .map(|e| e.dur as u128 * units_of(e) as u128)
+        .sum();
     let utilisation = if span_us == 0 {
         1.0
     } else {
         held as f64 / (capacity as f64 * span_us as f64)
     };
 
-    // Requests in the order they were made.
-    let asked = RequestTimes::new(events);
-    let mut requests: Vec<(u64, u64, bool)> = holds
-        .iter()
-        .map(|h| (asked.of(h) - start, h.dur, h.args.exclusive))
-        .collect();
-    // Stable: requests made in the same microsecond keep the order of the trace.
-    requests.sort_by_key(|r| r.0);
+    let run = Replayable::new(events, &holds, start);
     let mut what_if = Vec::with_capacity(capacity * 2);
     let mut unconstrained = None;
+    let mut begins = Vec::new();
     for n in 1..=capacity * 2 {
         let span = match unconstrained {
             Some(span) => span,
             None => {
-                let (span, waited) = replay(&requests, n);
-                if !waited {
+                let (span, waited) = run.replay(&run.holds(), n, false, &mut begins);
+                if !waited && n >= run.max_units {
                     unconstrained = Some(span);
                 }
                 span
@@ -313,6 +481,9 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
         };
         what_if.push((n, span));
     }
+    let slowdown = slowdown.copied().unwrap_or_else(|| run.fit());
+    let predicted = run.predict(&slowdown, 1..=(capacity * 2).min(MODEL_MAX_N));
+
     // A grant (the end of a wait) without a hold that starts there, in that process, for
     // that test: the permit was never returned. (The hold is written by the thread that drops
     // the permit, which may not be the one that took it: threads are no part of the match.)
@@ -338,8 +509,105 @@ pub fn summarize(events: &[TraceEvent]) -> Option<Summary> {
         utilisation,
         peak: peak_concurrency(events),
         what_if,
+        slowdown,
+        predicted,
+        memory: memory_advice(&holds),
         unreleased,
     })
+}
+
+impl Slowdown {
+    /// A factor known from elsewhere, with no range; `Slowdown::given(0.0)` keeps hold times
+    /// as they were.
+    pub fn given(factor: f64) -> Slowdown {
+        Slowdown {
+            factor,
+            low: factor,
+            high: factor,
+            basis: SlowdownBasis::Given,
+        }
+    }
+
+    /// Fits the model to the holds of `events`. The events may hold several runs (traced
+    /// into one file, or read from several and put together): a hold's concurrency is
+    /// measured from the holds that overlap it in time, and a test seen at several
+    /// concurrencies is what gives the fit its strongest basis,
+    /// [`SlowdownBasis::RepeatedTests`].
+    ///
+    /// ```
+    /// use gpu_test_permit::trace::{Slowdown, SlowdownBasis, TraceArgs, TraceEvent};
+    /// let hold = |test: &str, tid, ts, dur| TraceEvent {
+    ///     name: "hold".into(), cat: "gpu-test-permit".into(), ph: "X".into(), ts, dur,
+    ///     pid: 1, tid, args: TraceArgs { test: test.into(), capacity: 2, ..Default::default() },
+    /// };
+    /// // Three tests, each run alone (100 ms) and beside another one (150 ms).
+    /// let mut events = Vec::new();
+    /// for (i, t) in ["a", "b", "c"].into_iter().enumerate() {
+    ///     let alone = i as u64 * 100_000;
+    ///     events.push(hold(t, 1, alone, 100_000));
+    ///     events.push(hold(t, 1, 1_000_000 + alone * 2, 150_000));
+    ///     events.push(hold("partner", 2, 1_000_000 + alone * 2, 150_000));
+    /// }
+    /// let s = Slowdown::fit(&events);
+    /// assert_eq!(s.basis, SlowdownBasis::RepeatedTests { tests: 3 });
+    /// assert!((s.factor - 0.5).abs() < 0.01, "{s:?}");
+    /// ```
+    pub fn fit(events: &[TraceEvent]) -> Slowdown {
+        let holds: Vec<&TraceEvent> = events.iter().filter(|e| e.name == "hold").collect();
+        let start = events.iter().map(|e| e.ts).min().unwrap_or(0);
+        Replayable::new(events, &holds, start).fit()
+    }
+}
+
+/// Predicts the span of the run in `events` with `n` permits under `slowdown` (fitted from
+/// these events, or from others: runs of the same suite at other N). `None` when the events
+/// hold no hold span.
+pub fn predict(events: &[TraceEvent], slowdown: &Slowdown, n: usize) -> Option<Prediction> {
+    let holds: Vec<&TraceEvent> = events.iter().filter(|e| e.name == "hold").collect();
+    if holds.is_empty() || n == 0 {
+        return None;
+    }
+    let start = events.iter().map(|e| e.ts).min().unwrap_or(0);
+    Replayable::new(events, &holds, start)
+        .predict(slowdown, n..=n)
+        .pop()
+}
+
+/// The runs of a trace file that several runs at different N appended to: the events split
+/// where `capacity` changes, in time order, when the parts do not overlap in time. Otherwise
+/// (one N, or parts that overlap) all of `events` as one run.
+pub fn split_runs(events: &[TraceEvent]) -> Vec<Vec<TraceEvent>> {
+    let mut sorted: Vec<&TraceEvent> = events.iter().collect();
+    sorted.sort_by_key(|e| e.ts);
+    let mut runs: Vec<Vec<TraceEvent>> = Vec::new();
+    for e in sorted {
+        match runs.last_mut() {
+            Some(run) if run[0].args.capacity == e.args.capacity => run.push(e.clone()),
+            _ => runs.push(vec![e.clone()]),
+        }
+    }
+    let disjoint = runs.windows(2).all(|w| {
+        let end = w[0].iter().map(|e| e.ts + e.dur).max().unwrap_or(0);
+        end <= w[1][0].ts
+    });
+    if runs.len() > 1 && disjoint {
+        runs
+    } else {
+        vec![events.to_vec()]
+    }
+}
+
+/// The span of the run in `events` replayed with `n` permits, each hold as long as it was and
+/// each request made when it was: [`Summary::what_if`] for any `n`. `None` when the events
+/// hold no hold span.
+pub fn replay_fixed(events: &[TraceEvent], n: usize) -> Option<u64> {
+    let holds: Vec<&TraceEvent> = events.iter().filter(|e| e.name == "hold").collect();
+    if holds.is_empty() || n == 0 {
+        return None;
+    }
+    let start = events.iter().map(|e| e.ts).min().unwrap_or(0);
+    let run = Replayable::new(events, &holds, start);
+    Some(run.replay(&run.holds(), n, false, &mut Vec::new()).0)
 }
 
 /// When the request behind each hold was made: the start of the wait that ended where the hold
@@ -364,44 +632,483 @@ impl RequestTimes {
     }
 }
 
-/// The span of `requests` `(arrival, hold, exclusive)` served first-come first-served by `n`
-/// permits (an exclusive request takes all of them), and whether any request waited because
-/// all `n` permits were busy.
-///
-/// The permits' next-free times are kept as a min-heap of those set since the last exclusive
-/// request plus, implicitly, `n - heap.len()` permits free at `floor` (the end of that
-/// exclusive request, or 0), which is never later than anything in the heap. The latest free
-/// time is the latest finish so far (`end`).
-///
-/// If no request waited for a permit with `n` permits, none waits with more, and every request
-/// begins at the same time: the pool of `n + 1` is the same free times plus one that is no later
-/// than any of them.
-fn replay(requests: &[(u64, u64, bool)], n: usize) -> (u64, bool) {
-    let mut busy: BinaryHeap<Reverse<u64>> = BinaryHeap::with_capacity(n.min(requests.len()));
-    let mut floor = 0;
-    let mut end = 0;
-    let mut waited = false;
-    for &(arrival, hold, exclusive) in requests {
-        if exclusive {
-            let finish = arrival.max(end) + hold;
-            busy.clear();
-            floor = finish;
+/// One permit request of a trace, for the replays.
+#[derive(Clone, Debug)]
+struct Request {
+    /// When it was made, microseconds from the start of the trace.
+    arrival: u64,
+    /// When its hold ended in the trace.
+    release: u64,
+    /// How long it held its permit in the trace.
+    hold: u64,
+    /// Units it took (an exclusive request takes the whole replayed pool instead).
+    units: usize,
+    exclusive: bool,
+    /// Units other holds kept busy on its GPU, on average over its hold, in the trace.
+    others: f64,
+    /// Its test, for the slowdown fit.
+    test: usize,
+    /// For the model's replay: the request whose release it followed, and how long after
+    /// (see [`Replayable::new`]).
+    after: Option<(usize, u64)>,
+}
+
+/// The requests of a trace in the order they were made, ready to replay.
+struct Replayable {
+    requests: Vec<Request>,
+    /// For each request, the request that followed its release, if one did.
+    follower: Vec<Option<usize>>,
+    gpus: usize,
+    /// The most units a request took: pools smaller than this clamp it.
+    max_units: usize,
+}
+
+impl Replayable {
+    /// The holds' requests, in order. For the model's replay, each request made after a
+    /// release is paired with a release, in order (the first such request with the first
+    /// release, and so on; a release pairs only with a request made after it): a test runner
+    /// with a fixed number of threads starts a test when one ends, so a request follows a
+    /// release by the runner's start-up and the test's work before its permit, wherever the
+    /// release falls.
+    fn new(events: &[TraceEvent], holds: &[&TraceEvent], start: u64) -> Replayable {
+        let asked = RequestTimes::new(events);
+        let gpus = holds.iter().map(|h| h.args.gpus).max().unwrap_or(1).max(1);
+        let spans: Vec<(u64, u64, usize)> = holds
+            .iter()
+            .map(|h| (h.ts - start, h.dur, units_of(h)))
+            .collect();
+        let others = others_load(&spans, gpus);
+        let mut names: HashMap<&str, usize> = HashMap::new();
+        let mut requests: Vec<Request> = holds
+            .iter()
+            .zip(others)
+            .map(|(h, others)| {
+                let next = names.len();
+                Request {
+                    arrival: asked.of(h) - start,
+                    release: h.ts + h.dur - start,
+                    hold: h.dur,
+                    units: units_of(h),
+                    exclusive: h.args.exclusive,
+                    others,
+                    test: *names.entry(h.args.test.as_str()).or_insert(next),
+                    after: None,
+                }
+            })
+            .collect();
+        // Stable: requests made in the same microsecond keep the order of the trace.
+        requests.sort_by_key(|r| r.arrival);
+        let mut releases: Vec<(u64, usize)> = requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.release, i))
+            .collect();
+        releases.sort_unstable();
+        let mut follower = vec![None; requests.len()];
+        let mut next_release = releases.iter().peekable();
+        for (j, r) in requests.iter_mut().enumerate() {
+            // A release before this request, by an earlier one (so the replay meets it first).
+            if let Some(&&(at, i)) = next_release.peek()
+                && at <= r.arrival
+                && i < j
+            {
+                next_release.next();
+                r.after = Some((i, r.arrival - at));
+                follower[i] = Some(j);
+            }
+        }
+        let max_units = requests.iter().map(|r| r.units).max().unwrap_or(1);
+        Replayable {
+            requests,
+            follower,
+            gpus,
+            max_units,
+        }
+    }
+
+    /// The hold times of the trace.
+    fn holds(&self) -> Vec<u64> {
+        self.requests.iter().map(|r| r.hold).collect()
+    }
+
+    /// Units request `r` takes from a pool of `n`.
+    fn units(r: &Request, n: usize) -> usize {
+        if r.exclusive { n } else { r.units.clamp(1, n) }
+    }
+
+    /// The end of the replay of the requests with hold times `holds` on `n` permits served
+    /// first come first served, and whether a request waited; each request's start goes to
+    /// `begins`. `paced`: a request that followed a release in the trace comes as long after
+    /// that release in the replay; otherwise every request comes when it did.
+    ///
+    /// The requests come off a min-heap of `(arrival, index)`: a paced request goes on it
+    /// once the request it follows has started, which is before it can come (that one came
+    /// no later, started no earlier than it came, and released after it started). The holds
+    /// begun so far wait in a min-heap of `(finish, units)`. Since service is in order,
+    /// starts never go back in time: a cursor moves forward to each request's arrival, drops
+    /// the holds finished by then, and then to the next finishes until the request's units
+    /// are free. Each request goes through each heap once: O(m log m).
+    fn replay(&self, holds: &[u64], n: usize, paced: bool, begins: &mut Vec<u64>) -> (u64, bool) {
+        // Unpaced, the requests come in their order: no heap needed.
+        let mut coming: BinaryHeap<Reverse<(u64, usize)>> = if paced {
+            self.requests
+                .iter()
+                .enumerate()
+                .filter(|(_, r)| r.after.is_none())
+                .map(|(i, r)| Reverse((r.arrival, i)))
+                .collect()
+        } else {
+            BinaryHeap::new()
+        };
+        let mut in_order = 0..if paced { 0 } else { self.requests.len() };
+        let mut busy: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+        let (mut free, mut now, mut end, mut waited) = (n, 0u64, 0u64, false);
+        begins.clear();
+        begins.resize(self.requests.len(), 0);
+        loop {
+            let (arrival, i) = match in_order.next() {
+                Some(i) => (self.requests[i].arrival, i),
+                None => match coming.pop() {
+                    Some(Reverse(c)) => c,
+                    None => break,
+                },
+            };
+            let units = Self::units(&self.requests[i], n);
+            now = now.max(arrival);
+            while let Some(&Reverse((finish, u))) = busy.peek() {
+                if finish > now && free >= units {
+                    break;
+                }
+                busy.pop();
+                now = now.max(finish);
+                free += u;
+            }
+            waited |= now > arrival;
+            free -= units;
+            let finish = now + holds[i];
+            busy.push(Reverse((finish, units)));
+            begins[i] = now;
             end = end.max(finish);
+            if let Some(j) = self.follower[i].filter(|_| paced) {
+                let (_, gap) = self.requests[j].after.expect("a follower follows");
+                coming.push(Reverse((finish + gap, j)));
+            }
+        }
+        (end, waited)
+    }
+
+    /// The span with `n` permits when each request's time alone is `alone` and it is slowed
+    /// by `factor` per unit others hold beside it, and whether a request waited: replays
+    /// (paced), measures each hold's concurrency in the replay, rescales the hold times to it
+    /// (half way, so that they settle rather than swing) and replays again, until neither the
+    /// hold times (in all) nor the span move by more than 0.1 % (at most 30 rounds).
+    fn replay_model(&self, alone: &[f64], factor: f64, n: usize) -> (u64, bool) {
+        let mut begins = Vec::new();
+        // Start from the concurrency the trace saw, as far as the pool of n allows.
+        let room = |r: &Request| (n - Self::units(r, n)) as f64 / self.gpus as f64;
+        let mut holds: Vec<u64> = self
+            .requests
+            .iter()
+            .zip(alone)
+            .map(|(r, &t)| (t * (1.0 + factor * r.others.min(room(r)))).round() as u64)
+            .collect();
+        let mut last = self.replay(&holds, n, true, &mut begins);
+        if factor == 0.0 {
+            return last;
+        }
+        for _ in 0..30 {
+            let spans: Vec<(u64, u64, usize)> = self
+                .requests
+                .iter()
+                .zip(&begins)
+                .zip(&holds)
+                .map(|((r, &b), &d)| (b, d, Self::units(r, n)))
+                .collect();
+            let others = others_load(&spans, self.gpus);
+            let (mut moved, mut total) = (0.0, 0.0);
+            for ((d, &t), o) in holds.iter_mut().zip(alone).zip(others) {
+                let rescaled = t * (1.0 + factor * o);
+                let next = ((*d as f64 + rescaled) / 2.0).round();
+                moved += (next - *d as f64).abs();
+                total += next;
+                *d = next as u64;
+            }
+            let next = self.replay(&holds, n, true, &mut begins);
+            let settled =
+                moved <= total * 1e-3 && next.0.abs_diff(last.0) as f64 <= next.0 as f64 * 1e-3;
+            last = next;
+            if settled {
+                break;
+            }
+        }
+        last
+    }
+
+    /// Each request's time alone under `factor`.
+    fn alone(&self, factor: f64) -> Vec<f64> {
+        self.requests
+            .iter()
+            .map(|r| r.hold as f64 / (1.0 + factor * r.others))
+            .collect()
+    }
+
+    /// The model's estimates for the pool sizes `sizes`, at the fitted factor and its range.
+    fn predict(
+        &self,
+        slowdown: &Slowdown,
+        sizes: std::ops::RangeInclusive<usize>,
+    ) -> Vec<Prediction> {
+        let factors = [slowdown.factor, slowdown.low, slowdown.high];
+        let alone: Vec<Vec<f64>> = factors.iter().map(|&a| self.alone(a)).collect();
+        // Per factor, the span once no request waits (every larger pool gives the same).
+        let mut unconstrained: [Option<u64>; 3] = [None; 3];
+        sizes
+            .map(|n| {
+                let mut spans = [0u64; 3];
+                for i in 0..3 {
+                    spans[i] = match unconstrained[i] {
+                        Some(span) => span,
+                        None if i > 0 && factors[i] == factors[0] => spans[0],
+                        None => {
+                            let (span, waited) = self.replay_model(&alone[i], factors[i], n);
+                            if !waited && n >= self.max_units {
+                                unconstrained[i] = Some(span);
+                            }
+                            span
+                        }
+                    };
+                }
+                Prediction {
+                    n,
+                    span_us: spans[0],
+                    low_us: *spans.iter().min().expect("three spans"),
+                    high_us: *spans.iter().max().expect("three spans"),
+                }
+            })
+            .collect()
+    }
+
+    /// Fits [`Slowdown`] to the trace's holds (see [`SlowdownBasis`] for the two ways).
+    fn fit(&self) -> Slowdown {
+        const SPREAD: f64 = 0.5;
+        // (ln hold, others) of the holds that took time, by test.
+        let mut by_test: HashMap<usize, Vec<(f64, f64)>> = HashMap::new();
+        for r in self.requests.iter().filter(|r| r.hold > 0) {
+            by_test
+                .entry(r.test)
+                .or_default()
+                .push(((r.hold as f64).ln(), r.others));
+        }
+        let spread = |g: &[(f64, f64)]| {
+            let (lo, hi) = g.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &(_, o)| {
+                (lo.min(o), hi.max(o))
+            });
+            hi - lo
+        };
+        let mut repeated: Vec<Vec<(f64, f64)>> = by_test
+            .into_values()
+            .filter(|g| g.len() >= 2 && spread(g) >= SPREAD)
+            .collect();
+        if repeated.len() >= 3 {
+            // HashMap order is arbitrary; the bootstrap's draws must not be.
+            repeated.sort_by(|a, b| a.partial_cmp(b).expect("finite logs"));
+            let tests = repeated.len();
+            return fit_with_range(&repeated, false, SlowdownBasis::RepeatedTests { tests });
+        }
+        let all: Vec<Vec<(f64, f64)>> = self
+            .requests
+            .iter()
+            .filter(|r| r.hold > 0)
+            .map(|r| vec![((r.hold as f64).ln(), r.others)])
+            .collect();
+        let (lo, hi) = all.iter().fold((f64::MAX, f64::MIN), |(lo, hi), g| {
+            (lo.min(g[0].1), hi.max(g[0].1))
+        });
+        let mid = (lo + hi) / 2.0;
+        let (low, high): (Vec<f64>, Vec<f64>) = all.iter().map(|g| g[0].1).partition(|&o| o < mid);
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let enough = (all.len() / 10).max(5);
+        if low.len() >= enough && high.len() >= enough && mean(&high) - mean(&low) >= SPREAD {
+            let holds = all.len();
+            return fit_with_range(&all, true, SlowdownBasis::Overlap { holds });
+        }
+        Slowdown {
+            factor: 0.5,
+            low: 0.0,
+            high: 1.0,
+            basis: SlowdownBasis::NotIdentified,
+        }
+    }
+}
+
+/// For each span `(begin, duration, units)`, the units the other spans keep busy during it,
+/// averaged over its duration and divided by `gpus` (0 for a span of no duration). A sweep
+/// over the sorted edges gives the integral of the load at each edge; a span's share is the
+/// difference at its ends, found by binary search: O(m log m).
+/// For each span `(begin, duration, units)`, the units the other spans keep busy during it,
+/// averaged over its duration and divided by `gpus` (0 for a span of no duration). One sweep
+/// over the sorted edges keeps the integral of the load so far; a span's integral is its
+/// value at the span's end less its value at the start: O(m log m).
+fn others_load(spans: &[(u64, u64, usize)], gpus: usize) -> Vec<f64> {
+    // (time, span, is the end): the order at one time does not matter, the integral is the
+    // same there.
+    let mut edges: Vec<(u64, u32, bool)> = Vec::with_capacity(spans.len() * 2);
+    for (i, &(b, d, _)) in spans.iter().enumerate() {
+        edges.push((b, i as u32, false));
+        edges.push((b + d, i as u32, true));
+    }
+    edges.sort_unstable_by_key(|e| e.0);
+    let mut integral = vec![0.0f64; spans.len()];
+    let (mut area, mut load, mut at) = (0.0f64, 0i64, 0u64);
+    for (t, i, end) in edges {
+        area += load as f64 * (t - at) as f64;
+        at = t;
+        let units = spans[i as usize].2 as i64;
+        if end {
+            integral[i as usize] += area;
+            load -= units;
+        } else {
+            integral[i as usize] -= area;
+            load += units;
+        }
+    }
+    spans
+        .iter()
+        .zip(integral)
+        .map(|(&(_, d, u), total)| {
+            if d == 0 {
+                return 0.0;
+            }
+            ((total / d as f64 - u as f64) / gpus as f64).max(0.0)
+        })
+        .collect()
+}
+
+/// The factor that best fits `ln hold = ln alone + ln(1 + a x others)` in least squares over
+/// `groups` of `(ln hold, others)`: each group has its own `ln alone` (a test seen at several
+/// concurrencies), or with `shared` all share one. Searched on `[0, MAX]`: a grid, then golden
+/// sections around its best point.
+fn fit_factor(groups: &[&Vec<(f64, f64)>], shared: bool) -> f64 {
+    const MAX: f64 = 4.0;
+    let loss = |a: f64| {
+        fn residuals(g: &[(f64, f64)], a: f64) -> impl Iterator<Item = f64> + '_ {
+            g.iter().map(move |&(l, o)| l - (a * o).ln_1p())
+        }
+        if shared {
+            let n: usize = groups.iter().map(|g| g.len()).sum();
+            let mean = groups.iter().flat_map(|g| residuals(g, a)).sum::<f64>() / n as f64;
+            groups
+                .iter()
+                .flat_map(|g| residuals(g, a))
+                .map(|x| (x - mean).powi(2))
+                .sum::<f64>()
+        } else {
+            groups
+                .iter()
+                .map(|g| {
+                    let mean = residuals(g, a).sum::<f64>() / g.len() as f64;
+                    residuals(g, a).map(|x| (x - mean).powi(2)).sum::<f64>()
+                })
+                .sum()
+        }
+    };
+    const STEPS: usize = 16;
+    let step = MAX / STEPS as f64;
+    let best = (0..=STEPS)
+        .map(|i| i as f64 * step)
+        .min_by(|&x, &y| loss(x).total_cmp(&loss(y)))
+        .expect("a grid");
+    let (mut lo, mut hi) = ((best - step).max(0.0), (best + step).min(MAX));
+    let phi = (5f64.sqrt() - 1.0) / 2.0;
+    let (mut x1, mut x2) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
+    let (mut f1, mut f2) = (loss(x1), loss(x2));
+    // 20 sections narrow the bracket 15,000-fold, to about 1e-5.
+    for _ in 0..20 {
+        if f1 <= f2 {
+            (hi, x2, f2) = (x2, x1, f1);
+            x1 = hi - phi * (hi - lo);
+            f1 = loss(x1);
+        } else {
+            (lo, x1, f1) = (x1, x2, f2);
+            x2 = lo + phi * (hi - lo);
+            f2 = loss(x2);
+        }
+    }
+    (lo + hi) / 2.0
+}
+
+/// [`fit_factor`] on all `groups`, and its range from a bootstrap: 100 resamples of the
+/// groups (at most 1,000 a resample, which widens the range of a larger trace, never narrows
+/// it), 5th to 95th percentile, with a fixed seed so a trace always reads the same.
+fn fit_with_range(groups: &[Vec<(f64, f64)>], shared: bool, basis: SlowdownBasis) -> Slowdown {
+    let all: Vec<&Vec<(f64, f64)>> = groups.iter().collect();
+    let factor = fit_factor(&all, shared);
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = || {
+        // xorshift64*
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        seed.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let size = groups.len().min(1_000);
+    let mut fits: Vec<f64> = (0..100)
+        .map(|_| {
+            let sample: Vec<&Vec<(f64, f64)>> = (0..size)
+                .map(|_| &groups[(next() % groups.len() as u64) as usize])
+                .collect();
+            fit_factor(&sample, shared)
+        })
+        .collect();
+    fits.sort_by(f64::total_cmp);
+    Slowdown {
+        factor,
+        low: fits[4].min(factor),
+        high: fits[94].max(factor),
+        basis,
+    }
+}
+
+/// The tests whose measured memory exceeded their declaration or their units' share of the
+/// budget (see [`MemoryAdvice`]), the hold that used most for each.
+fn memory_advice(holds: &[&TraceEvent]) -> Vec<MemoryAdvice> {
+    const MIB: u64 = 1 << 20;
+    let mut worst: HashMap<&str, MemoryAdvice> = HashMap::new();
+    for h in holds {
+        let Some(used) = h.args.memory_used else {
+            continue;
+        };
+        let units = units_of(h);
+        // N per GPU of the pool it held.
+        let n = (h.args.capacity.max(1) / h.args.gpus.max(1)).max(1);
+        let budget = h.args.memory_budget;
+        let share = budget.map(|b| (b as u128 * units.min(n) as u128 / n as u128) as u64);
+        let over_declared = h.args.memory.is_some_and(|m| used > m);
+        let over_share = share.is_some_and(|s| used > s);
+        if !(over_declared || over_share) {
             continue;
         }
-        let ready = arrival.max(floor);
-        let begin = if busy.len() < n {
-            ready
-        } else {
-            let Reverse(first_free) = busy.pop().expect("n >= 1 permits are busy");
-            waited |= first_free > ready;
-            ready.max(first_free)
+        let needed = budget.map(|b| (used as u128 * n as u128).div_ceil(b.max(1) as u128));
+        let advice = MemoryAdvice {
+            test: h.args.test.clone(),
+            used,
+            declared: h.args.memory,
+            units,
+            share,
+            suggested_units: needed.map(|k| (k as usize).clamp(1, n)),
+            over_budget: budget.is_some_and(|b| used > b),
+            suggested_memory: used.div_ceil(MIB) * MIB,
         };
-        let finish = begin + hold;
-        busy.push(Reverse(finish));
-        end = end.max(finish);
+        match worst.get(h.args.test.as_str()) {
+            Some(w) if w.used >= used => {}
+            _ => {
+                worst.insert(h.args.test.as_str(), advice);
+            }
+        }
     }
-    (end, waited)
+    let mut out: Vec<MemoryAdvice> = worst.into_values().collect();
+    out.sort_by(|a, b| a.test.cmp(&b.test));
+    out
 }
 
 /// Renders the holds of a trace as a text timeline, one row per hold in the order they began:

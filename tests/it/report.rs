@@ -224,3 +224,165 @@ fn trace_command_draws_a_timeline_and_rejects_bad_arguments() {
         assert!(err.contains("usage: gpu-test-permit trace FILE"), "{err}");
     }
 }
+
+#[test]
+fn trace_command_shows_the_model_beside_the_fixed_replay() {
+    let dir = tempdir();
+    let path = trace_file(dir.path(), &run_events());
+    let out = cli(dir.path(), 2).arg("trace").arg(&path).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("fixed hold times") && text.contains("model (range)"),
+        "{text}"
+    );
+    // Every hold here ran at about the same concurrency: the slope is not known.
+    assert!(
+        text.contains("a = 0.50 (0.00-1.00), not identified"),
+        "{text}"
+    );
+    let s = summarize(&run_events()).unwrap();
+    let p = s.predicted[0];
+    let row = text.lines().find(|l| l.starts_with("  N = 1 ")).unwrap();
+    assert!(
+        row.contains("350.0 ms")
+            && row.contains(&format!(
+                "{:.1} ms ({:.1}-{:.1})",
+                p.span_us as f64 / 1000.0,
+                p.low_us as f64 / 1000.0,
+                p.high_us as f64 / 1000.0
+            )),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("  N = 2 ") && l.ends_with("(this run)")),
+        "{text}"
+    );
+}
+
+#[test]
+fn summary_and_trace_command_suggest_weights_for_tests_over_their_memory() {
+    const MIB: u64 = 1 << 20;
+    // N = 4 on one GPU with a 4 GiB budget: a unit stands for 1 GiB.
+    let with = |mut e: TraceEvent, units, declared: Option<u64>, used: Option<u64>| {
+        e.args.capacity = 4;
+        e.args.gpus = 1;
+        e.args.units = units;
+        e.args.memory = declared;
+        e.args.memory_used = used;
+        e.args.memory_budget = Some(4096 * MIB);
+        e
+    };
+    let events = vec![
+        // Within its share and its declaration.
+        with(
+            event("hold", "small", 1, 0, 10, false),
+            1,
+            Some(512 * MIB),
+            Some(500 * MIB),
+        ),
+        // 2.5 GiB on one unit: needs 3.
+        with(
+            event("hold", "big", 2, 0, 10, false),
+            1,
+            None,
+            Some(2560 * MIB),
+        ),
+        // Declared 1 GiB, used 1.5 GiB, within its 2 units' share: declare more.
+        with(
+            event("hold", "liar", 3, 0, 10, false),
+            2,
+            Some(1024 * MIB),
+            Some(1536 * MIB),
+        ),
+        // More than the whole GPU's budget.
+        with(
+            event("hold", "huge", 4, 20, 10, false),
+            4,
+            None,
+            Some(5000 * MIB),
+        ),
+        // No measurement: nothing to say.
+        with(
+            event("hold", "unmeasured", 5, 0, 10, false),
+            1,
+            Some(MIB),
+            None,
+        ),
+    ];
+    let s = summarize(&events).unwrap();
+    let by: Vec<(&str, Option<usize>, bool)> = s
+        .memory
+        .iter()
+        .map(|m| (m.test.as_str(), m.suggested_units, m.over_budget))
+        .collect();
+    assert_eq!(
+        by,
+        [
+            ("big", Some(3), false),
+            ("huge", Some(4), true),
+            ("liar", Some(2), false)
+        ]
+    );
+    let liar = &s.memory[2];
+    assert_eq!(
+        (liar.share, liar.suggested_memory),
+        (Some(2048 * MIB), 1536 * MIB)
+    );
+
+    let dir = tempdir();
+    let path = trace_file(dir.path(), &events);
+    let out = cli(dir.path(), 4).arg("trace").arg(&path).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains(
+            "  big: used 2560.0 MiB, share of the budget for 1 unit(s) 1024.0 MiB; take 3 units"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("  huge: used 5000.0 MiB") && text.contains("more than a whole GPU's budget"),
+        "{text}"
+    );
+    assert!(text.contains("  liar: used 1536.0 MiB, declared 1024.0 MiB, share of the budget for 2 unit(s) 2048.0 MiB; declare 1536.0 MiB"), "{text}");
+    assert!(
+        !text.contains("  small:") && !text.contains("  unmeasured:"),
+        "{text}"
+    );
+}
+
+#[test]
+fn trace_command_reads_runs_at_several_n_appended_to_one_file() {
+    // Three tests alone at N = 1, then the same three side by side at N = 3, each 1.5 times
+    // as long: the model is fitted from both, the summary is of the second.
+    let mut events = Vec::new();
+    for (i, t) in ["a", "b", "c"].into_iter().enumerate() {
+        let mut alone = event("hold", t, 1, i as u64 * 100_000, 100_000, false);
+        alone.args.capacity = 1;
+        let mut shared = event("hold", t, i as u64, 1_000_000, 200_000, false);
+        shared.args.capacity = 3;
+        events.extend([alone, shared]);
+    }
+    let dir = tempdir();
+    let path = trace_file(dir.path(), &events);
+    let out = cli(dir.path(), 3).arg("trace").arg(&path).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("holds 2 runs (permits 1, 3): the summary is of the last"),
+        "{text}"
+    );
+    assert!(text.contains("permits 3; span 200.0 ms"), "{text}");
+    // 200 ms at 2 units beside each: a = (200 / 100 - 1) / 2 = 0.5.
+    assert!(
+        text.contains("a = 0.50") && text.contains("fitted from 3 tests"),
+        "{text}"
+    );
+    // At N = 1 the model gives the first run back (3 x 100 ms), the fixed replay 600 ms.
+    let row = text.lines().find(|l| l.starts_with("  N = 1 ")).unwrap();
+    assert!(
+        row.contains("600.0 ms") && row.contains(" 300.0 ms"),
+        "{text}"
+    );
+}

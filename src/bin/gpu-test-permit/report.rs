@@ -6,7 +6,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpu_test_permit::config::Config;
 use gpu_test_permit::host::{HolderRecord, SlotStatus, recorded_hangs, status as host_status};
-use gpu_test_permit::trace::{read_events, summarize, timeline};
+use gpu_test_permit::trace::{
+    Slowdown, SlowdownBasis, Summary, read_events, split_runs, summarize_with, timeline,
+};
 
 use crate::args::Args;
 
@@ -156,10 +158,29 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
     })?;
     let show_timeline = args.flag("--timeline");
     let file = path.display();
-    let events = read_events(path).map_err(|e| format!("cannot read {file}: {e}"))?;
-    let Some(s) = summarize(&events) else {
+    let all = read_events(path).map_err(|e| format!("cannot read {file}: {e}"))?;
+    // Runs at several N appended to one file: the summary is of the last, the model is
+    // fitted from all of them (each test seen at several concurrencies).
+    let mut runs = split_runs(&all);
+    let events = runs.pop().expect("at least one run");
+    let fitted = (!runs.is_empty()).then(|| Slowdown::fit(&all));
+    let Some(s) = summarize_with(&events, fitted.as_ref()) else {
         return Err(format!("{file} holds no permit spans"));
     };
+    if !runs.is_empty() {
+        let ns: Vec<String> = runs
+            .iter()
+            .chain([&events])
+            .map(|r| r[0].args.capacity.to_string())
+            .collect();
+        println!(
+            "{} holds {} runs (permits {}): the summary is of the last, the model fitted \
+             from all\n",
+            printable_path(path),
+            ns.len(),
+            ns.join(", ")
+        );
+    }
     let ms = |us: u64| us as f64 / 1000.0;
     if show_timeline {
         println!("{}", timeline(&events, (s.span_us / 80_000).max(1)));
@@ -194,21 +215,36 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
             ms(u.granted_us)
         );
     }
+    print_memory(&s);
+    print_slowdown(&s);
     // Pool sizes that hung on this host (GPU_TEST_PERMIT_HOLD_TIMEOUT records them).
     let hangs = Config::global()
         .slot_dir_path()
         .map(|dir| recorded_hangs(&dir))
         .unwrap_or_default();
     let hung_at = hangs.iter().map(|h| h.per_gpu * h.gpus).min();
-    println!("estimated span with other N (same hold times; on a shared GPU they grow with N):");
+    println!(
+        "estimated span with other N:\n  {:<8} {:>18}   model (range)",
+        "", "fixed hold times"
+    );
     for (n, span) in &s.what_if {
+        let model = match s.predicted.iter().find(|p| p.n == *n) {
+            Some(p) => format!(
+                "{:>10.1} ms ({:.1}-{:.1})",
+                ms(p.span_us),
+                ms(p.low_us),
+                ms(p.high_us)
+            ),
+            None => String::new(),
+        };
         let mut mark = if *n == s.capacity { "  (this run)" } else { "" }.to_string();
         if let Some(h) = hung_at.filter(|h| n >= h) {
             mark.push_str(&format!(
                 "  (not advised: a permit hung at N = {h} on this host)"
             ));
         }
-        println!("  N = {n:<3} {:>10.1} ms{mark}", ms(*span));
+        let row = format!("  N = {n:<4} {:>15.1} ms   {model:<34}{mark}", ms(*span));
+        println!("{}", row.trim_end());
     }
     match max_peak {
         Some(max) if s.peak > max => {
@@ -216,5 +252,67 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
             Ok(ExitCode::FAILURE)
         }
         _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// The slowdown model the estimates rest on, in a sentence or two.
+fn print_slowdown(s: &Summary) {
+    let m = &s.slowdown;
+    let basis = match m.basis {
+        SlowdownBasis::RepeatedTests { tests } => {
+            format!("fitted from {tests} tests that held permits at different concurrencies")
+        }
+        SlowdownBasis::Overlap { holds } => format!(
+            "fitted across {holds} holds at different concurrencies (assumes the tests that \
+             ran alone are like the others)"
+        ),
+        SlowdownBasis::NotIdentified => "not identified: every hold ran at about the same \
+             concurrency, so the range runs from hold times fixed (0) to GPU throughput fixed \
+             (1); trace a run at another N into the same file to fit it"
+            .to_string(),
+        _ => "given".to_string(),
+    };
+    println!(
+        "model: a hold takes 1 + a x (units held beside it) times as long as alone, the \
+         requests paced as in the trace; a = {:.2} ({:.2}-{:.2}), {basis}",
+        m.factor, m.low, m.high
+    );
+}
+
+/// Tests that used more GPU memory than they declared or than their units' share of the
+/// budget, with the weight or declaration that would cover it.
+fn print_memory(s: &Summary) {
+    if s.memory.is_empty() {
+        return;
+    }
+    let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+    println!("GPU memory above what a test declared or its units' share of the budget:");
+    for m in &s.memory {
+        let mut line = format!("  {}: used {}", printable(&m.test), mib(m.used));
+        if let Some(d) = m.declared {
+            line.push_str(&format!(", declared {}", mib(d)));
+        }
+        if let Some(share) = m.share {
+            line.push_str(&format!(
+                ", share of the budget for {} unit(s) {}",
+                m.units,
+                mib(share)
+            ));
+        }
+        match m.suggested_units {
+            Some(k) if m.over_budget => line.push_str(&format!(
+                "; more than a whole GPU's budget: take {k} units (the whole GPU) and raise the \
+                 budget or shrink the test"
+            )),
+            Some(k) if k <= m.units => {
+                line.push_str(&format!("; declare {}", mib(m.suggested_memory)))
+            }
+            Some(k) => line.push_str(&format!(
+                "; take {k} units (a weight of {k}) or declare {}",
+                mib(m.suggested_memory)
+            )),
+            None => line.push_str(&format!("; declare {}", mib(m.suggested_memory))),
+        }
+        println!("{line}");
     }
 }

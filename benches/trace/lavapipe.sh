@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Checks the trace summary's what-if model on this machine: traces the example suite under
+# cargo nextest at N = 2, 1 and 4 (RUNS rounds, default 3, interleaved), then predicts each
+# round's N = 1 and N = 4 spans from its N = 2 trace. The repository's nextest config puts the
+# GPU tests in a test group of 2, which would cap N = 4 at 2: these runs use a config without
+# it, and 16 test threads (as the H100 traces in ../shared/data did), so that N alone caps them.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=${RUNS:-3}
+out=${OUT:-$(mktemp -d)}
+pkg=gpu-test-permit-example-suite
+config=$out/nextest.toml
+printf '[profile.default]\nslow-timeout = { period = "60s", terminate-after = 3 }\n' >"$config"
+cargo nextest run -p "$pkg" --all-features --config-file "$config" --no-run 2>/dev/null
+mkdir -p "$out/slots" && chmod 700 "$out/slots"
+for r in $(seq "$runs"); do
+    for n in 2 1 4; do
+        trace=$out/nextest-N$n-r$r.json
+        rm -f "$trace"
+        s=$(date +%s.%N)
+        GPU_TEST_PERMIT_DIR=$out/slots GPU_TEST_PERMIT_REQUIRE=wgpu GPU_TEST_PERMIT_TRACE=$trace \
+            REALIZAR_GPU_TEST_CONCURRENCY=$n \
+            cargo nextest run -p "$pkg" --all-features --config-file "$config" --test-threads 16 \
+            >/dev/null 2>&1
+        e=$(date +%s.%N)
+        printf 'round %s N = %s: wall %.2f s\n' "$r" "$n" "$(awk "BEGIN { print $e - $s }")"
+    done
+done
+GPU_TEST_PERMIT_MODEL_TRACES=$out cargo nextest run -E 'test(trace_model_on_traces_in_a_directory)' \
+    --no-capture 2>/dev/null | grep '^|'
+echo "traces in $out"
