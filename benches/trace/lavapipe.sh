@@ -26,6 +26,6 @@ for r in $(seq "$runs"); do
         printf 'round %s N = %s: wall %.2f s\n' "$r" "$n" "$(awk "BEGIN { print $e - $s }")"
     done
 done
-GPU_TEST_PERMIT_MODEL_TRACES=$out cargo nextest run -E 'test(trace_model_on_traces_in_a_directory)' \
+GPU_TEST_PERMIT_MODEL_TRACES=$out cargo nextest run -E 'test(trace_model_on_traces_in_a_directory)' --run-ignored only \
     --no-capture 2>/dev/null | grep '^|'
 echo "traces in $out"

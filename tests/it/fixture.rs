@@ -2,14 +2,17 @@
 //! memory they measure, run for real on the wgpu adapter this machine has (lavapipe in CI),
 //! checked through the trace file each child process writes.
 
+#[cfg(feature = "wgpu")]
 use std::path::Path;
 use std::process::Command;
 
+#[cfg(feature = "wgpu")]
 use gpu_test_permit::trace::{TraceEvent, read_events};
 
 const ANSWER: &str = "FIXTURE-ANSWER ";
 const MIB: u64 = 1 << 20;
 /// The buffer the memory scenarios allocate.
+#[cfg(feature = "wgpu")]
 const BUFFER: u64 = 96 * MIB;
 
 fn answers(mut c: Command) -> Vec<String> {
@@ -85,6 +88,7 @@ fn wgpu_needs_child() {
     println!("{ANSWER}DONE");
 }
 
+#[cfg(feature = "wgpu")]
 fn holds(trace: &Path) -> Vec<TraceEvent> {
     read_events(trace)
         .unwrap()

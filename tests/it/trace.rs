@@ -390,15 +390,15 @@ fn slowdown_model_brackets_other_n_from_one_run_and_pins_them_from_two() {
 
 /// Predicts, from the run at N = 2 of each round, the spans at N = 1 and N = 4 of the same
 /// round, for traces named `*-N<n>-r<round>.json` in `$GPU_TEST_PERMIT_MODEL_TRACES`
-/// (`benches/trace/lavapipe.sh` makes and checks them); passes without it. Prints the table
-/// with `--no-capture`. No tolerance is asserted: this is a measurement.
+/// (`benches/trace/lavapipe.sh` makes them and runs this). Prints the table with
+/// `--no-capture`. No tolerance is asserted: this is a measurement, so it runs only when asked
+/// for (`--run-ignored only`).
 #[test]
+#[ignore = "a measurement: benches/trace/lavapipe.sh runs it on the traces it makes"]
 fn trace_model_on_traces_in_a_directory() {
     use gpu_test_permit::trace::{Slowdown, predict, replay_fixed, summarize};
-    let Some(dir) = std::env::var_os("GPU_TEST_PERMIT_MODEL_TRACES") else {
-        println!("GPU_TEST_PERMIT_MODEL_TRACES is not set: nothing to check");
-        return;
-    };
+    let dir = std::env::var_os("GPU_TEST_PERMIT_MODEL_TRACES")
+        .expect("set GPU_TEST_PERMIT_MODEL_TRACES to a directory of *-N<n>-r<round>.json traces");
     // round -> N -> events
     let mut rounds: std::collections::BTreeMap<String, std::collections::BTreeMap<usize, Vec<_>>> =
         Default::default();
