@@ -63,7 +63,7 @@ pub(super) struct PoolInner {
     pub(super) budget_source: Option<crate::config::MemoryBudget>,
     /// The per-GPU memory budget in bytes, resolved at the first request that declares memory
     /// (a percentage needs the probe).
-    pub(super) budget: OnceLock<Option<u64>>,
+    pub(super) budget: OnceLock<Option<Budget>>,
     /// Without a configured budget, ask the probe (the global pool only).
     pub(super) probe_budget: bool,
 }
@@ -176,7 +176,7 @@ impl PoolInner {
                 gpus: self.gpus,
                 memory,
                 memory_used: None,
-                memory_budget: self.budget.get().copied().flatten(),
+                memory_budget: self.budget.get().copied().flatten().map(|b| b.bytes),
             },
         }
     }
@@ -682,8 +682,7 @@ impl PermitPool {
     }
 
     /// Checks a weighted or memory request and turns its memory into units.
-    #[cold]
-    fn resolve(&self, mut want: Want) -> Result<Want, AcquireError> {
+    fn resolve(&self, mut want: Want) -> Result<Want, Refused> {
         let inner = self.inner();
         if want.exclusive {
             return Ok(want);
@@ -695,17 +694,14 @@ impl PermitPool {
         };
         if let Some(bytes) = want.memory {
             match inner.memory_budget() {
-                Some(budget) if bytes > budget => {
-                    return Err(AcquireError::MemoryTooLarge {
+                Some(budget) if bytes > budget.bytes => {
+                    return Err(Refused::Memory {
                         asked: bytes,
-                        budget,
+                        budget: budget.bytes,
                     });
                 }
                 Some(budget) => {
-                    let units = match bytes.checked_mul(per_gpu as u64) {
-                        Some(scaled) => scaled.div_ceil(budget),
-                        None => (bytes as u128 * per_gpu as u128).div_ceil(budget as u128) as u64,
-                    };
+                    let units = budget.units(bytes, per_gpu);
                     want.units = want.units.max(units.max(1) as usize);
                 }
                 None => no_budget_notice(bytes),
@@ -716,9 +712,9 @@ impl PermitPool {
             None => (per_gpu, false),
         };
         if want.units > limit {
-            return Err(AcquireError::TooLarge {
+            return Err(Refused::TooLarge {
                 asked: want.units,
-                per_gpu: limit,
+                limit,
                 inherited,
             });
         }
@@ -942,6 +938,39 @@ impl PermitPool {
     }
 }
 
+/// Why [`PermitPool::resolve`] refused a request: small, so that the check's result stays in
+/// registers; the error is made from it only when a request is refused.
+#[derive(Clone, Copy, Debug)]
+enum Refused {
+    TooLarge {
+        asked: usize,
+        limit: usize,
+        inherited: bool,
+    },
+    Memory {
+        asked: u64,
+        budget: u64,
+    },
+}
+
+impl From<Refused> for AcquireError {
+    #[cold]
+    fn from(refused: Refused) -> AcquireError {
+        match refused {
+            Refused::TooLarge {
+                asked,
+                limit,
+                inherited,
+            } => AcquireError::TooLarge {
+                asked,
+                per_gpu: limit,
+                inherited,
+            },
+            Refused::Memory { asked, budget } => AcquireError::MemoryTooLarge { asked, budget },
+        }
+    }
+}
+
 /// What a request asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Want {
@@ -1060,16 +1089,53 @@ impl PermitRequest<'_> {
 impl PoolInner {
     /// The per-GPU memory budget, bytes (resolved once; a percentage or no setting asks the
     /// CUDA probe).
-    fn memory_budget(&self) -> Option<u64> {
-        *self.budget.get_or_init(|| match self.budget_source {
-            Some(crate::config::MemoryBudget::Bytes(b)) => Some(b),
-            Some(crate::config::MemoryBudget::Percent(p)) => {
-                probed_memory(true).map(|m| (m as f64 * p / 100.0) as u64)
+    fn memory_budget(&self) -> Option<Budget> {
+        *self.budget.get_or_init(|| {
+            match self.budget_source {
+                Some(crate::config::MemoryBudget::Bytes(b)) => Some(b),
+                Some(crate::config::MemoryBudget::Percent(p)) => {
+                    probed_memory(true).map(|m| (m as f64 * p / 100.0) as u64)
+                }
+                // The global pool only: a pool from the builder has the budget it was given.
+                None if self.probe_budget => probed_memory(false),
+                None => None,
             }
-            // The global pool only: a pool from the builder has the budget it was given.
-            None if self.probe_budget => probed_memory(false),
-            None => None,
+            .filter(|&b| b > 0)
+            .map(Budget::new)
         })
+    }
+}
+
+/// One GPU's memory budget, with what turns a declaration into units without a division.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Budget {
+    /// Bytes (at least 1).
+    pub(super) bytes: u64,
+    /// `floor((2^64 - 1) / bytes)`.
+    inverse: u64,
+}
+
+impl Budget {
+    pub(super) fn new(bytes: u64) -> Budget {
+        Budget {
+            bytes,
+            inverse: u64::MAX / bytes,
+        }
+    }
+
+    /// `ceil(need x per_gpu / bytes)`: the units `need` bytes take of a GPU's `per_gpu`.
+    /// Multiplies by the inverse and corrects the estimate, which is at most 2 below the
+    /// quotient (the inverse is at most `2 / bytes` short of `2^64 / bytes`).
+    pub(super) fn units(&self, need: u64, per_gpu: usize) -> u64 {
+        let Some(scaled) = need.checked_mul(per_gpu as u64) else {
+            return (need as u128 * per_gpu as u128).div_ceil(self.bytes as u128) as u64;
+        };
+        let (scaled, bytes) = (scaled as u128, self.bytes as u128);
+        let mut q = (scaled * self.inverse as u128) >> 64;
+        while (q + 1) * bytes <= scaled {
+            q += 1;
+        }
+        (if q * bytes == scaled { q } else { q + 1 }) as u64
     }
 }
 
@@ -1131,5 +1197,49 @@ fn detected_gpus() -> usize {
     #[cfg(not(feature = "cuda"))]
     {
         1
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::Budget;
+
+    #[test]
+    fn memory_to_units_without_a_division_matches_div_ceil() {
+        let check = |bytes: u64, need: u64, per_gpu: usize| {
+            let exact = (need as u128 * per_gpu as u128).div_ceil(bytes as u128) as u64;
+            assert_eq!(
+                Budget::new(bytes).units(need, per_gpu),
+                exact,
+                "{need} of {bytes} at N = {per_gpu}"
+            );
+        };
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for _ in 0..200_000 {
+            let bytes = (next() >> (next() % 64)).max(1);
+            let need = next() >> (next() % 64);
+            let per_gpu = (next() % 1024 + 1) as usize;
+            check(bytes, need, per_gpu);
+        }
+        for bytes in [1, 2, 3, 7, 1 << 30, 80_000_000_000, u64::MAX / 3, u64::MAX] {
+            for need in [
+                0,
+                1,
+                bytes - 1,
+                bytes,
+                bytes.saturating_add(1),
+                u64::MAX / 1024,
+            ] {
+                for per_gpu in [1, 2, 3, 8, 1024] {
+                    check(bytes, need, per_gpu);
+                }
+            }
+        }
     }
 }
