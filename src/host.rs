@@ -28,7 +28,10 @@
 //!   nobody else takes a slot, so light requests cannot starve it and two heavy requests cannot
 //!   deadlock. Before that it competes for the gate like any waiter: every release wakes the
 //!   waiters, and the gate changes hands at each grant. Light requests take the slots a heavy
-//!   holder leaves free.
+//!   holder leaves free. (Byte-range locks on one file, one byte a unit, would take k units
+//!   in one call, but only open-file-description locks die with the description rather than
+//!   with any close in the process, and those are Linux's alone; whole-file locks under the
+//!   gate give the same all-or-none wherever `flock` or `LockFileEx` exists.)
 //!   A head that is stopped (`SIGSTOP`, Ctrl-Z, a debugger; seen through `/proc` on Linux)
 //!   loses its turn: the other waiters take free slots past it. A dead head's lock is gone.
 //! - `gpu0.slot<i>`: the slot locks. The holder writes a JSON record of itself (pid, test,
