@@ -7,7 +7,7 @@
 //!
 //! Runs with the `wgpu` feature where the probe finds a wgpu adapter (lavapipe in CI); skips
 //! otherwise, unless `GPU_TEST_PERMIT_REQUIRE` requires wgpu. The first run downloads and
-//! builds the suite (about two minutes on two cores) into `target/tmp/third-party`.
+//! builds the suite (about a minute on two cores) into `target/tmp/third-party`.
 //! `GPU_TEST_PERMIT_THIRD_PARTY=off` skips it on a machine that cannot reach crates.io.
 //!
 //! Wall times, uncapped against each recipe (not asserted: machines are noisy):
