@@ -21,6 +21,8 @@ mod recipes;
 mod report;
 mod stress;
 mod stub;
+#[cfg(unix)]
+mod third_party;
 mod trace;
 mod util;
 mod weighted;
