@@ -19,6 +19,9 @@ use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "support/clock.rs"]
+mod clock;
+use clock::monotonic_ns;
 use criterion::{BenchmarkId, Criterion, criterion_group};
 use gpu_test_permit::PermitPool;
 
@@ -211,16 +214,6 @@ fn handoff_threads<G>(iters: u64, acquire: impl Fn() -> G + Sync) -> Duration {
         }
     });
     total
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write to.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 const TESTS: usize = 48;

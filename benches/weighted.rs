@@ -40,6 +40,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+#[path = "support/clock.rs"]
+mod clock;
+use clock::monotonic_ns;
 use criterion::{Criterion, SamplingMode, criterion_group};
 use gpu_test_permit::trace::{TraceEvent, read_events};
 use gpu_test_permit::{GpuTestPermit, PermitPool};
@@ -480,16 +483,6 @@ fn overhead_handoff(c: &mut Criterion) {
         child.finish();
     }
     g.finish();
-}
-
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to write to.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The uncontended acquisitions compared: a single permit, the baseline, first.

@@ -725,16 +725,7 @@ fn nextest_snippet_tells_nextest_the_weight_of_heavy_tests() {
 /// group of 2), while the other GPU tests run two at a time.
 #[test]
 fn nextest_runs_a_weighted_test_alone_in_a_full_group() {
-    let mut cargo =
-        std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    crate::util::clear_permit_env(&mut cargo);
-    cargo.current_dir(env!("CARGO_MANIFEST_DIR"));
-    if !cargo
-        .args(["nextest", "--version"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        eprintln!("SKIPPED, cargo-nextest is not installed (cargo install cargo-nextest)");
+    if !crate::recipes::have_nextest() {
         return;
     }
     let work = tempdir();
@@ -758,31 +749,10 @@ fn nextest_runs_a_weighted_test_alone_in_a_full_group() {
     std::fs::write(&config_file, &config).unwrap();
     let records = work.path().join("records");
     std::fs::create_dir(&records).unwrap();
-    let mut c =
-        std::process::Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    crate::util::clear_permit_env(&mut c);
-    let out = c
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "nextest",
-            "run",
-            "--offline",
-            "-p",
-            "gpu-test-permit-plain-suite",
-        ])
-        .arg("--target-dir")
-        .arg(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plain-suite"))
-        .args([
-            "--test-threads",
-            "6",
-            "--status-level",
-            "fail",
-            "-E",
-            "test(/gpu/)",
-        ])
+    let out = crate::recipes::plain_suite_run(&records)
+        .args(["-E", "test(/gpu/)"])
         .arg("--config-file")
         .arg(&config_file)
-        .env("PLAIN_SUITE_RECORDS", &records)
         .output()
         .unwrap();
     assert!(

@@ -19,7 +19,25 @@ fn cargo() -> Command {
     c
 }
 
-fn have_nextest() -> bool {
+/// `cargo nextest run` of the plain suite, its tests recording when they ran into `records`,
+/// with more test processes (6) than permits, so that the cap is ours, not nextest's.
+pub(crate) fn plain_suite_run(records: &Path) -> Command {
+    let mut c = cargo();
+    c.args([
+        "nextest",
+        "run",
+        "--offline",
+        "-p",
+        "gpu-test-permit-plain-suite",
+    ])
+    .arg("--target-dir")
+    .arg(Path::new(env!("CARGO_TARGET_TMPDIR")).join("plain-suite"))
+    .args(["--test-threads", "6", "--status-level", "fail"])
+    .env("PLAIN_SUITE_RECORDS", records);
+    c
+}
+
+pub(crate) fn have_nextest() -> bool {
     let ok = cargo()
         .args(["nextest", "--version"])
         .output()
@@ -37,22 +55,10 @@ fn run_suite(n: usize, configure: impl FnOnce(&mut Command, &Path)) -> (Vec<Reco
     let records = work.path().join("records");
     std::fs::create_dir(&records).unwrap();
     let trace = work.path().join("trace.json");
-    let mut c = cargo();
-    c.args([
-        "nextest",
-        "run",
-        "--offline",
-        "-p",
-        "gpu-test-permit-plain-suite",
-    ])
-    .arg("--target-dir")
-    .arg(Path::new(env!("CARGO_TARGET_TMPDIR")).join("plain-suite"))
-    // More test processes than permits, so that the cap is ours, not nextest's.
-    .args(["--test-threads", "6", "--status-level", "fail"])
-    .env("GPU_TEST_PERMIT_DIR", work.path().join("slots"))
-    .env("REALIZAR_GPU_TEST_CONCURRENCY", n.to_string())
-    .env("GPU_TEST_PERMIT_TRACE", &trace)
-    .env("PLAIN_SUITE_RECORDS", &records);
+    let mut c = plain_suite_run(&records);
+    c.env("GPU_TEST_PERMIT_DIR", work.path().join("slots"))
+        .env("REALIZAR_GPU_TEST_CONCURRENCY", n.to_string())
+        .env("GPU_TEST_PERMIT_TRACE", &trace);
     configure(&mut c, work.path());
     let out = c.output().unwrap();
     assert!(
