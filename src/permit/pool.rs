@@ -1130,12 +1130,14 @@ impl Budget {
         let Some(scaled) = need.checked_mul(per_gpu as u64) else {
             return (need as u128 * per_gpu as u128).div_ceil(self.bytes as u128) as u64;
         };
-        let (scaled, bytes) = (scaled as u128, self.bytes as u128);
-        let mut q = (scaled * self.inverse as u128) >> 64;
-        while (q + 1) * bytes <= scaled {
+        let mut q = ((scaled as u128 * self.inverse as u128) >> 64) as u64;
+        // q x bytes <= scaled, so this neither wraps nor overflows.
+        let mut rest = scaled - q * self.bytes;
+        while rest >= self.bytes {
             q += 1;
+            rest -= self.bytes;
         }
-        (if q * bytes == scaled { q } else { q + 1 }) as u64
+        q + u64::from(rest > 0)
     }
 }
 
