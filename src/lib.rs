@@ -20,10 +20,14 @@
 //!   from the process-wide [`PermitPool`]. Reentrant per thread (a fixture that builds a CUDA
 //!   and a wgpu object on one thread never waits on itself), movable between threads,
 //!   shareable with worker threads ([`GpuTestPermit::share`]).
+//! - Big and small tests: [`acquire_weighted`] (a test that counts as k of a GPU's N) and
+//!   [`acquire_memory`] (k from the GPU memory it declares against `GPU_TEST_PERMIT_GPU_MEMORY`),
+//!   [`PermitPool::request`] for both; k units of one GPU, taken at once, across processes too.
 //! - [`Permitted<T>`]: acquire, then build `T`; drop `T`, then release.
 //! - Host slots ([`host`]): the cap holds across processes through file locks that the kernel
 //!   frees when a process dies, even by SIGKILL.
-//! - Fair, bounded waits: FIFO within a process, an exclusive request is not starved, and a
+//! - Fair, bounded waits: FIFO within a process, a heavy (weighted or exclusive) request is not
+//!   starved by light ones, and a
 //!   wait past `GPU_TEST_PERMIT_TIMEOUT` fails with the list of holders instead of hanging.
 //! - [`nextest`] awareness and a [`trace`] of every wait and hold that Perfetto opens.
 //! - [`probe`]: which backends and devices this machine has, found in a child process so that
