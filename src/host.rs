@@ -37,6 +37,9 @@
 //! - `gpu0.slot<i>`: the slot locks. The holder writes a JSON record of itself (pid, test,
 //!   thread, since) into its slot for diagnostics; a record counts only while its slot is
 //!   locked.
+//! - `gpu0.budget`: the per-GPU memory budget the directory's current users convert memory
+//!   declarations with: the first budget one of them settled on; blanked by a
+//!   process that finds the directory unused.
 //! - `gpu0.notify`: written after every release, so waiters (watching with inotify on Linux)
 //!   wake within microseconds. Where no watch can be had (inotify instances are a per-user
 //!   limit that any program can exhaust) waiters poll with a backoff of at most
@@ -624,6 +627,68 @@ impl HostSlots {
         true
     }
 
+    /// The per-GPU memory budget every process using the directory converts declarations with:
+    /// the first budget a process of the directory's current users settled on (recorded in
+    /// `gpu0.budget`, which goes when a process finds the directory unused). A process with a
+    /// budget of its own records it if none is recorded, and otherwise adopts the recorded one,
+    /// saying so once when the two differ; a process without one adopts the recorded one.
+    pub(crate) fn agree_on_budget(&self, own: Option<u64>) -> Option<u64> {
+        let path = self.dir.join(BUDGET_FILE);
+        let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(&self.dir)) else {
+            return own;
+        };
+        // Held for a read and perhaps a write; a holder stopped in between costs a second.
+        let give_up = Instant::now() + Duration::from_secs(1);
+        while file.try_lock().is_err() {
+            if Instant::now() >= give_up {
+                return own;
+            }
+            std::thread::sleep(POLL_FIRST);
+        }
+        let recorded = read_start(&file, BUDGET_LEN).map(|raw| {
+            padded_text(&raw).and_then(|text| match text {
+                None => Ok(None),
+                Some(t) => match t.parse::<u64>() {
+                    Ok(b) if b > 0 => Ok(Some(b)),
+                    _ => Err(format!("{t:?} is no byte count")),
+                },
+            })
+        });
+        let agreed = match recorded {
+            Some(Ok(Some(r))) => {
+                if own.is_some_and(|b| b != r) {
+                    crate::notice::line(&format!(
+                        "slot directory {} budgets {} of GPU memory per GPU (set by a process \
+                         using it now); this process's {} is not used, so that every process \
+                         turns declarations into the same units. Give every process that shares \
+                         the directory the same GPU_TEST_PERMIT_GPU_MEMORY",
+                        self.dir.display(),
+                        crate::config::format_bytes(r),
+                        crate::config::format_bytes(own.unwrap_or(0)),
+                    ));
+                }
+                Some(r)
+            }
+            Some(Err(problem)) => {
+                crate::notice::line(&format!(
+                    "ignoring the corrupt memory budget record {} ({problem}); the next process \
+                     that finds the directory unused clears it",
+                    path.display()
+                ));
+                own
+            }
+            // None recorded yet: ours, if we have one, is the directory's from now on.
+            Some(Ok(None)) | None => {
+                if let Some(bytes) = own {
+                    let _ = sys::write_at(&file, &padded(format!("{bytes}").as_bytes()), 0);
+                }
+                own
+            }
+        };
+        let _ = file.unlock();
+        agreed
+    }
+
     /// Frees slots held by this process.
     pub(crate) fn release(&self, slots: &[usize]) {
         if slots.is_empty() {
@@ -789,7 +854,9 @@ fn agree_on_layout(
     loop {
         match file.try_lock() {
             Ok(()) => {
-                // Nobody else uses the directory: its layout is ours to set.
+                // Nobody else uses the directory: its layout is ours to set, and the memory
+                // budget of its last users goes with them.
+                forget_budget(dir);
                 let written = fd_budget(dir, wanted)
                     .and_then(|()| sys::write_at(file, &wanted.encode(), 0).map_err(io_err(path)));
                 // Not atomic: another process may set its layout in between; read it again
@@ -1016,6 +1083,30 @@ impl Drop for Waiting {
 }
 
 const WAIT_PREFIX: &str = "gpu0.wait.";
+/// The memory budget the directory's current users agreed on (see
+/// [`HostSlots::agree_on_budget`]): bytes per GPU, or blank.
+const BUDGET_FILE: &str = "gpu0.budget";
+const BUDGET_LEN: usize = 64;
+
+/// `text` and a newline, padded with spaces to [`BUDGET_LEN`].
+fn padded(text: &[u8]) -> Vec<u8> {
+    let mut buf = text.to_vec();
+    buf.push(b'\n');
+    buf.resize(BUDGET_LEN.max(buf.len()), b' ');
+    buf
+}
+
+/// Blanks the budget record of a directory nobody uses (its users' budget goes with them). A
+/// blank record rather than none: in a sticky shared directory only its owner could remove it.
+fn forget_budget(dir: &Path) {
+    let path = dir.join(BUDGET_FILE);
+    if let Ok(file) = sys::open_regular_for_reading(&path) {
+        drop(file);
+        if let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) {
+            let _ = sys::write_at(&file, &[b' '; BUDGET_LEN], 0);
+        }
+    }
+}
 
 /// A permit held past the hold deadline on this host (see `GPU_TEST_PERMIT_HOLD_TIMEOUT`),
 /// as recorded in the slot directory's `gpu0.hangs`: the trace's what-if does not recommend

@@ -1091,7 +1091,7 @@ impl PoolInner {
     /// CUDA probe).
     fn memory_budget(&self) -> Option<Budget> {
         *self.budget.get_or_init(|| {
-            match self.budget_source {
+            let own = match self.budget_source {
                 Some(crate::config::MemoryBudget::Bytes(b)) => Some(b),
                 Some(crate::config::MemoryBudget::Percent(p)) => {
                     probed_memory(true).map(|m| (m as f64 * p / 100.0) as u64)
@@ -1100,8 +1100,13 @@ impl PoolInner {
                 None if self.probe_budget => probed_memory(false),
                 None => None,
             }
-            .filter(|&b| b > 0)
-            .map(Budget::new)
+            .filter(|&b| b > 0);
+            // Processes sharing host slots convert with one budget, as they share one N.
+            let agreed = match &self.host {
+                Some(host) => host.agree_on_budget(own),
+                None => own,
+            };
+            agreed.map(Budget::new)
         })
     }
 }

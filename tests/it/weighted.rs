@@ -191,3 +191,71 @@ fn a_timed_out_weighted_wait_names_the_units() {
     assert!(text.contains(", 2 units"), "{text}");
     drop(heavy);
 }
+
+#[test]
+fn pools_sharing_a_directory_turn_memory_into_units_with_one_budget() {
+    let dir = tempdir();
+    let build = |budget: Option<u64>| {
+        let mut b = PermitPool::builder().concurrency(4).slot_dir(dir.path());
+        if let Some(bytes) = budget {
+            b = b.memory_budget(bytes);
+        }
+        b.build().unwrap()
+    };
+    let units = |p: &PermitPool| p.request().memory(6 * GIB).try_acquire().unwrap().units();
+    // 16 GiB over N = 4: units of 4 GiB, so 6 GiB takes 2.
+    let first = build(Some(16 * GIB));
+    assert_eq!(units(&first), 2);
+    // 8 GiB would make units of 2 GiB (3 for 6 GiB): the directory's budget counts instead,
+    // and so it does for a pool without a budget of its own.
+    let second = build(Some(8 * GIB));
+    assert_eq!(units(&second), 2);
+    let third = build(None);
+    assert_eq!(units(&third), 2);
+    drop((first, second, third));
+    // Nobody uses the directory any more: the next pool's budget is the one.
+    let fourth = build(Some(8 * GIB));
+    assert_eq!(units(&fourth), 3);
+}
+
+#[test]
+fn a_corrupt_budget_record_is_ignored() {
+    let dir = tempdir();
+    let user = PermitPool::builder()
+        .concurrency(4)
+        .slot_dir(dir.path())
+        .build()
+        .unwrap();
+    std::fs::write(dir.path().join("gpu0.budget"), "lots of memory\n").unwrap();
+    let p = PermitPool::builder()
+        .concurrency(4)
+        .memory_budget(8 * GIB)
+        .slot_dir(dir.path())
+        .build()
+        .unwrap();
+    assert_eq!(
+        p.request().memory(6 * GIB).try_acquire().unwrap().units(),
+        3
+    );
+    drop((user, p));
+    // The next pool that finds the directory unused clears it, and records its own budget
+    // when it first needs one.
+    let next = PermitPool::builder()
+        .concurrency(4)
+        .memory_budget(16 * GIB)
+        .slot_dir(dir.path())
+        .build()
+        .unwrap();
+    let record = std::fs::read_to_string(dir.path().join("gpu0.budget")).unwrap();
+    assert_eq!(record.trim(), "");
+    assert_eq!(
+        next.request()
+            .memory(6 * GIB)
+            .try_acquire()
+            .unwrap()
+            .units(),
+        2
+    );
+    let record = std::fs::read_to_string(dir.path().join("gpu0.budget")).unwrap();
+    assert_eq!(record.trim(), (16 * GIB).to_string());
+}
