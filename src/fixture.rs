@@ -10,6 +10,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::permit::Want;
 use crate::{GpuTestPermit, PermitPool};
 
 #[cfg(feature = "cuda")]
@@ -46,20 +47,12 @@ pub(crate) mod wgpu;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[must_use]
-pub struct GpuNeed {
-    units: usize,
-    memory: Option<u64>,
-    exclusive: bool,
-}
+pub struct GpuNeed(Want);
 
 impl Default for GpuNeed {
     /// One unit: an ordinary test.
     fn default() -> Self {
-        GpuNeed {
-            units: 1,
-            memory: None,
-            exclusive: false,
-        }
+        GpuNeed(Want::ONE)
     }
 }
 
@@ -71,36 +64,36 @@ impl GpuNeed {
     /// If `units` is 0.
     pub fn units(mut self, units: usize) -> Self {
         assert!(units >= 1, "a permit holds at least one unit");
-        self.units = units;
+        self.0.units = units;
         self
     }
 
     /// Declares the GPU memory the test needs, in bytes
     /// ([`PermitRequest::memory`](crate::PermitRequest::memory)).
     pub fn memory(mut self, bytes: u64) -> Self {
-        self.memory = Some(bytes);
+        self.0.memory = Some(bytes);
         self
     }
 
     /// Asks for every unit of every GPU of the pool: nothing else runs on the GPU meanwhile.
     pub fn exclusive(mut self) -> Self {
-        self.exclusive = true;
+        self.0.exclusive = true;
         self
     }
 
     /// The units asked for (1 unless [`units`](Self::units) set more).
     pub fn units_asked(&self) -> usize {
-        self.units
+        self.0.units
     }
 
     /// The memory declared, in bytes.
     pub fn memory_declared(&self) -> Option<u64> {
-        self.memory
+        self.0.memory
     }
 
     /// Whether the whole pool is asked for.
     pub fn is_exclusive(&self) -> bool {
-        self.exclusive
+        self.0.exclusive
     }
 
     /// Takes the permit from the global pool, waiting up to its deadline. A request that can
@@ -109,14 +102,7 @@ impl GpuNeed {
     #[cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
     pub(crate) fn acquire(self) -> Result<GpuTestPermit, FixtureError> {
         let pool = PermitPool::global();
-        let mut request = pool.request().units(self.units);
-        if let Some(bytes) = self.memory {
-            request = request.memory(bytes);
-        }
-        if self.exclusive {
-            request = request.exclusive();
-        }
-        request
+        pool.request_for(self.0)
             .acquire_for(pool.timeout())
             .map_err(|e| FixtureError::Fail(e.to_string()))
     }

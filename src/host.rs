@@ -117,12 +117,10 @@ impl HolderRecord {
         loop {
             truncate(&mut r.test, limit);
             truncate(&mut r.thread, limit);
-            let mut buf = serde_json::to_vec(&r).expect("a holder record always serialises");
+            let buf = serde_json::to_vec(&r).expect("a holder record always serialises");
             // Escaping can make a name up to six times longer; shorten until it fits.
             if buf.len() < RECORD_LEN {
-                buf.push(b'\n');
-                buf.resize(RECORD_LEN, b' ');
-                return buf;
+                return padded(buf, RECORD_LEN);
             }
             limit /= 2;
         }
@@ -161,6 +159,14 @@ pub(crate) fn escape_controls(text: &str) -> String {
 fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A record as the directory's files keep it: `text`, a newline, then spaces up to `len` (a
+/// fixed size, so that a rewrite covers the whole of the one before). [`padded_text`] reads it.
+fn padded(mut text: Vec<u8>, len: usize) -> Vec<u8> {
+    text.push(b'\n');
+    text.resize(len.max(text.len()), b' ');
+    text
 }
 
 /// The text of a padded record (blank or all padding: none).
@@ -217,15 +223,13 @@ struct LayoutRecord {
 
 impl Layout {
     fn encode(&self) -> Vec<u8> {
-        let mut buf = serde_json::to_vec(&LayoutRecord {
+        let buf = serde_json::to_vec(&LayoutRecord {
             v: LAYOUT_VERSION,
             per_gpu: self.per_gpu,
             gpus: self.gpus,
         })
         .expect("a layout always serialises");
-        buf.push(b'\n');
-        buf.resize(LAYOUT_LEN, b' ');
-        buf
+        padded(buf, LAYOUT_LEN)
     }
 
     fn decode(raw: &[u8]) -> Result<Option<Layout>, String> {
@@ -680,7 +684,8 @@ impl HostSlots {
             // None recorded yet: ours, if we have one, is the directory's from now on.
             Some(Ok(None)) | None => {
                 if let Some(bytes) = own {
-                    let _ = sys::write_at(&file, &padded(format!("{bytes}").as_bytes()), 0);
+                    let record = padded(bytes.to_string().into_bytes(), BUDGET_LEN);
+                    let _ = sys::write_at(&file, &record, 0);
                 }
                 own
             }
@@ -1087,14 +1092,6 @@ const WAIT_PREFIX: &str = "gpu0.wait.";
 /// [`HostSlots::agree_on_budget`]): bytes per GPU, or blank.
 const BUDGET_FILE: &str = "gpu0.budget";
 const BUDGET_LEN: usize = 64;
-
-/// `text` and a newline, padded with spaces to [`BUDGET_LEN`].
-fn padded(text: &[u8]) -> Vec<u8> {
-    let mut buf = text.to_vec();
-    buf.push(b'\n');
-    buf.resize(BUDGET_LEN.max(buf.len()), b' ');
-    buf
-}
 
 /// Blanks the budget record of a directory nobody uses (its users' budget goes with them). A
 /// blank record rather than none: in a sticky shared directory only its owner could remove it.

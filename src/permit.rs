@@ -16,6 +16,7 @@ mod watchdog;
 use std::time::Duration;
 
 pub use error::{AcquireError, Holder, WaitTimeout, Waiter};
+pub(crate) use pool::Want;
 pub use pool::{PermitPool, PermitRequest, PoolBuilder};
 pub use seat::{EnteredPermit, GpuTestPermit};
 

@@ -123,11 +123,20 @@ pub struct TraceArgs {
 }
 
 impl TraceArgs {
+    /// Permit units the permit took: `units`, or where an event lacks them (0: a trace of an
+    /// earlier version, or an event not read by [`read_events`]), 1 or, for an exclusive
+    /// permit, `capacity`.
+    fn held_units(&self) -> usize {
+        match self.units {
+            0 if self.exclusive => self.capacity.max(1),
+            0 => 1,
+            k => k,
+        }
+    }
+
     /// Fills in what traces of earlier versions lack.
     fn normalise(&mut self) {
-        if self.units == 0 {
-            self.units = if self.exclusive { self.capacity } else { 1 };
-        }
+        self.units = self.held_units();
         if self.gpus == 0 {
             self.gpus = 1;
         }
@@ -200,22 +209,12 @@ pub fn read_events(path: &Path) -> io::Result<Vec<TraceEvent>> {
     Ok(out)
 }
 
-/// Permit units a hold took: its `units`, or for an event that did not come from
-/// [`read_events`] and lacks them, what that fills in (1, or `capacity` for an exclusive permit).
-fn units_of(e: &TraceEvent) -> usize {
-    match e.args.units {
-        0 if e.args.exclusive => e.args.capacity.max(1),
-        0 => 1,
-        k => k,
-    }
-}
-
 /// The largest number of permit units held at the same moment according to `events` (a
 /// weighted hold counts its `units`, an exclusive one `capacity`).
 pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     let mut edges: Vec<(u64, i64)> = Vec::new();
     for e in events.iter().filter(|e| e.name == "hold") {
-        let units = units_of(e) as i64;
+        let units = e.args.held_units() as i64;
         edges.push((e.ts, units));
         edges.push((e.ts + e.dur, -units));
     }
@@ -456,7 +455,7 @@ pub fn summarize_with(events: &[TraceEvent], slowdown: Option<&Slowdown>) -> Opt
 
     let held: u128 = holds
         .iter()
-        .map(|e| e.dur as u128 * units_of(e) as u128)
+        .map(|e| e.dur as u128 * e.args.held_units() as u128)
         .sum();
     let utilisation = if span_us == 0 {
         1.0
@@ -675,7 +674,7 @@ impl Replayable {
         let gpus = holds.iter().map(|h| h.args.gpus).max().unwrap_or(1).max(1);
         let spans: Vec<(u64, u64, usize)> = holds
             .iter()
-            .map(|h| (h.ts - start, h.dur, units_of(h)))
+            .map(|h| (h.ts - start, h.dur, h.args.held_units()))
             .collect();
         let others = others_load(&spans, gpus);
         let mut names: HashMap<&str, usize> = HashMap::new();
@@ -688,7 +687,7 @@ impl Replayable {
                     arrival: asked.of(h) - start,
                     release: h.ts + h.dur - start,
                     hold: h.dur,
-                    units: units_of(h),
+                    units: h.args.held_units(),
                     exclusive: h.args.exclusive,
                     others,
                     test: *names.entry(h.args.test.as_str()).or_insert(next),
@@ -1078,7 +1077,7 @@ fn memory_advice(holds: &[&TraceEvent]) -> Vec<MemoryAdvice> {
         let Some(used) = h.args.memory_used else {
             continue;
         };
-        let units = units_of(h);
+        let units = h.args.held_units();
         // N per GPU of the pool it held.
         let n = (h.args.capacity.max(1) / h.args.gpus.max(1)).max(1);
         let budget = h.args.memory_budget;

@@ -1,11 +1,10 @@
 //! Why a permit could not be had, and who was in the way.
 
 use std::fmt;
-
-use crate::config::INHERITED_VAR;
 use std::time::Duration;
 
 use super::PermitKind;
+use crate::config::INHERITED_VAR;
 use crate::host::HostError;
 
 /// Why a permit could not be had.
@@ -210,13 +209,7 @@ impl fmt::Display for Waiter {
             self.thread,
             self.pid,
             self.waiting_for.as_secs_f64(),
-            if self.exclusive {
-                "n exclusive".to_string()
-            } else if self.units > 1 {
-                format!(" {}-unit", self.units)
-            } else {
-                String::new()
-            },
+            sized(self.exclusive, self.units),
             if self.head {
                 ", at the head of the queue"
             } else {
@@ -238,13 +231,7 @@ impl fmt::Display for WaitTimeout {
             "test `{}` waited {:.1}s for a{} GPU permit (N = {}{}) and gave up.",
             self.test,
             self.waited.as_secs_f64(),
-            if self.kind == PermitKind::Exclusive {
-                "n exclusive".to_string()
-            } else if self.units > 1 {
-                format!(" {}-unit", self.units)
-            } else {
-                String::new()
-            },
+            sized(self.kind == PermitKind::Exclusive, self.units),
             self.concurrency,
             if self.capacity == self.concurrency {
                 String::new()
@@ -296,3 +283,14 @@ impl fmt::Display for WaitTimeout {
 }
 
 impl std::error::Error for WaitTimeout {}
+
+/// What completes "a… permit" for a request: "n exclusive", " 3-unit", or nothing for one unit.
+fn sized(exclusive: bool, units: usize) -> String {
+    if exclusive {
+        "n exclusive".to_string()
+    } else if units > 1 {
+        format!(" {units}-unit")
+    } else {
+        String::new()
+    }
+}

@@ -520,10 +520,12 @@ impl PermitPool {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn request(&self) -> PermitRequest<'_> {
-        PermitRequest {
-            pool: self,
-            want: Want::ONE,
-        }
+        self.request_for(Want::ONE)
+    }
+
+    /// A request for `want`, built elsewhere (the fixtures' `GpuNeed`).
+    pub(crate) fn request_for(&self, want: Want) -> PermitRequest<'_> {
+        PermitRequest { pool: self, want }
     }
 
     /// Takes a shared permit, waiting at most `timeout`.
@@ -732,11 +734,7 @@ impl PermitPool {
             crate::nextest::hint_once(inner.local.capacity());
         }
         let exclusive = want.exclusive;
-        let units = if exclusive {
-            inner.local.capacity()
-        } else {
-            want.units
-        };
+        let units = want.held_units(inner.local.capacity());
         // Only pay for wall clocks and names where something records them: the uncontended
         // in-process path reads no clock but the coarse one.
         let asked_wall = inner.tracer.as_ref().map(|_| SystemTime::now());
@@ -804,12 +802,10 @@ impl PermitPool {
         seat.units.store(units, Ordering::Relaxed);
         seat.memory
             .store(want.memory.unwrap_or(NO_MEMORY), Ordering::Relaxed);
-        seat.first_slot.store(
-            slots.iter().copied().min().unwrap_or(NO_SLOT),
-            Ordering::Relaxed,
-        );
+        slots.sort_unstable();
+        seat.first_slot
+            .store(slots.first().copied().unwrap_or(NO_SLOT), Ordering::Relaxed);
         if units > 1 && !exclusive && !slots.is_empty() {
-            slots.sort_unstable();
             *seat.slots.lock() = slots.clone();
         }
         seat.since.store(crate::sys::coarse_ns(), Ordering::Relaxed);
@@ -834,8 +830,7 @@ impl PermitPool {
             if let (Some(t), Some(asked)) = (&inner.tracer, asked_wall) {
                 let ts = crate::clock::unix_micros(asked);
                 let dur = crate::clock::unix_micros(d.since_wall).saturating_sub(ts);
-                let held = inner.held_slots(seat_index);
-                t.write(&inner.event("wait", ts, dur, &d, held, exclusive, units, want.memory));
+                t.write(&inner.event("wait", ts, dur, &d, slots, exclusive, units, want.memory));
             }
             *seat.detail.lock() = Some(d);
         }
@@ -923,11 +918,7 @@ impl PermitPool {
         AcquireError::Timeout(Box::new(WaitTimeout {
             waited: asked.elapsed(),
             kind: want.kind(),
-            units: if want.exclusive {
-                inner.local.capacity()
-            } else {
-                want.units
-            },
+            units: want.held_units(inner.local.capacity()),
             test,
             concurrency: inner.layout().per_gpu,
             capacity: inner.local.capacity(),
@@ -971,18 +962,18 @@ impl From<Refused> for AcquireError {
     }
 }
 
-/// What a request asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Want {
+/// What a request asks for ([`PermitRequest`], and the fixtures' `GpuNeed`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Want {
     /// Units on one GPU (ignored when exclusive).
-    pub(super) units: usize,
-    pub(super) exclusive: bool,
+    pub(crate) units: usize,
+    pub(crate) exclusive: bool,
     /// Declared GPU memory, bytes.
-    pub(super) memory: Option<u64>,
+    pub(crate) memory: Option<u64>,
 }
 
 impl Want {
-    const ONE: Want = Want {
+    pub(crate) const ONE: Want = Want {
         units: 1,
         exclusive: false,
         memory: None,
@@ -998,6 +989,11 @@ impl Want {
             PermitKind::Shared => Want::ONE,
             PermitKind::Exclusive => Want::EXCLUSIVE,
         }
+    }
+
+    /// Units the request takes from a pool of `capacity`: all of them when exclusive.
+    fn held_units(&self, capacity: usize) -> usize {
+        if self.exclusive { capacity } else { self.units }
     }
 
     fn kind(&self) -> PermitKind {

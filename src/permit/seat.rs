@@ -103,10 +103,7 @@ impl GpuTestPermit {
     /// The GPU memory the permit's request declared, in bytes
     /// ([`acquire_memory`](crate::acquire_memory)).
     pub fn memory(&self) -> Option<u64> {
-        match self.seat().memory.load(Ordering::Relaxed) {
-            NO_MEMORY => None,
-            bytes => Some(bytes),
-        }
+        self.seat().declared_memory()
     }
 
     /// Records the GPU memory the test was measured to use while it held this permit (the
@@ -386,6 +383,14 @@ pub(super) struct Detail {
 }
 
 impl Seat {
+    /// The memory the permit in this seat declared.
+    pub(super) fn declared_memory(&self) -> Option<u64> {
+        match self.memory.load(Ordering::Relaxed) {
+            NO_MEMORY => None,
+            bytes => Some(bytes),
+        }
+    }
+
     pub(super) fn new() -> Seat {
         Seat {
             claimed: AtomicBool::new(false),
@@ -460,10 +465,7 @@ impl PoolInner {
             let exclusive = s.exclusive.load(Ordering::Relaxed);
             let units = s.units.load(Ordering::Relaxed);
             let slots = pool.held_slots(seat);
-            let memory = match s.memory.load(Ordering::Relaxed) {
-                NO_MEMORY => None,
-                bytes => Some(bytes),
-            };
+            let memory = s.declared_memory();
             let used = match s.memory_used.swap(0, Ordering::Relaxed) {
                 0 => None,
                 bytes => Some(bytes),
