@@ -310,3 +310,51 @@ fn status_escapes_control_characters_in_records() {
     let (status, err) = holder.release();
     assert!(status.success(), "{err}");
 }
+
+/// Two users of a sticky world-writable directory turn memory into units with the first one's
+/// budget, and once nobody uses the directory the record (owned by the first user, so not the
+/// second's to remove there) is cleared by the second, whose own budget then counts.
+#[test]
+fn users_of_a_shared_directory_share_its_memory_budget() {
+    if !root_or_skip("users_of_a_shared_directory_share_its_memory_budget") {
+        return;
+    }
+    let [a, b] = ids(2)[..] else { unreachable!() };
+    let root = tempdir();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = root.path().join("open");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let hold = |uid: u32, budget: &str| {
+        let mut c = cli_as(Some(&dir), uid, uid, &["hold", "--memory", "6GiB"]);
+        c.env("REALIZAR_GPU_TEST_CONCURRENCY", "4")
+            .env("GPU_TEST_PERMIT_GPU_MEMORY", budget);
+        Holder::spawn(c)
+    };
+    let units = |h: &Holder| {
+        let line = h.lines.recv_timeout(LONG).expect("a held line");
+        assert!(line.starts_with("held"), "{line}");
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("units="))
+            .expect("units in the held line")
+            .to_string()
+    };
+    // 16 GiB over N = 4: 6 GiB takes 2 units of 4 GiB.
+    let first = hold(a, "16GiB");
+    assert_eq!(units(&first), "2");
+    // 8 GiB would take 3 units of 2 GiB; the directory's 16 GiB counts, and B is told.
+    let second = hold(b, "8GiB");
+    assert_eq!(units(&second), "2");
+    let (status, err) = second.release();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("budgets 16 GiB of GPU memory"), "{err}");
+    let (status, err) = first.release();
+    assert!(status.success(), "{err}");
+    // Nobody uses the directory: B clears A's record and B's budget counts.
+    let again = hold(b, "8GiB");
+    assert_eq!(units(&again), "3");
+    let (status, err) = again.release();
+    assert!(status.success(), "{err}");
+    let owner = std::fs::metadata(dir.join("gpu0.budget")).unwrap().uid();
+    assert_eq!(owner, a, "the record stays A's file, rewritten by B");
+}

@@ -259,3 +259,60 @@ fn a_corrupt_budget_record_is_ignored() {
     let record = std::fs::read_to_string(dir.path().join("gpu0.budget")).unwrap();
     assert_eq!(record.trim(), (16 * GIB).to_string());
 }
+
+#[test]
+fn a_budget_record_locked_by_a_stopped_process_costs_a_second_not_the_test() {
+    let dir = tempdir();
+    let user = PermitPool::builder()
+        .concurrency(4)
+        .slot_dir(dir.path())
+        .build()
+        .unwrap();
+    // Another open file holds the record's lock and never lets go, as a process stopped
+    // between reading and writing it would.
+    let record = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.path().join("gpu0.budget"))
+        .unwrap();
+    record.lock().unwrap();
+    let p = PermitPool::builder()
+        .concurrency(4)
+        .memory_budget(8 * GIB)
+        .slot_dir(dir.path())
+        .build()
+        .unwrap();
+    let asked = std::time::Instant::now();
+    let permit = p.request().memory(6 * GIB).try_acquire().unwrap();
+    let took = asked.elapsed();
+    // Its own budget, after about a second's wait for the record.
+    assert_eq!(permit.units(), 3);
+    assert!(took >= Duration::from_millis(900), "{took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    drop((permit, p, user));
+}
+
+#[test]
+fn a_weight_is_checked_against_the_directory_s_n_not_the_pool_s_own() {
+    let dir = tempdir();
+    let first = pool(dir.path(), 2);
+    // Configured with N = 8, it adopts the directory's N = 2: 4 units can never be had.
+    let other = pool(dir.path(), 8);
+    assert_eq!(other.concurrency(), 2);
+    let err = other.request().units(4).try_acquire().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AcquireError::TooLarge {
+                asked: 4,
+                per_gpu: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(other.acquire_weighted(2).slots(), [0, 1]);
+    drop(first);
+}
