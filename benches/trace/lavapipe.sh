@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the trace summary's what-if model on this machine: traces the example suite under
 # cargo nextest at N = 2, 1 and 4 (RUNS rounds, default 3, interleaved), then predicts each
-# round's N = 1 and N = 4 spans from its N = 2 trace. The repository's nextest config puts the
+# round's N = 1 and N = 4 spans from its N = 2 trace (NS: the N to run, default "2 1 4"). The repository's nextest config puts the
 # GPU tests in a test group of 2, which would cap N = 4 at 2: these runs use a config without
 # it, and 16 test threads (as the H100 traces in ../shared/data did), so that N alone caps them.
 set -euo pipefail
@@ -14,7 +14,7 @@ printf '[profile.default]\nslow-timeout = { period = "60s", terminate-after = 3 
 cargo nextest run -p "$pkg" --all-features --config-file "$config" --no-run 2>/dev/null
 mkdir -p "$out/slots" && chmod 700 "$out/slots"
 for r in $(seq "$runs"); do
-    for n in 2 1 4; do
+    for n in ${NS:-2 1 4}; do
         trace=$out/nextest-N$n-r$r.json
         rm -f "$trace"
         s=$(date +%s.%N)
