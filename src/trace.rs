@@ -18,25 +18,39 @@
 //! twice as long as it would take, and at N = 4 as faster than it would be. The model
 //! ([`Slowdown`], [`Summary::predicted`]) assumes:
 //!
-//! - **A hold's time grows linearly with the units held beside it.** A hold that takes `d`
-//!   alone takes `d x (1 + a x o)` when other holds keep `o` units of its GPU busy on average
-//!   over its life (per GPU: the units of the whole pool divided by its GPUs; a weighted
-//!   permit's units count as its weight). `a = 0`: holds do not slow each other; `a = 1`:
-//!   the GPU's throughput is fixed, two holds side by side take as long as one after the other.
-//!   One `a` for all tests: each test has its own time alone, not its own slope.
-//! - **`a` comes from the trace.** Each hold's `o` is measured from the holds that overlap it;
-//!   `a` is the least-squares fit of `ln d = ln alone + ln(1 + a x o)`. Where tests held
-//!   permits at concurrencies at least half a unit apart (traces of two runs at different N
-//!   in one file, or tests that take permits repeatedly), each such test has its own time
-//!   alone ([`SlowdownBasis::RepeatedTests`]). Otherwise, where enough holds ran at low and at
-//!   high concurrency, all tests share one ([`SlowdownBasis::Overlap`]: it assumes the tests
-//!   that happened to run alone are like the others). A saturated run (every hold at about N)
-//!   or a run at N = 1 cannot tell `a` at all ([`SlowdownBasis::NotIdentified`]): the model
-//!   then takes `a = 1/2`, the middle of `0..=1`, and reports the whole of it as the range. To
-//!   pin `a` down, trace a run at another N into the same file, or fit with
-//!   [`Slowdown::fit`] on the events of both.
+//! - **A hold's time grows linearly with the units held beside it, until the GPU is
+//!   saturated.** A hold of `u` units that takes `d` alone takes `d x (1 + a x o)` when
+//!   other holds keep `o` units of its GPU busy on average over its life (per GPU: the units
+//!   of the whole pool divided by its GPUs; a weighted permit's units count as its weight),
+//!   and at least `d x (u + o) / s` once the `u + o` units busy exceed the GPU's throughput
+//!   `s` (in holds at full speed, [`Slowdown::saturation`]): past it, every hold runs at its
+//!   share. `a = 0`: holds do not slow each other until the GPU is saturated; `a = 1`: the
+//!   GPU's throughput is fixed, two holds side by side take as long as one after the other.
+//!   One `a` and one `s` for all tests: each test has its own time alone, not its own curve.
+//!   Without the bound a slope fitted where two tests barely slow each other (lavapipe on two
+//!   CPU cores) promises four at once to be twice as fast as two, where they are no faster.
+//! - **`a` and `s` come from the trace.** Each hold's `o` is measured from the holds that
+//!   overlap it; `a` and `s` are the least-squares fit of `ln d = ln alone + ln g(o)`. Where
+//!   tests held permits at concurrencies at least half a unit apart (traces of two runs at
+//!   different N in one file, or tests that take permits repeatedly), each such test has its
+//!   own time alone ([`SlowdownBasis::RepeatedTests`]). Otherwise, where enough holds ran at
+//!   low and at high concurrency, all tests share one ([`SlowdownBasis::Overlap`]: it assumes
+//!   the tests that happened to run alone are like the others). A saturated run (every hold
+//!   at about N) or a run at N = 1 cannot tell `a` at all ([`SlowdownBasis::NotIdentified`]):
+//!   the model then takes `a = 1/2`, the middle of `0..=1`, with no bound, and reports the
+//!   whole of `0..=1` as the range. To pin `a` down, trace a run at another N into the same
+//!   file, or fit with [`Slowdown::fit`] on the events of both.
+//! - **The model promises no throughput it has not seen.** The bound counts as shown when it
+//!   fits significantly better than the slope alone (a likelihood-ratio test at 95 %); that
+//!   takes holds at three loads or more, one of them past the bound (runs at N = 1, 2 and 4).
+//!   Where it is not shown (runs at N = 1 and 2: a slope and a bound fit two loads equally
+//!   well), `s` is the most throughput the holds saw: beyond the highest N traced, the point
+//!   estimate expects no gain, and the fast end of the range lets the throughput keep growing
+//!   along the slope. On the H100 and on lavapipe, the GPU was saturated by N = 2 (see
+//!   BENCHMARKS.md).
 //! - **The range** is a bootstrap over tests (or holds): the 5th to 95th percentile of `a`
-//!   over 100 resamples, each replayed like the point estimate.
+//!   and of `s` over 100 resamples. Its fast end replays the low `a` with the high `s` (no
+//!   bound where the trace does not show one), its slow end the high `a` with the low `s`.
 //! - **The replay rescales.** At another N each hold's time alone is rescaled to the
 //!   concurrency it sees in the replay; since that depends on the hold times, the replay
 //!   repeats (moving each time half way to the rescaled time) until they settle.
@@ -288,9 +302,9 @@ pub struct Unreleased {
     pub granted_us: u64,
 }
 
-/// How hold times grow with concurrency: a hold that takes `d` alone takes
-/// `d x (1 + factor x o)` while other holds keep `o` units of its GPU busy on average (see the
-/// [module docs](self#the-slowdown-model)).
+/// How hold times grow with concurrency: a hold of `u` units that takes `d` alone takes
+/// `d x max(1 + factor x o, (u + o) / max(saturation, u))` while other holds keep `o` units of
+/// its GPU busy on average (see the [module docs](self#the-slowdown-model)).
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct Slowdown {
@@ -302,6 +316,21 @@ pub struct Slowdown {
     pub low: f64,
     /// The high end of the factor's range (95th percentile).
     pub high: f64,
+    /// The GPU's throughput, in units of holds running at full speed: with more units busy
+    /// than this, each hold slows in proportion (`(u + o) / saturation`), whatever `factor`
+    /// says. Fitted where the trace shows it; where it does not (the throughput kept growing
+    /// up to the highest concurrency seen), the most the trace showed: the model promises no
+    /// more throughput than the GPU delivered. `None`: no such bound (a [`given`](Self::given)
+    /// factor, or [`SlowdownBasis::NotIdentified`], whose range already runs to "throughput
+    /// fixed").
+    pub saturation: Option<f64>,
+    /// The saturation at the slow end of the range (5th percentile of the bootstrap), used
+    /// with [`high`](Self::high).
+    pub saturation_low: Option<f64>,
+    /// The saturation at the fast end of the range, used with [`low`](Self::low): the 95th
+    /// percentile of the bootstrap where the trace shows the bound, `None` (unbounded: the
+    /// throughput keeps growing as `factor` says) where it does not.
+    pub saturation_high: Option<f64>,
     /// What the fit rests on.
     pub basis: SlowdownBasis,
 }
@@ -523,8 +552,46 @@ impl Slowdown {
             factor,
             low: factor,
             high: factor,
+            saturation: None,
+            saturation_low: None,
+            saturation_high: None,
             basis: SlowdownBasis::Given,
         }
+    }
+
+    /// This model with the GPU's throughput bounded at `saturation` units of holds at full
+    /// speed, at both ends of the range too (see [`saturation`](Self::saturation)).
+    ///
+    /// ```
+    /// use gpu_test_permit::trace::Slowdown;
+    /// let s = Slowdown::given(0.1).with_saturation(2.0);
+    /// assert_eq!(s.slowdown(1.0, 1), 1.1); // two holds: 1 + 0.1 x 1
+    /// assert_eq!(s.slowdown(3.0, 1), 2.0); // four holds: 4 / 2
+    /// assert_eq!(s.slowdown(0.0, 4), 1.0); // a 4-unit hold alone runs at full speed
+    /// ```
+    pub fn with_saturation(self, saturation: f64) -> Slowdown {
+        let s = Some(saturation.max(1.0));
+        Slowdown {
+            saturation: s,
+            saturation_low: s,
+            saturation_high: s,
+            ..self
+        }
+    }
+
+    /// How many times as long as alone a hold of `units` takes with `others` units held
+    /// beside it on its GPU, at the point estimate.
+    pub fn slowdown(&self, others: f64, units: usize) -> f64 {
+        Curve::new(self.factor, self.saturation).g(others, units)
+    }
+
+    /// The point estimate and the fast and slow ends of the range.
+    fn curves(&self) -> [Curve; 3] {
+        [
+            Curve::new(self.factor, self.saturation),
+            Curve::new(self.low, self.saturation_high),
+            Curve::new(self.high, self.saturation_low),
+        ]
     }
 
     /// Fits the model to the holds of `events`. The events may hold several runs (traced
@@ -797,11 +864,11 @@ impl Replayable {
     }
 
     /// The span with `n` permits when each request's time alone is `alone` and it is slowed
-    /// by `factor` per unit others hold beside it, and whether a request waited: replays
+    /// as `curve` says by the units others hold beside it, and whether a request waited: replays
     /// (paced), measures each hold's concurrency in the replay, rescales the hold times to it
     /// (half way, so that they settle rather than swing) and replays again, until neither the
     /// hold times (in all) nor the span move by more than 0.1 % (at most 30 rounds).
-    fn replay_model(&self, alone: &[f64], factor: f64, n: usize) -> (u64, bool) {
+    fn replay_model(&self, alone: &[f64], curve: Curve, n: usize) -> (u64, bool) {
         let mut begins = Vec::new();
         // Start from the concurrency the trace saw, as far as the pool of n allows.
         let room = |r: &Request| (n - Self::units(r, n)) as f64 / self.gpus as f64;
@@ -809,10 +876,10 @@ impl Replayable {
             .requests
             .iter()
             .zip(alone)
-            .map(|(r, &t)| (t * (1.0 + factor * r.others.min(room(r)))).round() as u64)
+            .map(|(r, &t)| (t * curve.g(r.others.min(room(r)), Self::units(r, n))).round() as u64)
             .collect();
         let mut last = self.replay(&holds, n, true, &mut begins);
-        if factor == 0.0 {
+        if curve.is_flat() {
             return last;
         }
         for _ in 0..30 {
@@ -825,8 +892,8 @@ impl Replayable {
                 .collect();
             let others = others_load(&spans, self.gpus);
             let (mut moved, mut total) = (0.0, 0.0);
-            for ((d, &t), o) in holds.iter_mut().zip(alone).zip(others) {
-                let rescaled = t * (1.0 + factor * o);
+            for (((d, &t), o), r) in holds.iter_mut().zip(alone).zip(others).zip(&self.requests) {
+                let rescaled = t * curve.g(o, Self::units(r, n));
                 let next = ((*d as f64 + rescaled) / 2.0).round();
                 moved += (next - *d as f64).abs();
                 total += next;
@@ -843,11 +910,11 @@ impl Replayable {
         last
     }
 
-    /// Each request's time alone under `factor`.
-    fn alone(&self, factor: f64) -> Vec<f64> {
+    /// Each request's time alone under `curve`.
+    fn alone(&self, curve: Curve) -> Vec<f64> {
         self.requests
             .iter()
-            .map(|r| r.hold as f64 / (1.0 + factor * r.others))
+            .map(|r| r.hold as f64 / curve.g(r.others, r.units))
             .collect()
     }
 
@@ -857,9 +924,9 @@ impl Replayable {
         slowdown: &Slowdown,
         sizes: std::ops::RangeInclusive<usize>,
     ) -> Vec<Prediction> {
-        let factors = [slowdown.factor, slowdown.low, slowdown.high];
-        let alone: Vec<Vec<f64>> = factors.iter().map(|&a| self.alone(a)).collect();
-        // Per factor, the span once no request waits (every larger pool gives the same).
+        let curves = slowdown.curves();
+        let alone: Vec<Vec<f64>> = curves.iter().map(|&c| self.alone(c)).collect();
+        // Per curve, the span once no request waits (every larger pool gives the same).
         let mut unconstrained: [Option<u64>; 3] = [None; 3];
         sizes
             .map(|n| {
@@ -867,9 +934,9 @@ impl Replayable {
                 for i in 0..3 {
                     spans[i] = match unconstrained[i] {
                         Some(span) => span,
-                        None if i > 0 && factors[i] == factors[0] => spans[0],
+                        None if i > 0 && curves[i] == curves[0] => spans[0],
                         None => {
-                            let (span, waited) = self.replay_model(&alone[i], factors[i], n);
+                            let (span, waited) = self.replay_model(&alone[i], curves[i], n);
                             if !waited && n >= self.max_units {
                                 unconstrained[i] = Some(span);
                             }
@@ -890,21 +957,18 @@ impl Replayable {
     /// Fits [`Slowdown`] to the trace's holds (see [`SlowdownBasis`] for the two ways).
     fn fit(&self) -> Slowdown {
         const SPREAD: f64 = 0.5;
-        // (ln hold, others) of the holds that took time, by test.
-        let mut by_test: HashMap<usize, Vec<(f64, f64)>> = HashMap::new();
+        // The holds that took time, by test.
+        let mut by_test: HashMap<usize, Vec<Point>> = HashMap::new();
         for r in self.requests.iter().filter(|r| r.hold > 0) {
-            by_test
-                .entry(r.test)
-                .or_default()
-                .push(((r.hold as f64).ln(), r.others));
+            by_test.entry(r.test).or_default().push(Point::new(r));
         }
-        let spread = |g: &[(f64, f64)]| {
-            let (lo, hi) = g.iter().fold((f64::MAX, f64::MIN), |(lo, hi), &(_, o)| {
-                (lo.min(o), hi.max(o))
+        let spread = |g: &[Point]| {
+            let (lo, hi) = g.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+                (lo.min(p.others), hi.max(p.others))
             });
             hi - lo
         };
-        let mut repeated: Vec<Vec<(f64, f64)>> = by_test
+        let mut repeated: Vec<Vec<Point>> = by_test
             .into_values()
             .filter(|g| g.len() >= 2 && spread(g) >= SPREAD)
             .collect();
@@ -914,17 +978,18 @@ impl Replayable {
             let tests = repeated.len();
             return fit_with_range(&repeated, false, SlowdownBasis::RepeatedTests { tests });
         }
-        let all: Vec<Vec<(f64, f64)>> = self
+        let all: Vec<Vec<Point>> = self
             .requests
             .iter()
             .filter(|r| r.hold > 0)
-            .map(|r| vec![((r.hold as f64).ln(), r.others)])
+            .map(|r| vec![Point::new(r)])
             .collect();
         let (lo, hi) = all.iter().fold((f64::MAX, f64::MIN), |(lo, hi), g| {
-            (lo.min(g[0].1), hi.max(g[0].1))
+            (lo.min(g[0].others), hi.max(g[0].others))
         });
         let mid = (lo + hi) / 2.0;
-        let (low, high): (Vec<f64>, Vec<f64>) = all.iter().map(|g| g[0].1).partition(|&o| o < mid);
+        let (low, high): (Vec<f64>, Vec<f64>) =
+            all.iter().map(|g| g[0].others).partition(|&o| o < mid);
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
         let enough = (all.len() / 10).max(5);
         if low.len() >= enough && high.len() >= enough && mean(&high) - mean(&low) >= SPREAD {
@@ -935,15 +1000,74 @@ impl Replayable {
             factor: 0.5,
             low: 0.0,
             high: 1.0,
+            saturation: None,
+            saturation_low: None,
+            saturation_high: None,
             basis: SlowdownBasis::NotIdentified,
         }
     }
 }
 
-/// For each span `(begin, duration, units)`, the units the other spans keep busy during it,
-/// averaged over its duration and divided by `gpus` (0 for a span of no duration). A sweep
-/// over the sorted edges gives the integral of the load at each edge; a span's share is the
-/// difference at its ends, found by binary search: O(m log m).
+/// The slowdown curve of one end of a [`Slowdown`]'s range: `g(o, u) = max(1 + a x o,
+/// (u + o) / max(s, u))` for a hold of `u` units with `o` beside it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Curve {
+    a: f64,
+    saturation: Option<f64>,
+}
+
+impl Curve {
+    fn new(a: f64, saturation: Option<f64>) -> Curve {
+        Curve { a, saturation }
+    }
+
+    fn g(&self, others: f64, units: usize) -> f64 {
+        let linear = 1.0 + self.a * others;
+        match self.saturation {
+            Some(s) => {
+                let units = units as f64;
+                linear.max((units + others) / s.max(units))
+            }
+            None => linear,
+        }
+    }
+
+    /// Whether hold times do not depend on concurrency.
+    fn is_flat(&self) -> bool {
+        self.a == 0.0 && self.saturation.is_none()
+    }
+}
+
+/// One hold, for the fit, with the logarithms its residual needs.
+#[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
+struct Point {
+    ln_hold: f64,
+    /// Units others kept busy on its GPU beside it, on average.
+    others: f64,
+    /// `ln units`.
+    ln_units: f64,
+    /// `ln(units + others)`: its GPU's load.
+    ln_load: f64,
+}
+
+impl Point {
+    fn new(r: &Request) -> Point {
+        let units = r.units.max(1) as f64;
+        Point {
+            ln_hold: (r.hold as f64).ln(),
+            others: r.others,
+            ln_units: units.ln(),
+            ln_load: (units + r.others).ln(),
+        }
+    }
+
+    /// `ln g` at this hold for factor `a` and `ln_saturation` (infinite: no bound).
+    fn ln_slowdown(&self, a: f64, ln_saturation: f64) -> f64 {
+        (a * self.others)
+            .ln_1p()
+            .max(self.ln_load - ln_saturation.max(self.ln_units))
+    }
+}
 /// For each span `(begin, duration, units)`, the units the other spans keep busy during it,
 /// averaged over its duration and divided by `gpus` (0 for a span of no duration). One sweep
 /// over the sorted edges keeps the integral of the load so far; a span's integral is its
@@ -983,65 +1107,109 @@ fn others_load(spans: &[(u64, u64, usize)], gpus: usize) -> Vec<f64> {
         .collect()
 }
 
-/// The factor that best fits `ln hold = ln alone + ln(1 + a x others)` in least squares over
-/// `groups` of `(ln hold, others)`: each group has its own `ln alone` (a test seen at several
-/// concurrencies), or with `shared` all share one. Searched on `[0, MAX]`: a grid, then golden
-/// sections around its best point.
-fn fit_factor(groups: &[&Vec<(f64, f64)>], shared: bool) -> f64 {
-    const MAX: f64 = 4.0;
-    let loss = |a: f64| {
-        fn residuals(g: &[(f64, f64)], a: f64) -> impl Iterator<Item = f64> + '_ {
-            g.iter().map(move |&(l, o)| l - (a * o).ln_1p())
-        }
-        if shared {
-            let n: usize = groups.iter().map(|g| g.len()).sum();
-            let mean = groups.iter().flat_map(|g| residuals(g, a)).sum::<f64>() / n as f64;
-            groups
-                .iter()
-                .flat_map(|g| residuals(g, a))
-                .map(|x| (x - mean).powi(2))
-                .sum::<f64>()
-        } else {
-            groups
-                .iter()
-                .map(|g| {
-                    let mean = residuals(g, a).sum::<f64>() / g.len() as f64;
-                    residuals(g, a).map(|x| (x - mean).powi(2)).sum::<f64>()
-                })
-                .sum()
-        }
-    };
-    const STEPS: usize = 16;
-    let step = MAX / STEPS as f64;
-    let best = (0..=STEPS)
-        .map(|i| i as f64 * step)
-        .min_by(|&x, &y| loss(x).total_cmp(&loss(y)))
+/// The least-squares loss of `ln hold = ln alone + ln g(others)` over `groups` of holds, with
+/// factor `a` and the throughput bounded at `e^ln_saturation` (infinite: no bound): each group
+/// has its own `ln alone` (a test seen at several concurrencies), or with `shared` all share
+/// one.
+fn loss(groups: &[&Vec<Point>], shared: bool, a: f64, ln_saturation: f64) -> f64 {
+    fn residuals(g: &[Point], a: f64, s: f64) -> impl Iterator<Item = f64> + '_ {
+        g.iter().map(move |p| p.ln_hold - p.ln_slowdown(a, s))
+    }
+    let s = ln_saturation;
+    if shared {
+        let n: usize = groups.iter().map(|g| g.len()).sum();
+        let mean = groups.iter().flat_map(|g| residuals(g, a, s)).sum::<f64>() / n as f64;
+        groups
+            .iter()
+            .flat_map(|g| residuals(g, a, s))
+            .map(|x| (x - mean).powi(2))
+            .sum::<f64>()
+    } else {
+        groups
+            .iter()
+            .map(|g| {
+                let mean = residuals(g, a, s).sum::<f64>() / g.len() as f64;
+                residuals(g, a, s).map(|x| (x - mean).powi(2)).sum::<f64>()
+            })
+            .sum()
+    }
+}
+
+/// The point of `[lo, hi]` where `f` is least, and `f` there: the best of a grid of `steps`
+/// intervals, then `sections` golden sections of the intervals beside it (each narrows the
+/// bracket by 0.618).
+fn minimize(f: impl Fn(f64) -> f64, lo: f64, hi: f64, steps: usize, sections: usize) -> (f64, f64) {
+    let step = (hi - lo) / steps as f64;
+    let (best, _) = (0..=steps)
+        .map(|i| lo + i as f64 * step)
+        .map(|x| (x, f(x)))
+        .min_by(|x, y| x.1.total_cmp(&y.1))
         .expect("a grid");
-    let (mut lo, mut hi) = ((best - step).max(0.0), (best + step).min(MAX));
+    let (mut lo, mut hi) = ((best - step).max(lo), (best + step).min(hi));
     let phi = (5f64.sqrt() - 1.0) / 2.0;
     let (mut x1, mut x2) = (hi - phi * (hi - lo), lo + phi * (hi - lo));
-    let (mut f1, mut f2) = (loss(x1), loss(x2));
-    // 20 sections narrow the bracket 15,000-fold, to about 1e-5.
-    for _ in 0..20 {
+    let (mut f1, mut f2) = (f(x1), f(x2));
+    for _ in 0..sections {
         if f1 <= f2 {
             (hi, x2, f2) = (x2, x1, f1);
             x1 = hi - phi * (hi - lo);
-            f1 = loss(x1);
+            f1 = f(x1);
         } else {
             (lo, x1, f1) = (x1, x2, f2);
             x2 = lo + phi * (hi - lo);
-            f2 = loss(x2);
+            f2 = f(x2);
         }
     }
-    (lo + hi) / 2.0
+    let x = (lo + hi) / 2.0;
+    (x, f(x))
 }
 
-/// [`fit_factor`] on all `groups`, and its range from a bootstrap: 100 resamples of the
-/// groups (at most 1,000 a resample, which widens the range of a larger trace, never narrows
-/// it), 5th to 95th percentile, with a fixed seed so a trace always reads the same.
-fn fit_with_range(groups: &[Vec<(f64, f64)>], shared: bool, basis: SlowdownBasis) -> Slowdown {
-    let all: Vec<&Vec<(f64, f64)>> = groups.iter().collect();
-    let factor = fit_factor(&all, shared);
+/// The factor that best fits `groups` with the throughput bounded at `e^ln_saturation`, and
+/// the loss there. Searched on `[0, 4]`: a grid of 16, then 16 golden sections (to about
+/// 3e-4).
+fn fit_factor(groups: &[&Vec<Point>], shared: bool, ln_saturation: f64) -> (f64, f64) {
+    minimize(|a| loss(groups, shared, a, ln_saturation), 0.0, 4.0, 16, 16)
+}
+
+/// The factor and the saturation that best fit `groups`, and whether the trace shows the
+/// saturation (the bound makes the fit significantly better). Where it does not, the factor is the one fitted without a bound and the saturation the
+/// most throughput that factor says the holds saw: the highest `(u + o) / (1 + a x o)`.
+fn fit_curve(groups: &[&Vec<Point>], shared: bool) -> (f64, f64, bool) {
+    let (free, free_loss) = fit_factor(groups, shared, f64::INFINITY);
+    let points = || groups.iter().flat_map(|g| g.iter());
+    // Above the highest load a hold saw, the bound binds nowhere: search up to it, in steps
+    // of at most a factor 1.25, then 10 golden sections (to within 0.4 %).
+    let top = points().map(|p| p.ln_load).fold(0.0, f64::max);
+    let steps = ((top / 1.25f64.ln()).ceil() as usize).max(4);
+    let (ln_saturation, bounded_loss) = minimize(
+        |s| fit_factor(groups, shared, s).1,
+        0.0,
+        top.max(1e-3),
+        steps,
+        10,
+    );
+    // Shown: the bound fits significantly better, by a likelihood-ratio test at 95 % (one
+    // more parameter: chi-squared 3.84 times the residual variance). Runs at two loads
+    // alone (N = 1 and 2, say) never show it: a slope and a bound fit them equally well.
+    let total = points().count();
+    let alone = if shared { 1 } else { groups.len() };
+    let dof = total.saturating_sub(alone + 2).max(1);
+    if free_loss - bounded_loss > 3.84 * bounded_loss / dof as f64 {
+        let (a, _) = fit_factor(groups, shared, ln_saturation);
+        return (a, ln_saturation.exp(), true);
+    }
+    let seen = points()
+        .map(|p| p.ln_load - (free * p.others).ln_1p())
+        .fold(0.0, f64::max);
+    (free, seen.exp(), false)
+}
+
+/// [`fit_curve`] on all `groups`, and its range from a bootstrap: 100 resamples of the groups
+/// (at most 1,000 a resample, which widens the range of a larger trace, never narrows it), 5th
+/// to 95th percentile, with a fixed seed so a trace always reads the same.
+fn fit_with_range(groups: &[Vec<Point>], shared: bool, basis: SlowdownBasis) -> Slowdown {
+    let all: Vec<&Vec<Point>> = groups.iter().collect();
+    let (factor, saturation, shown) = fit_curve(&all, shared);
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = || {
         // xorshift64*
@@ -1051,19 +1219,24 @@ fn fit_with_range(groups: &[Vec<(f64, f64)>], shared: bool, basis: SlowdownBasis
         seed.wrapping_mul(0x2545_F491_4F6C_DD1D)
     };
     let size = groups.len().min(1_000);
-    let mut fits: Vec<f64> = (0..100)
+    let (mut factors, mut saturations): (Vec<f64>, Vec<f64>) = (0..100)
         .map(|_| {
-            let sample: Vec<&Vec<(f64, f64)>> = (0..size)
+            let sample: Vec<&Vec<Point>> = (0..size)
                 .map(|_| &groups[(next() % groups.len() as u64) as usize])
                 .collect();
-            fit_factor(&sample, shared)
+            let (a, s, _) = fit_curve(&sample, shared);
+            (a, s)
         })
-        .collect();
-    fits.sort_by(f64::total_cmp);
+        .unzip();
+    factors.sort_by(f64::total_cmp);
+    saturations.sort_by(f64::total_cmp);
     Slowdown {
         factor,
-        low: fits[4].min(factor),
-        high: fits[94].max(factor),
+        low: factors[4].min(factor),
+        high: factors[94].max(factor),
+        saturation: Some(saturation),
+        saturation_low: Some(saturations[4].min(saturation)),
+        saturation_high: shown.then(|| saturations[94].max(saturation)),
         basis,
     }
 }

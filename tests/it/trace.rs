@@ -326,15 +326,15 @@ fn weighted_trace_summary_matches_a_straightforward_replay_on_random_traces() {
 }
 
 /// A run the model explains: `tests` tests of `alone` microseconds each, all asked for at once
-/// on `n` permits, each hold `1 + a x (n - 1)` times as long as alone (a saturated run).
+/// on `n` permits, each hold `slowdown(n - 1)` times as long as alone (a saturated run).
 fn saturated_run(
     tests: usize,
     alone: u64,
     n: usize,
-    a: f64,
+    slowdown: impl Fn(f64) -> f64,
     t0: u64,
 ) -> Vec<gpu_test_permit::trace::TraceEvent> {
-    let hold = (alone as f64 * (1.0 + a * (n - 1) as f64)) as u64;
+    let hold = (alone as f64 * slowdown((n - 1) as f64)) as u64;
     let mut events = Vec::new();
     for i in 0..tests {
         let begin = t0 + (i / n) as u64 * hold;
@@ -353,7 +353,8 @@ fn saturated_run(
 fn slowdown_model_brackets_other_n_from_one_run_and_pins_them_from_two() {
     use gpu_test_permit::trace::{Slowdown, SlowdownBasis, predict, summarize};
     // 12 tests of 100 ms alone; the GPU at N holds each for 1 + 0.6 (N - 1) times that.
-    let at2 = saturated_run(12, 100_000, 2, 0.6, 0);
+    let linear = |o: f64| 1.0 + 0.6 * o;
+    let at2 = saturated_run(12, 100_000, 2, linear, 0);
     let s = summarize(&at2).unwrap();
     assert_eq!(s.slowdown.basis, SlowdownBasis::NotIdentified);
     assert_eq!((s.slowdown.low, s.slowdown.high), (0.0, 1.0));
@@ -373,23 +374,86 @@ fn slowdown_model_brackets_other_n_from_one_run_and_pins_them_from_two() {
     );
     // With a run at N = 4 in the same fit, each test seen at two concurrencies, a is found
     // and the other N follow.
-    let at4 = saturated_run(12, 100_000, 4, 0.6, 10_000_000);
+    let at4 = saturated_run(12, 100_000, 4, linear, 10_000_000);
     let both: Vec<_> = at2.iter().chain(&at4).cloned().collect();
     let fit = Slowdown::fit(&both);
     assert_eq!(fit.basis, SlowdownBasis::RepeatedTests { tests: 12 });
     assert!((fit.factor - 0.6).abs() < 0.02, "{fit:?}");
-    for (n, truth) in [(1, 1_200_000u64), (3, 4 * 220_000), (6, 2 * 400_000)] {
+    // Nothing says the throughput stops growing: the fast end of the range lets it grow.
+    assert_eq!(fit.saturation_high, None, "{fit:?}");
+    for (n, truth) in [(1, 1_200_000u64), (3, 4 * 220_000)] {
         let p = predict(&at2, &fit, n).unwrap();
         let err = p.span_us.abs_diff(truth) as f64 / truth as f64;
         assert!(err < 0.03, "N = {n}: {p:?}, truth {truth}");
     }
+    // Beyond the loads the trace saw (N = 6), the model promises no more throughput than N = 4
+    // delivered (4 / 2.8 = 1.43 tests' worth, where 1.5 is the truth): 5 % slow here, and
+    // the truth at the fast end of the range.
+    let p = predict(&at2, &fit, 6).unwrap();
+    let truth = 2 * 400_000;
+    assert!(
+        p.low_us.abs_diff(truth) * 100 <= truth * 3 && p.span_us > truth,
+        "{p:?}, truth {truth}"
+    );
+    assert!(p.span_us * 100 <= truth * 106, "{p:?}, truth {truth}");
     // Hold times that do not change: the fixed replay (every request came at once).
     let fixed = predict(&at2, &Slowdown::given(0.0), 1).unwrap();
     assert_eq!(fixed.span_us, s.what_if[0].1);
 }
 
-/// Predicts, from the run at N = 2 of each round, the spans at N = 1 and N = 4 of the same
-/// round, for traces named `*-N<n>-r<round>.json` in `$GPU_TEST_PERMIT_MODEL_TRACES`
+#[test]
+fn slowdown_model_finds_where_the_gpu_s_throughput_stops_growing() {
+    use gpu_test_permit::trace::{Slowdown, SlowdownBasis, predict};
+    // A GPU that runs two tests side by side at 0.87 of their speed alone and is saturated
+    // beyond: the throughput stops at 1.8 tests' worth (lavapipe on two CPU cores).
+    let knee = |o: f64| (1.0 + 0.15 * o).max((1.0 + o) / 1.8);
+    let run = |n, t0| saturated_run(24, 100_000, n, knee, t0);
+    let (at1, at2, at4) = (run(1, 0), run(2, 10_000_000), run(4, 20_000_000));
+    // Runs at N = 1 and 2: a slope and a bound fit them alike, so the bound is not shown.
+    // The point estimate promises no more throughput than N = 2 delivered; the fast end of
+    // the range lets it grow along the slope.
+    let fit = Slowdown::fit(&at1.iter().chain(&at2).cloned().collect::<Vec<_>>());
+    assert_eq!(fit.basis, SlowdownBasis::RepeatedTests { tests: 24 });
+    assert_eq!(fit.saturation_high, None, "{fit:?}");
+    assert!((fit.factor - 0.15).abs() < 0.01, "{fit:?}");
+    let seen = fit.saturation.unwrap();
+    assert!((seen - 2.0 / 1.15).abs() < 0.01, "{fit:?}");
+    // At N = 8 the truth is 24 tests x 100 ms / 1.8 = 1.33 s (three rounds of eight,
+    // each 8 / 1.8 = 4.44 times as long as alone).
+    let truth = 3 * 444_444u64;
+    let p = predict(&at2, &fit, 8).unwrap();
+    assert!(
+        p.span_us.abs_diff(truth) * 100 <= truth * 5,
+        "{p:?}, truth {truth}"
+    );
+    assert!(
+        p.low_us < truth * 3 / 4,
+        "{p:?}: the fast end lets throughput grow"
+    );
+    // A slope alone (the saturation taken away) would promise 2.3 tests' worth: 22 % fast.
+    let linear = predict(&at2, &Slowdown::given(fit.factor), 8).unwrap();
+    assert!(linear.span_us * 100 < truth * 80, "{linear:?}");
+    // With the run at N = 4 the bound is shown, and found.
+    let all: Vec<_> = at1.iter().chain(&at2).chain(&at4).cloned().collect();
+    let fit = Slowdown::fit(&all);
+    let s = fit.saturation.unwrap();
+    assert!((s - 1.8).abs() < 0.03, "{fit:?}");
+    assert!(fit.saturation_high.is_some(), "{fit:?}");
+    assert!(fit.factor < 0.2, "{fit:?}");
+    let p = predict(&at4, &fit, 8).unwrap();
+    assert!(
+        p.span_us.abs_diff(truth) * 100 <= truth * 3,
+        "{p:?}, truth {truth}"
+    );
+    assert_eq!(
+        fit.slowdown(7.0, 1),
+        8.0 / s,
+        "eight tests share the GPU's throughput"
+    );
+}
+
+/// Predicts, from the run at N = 2 of each round (and from the runs at N = 1 and 2 fitted
+/// together), the spans at the other N of the same round, for traces named `*-N<n>-r<round>.json` in `$GPU_TEST_PERMIT_MODEL_TRACES`
 /// (`benches/trace/lavapipe.sh` makes them and runs this). Prints the table with
 /// `--no-capture`. No tolerance is asserted: this is a measurement, so it runs only when asked
 /// for (`--run-ignored only`).
@@ -422,43 +486,51 @@ fn trace_model_on_traces_in_a_directory() {
     }
     let s = |us: u64| us as f64 / 1e6;
     println!(
-        "| round | from N | to N | fixed replay (s) | model (s) | model range (s) | measured span (s) | model error | fixed error |"
+        "| round | fitted from | to N | fixed replay (s) | model (s) | model range (s) | measured span (s) | model error | fixed error |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for (round, runs) in &rounds {
         let Some(from) = runs.get(&2) else { continue };
-        let fit = summarize(from).unwrap().slowdown;
-        for (&n, to) in runs.iter().filter(|r| *r.0 != 2) {
-            let measured = summarize(to).unwrap().span_us;
-            let fixed = replay_fixed(from, n).unwrap();
-            let p = predict(from, &fit, n).unwrap();
-            let err = |x: u64| (x as f64 - measured as f64) / measured as f64 * 100.0;
-            println!(
-                "| {round} | 2 | {n} | {:.2} | **{:.2}** | {:.2}-{:.2} | {:.2} | {:+.0} % | {:+.0} % |",
-                s(fixed),
-                s(p.span_us),
-                s(p.low_us),
-                s(p.high_us),
-                s(measured),
-                err(p.span_us),
-                err(fixed)
-            );
-        }
-        // Fitted from the runs at N = 1 and 2 together, the run at N = 4 from N = 2.
-        if let (Some(one), Some(four)) = (runs.get(&1), runs.get(&4)) {
+        // The run at N = 2 alone, then with the run at N = 1 in the fit (each test seen at
+        // two concurrencies); the replay is of the run at N = 2 either way.
+        let mut fits = vec![("N = 2".to_string(), summarize(from).unwrap().slowdown)];
+        if let Some(one) = runs.get(&1) {
             let both: Vec<_> = one.iter().chain(from).cloned().collect();
-            let fit = Slowdown::fit(&both);
-            let p = predict(from, &fit, 4).unwrap();
-            let measured = summarize(four).unwrap().span_us;
+            fits.push(("N = 1 + 2".to_string(), Slowdown::fit(&both)));
+        }
+        for (source, fit) in &fits {
             println!(
-                "| {round} (fit N = 1 + 2, a = {:.2}) | 2 | 4 | | **{:.2}** | {:.2}-{:.2} | {:.2} | {:+.0} % | |",
+                "| {round} | {source}: a = {:.2} ({:.2}-{:.2}), saturation {} ({}-{}) | | | | | | | |",
                 fit.factor,
-                s(p.span_us),
-                s(p.low_us),
-                s(p.high_us),
-                s(measured),
-                (p.span_us as f64 - measured as f64) / measured as f64 * 100.0
+                fit.low,
+                fit.high,
+                show(fit.saturation),
+                show(fit.saturation_low),
+                show(fit.saturation_high),
             );
+            for (&n, to) in runs.iter().filter(|r| *r.0 != 2) {
+                if source.contains(&format!("{n} ")) || source.contains(&format!(" {n}")) {
+                    continue;
+                }
+                let measured = summarize(to).unwrap().span_us;
+                let fixed = replay_fixed(from, n).unwrap();
+                let p = predict(from, fit, n).unwrap();
+                let err = |x: u64| (x as f64 - measured as f64) / measured as f64 * 100.0;
+                println!(
+                    "| {round} | {source} | {n} | {:.2} | **{:.2}** | {:.2}-{:.2} | {:.2} | {:+.0} % | {:+.0} % |",
+                    s(fixed),
+                    s(p.span_us),
+                    s(p.low_us),
+                    s(p.high_us),
+                    s(measured),
+                    err(p.span_us),
+                    err(fixed)
+                );
+            }
         }
     }
+}
+
+fn show(saturation: Option<f64>) -> String {
+    saturation.map_or("none".to_string(), |s| format!("{s:.2}"))
 }

@@ -277,6 +277,23 @@ fn print_slowdown(s: &Summary) {
          requests paced as in the trace; a = {:.2} ({:.2}-{:.2}), {basis}",
         m.factor, m.low, m.high
     );
+    let holds = |s: f64| format!("{s:.2} holds' worth");
+    match (m.saturation, m.saturation_low, m.saturation_high) {
+        (Some(s), low, Some(high)) => println!(
+            "  and the GPU's throughput stops at {} ({}-{}): past it, every hold runs at its \
+             share",
+            holds(s),
+            holds(low.unwrap_or(s)),
+            holds(high)
+        ),
+        (Some(s), _, None) => println!(
+            "  and the GPU's throughput assumed to stop at the most the trace showed, {}: \
+             above the highest N traced the estimate expects no gain (the range's fast end \
+             lets it grow along a)",
+            holds(s)
+        ),
+        _ => {}
+    }
 }
 
 /// Tests that used more GPU memory than they declared or than their units' share of the
