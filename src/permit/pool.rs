@@ -61,8 +61,8 @@ pub(super) struct PoolInner {
     pub(super) inherited: Option<Inherited>,
     /// Where the per-GPU memory budget comes from.
     pub(super) budget_source: Option<crate::config::MemoryBudget>,
-    /// The per-GPU memory budget in bytes, resolved at the first request that declares memory
-    /// (a percentage needs the probe).
+    /// The per-GPU memory budget, resolved at the first request that declares memory (a
+    /// percentage needs the probe), with what turns declarations into units.
     pub(super) budget: OnceLock<Option<Budget>>,
     /// Without a configured budget, ask the probe (the global pool only).
     pub(super) probe_budget: bool,
@@ -139,6 +139,37 @@ impl PoolInner {
             per_gpu: self.per_gpu,
             gpus: self.gpus,
         }
+    }
+
+    /// Units of one GPU as N counts them; inside an inherited permit, N of the parent's slot
+    /// directory (memory is converted with it).
+    fn units_per_gpu(&self) -> usize {
+        match &self.inherited {
+            Some(inherited) => inherited.permit.per_gpu,
+            None => self.per_gpu,
+        }
+    }
+
+    /// The most units one permit of this pool can hold, and whether an inherited permit is what
+    /// sets it (the units the parent holds; N otherwise).
+    fn unit_limit(&self) -> (usize, bool) {
+        match &self.inherited {
+            Some(inherited) => (inherited.permit.slots.len(), true),
+            None => (self.per_gpu, false),
+        }
+    }
+
+    /// The units of a memory request that needs neither checks nor a first resolution of the
+    /// budget: it asks for 1 unit and is not exclusive, the budget is resolved, and the
+    /// declaration is one the budget serves inline ([`Budget::inline_units`]). `None`: the
+    /// request goes to [`PermitPool::resolve`].
+    #[inline(always)]
+    fn inline_memory_units(&self, want: Want) -> Option<usize> {
+        let bytes = want.memory?;
+        if want.exclusive || want.units != 1 {
+            return None;
+        }
+        self.budget.get()?.as_ref()?.inline_units(bytes)
     }
 
     /// Whether permits record names and wall-clock times (for host records or the trace).
@@ -645,13 +676,17 @@ impl PermitPool {
     #[inline(always)]
     fn acquire_inner(&self, want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
         // Weighted and memory requests are checked (and memory turned into units) first: a
-        // request that can never be served fails at once, nested or not.
+        // request that can never be served fails at once, nested or not. Those that cannot
+        // fail take an inline path: a request of at most N units, and a memory declaration
+        // within what the resolved budget serves inline.
         let inner = self.inner();
         let want = if want.memory.is_none()
             && (want.units == 1
                 || (!want.exclusive && inner.inherited.is_none() && want.units <= inner.per_gpu))
         {
             want
+        } else if let Some(units) = inner.inline_memory_units(want) {
+            Want { units, ..want }
         } else {
             self.resolve(want)?
         };
@@ -683,17 +718,15 @@ impl PermitPool {
         self.acquire_new(want, wait)
     }
 
-    /// Checks a weighted or memory request and turns its memory into units.
+    /// Checks a weighted or memory request and turns its memory into units (resolving the
+    /// budget at the first declaration). Out of line: the requests that come here are those
+    /// the inline paths of `acquire_inner` cannot serve.
+    #[inline(never)]
     fn resolve(&self, mut want: Want) -> Result<Want, Refused> {
         let inner = self.inner();
         if want.exclusive {
             return Ok(want);
         }
-        // Units one GPU has, as N counts them (inside an inherited permit: the directory's N).
-        let per_gpu = match &inner.inherited {
-            Some(inherited) => inherited.permit.per_gpu,
-            None => inner.per_gpu,
-        };
         if let Some(bytes) = want.memory {
             match inner.memory_budget() {
                 Some(budget) if bytes > budget.bytes => {
@@ -703,16 +736,13 @@ impl PermitPool {
                     });
                 }
                 Some(budget) => {
-                    let units = budget.units(bytes, per_gpu);
+                    let units = budget.units(bytes);
                     want.units = want.units.max(units.max(1) as usize);
                 }
                 None => no_budget_notice(bytes),
             }
         }
-        let (limit, inherited) = match &inner.inherited {
-            Some(inherited) => (inherited.permit.slots.len(), true),
-            None => (per_gpu, false),
-        };
+        let (limit, inherited) = inner.unit_limit();
         if want.units > limit {
             return Err(Refused::TooLarge {
                 asked: want.units,
@@ -1083,8 +1113,8 @@ impl PermitRequest<'_> {
 }
 
 impl PoolInner {
-    /// The per-GPU memory budget, bytes (resolved once; a percentage or no setting asks the
-    /// CUDA probe).
+    /// The per-GPU memory budget (resolved once; a percentage or no setting asks the CUDA
+    /// probe).
     fn memory_budget(&self) -> Option<Budget> {
         *self.budget.get_or_init(|| {
             let own = match self.budget_source {
@@ -1102,43 +1132,90 @@ impl PoolInner {
                 Some(host) => host.agree_on_budget(own),
                 None => own,
             };
-            agreed.map(Budget::new)
+            let (limit, _) = self.unit_limit();
+            agreed.map(|bytes| Budget::new(bytes, self.units_per_gpu(), limit))
         })
     }
 }
 
-/// One GPU's memory budget, with what turns a declaration into units without a division.
+/// One GPU's memory budget, with what turns a declaration into units without a division,
+/// worked out once per pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Budget {
     /// Bytes (at least 1).
     pub(super) bytes: u64,
     /// `floor((2^64 - 1) / bytes)`.
     inverse: u64,
+    /// The N declarations are converted with.
+    per_gpu: u64,
+    /// Declarations of fewer bytes are served without checks: they are within the budget,
+    /// their units within what one permit can hold, and their bytes times `per_gpu` fit in a
+    /// `u64` (0: none is).
+    inline_below: u64,
 }
 
 impl Budget {
-    pub(super) fn new(bytes: u64) -> Budget {
+    /// `bytes` of one GPU, converted with `per_gpu` units per GPU, for permits of at most
+    /// `limit` units.
+    pub(super) fn new(bytes: u64, per_gpu: usize, limit: usize) -> Budget {
+        let (n, limit) = (per_gpu as u128, limit as u128);
+        // `need` takes `ceil(need x N / bytes)` units: at most `limit` when
+        // `need x N <= limit x bytes`.
+        let inline_below = if n == 0 || limit == 0 {
+            0
+        } else {
+            let most = (bytes as u128)
+                .min(limit * bytes as u128 / n)
+                .min(u64::MAX as u128 / n);
+            // `most` fits in a `u64`, being at most `bytes`; at `u64::MAX` that one
+            // declaration takes the checked path.
+            (most as u64).saturating_add(1)
+        };
         Budget {
             bytes,
             inverse: u64::MAX / bytes,
+            per_gpu: per_gpu as u64,
+            inline_below,
         }
     }
 
     /// `ceil(need x per_gpu / bytes)`: the units `need` bytes take of a GPU's `per_gpu`.
-    /// Multiplies by the inverse and corrects the estimate, which is at most 2 below the
-    /// quotient (the inverse is at most `2 / bytes` short of `2^64 / bytes`).
-    pub(super) fn units(&self, need: u64, per_gpu: usize) -> u64 {
-        let Some(scaled) = need.checked_mul(per_gpu as u64) else {
-            return (need as u128 * per_gpu as u128).div_ceil(self.bytes as u128) as u64;
-        };
-        let mut q = ((scaled as u128 * self.inverse as u128) >> 64) as u64;
-        // q x bytes <= scaled, so this neither wraps nor overflows.
-        let mut rest = scaled - q * self.bytes;
-        while rest >= self.bytes {
-            q += 1;
-            rest -= self.bytes;
+    pub(super) fn units(&self, need: u64) -> u64 {
+        match need.checked_mul(self.per_gpu) {
+            Some(0) => 0,
+            // ceil(x / bytes) = floor((x - 1) / bytes) + 1 for x >= 1.
+            Some(scaled) => self.div_floor(scaled - 1) + 1,
+            None => (need as u128 * self.per_gpu as u128).div_ceil(self.bytes as u128) as u64,
         }
-        q + u64::from(rest > 0)
+    }
+
+    /// The units of `need` bytes (at least 1) when it is below `inline_below`, which makes it
+    /// a declaration that cannot be refused; `None` otherwise.
+    #[inline(always)]
+    pub(super) fn inline_units(&self, need: u64) -> Option<usize> {
+        if need >= self.inline_below {
+            return None;
+        }
+        // Below `inline_below`, `need x per_gpu` does not overflow, and the units are at most
+        // the permit limit, a `usize`. `max(ceil(x / bytes), 1)` is
+        // `floor((max(x, 1) - 1) / bytes) + 1`.
+        let scaled = need * self.per_gpu;
+        Some(self.div_floor(scaled.saturating_sub(1)) as usize + 1)
+    }
+
+    /// `floor(x / bytes)`. Multiplies by the inverse and corrects the estimate, which is at
+    /// most 1 short: the inverse is at least `2^64 / bytes - 1`, so the product falls short
+    /// of `x x 2^64 / bytes` by at most `x`, less than `2^64`.
+    #[inline(always)]
+    fn div_floor(&self, x: u64) -> u64 {
+        let q = ((x as u128 * self.inverse as u128) >> 64) as u64;
+        // q x bytes <= x, so this neither wraps nor overflows.
+        let rest = x - q * self.bytes;
+        debug_assert!(
+            (rest as u128) < 2 * self.bytes as u128,
+            "the estimate was more than 1 short"
+        );
+        q + u64::from(rest >= self.bytes)
     }
 }
 
@@ -1209,13 +1286,26 @@ mod tests {
 
     #[test]
     fn memory_to_units_without_a_division_matches_div_ceil() {
-        let check = |bytes: u64, need: u64, per_gpu: usize| {
+        // `limit` below `per_gpu`: inside an inherited permit of fewer units than N.
+        let check = |bytes: u64, need: u64, per_gpu: usize, limit: usize| {
             let exact = (need as u128 * per_gpu as u128).div_ceil(bytes as u128) as u64;
-            assert_eq!(
-                Budget::new(bytes).units(need, per_gpu),
-                exact,
-                "{need} of {bytes} at N = {per_gpu}"
-            );
+            let budget = Budget::new(bytes, per_gpu, limit);
+            let at = format!("{need} of {bytes} at N = {per_gpu}, limit {limit}");
+            assert_eq!(budget.units(need), exact, "{at}");
+            let units = exact.max(1);
+            let servable = need <= bytes && units <= limit as u64;
+            match budget.inline_units(need) {
+                Some(inline) => {
+                    assert!(servable, "{at}: served inline but refused when checked");
+                    assert_eq!(inline as u64, units, "{at}");
+                }
+                // Only a declaration whose conversion overflows (or `u64::MAX` bytes) is left
+                // to the checked path although it would be served.
+                None => assert!(
+                    !servable || need.checked_mul(per_gpu as u64).is_none() || need == u64::MAX,
+                    "{at}: servable but not inline"
+                ),
+            }
         };
         let mut seed = 0x2545_F491_4F6C_DD1Du64;
         let mut next = || {
@@ -1228,19 +1318,29 @@ mod tests {
             let bytes = (next() >> (next() % 64)).max(1);
             let need = next() >> (next() % 64);
             let per_gpu = (next() % 1024 + 1) as usize;
-            check(bytes, need, per_gpu);
+            let limit = if next() % 2 == 0 {
+                per_gpu
+            } else {
+                (next() % per_gpu as u64 + 1) as usize
+            };
+            check(bytes, need, per_gpu, limit);
         }
         for bytes in [1, 2, 3, 7, 1 << 30, 80_000_000_000, u64::MAX / 3, u64::MAX] {
             for need in [
                 0,
                 1,
+                bytes / 2,
+                bytes / 2 + 1,
                 bytes - 1,
                 bytes,
                 bytes.saturating_add(1),
                 u64::MAX / 1024,
+                u64::MAX,
             ] {
                 for per_gpu in [1, 2, 3, 8, 1024] {
-                    check(bytes, need, per_gpu);
+                    for limit in [1, (per_gpu / 2).max(1), per_gpu] {
+                        check(bytes, need, per_gpu, limit);
+                    }
                 }
             }
         }
