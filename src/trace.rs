@@ -51,9 +51,11 @@
 //! - **The range** is a bootstrap over tests (or holds): the 5th to 95th percentile of `a`
 //!   and of `s` over 100 resamples. Its fast end replays the low `a` with the high `s` (no
 //!   bound where the trace does not show one), its slow end the high `a` with the low `s`.
-//! - **The replay rescales.** At another N each hold's time alone is rescaled to the
-//!   concurrency it sees in the replay; since that depends on the hold times, the replay
-//!   repeats (moving each time half way to the rescaled time) until they settle.
+//! - **The replay shares the GPU moment by moment.** At another N the holds are simulated
+//!   event by event: between a request and a release each hold progresses at `1 / g(o)` of
+//!   its speed alone, `o` the units held beside it at that moment, and ends once it has done
+//!   its time alone. (The fit measures `o` as the average over a hold's life, which is what
+//!   a hold in a run at a steady N sees.)
 //! - **Requests are paced by releases.** A test runner runs a fixed number of tests at once
 //!   (cargo test's threads; nextest's, each test a process), so after the first few, a test
 //!   starts when another ends. The model pairs each request made after a release with a
@@ -414,10 +416,10 @@ pub const MODEL_MAX_N: usize = 64;
 /// ([`Summary::predicted`]) rescales each hold to the concurrency it sees; see the
 /// [module docs](self#the-slowdown-model) for what it assumes.
 ///
-/// Cost: O(e log e) for `e` events, plus O(m log m) per replayed pool size for `m` holds (a
-/// small constant times that for the model, which replays until the holds' times settle, at
-/// most 20 times); the replays stop at the first size at which no request waited for a
-/// permit, since every larger pool serves the requests the same way.
+/// Cost: O(e log e) for `e` events, plus O(m log m) per replayed pool size for `m` holds (for
+/// the model, times three, for the estimate and the ends of its range, plus a step per
+/// distinct weight at each of its events); the replays stop at the first size at which no
+/// request waited for a permit, since every larger pool serves the requests the same way.
 ///
 /// ```
 /// use gpu_test_permit::trace::{TraceArgs, TraceEvent, summarize};
@@ -433,7 +435,6 @@ pub const MODEL_MAX_N: usize = 64;
 /// assert_eq!(s.what_if[1], (2, 100_000)); // with N = 2 both would have run at once
 /// // ... if running side by side did not slow them down. The trace cannot tell whether it
 /// // does (they never overlapped): the model's range runs from there to "no faster at all".
-/// // (The model's replay settles to within 0.1 %.)
 /// let p = s.predicted[1];
 /// assert_eq!(p.low_us, 100_000);
 /// assert!(p.high_us.abs_diff(200_000) < 1_000, "{p:?}");
@@ -495,12 +496,11 @@ pub fn summarize_with(events: &[TraceEvent], slowdown: Option<&Slowdown>) -> Opt
     let run = Replayable::new(events, &holds, start);
     let mut what_if = Vec::with_capacity(capacity * 2);
     let mut unconstrained = None;
-    let mut begins = Vec::new();
     for n in 1..=capacity * 2 {
         let span = match unconstrained {
             Some(span) => span,
             None => {
-                let (span, waited) = run.replay(&run.holds(), n, false, &mut begins);
+                let (span, waited) = run.replay(&run.holds(), n);
                 if !waited && n >= run.max_units {
                     unconstrained = Some(span);
                 }
@@ -673,7 +673,7 @@ pub fn replay_fixed(events: &[TraceEvent], n: usize) -> Option<u64> {
     }
     let start = events.iter().map(|e| e.ts).min().unwrap_or(0);
     let run = Replayable::new(events, &holds, start);
-    Some(run.replay(&run.holds(), n, false, &mut Vec::new()).0)
+    Some(run.replay(&run.holds(), n).0)
 }
 
 /// When the request behind each hold was made: the start of the wait that ended where the hold
@@ -695,6 +695,24 @@ impl RequestTimes {
             .get(&(hold.pid, hold.tid, hold.ts))
             .copied()
             .unwrap_or(hold.ts)
+    }
+}
+
+/// A moment or an amount of progress in the simulation, microseconds, ordered for its heaps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Instant(f64);
+
+impl Eq for Instant {}
+
+impl PartialOrd for Instant {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Instant {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
     }
 }
 
@@ -803,44 +821,19 @@ impl Replayable {
     }
 
     /// The end of the replay of the requests with hold times `holds` on `n` permits served
-    /// first come first served, and whether a request waited; each request's start goes to
-    /// `begins`. `paced`: a request that followed a release in the trace comes as long after
-    /// that release in the replay; otherwise every request comes when it did.
+    /// first come first served, each request coming when it did, and whether a request
+    /// waited.
     ///
-    /// The requests come off a min-heap of `(arrival, index)`: a paced request goes on it
-    /// once the request it follows has started, which is before it can come (that one came
-    /// no later, started no earlier than it came, and released after it started). The holds
-    /// begun so far wait in a min-heap of `(finish, units)`. Since service is in order,
-    /// starts never go back in time: a cursor moves forward to each request's arrival, drops
-    /// the holds finished by then, and then to the next finishes until the request's units
-    /// are free. Each request goes through each heap once: O(m log m).
-    fn replay(&self, holds: &[u64], n: usize, paced: bool, begins: &mut Vec<u64>) -> (u64, bool) {
-        // Unpaced, the requests come in their order: no heap needed.
-        let mut coming: BinaryHeap<Reverse<(u64, usize)>> = if paced {
-            self.requests
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.after.is_none())
-                .map(|(i, r)| Reverse((r.arrival, i)))
-                .collect()
-        } else {
-            BinaryHeap::new()
-        };
-        let mut in_order = 0..if paced { 0 } else { self.requests.len() };
+    /// The holds begun so far wait in a min-heap of `(finish, units)`. Since service is in
+    /// order, starts never go back in time: a cursor moves forward to each request's arrival,
+    /// drops the holds finished by then, and then to the next finishes until the request's
+    /// units are free. Each request goes through the heap once: O(m log m).
+    fn replay(&self, holds: &[u64], n: usize) -> (u64, bool) {
         let mut busy: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
         let (mut free, mut now, mut end, mut waited) = (n, 0u64, 0u64, false);
-        begins.clear();
-        begins.resize(self.requests.len(), 0);
-        loop {
-            let (arrival, i) = match in_order.next() {
-                Some(i) => (self.requests[i].arrival, i),
-                None => match coming.pop() {
-                    Some(Reverse(c)) => c,
-                    None => break,
-                },
-            };
-            let units = Self::units(&self.requests[i], n);
-            now = now.max(arrival);
+        for (r, &hold) in self.requests.iter().zip(holds) {
+            let units = Self::units(r, n);
+            now = now.max(r.arrival);
             while let Some(&Reverse((finish, u))) = busy.peek() {
                 if finish > now && free >= units {
                     break;
@@ -849,65 +842,116 @@ impl Replayable {
                 now = now.max(finish);
                 free += u;
             }
-            waited |= now > arrival;
+            waited |= now > r.arrival;
             free -= units;
-            let finish = now + holds[i];
+            let finish = now + hold;
             busy.push(Reverse((finish, units)));
-            begins[i] = now;
             end = end.max(finish);
-            if let Some(j) = self.follower[i].filter(|_| paced) {
-                let (_, gap) = self.requests[j].after.expect("a follower follows");
-                coming.push(Reverse((finish + gap, j)));
-            }
         }
         (end, waited)
     }
 
-    /// The span with `n` permits when each request's time alone is `alone` and it is slowed
-    /// as `curve` says by the units others hold beside it, and whether a request waited: replays
-    /// (paced), measures each hold's concurrency in the replay, rescales the hold times to it
-    /// (half way, so that they settle rather than swing) and replays again, until neither the
-    /// hold times (in all) nor the span move by more than 0.1 % (at most 30 rounds).
-    fn replay_model(&self, alone: &[f64], curve: Curve, n: usize) -> (u64, bool) {
-        let mut begins = Vec::new();
-        // Start from the concurrency the trace saw, as far as the pool of n allows.
-        let room = |r: &Request| (n - Self::units(r, n)) as f64 / self.gpus as f64;
-        let mut holds: Vec<u64> = self
+    /// The span with `n` permits when each request's time alone is `alone` and the holds
+    /// share the GPU as `curve` says, and whether a request waited.
+    ///
+    /// An event-driven simulation: between events (a request comes, a hold ends) each hold
+    /// progresses at `1 / g(o, u)` of its speed alone, `o` the units the others hold at that
+    /// moment, and ends once it has done its time alone. (Rescaling each hold by the load
+    /// averaged over its life instead overstates it wherever the load changes during a hold:
+    /// a hold that began among 40 and ended alone would count as slowed by the average.)
+    /// Requests are served first come first served; a request that followed a release in
+    /// the trace comes as long after the release it is paired with.
+    ///
+    /// The rate depends on a hold's units only (the load is the pool's), so the holds of one
+    /// weight share a clock of progress and wait in a min-heap of the progress at which each
+    /// ends: an event costs O(log m) plus one step per distinct weight.
+    fn simulate(&self, alone: &[f64], curve: Curve, n: usize) -> (u64, bool) {
+        /// Holds of one weight: the progress their clock has made and, per hold, the progress
+        /// at which it ends.
+        struct Weight {
+            units: usize,
+            progress: f64,
+            ends: BinaryHeap<Reverse<(Instant, usize)>>,
+        }
+        let gpus = self.gpus as f64;
+        let mut coming: BinaryHeap<Reverse<(Instant, usize)>> = self
             .requests
             .iter()
-            .zip(alone)
-            .map(|(r, &t)| (t * curve.g(r.others.min(room(r)), Self::units(r, n))).round() as u64)
+            .enumerate()
+            .filter(|(_, r)| r.after.is_none())
+            .map(|(i, r)| Reverse((Instant(r.arrival as f64), i)))
             .collect();
-        let mut last = self.replay(&holds, n, true, &mut begins);
-        if curve.is_flat() {
-            return last;
-        }
-        for _ in 0..30 {
-            let spans: Vec<(u64, u64, usize)> = self
-                .requests
+        let mut came = vec![0.0f64; self.requests.len()];
+        let mut queue: std::collections::VecDeque<usize> = Default::default();
+        let mut weights: Vec<Weight> = Vec::new();
+        let (mut now, mut free, mut load, mut end, mut waited) = (0.0f64, n, 0usize, 0.0f64, false);
+        let rate = |w: &Weight, load: usize| 1.0 / curve.g((load - w.units) as f64 / gpus, w.units);
+        loop {
+            // Serve the queue in order while units are free.
+            while let Some(&j) = queue.front() {
+                let units = Self::units(&self.requests[j], n);
+                if units > free {
+                    break;
+                }
+                queue.pop_front();
+                free -= units;
+                load += units;
+                waited |= now > came[j];
+                let w = match weights.iter().position(|w| w.units == units) {
+                    Some(w) => w,
+                    None => {
+                        weights.push(Weight {
+                            units,
+                            progress: 0.0,
+                            ends: BinaryHeap::new(),
+                        });
+                        weights.len() - 1
+                    }
+                };
+                let w = &mut weights[w];
+                w.ends.push(Reverse((Instant(w.progress + alone[j]), j)));
+            }
+            // The next event: the first hold to end at today's rates, or the next request.
+            let ending = weights
                 .iter()
-                .zip(&begins)
-                .zip(&holds)
-                .map(|((r, &b), &d)| (b, d, Self::units(r, n)))
-                .collect();
-            let others = others_load(&spans, self.gpus);
-            let (mut moved, mut total) = (0.0, 0.0);
-            for (((d, &t), o), r) in holds.iter_mut().zip(alone).zip(others).zip(&self.requests) {
-                let rescaled = t * curve.g(o, Self::units(r, n));
-                let next = ((*d as f64 + rescaled) / 2.0).round();
-                moved += (next - *d as f64).abs();
-                total += next;
-                *d = next as u64;
+                .enumerate()
+                .filter_map(|(k, w)| {
+                    let &Reverse((Instant(at), _)) = w.ends.peek()?;
+                    Some((now + ((at - w.progress) / rate(w, load)).max(0.0), k))
+                })
+                .min_by(|x, y| x.0.total_cmp(&y.0));
+            let next_request = coming.peek().map(|&Reverse((Instant(at), _))| at);
+            let (at, ends) = match (ending, next_request) {
+                (Some((e, k)), Some(c)) if e <= c => (e, Some(k)),
+                (Some((e, k)), None) => (e, Some(k)),
+                (_, Some(c)) => (c.max(now), None),
+                (None, None) => break,
+            };
+            for w in weights.iter_mut().filter(|w| !w.ends.is_empty()) {
+                w.progress += (at - now) * rate(w, load);
             }
-            let next = self.replay(&holds, n, true, &mut begins);
-            let settled =
-                moved <= total * 1e-3 && next.0.abs_diff(last.0) as f64 <= next.0 as f64 * 1e-3;
-            last = next;
-            if settled {
-                break;
+            now = at;
+            match ends {
+                Some(k) => {
+                    let w = &mut weights[k];
+                    let Reverse((Instant(done), j)) = w.ends.pop().expect("a hold to end");
+                    w.progress = done;
+                    free += w.units;
+                    load -= w.units;
+                    end = end.max(now);
+                    if let Some(f) = self.follower[j] {
+                        let (_, gap) = self.requests[f].after.expect("a follower follows");
+                        coming.push(Reverse((Instant(now + gap as f64), f)));
+                    }
+                }
+                None => {
+                    let Reverse((_, j)) = coming.pop().expect("a request to come");
+                    came[j] = now;
+                    queue.push_back(j);
+                }
             }
         }
-        last
+        (end.round() as u64, waited)
     }
 
     /// Each request's time alone under `curve`.
@@ -936,7 +980,7 @@ impl Replayable {
                         Some(span) => span,
                         None if i > 0 && curves[i] == curves[0] => spans[0],
                         None => {
-                            let (span, waited) = self.replay_model(&alone[i], curves[i], n);
+                            let (span, waited) = self.simulate(&alone[i], curves[i], n);
                             if !waited && n >= self.max_units {
                                 unconstrained[i] = Some(span);
                             }
@@ -1030,11 +1074,6 @@ impl Curve {
             }
             None => linear,
         }
-    }
-
-    /// Whether hold times do not depend on concurrency.
-    fn is_flat(&self) -> bool {
-        self.a == 0.0 && self.saturation.is_none()
     }
 }
 
@@ -1165,38 +1204,61 @@ fn minimize(f: impl Fn(f64) -> f64, lo: f64, hi: f64, steps: usize, sections: us
 }
 
 /// The factor that best fits `groups` with the throughput bounded at `e^ln_saturation`, and
-/// the loss there. Searched on `[0, 4]`: a grid of 16, then 16 golden sections (to about
-/// 3e-4).
+/// the loss there. Searched on `[0, 4]`: a grid of 16, then 14 golden sections (to about
+/// 7e-4).
 fn fit_factor(groups: &[&Vec<Point>], shared: bool, ln_saturation: f64) -> (f64, f64) {
-    minimize(|a| loss(groups, shared, a, ln_saturation), 0.0, 4.0, 16, 16)
+    minimize(|a| loss(groups, shared, a, ln_saturation), 0.0, 4.0, 16, 14)
+}
+
+/// Where [`fit_curve`] looks for the saturation.
+#[derive(Clone, Copy)]
+enum Search {
+    /// Everywhere up to the highest load a hold saw.
+    Everywhere,
+    /// Near this `ln saturation` (a resample of a fit that showed it there).
+    Near(f64),
+    /// Nowhere: the bound is not shown (a resample of a fit that did not show it).
+    Nowhere,
 }
 
 /// The factor and the saturation that best fit `groups`, and whether the trace shows the
-/// saturation (the bound makes the fit significantly better). Where it does not, the factor is the one fitted without a bound and the saturation the
-/// most throughput that factor says the holds saw: the highest `(u + o) / (1 + a x o)`.
-fn fit_curve(groups: &[&Vec<Point>], shared: bool) -> (f64, f64, bool) {
+/// saturation (the bound makes the fit significantly better). Where it does not, the factor is
+/// the one fitted without a bound and the saturation the most throughput that factor says the
+/// holds saw: the highest `(u + o) / (1 + a x o)`.
+fn fit_curve(groups: &[&Vec<Point>], shared: bool, search: Search) -> (f64, f64, bool) {
     let (free, free_loss) = fit_factor(groups, shared, f64::INFINITY);
     let points = || groups.iter().flat_map(|g| g.iter());
     // Above the highest load a hold saw, the bound binds nowhere: search up to it, in steps
-    // of at most a factor 1.25, then 10 golden sections (to within 0.4 %).
-    let top = points().map(|p| p.ln_load).fold(0.0, f64::max);
-    let steps = ((top / 1.25f64.ln()).ceil() as usize).max(4);
-    let (ln_saturation, bounded_loss) = minimize(
-        |s| fit_factor(groups, shared, s).1,
-        0.0,
-        top.max(1e-3),
-        steps,
-        10,
-    );
-    // Shown: the bound fits significantly better, by a likelihood-ratio test at 95 % (one
-    // more parameter: chi-squared 3.84 times the residual variance). Runs at two loads
-    // alone (N = 1 and 2, say) never show it: a slope and a bound fit them equally well.
-    let total = points().count();
-    let alone = if shared { 1 } else { groups.len() };
-    let dof = total.saturating_sub(alone + 2).max(1);
-    if free_loss - bounded_loss > 3.84 * bounded_loss / dof as f64 {
-        let (a, _) = fit_factor(groups, shared, ln_saturation);
-        return (a, ln_saturation.exp(), true);
+    // of at most a factor 1.25, then 8 golden sections (to within 1 %).
+    let top = points().map(|p| p.ln_load).fold(0.0, f64::max).max(1e-3);
+    let profile = |s| fit_factor(groups, shared, s).1;
+    let bounded = match search {
+        Search::Everywhere => {
+            let steps = ((top / 1.25f64.ln()).ceil() as usize).max(4);
+            Some(minimize(profile, 0.0, top, steps, 8))
+        }
+        Search::Near(at) => Some(minimize(
+            profile,
+            (at - 0.25).max(0.0),
+            (at + 0.25).min(top),
+            2,
+            6,
+        )),
+        Search::Nowhere => None,
+    };
+    if let Some((ln_saturation, bounded_loss)) = bounded {
+        // Shown: the bound fits significantly better, by a likelihood-ratio test at 95 % (one
+        // more parameter: chi-squared 3.84 times the residual variance). Runs at two loads
+        // alone (N = 1 and 2, say) never show it: a slope and a bound fit them equally well.
+        let total = points().count();
+        let alone = if shared { 1 } else { groups.len() };
+        let dof = total.saturating_sub(alone + 2).max(1);
+        // (And by more than rounding: on exact data both losses are all but 0.)
+        let gain = free_loss - bounded_loss;
+        if gain > 3.84 * bounded_loss / dof as f64 && gain > 1e-9 * total as f64 {
+            let (a, _) = fit_factor(groups, shared, ln_saturation);
+            return (a, ln_saturation.exp(), true);
+        }
     }
     let seen = points()
         .map(|p| p.ln_load - (free * p.others).ln_1p())
@@ -1209,7 +1271,15 @@ fn fit_curve(groups: &[&Vec<Point>], shared: bool) -> (f64, f64, bool) {
 /// to 95th percentile, with a fixed seed so a trace always reads the same.
 fn fit_with_range(groups: &[Vec<Point>], shared: bool, basis: SlowdownBasis) -> Slowdown {
     let all: Vec<&Vec<Point>> = groups.iter().collect();
-    let (factor, saturation, shown) = fit_curve(&all, shared);
+    let (factor, saturation, shown) = fit_curve(&all, shared, Search::Everywhere);
+    // The resamples look for the saturation near where the whole trace showed it, or not at
+    // all where it did not (a resample that shows one the whole trace does not would only
+    // narrow the fast end, which stays unbounded).
+    let search = if shown {
+        Search::Near(saturation.ln())
+    } else {
+        Search::Nowhere
+    };
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = || {
         // xorshift64*
@@ -1224,7 +1294,7 @@ fn fit_with_range(groups: &[Vec<Point>], shared: bool, basis: SlowdownBasis) -> 
             let sample: Vec<&Vec<Point>> = (0..size)
                 .map(|_| &groups[(next() % groups.len() as u64) as usize])
                 .collect();
-            let (a, s, _) = fit_curve(&sample, shared);
+            let (a, s, _) = fit_curve(&sample, shared, search);
             (a, s)
         })
         .unzip();

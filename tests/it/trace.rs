@@ -216,14 +216,18 @@ fn trace_model_predicts_the_h100_runs() {
             "N = 2 -> {n}: model {model:+.3}, fixed {fixed:+.3}"
         );
     }
+    // The slow end of the range is "the GPU's throughput fixed": no N runs slower than the
+    // run it starts from. Runs at N = 3, 4 and 8 took 7.66, 7.67 and 7.90 s, so measured
+    // spans may sit that far (3 %) past it: 5 % slack.
     for (from, n, _, _, p, measured) in errors.iter().filter(|e| runner(&e.0) == "nextest") {
         assert!(
-            p.low_us as f64 * 0.97 <= *measured as f64
-                && *measured as f64 <= p.high_us as f64 * 1.03,
-            "{from} -> N = {n}: measured {measured} outside {p:?} (3 % slack)"
+            p.low_us as f64 * 0.95 <= *measured as f64
+                && *measured as f64 <= p.high_us as f64 * 1.05,
+            "{from} -> N = {n}: measured {measured} outside {p:?} (5 % slack)"
         );
     }
-    // Two runs in one fit pin the slope down; from the N = 2 run, every N within 12 %.
+    // Two runs in one fit pin the slope down, and the saturation stops the estimates at the
+    // throughput they showed; from the N = 2 run, every N within 5 %.
     assert!(
         matches!(fit.basis, SlowdownBasis::RepeatedTests { tests } if tests == 42),
         "{fit:?}"
@@ -235,7 +239,7 @@ fn trace_model_predicts_the_h100_runs() {
         let measured = summaries[j].span_us as f64;
         let p = predict(n2, &fit, summaries[j].capacity).unwrap();
         let err = (p.span_us as f64 - measured) / measured;
-        assert!(err.abs() < 0.12, "N1 + N2 fit -> {to}: {err:+.3}");
+        assert!(err.abs() < 0.05, "N1 + N2 fit -> {to}: {err:+.3}");
     }
 }
 
@@ -489,16 +493,27 @@ fn trace_model_on_traces_in_a_directory() {
         "| round | fitted from | to N | fixed replay (s) | model (s) | model range (s) | measured span (s) | model error | fixed error |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
+    // (fitted from, to N) -> per round, (model error in %, measured inside the range)
+    let mut errors: std::collections::BTreeMap<(String, usize), Vec<(f64, bool)>> =
+        Default::default();
     for (round, runs) in &rounds {
         let Some(from) = runs.get(&2) else { continue };
         // The run at N = 2 alone, then with the run at N = 1 in the fit (each test seen at
         // two concurrencies); the replay is of the run at N = 2 either way.
-        let mut fits = vec![("N = 2".to_string(), summarize(from).unwrap().slowdown)];
-        if let Some(one) = runs.get(&1) {
-            let both: Vec<_> = one.iter().chain(from).cloned().collect();
-            fits.push(("N = 1 + 2".to_string(), Slowdown::fit(&both)));
+        let mut fits = vec![(vec![2], summarize(from).unwrap().slowdown)];
+        for with in [vec![1, 2], vec![1, 2, 4]] {
+            if with.iter().all(|n| runs.contains_key(n)) {
+                let events: Vec<_> = with.iter().flat_map(|n| runs[n].iter()).cloned().collect();
+                fits.push((with, Slowdown::fit(&events)));
+            }
         }
-        for (source, fit) in &fits {
+        for (with, fit) in &fits {
+            let source = with
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(" + ");
+            let source = format!("N = {source}");
             println!(
                 "| {round} | {source}: a = {:.2} ({:.2}-{:.2}), saturation {} ({}-{}) | | | | | | | |",
                 fit.factor,
@@ -509,13 +524,18 @@ fn trace_model_on_traces_in_a_directory() {
                 show(fit.saturation_high),
             );
             for (&n, to) in runs.iter().filter(|r| *r.0 != 2) {
-                if source.contains(&format!("{n} ")) || source.contains(&format!(" {n}")) {
+                if with.contains(&n) {
                     continue;
                 }
                 let measured = summarize(to).unwrap().span_us;
                 let fixed = replay_fixed(from, n).unwrap();
                 let p = predict(from, fit, n).unwrap();
                 let err = |x: u64| (x as f64 - measured as f64) / measured as f64 * 100.0;
+                let inside = p.low_us <= measured && measured <= p.high_us;
+                errors
+                    .entry((source.clone(), n))
+                    .or_default()
+                    .push((err(p.span_us), inside));
                 println!(
                     "| {round} | {source} | {n} | {:.2} | **{:.2}** | {:.2}-{:.2} | {:.2} | {:+.0} % | {:+.0} % |",
                     s(fixed),
@@ -528,6 +548,22 @@ fn trace_model_on_traces_in_a_directory() {
                 );
             }
         }
+    }
+    println!(
+        "\n| fitted from | to N | median model error | rounds within 15 % | measured inside the range |"
+    );
+    println!("|---|---|---|---|---|");
+    for ((source, n), e) in &errors {
+        let mut sorted: Vec<f64> = e.iter().map(|x| x.0).collect();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let within = e.iter().filter(|x| x.0.abs() <= 15.0).count();
+        let inside = e.iter().filter(|x| x.1).count();
+        println!(
+            "| {source} | {n} | {median:+.0} % | {within} of {} | {inside} of {} |",
+            e.len(),
+            e.len()
+        );
     }
 }
 
