@@ -354,8 +354,8 @@ fn summary_and_trace_command_suggest_weights_for_tests_over_their_memory() {
 
 #[test]
 fn trace_command_reads_runs_at_several_n_appended_to_one_file() {
-    // Three tests alone at N = 1, then the same three side by side at N = 3, each 1.5 times
-    // as long: the model is fitted from both, the summary is of the second.
+    // Three tests alone at N = 1, then the same three side by side at N = 3, each twice as
+    // long: the model is fitted from both, the summary is of the second.
     let mut events = Vec::new();
     for (i, t) in ["a", "b", "c"].into_iter().enumerate() {
         let mut alone = event("hold", t, 1, i as u64 * 100_000, 100_000, false);
@@ -379,10 +379,54 @@ fn trace_command_reads_runs_at_several_n_appended_to_one_file() {
         text.contains("a = 0.50") && text.contains("fitted from 3 tests"),
         "{text}"
     );
+    // Two loads cannot show a saturation: the most throughput the runs delivered stands in,
+    // 3 holds at twice their time alone, 1.5 holds' worth.
+    assert!(
+        text.contains("throughput assumed to stop at the most the trace showed, 1.50 holds' worth"),
+        "{text}"
+    );
     // At N = 1 the model gives the first run back (3 x 100 ms), the fixed replay 600 ms.
     let row = text.lines().find(|l| l.starts_with("  N = 1 ")).unwrap();
     assert!(
         row.contains("600.0 ms") && row.contains(" 300.0 ms"),
         "{text}"
     );
+    // At N = 6 (twice the run's N) the estimate stays at what N = 3 gave, 200 ms.
+    let row = text.lines().find(|l| l.starts_with("  N = 6 ")).unwrap();
+    assert!(row.contains(" 200.0 ms ("), "{text}");
+}
+
+#[test]
+fn trace_command_shows_where_the_gpu_saturates_from_runs_at_three_n() {
+    // Eight tests of 100 ms alone, traced at N = 1, 2 and 4 into one file, on a GPU that runs
+    // two side by side at 1.15 times their time alone and saturates at 1.8 holds' worth.
+    let slowdown = |o: f64| (1.0 + 0.15 * o).max((1.0 + o) / 1.8);
+    let mut events = Vec::new();
+    let mut t0 = 0;
+    for n in [1u64, 2, 4] {
+        let hold = (100_000.0 * slowdown((n - 1) as f64)).round() as u64;
+        for i in 0..8u64 {
+            let name = format!("t{i}");
+            let begin = t0 + (i / n) * hold;
+            let mut e = event("hold", &name, i % n, begin, hold, false);
+            e.args.capacity = n as usize;
+            events.push(e);
+        }
+        t0 += 10_000_000;
+    }
+    let dir = tempdir();
+    let path = trace_file(dir.path(), &events);
+    let out = cli(dir.path(), 4).arg("trace").arg(&path).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("holds 3 runs (permits 1, 2, 4)"), "{text}");
+    assert!(
+        text.contains("and the GPU's throughput stops at 1.80 holds' worth ("),
+        "{text}"
+    );
+    // At N = 8 all eight run at once, each 8 / 1.8 times as long as alone: 444 ms, where the
+    // slope alone (1 + 0.15 x 7) would give 205 ms.
+    let row = text.lines().find(|l| l.starts_with("  N = 8 ")).unwrap();
+    let model: f64 = row.split_whitespace().nth(5).unwrap().parse().unwrap();
+    assert!((model - 444.4).abs() < 5.0, "{text}");
 }
