@@ -34,6 +34,12 @@
 //!   gate give the same all-or-none wherever `flock` or `LockFileEx` exists.)
 //!   A head that is stopped (`SIGSTOP`, Ctrl-Z, a debugger; seen through `/proc` on Linux)
 //!   loses its turn: the other waiters take free slots past it. A dead head's lock is gone.
+//!   A multi-slot request locks its slots one by one and gives them back unless it gets all
+//!   of them; stopped in those microseconds, it keeps the ones it locked, as a stopped holder
+//!   keeps its permit, until it resumes or dies. Records are written only once all are taken
+//!   (a record written and blanked on every failed attempt would wake every waiter that
+//!   watches the slots, itself included), so such slots are locked without a record: a wait
+//!   that times out and [`status`] name their owner from `/proc/locks` on Linux.
 //! - `gpu0.slot<i>`: the slot locks. The holder writes a JSON record of itself (pid, test,
 //!   thread, since) into its slot for diagnostics; a record counts only while its slot is
 //!   locked.
@@ -364,6 +370,9 @@ pub(crate) struct WaitingRequest {
 pub(crate) struct Blockers {
     /// Records of the locked slots.
     pub(crate) holders: Vec<HolderRecord>,
+    /// Per locked slot without a record (blank, or corrupt), the lock's owner where the
+    /// system tells it ([`sys::lock_owner`]).
+    pub(crate) unrecorded: Vec<Option<u32>>,
     /// Other processes' waiting requests, the head first.
     pub(crate) waiting: Vec<WaitingRequest>,
 }
@@ -721,6 +730,7 @@ impl HostSlots {
     pub(crate) fn blockers(&self) -> Blockers {
         let mut probed = false;
         let mut holders = Vec::new();
+        let mut unrecorded = Vec::new();
         for slot in &self.slots {
             let locked = slot.held.load(Ordering::Acquire) || {
                 probed = true;
@@ -731,8 +741,9 @@ impl HostSlots {
             }
             match read_start(&slot.file, RECORD_LEN).map(|b| HolderRecord::decode(&b)) {
                 Some(Ok(Some(r))) => holders.push(r),
-                Some(Ok(None)) | None => {}
+                Some(Ok(None)) | None => unrecorded.push(sys::lock_owner(&slot.file)),
                 Some(Err(e)) => {
+                    unrecorded.push(sys::lock_owner(&slot.file));
                     if !self.warned_corrupt.swap(true, Ordering::Relaxed) {
                         crate::notice::line(&format!(
                             "ignoring the corrupt holder record in {} ({e}); it is rewritten \
@@ -760,7 +771,11 @@ impl HostSlots {
                 head: false,
             });
         }
-        Blockers { holders, waiting }
+        Blockers {
+            holders,
+            unrecorded,
+            waiting,
+        }
     }
 }
 
@@ -1188,6 +1203,13 @@ pub struct SlotStatus {
     pub held: bool,
     /// The holder's record, when held and readable.
     pub holder: Option<HolderRecord>,
+    /// When held without a readable record (a process taking several slots at that moment,
+    /// or stopped while it did; one whose record could not be written), the process that
+    /// holds the lock, where the system tells it (`/proc/locks` on Linux).
+    pub owner: Option<u32>,
+    /// Whether that process is stopped (`SIGSTOP`, Ctrl-Z, a debugger): it keeps the slot
+    /// until it is resumed or killed.
+    pub owner_stopped: bool,
 }
 
 /// Who holds and who waits for the slots of a directory, read without taking anything.
@@ -1292,11 +1314,21 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
         };
         let record = || read_record(&file);
         match index {
-            Some(index) => out.slots.push(SlotStatus {
-                index,
-                held,
-                holder: if held { record() } else { None },
-            }),
+            Some(index) => {
+                let holder = if held { record() } else { None };
+                let owner = if held && holder.is_none() {
+                    sys::lock_owner(&file)
+                } else {
+                    None
+                };
+                out.slots.push(SlotStatus {
+                    index,
+                    held,
+                    holder,
+                    owner,
+                    owner_stopped: owner.is_some_and(sys::process_is_stopped),
+                })
+            }
             None if held => out.waiters.extend(record()),
             // A killed waiter's leftover.
             None => {

@@ -123,10 +123,37 @@ pub struct Holder {
     /// Whether its process was stopped (`SIGSTOP`, Ctrl-Z, a debugger): it keeps its permit
     /// until it is resumed or killed.
     pub stopped: bool,
+    /// Whether it recorded itself in its slots. `false`: slots locked by a process that wrote
+    /// no record there (`units` of them), so its test, thread and hold time are unknown (empty
+    /// and zero): a process taking the several slots of a weighted or exclusive permit,
+    /// caught in the microseconds before it has them all (stopped there, it keeps them until
+    /// it is resumed or killed), or one whose record could not be written. `pid` is the lock's
+    /// owner where the system tells it (`/proc/locks` on Linux), else 0.
+    pub recorded: bool,
 }
 
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let stopped = if self.stopped {
+            ", its process stopped (SIGSTOP, Ctrl-Z or a debugger)"
+        } else {
+            ""
+        };
+        if !self.recorded {
+            let who = if self.pid == 0 {
+                "a process this system cannot name".to_string()
+            } else {
+                format!("pid {}", self.pid)
+            };
+            return write!(
+                f,
+                "{} slot(s) locked by {who} that wrote no record there{stopped}: a process \
+                 taking the slots of a weighted or exclusive permit (stopped in the middle, it \
+                 keeps them until it is resumed or killed), or one that could not write its \
+                 record",
+                self.units
+            );
+        }
         write!(
             f,
             "test `{}` (thread `{}`, pid {}) for {:.1}s{}{}",
@@ -141,11 +168,7 @@ impl fmt::Display for Holder {
             } else {
                 String::new()
             },
-            if self.stopped {
-                ", its process stopped (SIGSTOP, Ctrl-Z or a debugger)"
-            } else {
-                ""
-            }
+            stopped
         )
     }
 }
@@ -260,7 +283,12 @@ impl fmt::Display for WaitTimeout {
                 self.queued_here
             )?;
         }
-        let running: Vec<&Holder> = self.holders.iter().filter(|h| !h.stopped).collect();
+        // (Holders without a record have no known hold time.)
+        let running: Vec<&Holder> = self
+            .holders
+            .iter()
+            .filter(|h| !h.stopped && h.recorded)
+            .collect();
         // (Hold times come from millisecond records: allow for their rounding.)
         let whole_wait = |h: &&Holder| h.held_for + Duration::from_millis(50) >= self.waited;
         if !running.is_empty() && running.iter().all(whole_wait) {

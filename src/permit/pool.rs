@@ -911,8 +911,28 @@ impl PermitPool {
                 thread: r.thread,
                 pid: r.pid,
                 exclusive: r.exclusive,
+                recorded: true,
             })
             .collect();
+        // Slots locked without a record, by owner (0: not known here).
+        let mut unrecorded: Vec<(u32, usize)> = Vec::new();
+        for owner in blockers.unrecorded {
+            let owner = owner.unwrap_or(0);
+            match unrecorded.iter_mut().find(|(pid, _)| *pid == owner) {
+                Some((_, slots)) => *slots += 1,
+                None => unrecorded.push((owner, 1)),
+            }
+        }
+        holders.extend(unrecorded.into_iter().map(|(owner, slots)| Holder {
+            test: String::new(),
+            thread: String::new(),
+            pid: owner,
+            held_for: Duration::ZERO,
+            exclusive: false,
+            units: slots,
+            stopped: owner != 0 && owner != pid && crate::sys::process_is_stopped(owner),
+            recorded: false,
+        }));
         if inner.host.is_none() {
             for seat in inner
                 .seats
@@ -928,6 +948,7 @@ impl PermitPool {
                     exclusive: seat.exclusive.load(Ordering::Relaxed),
                     units: seat.units.load(Ordering::Relaxed),
                     stopped: false,
+                    recorded: true,
                 });
             }
         }

@@ -95,6 +95,34 @@ pub(super) fn process_is_stopped(pid: u32) -> bool {
         .is_some_and(|state| matches!(state, 'T' | 't'))
 }
 
+/// Read from `/proc/locks`: the `FLOCK` line of the file's device and inode (not a waiter's
+/// `->` line), whose pid is the process that took the lock.
+pub(super) fn lock_owner(file: &std::fs::File) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().ok()?;
+    let dev = meta.dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks_owner(&locks, major as u64, minor as u64, meta.ino())
+}
+
+/// The owner in `/proc/locks` text of the `flock` lock on device `major:minor`, inode `ino`.
+fn locks_owner(locks: &str, major: u64, minor: u64, ino: u64) -> Option<u32> {
+    locks.lines().find_map(|line| {
+        // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+        let mut fields = line.split_whitespace().skip(1);
+        if fields.next()? != "FLOCK" {
+            return None;
+        }
+        let pid: u32 = fields.nth(2)?.parse().ok()?;
+        let mut id = fields.next()?.split(':');
+        let same = u64::from_str_radix(id.next()?, 16).ok()? == major
+            && u64::from_str_radix(id.next()?, 16).ok()? == minor
+            && id.next()?.parse::<u64>().ok()? == ino;
+        (same && pid > 0).then_some(pid)
+    })
+}
+
 /// Counted in `/proc/self/fd`.
 pub(super) fn open_descriptors() -> u64 {
     std::fs::read_dir("/proc/self/fd").map_or(super::DESCRIPTORS_ESTIMATE, |entries| {
@@ -141,4 +169,30 @@ pub(super) fn child_has_exited(
     }
     // SAFETY: `waitid` succeeded, so the pid field is initialised (0 while running).
     Ok(unsafe { info.si_pid() } != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_owners_are_read_from_proc_locks() {
+        let locks = "1: FLOCK  ADVISORY  WRITE 4242 00:2b:1234 0 EOF\n\
+                     1: -> FLOCK  ADVISORY  WRITE 99 00:2b:1234 0 EOF\n\
+                     2: POSIX  ADVISORY  WRITE 77 fd:01:555 0 EOF\n\
+                     3: FLOCK  ADVISORY  WRITE 1313 fd:01:555 0 EOF\n";
+        assert_eq!(locks_owner(locks, 0, 0x2b, 1234), Some(4242));
+        assert_eq!(locks_owner(locks, 0xfd, 1, 555), Some(1313));
+        assert_eq!(locks_owner(locks, 0xfd, 1, 556), None);
+        assert_eq!(locks_owner("garbage\n1:\n", 0, 0x2b, 1234), None);
+    }
+
+    #[test]
+    fn the_owner_of_a_lock_this_process_took_is_this_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::File::create(dir.path().join("slot")).unwrap();
+        assert_eq!(lock_owner(&file), None);
+        file.try_lock().unwrap();
+        assert_eq!(lock_owner(&file), Some(std::process::id()));
+    }
 }

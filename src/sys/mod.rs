@@ -313,6 +313,12 @@ pub(crate) fn process_is_stopped(pid: u32) -> bool {
     kernel::process_is_stopped(pid)
 }
 
+/// The process that holds the whole-file lock (`flock`) on `file`, read from `/proc/locks` on
+/// Linux; `None` where that cannot be told, or when nobody holds one.
+pub(crate) fn lock_owner(file: &std::fs::File) -> Option<u32> {
+    kernel::lock_owner(file)
+}
+
 /// Descriptor limits that leave too little room, from [`ensure_descriptors`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DescriptorLimits {

@@ -605,3 +605,71 @@ fn a_memory_request_takes_the_units_its_size_needs() {
     assert!(text.starts_with("held pid="), "{text}");
     assert!(text.contains(" units=2 slots=0,1\n"), "{text}");
 }
+
+/// A process stopped in the microseconds between locking some of a weighted permit's slots and
+/// finding it cannot have them all keeps those slots, with no record in them, until it is
+/// resumed or killed. `flock(1)` stands in for it (a slot locked, no record written): a wait
+/// that times out names its pid and says it is stopped, as `status` does, and killing it
+/// frees the slot.
+#[cfg(target_os = "linux")]
+#[test]
+fn slots_locked_without_a_record_by_a_stopped_process_are_named() {
+    let dir = tempdir();
+    let a = hold(dir.path(), 2, 1, &[]);
+    let taken = held_within(&a, LONG).unwrap().slots[0];
+    let free = 1 - taken;
+    // `--close`: the lock stays with flock itself, not with the command it runs.
+    let mut locker = std::process::Command::new("flock")
+        .args(["--nonblock", "--exclusive", "--close"])
+        .arg(dir.path().join(format!("gpu0.slot{free}")))
+        .args(["sleep", "30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("flock(1), from util-linux");
+    let locker_pid = locker.id();
+    wait_until("the stand-in holds the free slot", || {
+        status(dir.path())
+            .unwrap()
+            .slots
+            .iter()
+            .any(|s| s.index == free && s.held)
+    });
+    signal(locker_pid, libc::SIGSTOP);
+    let out = cli(dir.path(), 2)
+        .env("GPU_TEST_PERMIT_TIMEOUT", "500ms")
+        .args(["hold", "--for", "1ms"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let s = status(dir.path()).unwrap();
+    let text = status_text(dir.path(), 2);
+    signal(locker_pid, libc::SIGKILL);
+    let _ = locker.wait();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!(
+            "1 slot(s) locked by pid {locker_pid} that wrote no record there, its process \
+             stopped (SIGSTOP, Ctrl-Z or a debugger)"
+        )),
+        "{err}"
+    );
+    // The holder with a record is named as before.
+    assert!(err.contains(&format!("pid {})", pid(&a))), "{err}");
+    let slot = s.slots.iter().find(|slot| slot.index == free).unwrap();
+    assert_eq!(
+        (slot.held, slot.owner, slot.owner_stopped),
+        (true, Some(locker_pid), true)
+    );
+    assert!(
+        text.contains(&format!(
+            "slot {free}: held (no readable record) by pid {locker_pid}, its process stopped"
+        )),
+        "{text}"
+    );
+    // Killed, it frees the slot.
+    let b = hold(dir.path(), 2, 1, &["--for", "1ms"]);
+    assert_eq!(held_within(&b, LONG).map(|h| h.slots), Some(vec![free]));
+}

@@ -113,7 +113,18 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
                     who(r)
                 );
             }
-            (None, true) => println!("slot {}: held (no readable record)", slot.index),
+            (None, true) => match slot.owner {
+                Some(pid) => println!(
+                    "slot {}: held (no readable record) by pid {pid}{}",
+                    slot.index,
+                    if slot.owner_stopped {
+                        ", its process stopped (SIGSTOP, Ctrl-Z or a debugger)"
+                    } else {
+                        ""
+                    }
+                ),
+                None => println!("slot {}: held (no readable record)", slot.index),
+            },
             (None, false) => println!("slot {}: free", slot.index),
         }
     }
