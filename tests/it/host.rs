@@ -678,4 +678,9 @@ fn a_trace_shows_a_permit_never_released_and_the_what_if_avoids_the_n_that_hung(
         text.contains("N = 2") && text.contains("not advised: a permit hung at N = 1"),
         "{text}"
     );
+    // Nothing below N = 1 is left to suggest.
+    assert!(
+        text.contains("suggested N: none: a permit hung at N = 1 on this host"),
+        "{text}"
+    );
 }

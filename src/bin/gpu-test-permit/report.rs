@@ -257,6 +257,7 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         let row = format!("  N = {n:<4} {:>15.1} ms   {model:<34}{mark}", ms(*span));
         println!("{}", row.trim_end());
     }
+    print_suggestion(&s, hung_at);
     match max_peak {
         Some(max) if s.peak > max => {
             eprintln!("peak concurrency {} is above {max}", s.peak);
@@ -264,6 +265,51 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         }
         _ => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// The smallest N whose model estimate is within 5 % of the fastest, below any N that hung on
+/// this host: more permits than that buy little time and load the GPU (and its driver) more.
+fn print_suggestion(s: &Summary, hung_at: Option<usize>) {
+    let allowed: Vec<_> = s
+        .predicted
+        .iter()
+        .filter(|p| hung_at.is_none_or(|h| p.n < h))
+        .collect();
+    let Some(best) = allowed.iter().min_by_key(|p| p.span_us) else {
+        if let Some(h) = hung_at {
+            println!(
+                "suggested N: none: a permit hung at N = {h} on this host; fix or avoid what \
+                 hung (GPU_TEST_PERMIT_HOLD_TIMEOUT names the test) before choosing N"
+            );
+        }
+        return;
+    };
+    let Some(pick) = allowed
+        .iter()
+        .filter(|p| p.span_us as f64 <= best.span_us as f64 * 1.05)
+        .min_by_key(|p| p.n)
+    else {
+        return;
+    };
+    let mut line = format!(
+        "suggested N = {}: the smallest whose estimate is within 5 % of the fastest ({:.1} ms \
+         at N = {})",
+        pick.n,
+        best.span_us as f64 / 1000.0,
+        best.n
+    );
+    if let Some(h) = hung_at {
+        line.push_str(&format!(
+            "; N = {h} and above left out, a permit hung there"
+        ));
+    }
+    if s.slowdown.basis == SlowdownBasis::NotIdentified {
+        line.push_str(
+            "; a guess: this trace cannot tell how holds slow each other (trace a run at \
+             another N into the same file)",
+        );
+    }
+    println!("{line}");
 }
 
 /// The slowdown model the estimates rest on, in a sentence or two.
