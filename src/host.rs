@@ -26,8 +26,13 @@
 //!   GPU for a weighted permit, every slot for an exclusive one — takes them all at once or
 //!   none (it never sits on some while waiting for the rest), and once it holds the gate
 //!   nobody else takes a slot, so light requests cannot starve it and two heavy requests cannot
-//!   deadlock. Before that it competes for the gate like any waiter: every release wakes the
-//!   waiters, and the gate changes hands at each grant. Light requests take the slots a heavy
+//!   deadlock. Before that it waits for the gate like any waiter: every release wakes the
+//!   waiters, the gate changes hands at each grant, and a waiter lets any older waiting
+//!   request of another process (by the time it began to wait, then pid; read from the
+//!   `gpu0.wait.<pid>` files, alive and not stopped) take it first, so waiting processes are
+//!   served first come first served. Only a request that has just arrived tries at once (a
+//!   directory scan on every acquisition would cost the uncontended path), which lets it
+//!   slip in during the microseconds after a release. Light requests take the slots a heavy
 //!   holder leaves free. (Byte-range locks on one file, one byte a unit, would take k units
 //!   in one call, but only open-file-description locks die with the description rather than
 //!   with any close in the process, and those are Linux's alone; whole-file locks under the
@@ -486,7 +491,12 @@ impl HostSlots {
         let mut gate = false;
         let mut gate_recorded = false;
         let result = loop {
-            if !gate {
+            // Once waiting, a request lets an older waiting request of another process, alive
+            // and not stopped, go first: the waiters woken by a release would otherwise race
+            // for the gate. (A new request tries at once: reading the waiters on every
+            // acquisition would cost the uncontended path a directory scan.)
+            let defer = !gate && waiting.listed && self.older_waiter_first(record);
+            if !gate && !defer {
                 match self.gate.try_lock() {
                     Ok(()) => gate = true,
                     Err(TryLockError::WouldBlock) => {}
@@ -495,8 +505,9 @@ impl HostSlots {
                     }
                 }
             }
-            // The head takes slots; so does anyone when the head is stopped and cannot.
-            if gate || self.head_is_stopped() {
+            // The head takes slots; so does the oldest waiter when the head is stopped and
+            // cannot.
+            if gate || (!defer && self.head_is_stopped()) {
                 match self.try_take(units, exclusive, record) {
                     Ok(Some(got)) => break Ok(got),
                     Ok(None) => {}
@@ -518,6 +529,10 @@ impl HostSlots {
             waiting.list(&self.dir, record);
             waiting.wait(deadline);
         };
+        // Off the list before anyone is woken: a waiter that finds this request still listed
+        // would let it go first and wait for the next change.
+        let was_listed = waiting.listed;
+        waiting.unlist();
         if gate {
             if gate_recorded {
                 let _ = sys::write_at(&self.gate, &[b' '; RECORD_LEN], 0);
@@ -529,6 +544,9 @@ impl HostSlots {
                 return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
             }
             // Wake whoever waits for the gate.
+            self.notify();
+        } else if was_listed {
+            // Waiters that let this request go first look again.
             self.notify();
         }
         result
@@ -591,6 +609,15 @@ impl HostSlots {
             let _ = slot.file.unlock();
             slot.held.store(false, Ordering::Release);
         }
+    }
+
+    /// Whether another process, alive and not stopped, has a waiting request older than
+    /// `record` (by the time it began to wait, then by pid).
+    fn older_waiter_first(&self, record: &HolderRecord) -> bool {
+        let own = (record.since_unix_ms, record.pid);
+        live_wait_records(&self.dir).iter().any(|r| {
+            r.pid != record.pid && (r.since_unix_ms, r.pid) < own && !sys::process_is_stopped(r.pid)
+        })
     }
 
     /// Whether another process holds the gate and is stopped.

@@ -673,3 +673,54 @@ fn slots_locked_without_a_record_by_a_stopped_process_are_named() {
     let b = hold(dir.path(), 2, 1, &["--for", "1ms"]);
     assert_eq!(held_within(&b, LONG).map(|h| h.slots), Some(vec![free]));
 }
+
+/// Processes that wait for the slots are served in the order they began to wait, not in the
+/// order they happen to wake after a release: five waiters behind one holder at N = 1, each
+/// holding for 50 ms once served, take their turns first come first served (checked from the
+/// trace). Racing for the gate, four of them would come in any of 24 orders.
+#[test]
+fn waiting_processes_are_served_in_the_order_they_began_to_wait() {
+    let dir = tempdir();
+    let trace = dir.path().join("trace.json");
+    let spawn = |hold_for: &[&str]| {
+        let mut c = cli(dir.path(), 1);
+        c.env("GPU_TEST_PERMIT_TRACE", &trace)
+            .env("GPU_TEST_PERMIT_TIMEOUT", "60s")
+            .arg("hold")
+            .args(hold_for);
+        Holder::spawn(c)
+    };
+    let first = spawn(&[]);
+    assert!(held_within(&first, LONG).is_some());
+    let mut waiters = Vec::new();
+    for _ in 0..5 {
+        let w = spawn(&["--for", "50ms"]);
+        let p = pid(&w);
+        wait_until("the new request waits", || {
+            status(dir.path())
+                .unwrap()
+                .waiters
+                .iter()
+                .any(|r| r.pid == p)
+        });
+        // Waiting records count milliseconds: the next one begins to wait in a later one.
+        std::thread::sleep(Duration::from_millis(3));
+        waiters.push(w);
+    }
+    let order: Vec<u32> = waiters.iter().map(pid).collect();
+    assert!(first.release().0.success());
+    for w in &waiters {
+        assert!(held_within(w, LONG).is_some(), "a waiter was never served");
+    }
+    for w in waiters {
+        assert!(w.release().0.success());
+    }
+    let mut holds: Vec<_> = gpu_test_permit::trace::read_events(&trace)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.name == "hold")
+        .collect();
+    holds.sort_by_key(|e| e.ts);
+    let served: Vec<u32> = holds.iter().map(|e| e.pid).skip(1).collect();
+    assert_eq!(served, order, "served out of the order they began to wait");
+}
