@@ -185,34 +185,7 @@ fn makespan_threads(c: &mut Criterion) {
             .unwrap();
         let id = format!("makespan-threads/{}", cap.name());
         g.bench_function(cap.name(), |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let t = Instant::now();
-                    let next = AtomicUsize::new(0);
-                    thread::scope(|s| {
-                        for r in 0..RUNNERS {
-                            let (next, pool) = (&next, &pool);
-                            thread::Builder::new()
-                                .name(format!("runner-{r}"))
-                                .spawn_scoped(s, move || {
-                                    loop {
-                                        let test = next.fetch_add(1, Ordering::Relaxed);
-                                        if test >= TESTS {
-                                            break;
-                                        }
-                                        cap.run_test(pool, test);
-                                    }
-                                })
-                                .unwrap();
-                        }
-                    });
-                    let took = t.elapsed();
-                    record(&id, took);
-                    total += took;
-                }
-                total
-            })
+            b.iter_custom(|iters| run_suite(&id, iters, |test| cap.run_test(&pool, test)))
         });
     }
     g.finish();
@@ -247,33 +220,46 @@ fn makespan_processes(c: &mut Criterion) {
         };
         g.bench_function(cap.name(), |b| {
             b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let t = Instant::now();
-                    let next = AtomicUsize::new(0);
-                    thread::scope(|s| {
-                        for _ in 0..RUNNERS {
-                            s.spawn(|| {
-                                loop {
-                                    let test = next.fetch_add(1, Ordering::Relaxed);
-                                    if test >= TESTS {
-                                        break;
-                                    }
-                                    let status = spawn(test).status().unwrap();
-                                    assert!(status.success(), "test {test}: {status}");
-                                }
-                            });
-                        }
-                    });
-                    let took = t.elapsed();
-                    record(&id, took);
-                    total += took;
-                }
-                total
+                run_suite(&id, iters, |test| {
+                    let status = spawn(test).status().unwrap();
+                    assert!(status.success(), "test {test}: {status}");
+                })
             })
         });
     }
     g.finish();
+}
+
+/// Runs the suite `iters` times, `RUNNERS` threads (`runner-<r>`) taking the next of the
+/// `TESTS` tests as they finish one, like a test runner's threads; records each run's wall
+/// time under `id` and returns their sum.
+fn run_suite(id: &str, iters: u64, run_test: impl Fn(usize) + Sync) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let t = Instant::now();
+        let next = AtomicUsize::new(0);
+        thread::scope(|s| {
+            for r in 0..RUNNERS {
+                let (next, run_test) = (&next, &run_test);
+                thread::Builder::new()
+                    .name(format!("runner-{r}"))
+                    .spawn_scoped(s, move || {
+                        loop {
+                            let test = next.fetch_add(1, Ordering::Relaxed);
+                            if test >= TESTS {
+                                break;
+                            }
+                            run_test(test);
+                        }
+                    })
+                    .unwrap();
+            }
+        });
+        let took = t.elapsed();
+        record(id, took);
+        total += took;
+    }
+    total
 }
 
 /// Units and declared memory held at once, at most, according to a trace's hold events.

@@ -474,10 +474,8 @@ impl HostSlots {
                 None => return Err(HostWaitError::TimedOut),
             },
         };
-        let waiting = &mut *turn;
-        let result = self.take_turn(units, exclusive, deadline, record, waiting);
-        waiting.unlist();
-        result
+        // Off the waiting list when it returns (see the end of `take_turn`).
+        self.take_turn(units, exclusive, deadline, record, &mut turn)
     }
 
     fn take_turn(

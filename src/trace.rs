@@ -280,8 +280,8 @@ pub struct Summary {
     /// model behind [`predicted`](Self::predicted).
     pub slowdown: Slowdown,
     /// Estimated span with other pool sizes from the [`slowdown`](Self::slowdown) model: the
-    /// replay of [`what_if`](Self::what_if), each hold's time rescaled to the concurrency it
-    /// sees in the replay. The same pool sizes, up to [`MODEL_MAX_N`].
+    /// requests of [`what_if`](Self::what_if) replayed with the holds sharing the GPU as the
+    /// model says, moment by moment. The same pool sizes, up to [`MODEL_MAX_N`].
     pub predicted: Vec<Prediction>,
     /// Tests whose measured GPU memory (`memory_used`) exceeded what they declared, or the
     /// share of the memory budget their units stand for, with a weight or a declaration that
@@ -369,11 +369,11 @@ pub enum SlowdownBasis {
 pub struct Prediction {
     /// Permits in the pool (N per GPU times the GPUs).
     pub n: usize,
-    /// Estimated span with the fitted factor, microseconds.
+    /// Estimated span at the fitted factor and saturation, microseconds.
     pub span_us: u64,
-    /// The shortest span over the factor's range, microseconds.
+    /// The span at the fast end of the model's range, microseconds.
     pub low_us: u64,
-    /// The longest span over the factor's range, microseconds.
+    /// The span at the slow end of the model's range, microseconds.
     pub high_us: u64,
 }
 
@@ -413,8 +413,8 @@ pub const MODEL_MAX_N: usize = 64;
 /// what-if replays the requests in the order they were made, each holding as long as it did,
 /// on a first-come first-served pool of the other size: a request for `k` units waits until
 /// `k` are free, and the requests behind it wait behind it. The [`Slowdown`] model's replay
-/// ([`Summary::predicted`]) rescales each hold to the concurrency it sees; see the
-/// [module docs](self#the-slowdown-model) for what it assumes.
+/// ([`Summary::predicted`]) lets each hold progress as fast as the holds beside it allow; see
+/// the [module docs](self#the-slowdown-model) for what it assumes.
 ///
 /// Cost: O(e log e) for `e` events, plus O(m log m) per replayed pool size for `m` holds (for
 /// the model, times three, for the estimate and the ends of its range, plus a step per
@@ -494,13 +494,14 @@ pub fn summarize_with(events: &[TraceEvent], slowdown: Option<&Slowdown>) -> Opt
     };
 
     let run = Replayable::new(events, &holds, start);
+    let hold_times = run.holds();
     let mut what_if = Vec::with_capacity(capacity * 2);
     let mut unconstrained = None;
     for n in 1..=capacity * 2 {
         let span = match unconstrained {
             Some(span) => span,
             None => {
-                let (span, waited) = run.replay(&run.holds(), n);
+                let (span, waited) = run.replay(&hold_times, n);
                 if !waited && n >= run.max_units {
                     unconstrained = Some(span);
                 }
@@ -698,19 +699,19 @@ impl RequestTimes {
     }
 }
 
-/// A moment or an amount of progress in the simulation, microseconds, ordered for its heaps.
+/// A moment, or an amount of progress, in the simulation: microseconds, ordered for its heaps.
 #[derive(Clone, Copy, Debug, PartialEq)]
-struct Instant(f64);
+struct At(f64);
 
-impl Eq for Instant {}
+impl Eq for At {}
 
-impl PartialOrd for Instant {
+impl PartialOrd for At {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for Instant {
+impl Ord for At {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&other.0)
     }
@@ -871,15 +872,15 @@ impl Replayable {
         struct Weight {
             units: usize,
             progress: f64,
-            ends: BinaryHeap<Reverse<(Instant, usize)>>,
+            ends: BinaryHeap<Reverse<(At, usize)>>,
         }
         let gpus = self.gpus as f64;
-        let mut coming: BinaryHeap<Reverse<(Instant, usize)>> = self
+        let mut coming: BinaryHeap<Reverse<(At, usize)>> = self
             .requests
             .iter()
             .enumerate()
             .filter(|(_, r)| r.after.is_none())
-            .map(|(i, r)| Reverse((Instant(r.arrival as f64), i)))
+            .map(|(i, r)| Reverse((At(r.arrival as f64), i)))
             .collect();
         let mut came = vec![0.0f64; self.requests.len()];
         let mut queue: std::collections::VecDeque<usize> = Default::default();
@@ -909,18 +910,18 @@ impl Replayable {
                     }
                 };
                 let w = &mut weights[w];
-                w.ends.push(Reverse((Instant(w.progress + alone[j]), j)));
+                w.ends.push(Reverse((At(w.progress + alone[j]), j)));
             }
             // The next event: the first hold to end at today's rates, or the next request.
             let ending = weights
                 .iter()
                 .enumerate()
                 .filter_map(|(k, w)| {
-                    let &Reverse((Instant(at), _)) = w.ends.peek()?;
+                    let &Reverse((At(at), _)) = w.ends.peek()?;
                     Some((now + ((at - w.progress) / rate(w, load)).max(0.0), k))
                 })
                 .min_by(|x, y| x.0.total_cmp(&y.0));
-            let next_request = coming.peek().map(|&Reverse((Instant(at), _))| at);
+            let next_request = coming.peek().map(|&Reverse((At(at), _))| at);
             let (at, ends) = match (ending, next_request) {
                 (Some((e, k)), Some(c)) if e <= c => (e, Some(k)),
                 (Some((e, k)), None) => (e, Some(k)),
@@ -934,14 +935,14 @@ impl Replayable {
             match ends {
                 Some(k) => {
                     let w = &mut weights[k];
-                    let Reverse((Instant(done), j)) = w.ends.pop().expect("a hold to end");
+                    let Reverse((At(done), j)) = w.ends.pop().expect("a hold to end");
                     w.progress = done;
                     free += w.units;
                     load -= w.units;
                     end = end.max(now);
                     if let Some(f) = self.follower[j] {
                         let (_, gap) = self.requests[f].after.expect("a follower follows");
-                        coming.push(Reverse((Instant(now + gap as f64), f)));
+                        coming.push(Reverse((At(now + gap as f64), f)));
                     }
                 }
                 None => {
@@ -1107,6 +1108,7 @@ impl Point {
             .max(self.ln_load - ln_saturation.max(self.ln_units))
     }
 }
+
 /// For each span `(begin, duration, units)`, the units the other spans keep busy during it,
 /// averaged over its duration and divided by `gpus` (0 for a span of no duration). One sweep
 /// over the sorted edges keeps the integral of the load so far; a span's integral is its

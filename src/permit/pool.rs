@@ -32,7 +32,7 @@ use crate::trace::{TraceArgs, TraceEvent, Tracer};
 /// - **Fair**: requests are served in arrival order within a process; a heavy (weighted or
 ///   exclusive) request is not overtaken by later light ones. Across processes, the head of the
 ///   queue is whoever holds the slot directory's gate, and it takes its units before anyone
-///   else takes any; among processes waiting for the gate, whoever retries first gets it.
+///   else takes any; processes waiting for the gate take it in the order they began to wait.
 /// - **Reentrant per thread**: a thread holding a permit of this pool gets nested guards
 ///   without waiting for requests of at most its units. At most one real permit per thread.
 /// - **Bounded**: every wait has a deadline; past it the error lists the holders.
@@ -894,14 +894,7 @@ impl PermitPool {
         // Host records cover every process, this one included; seats add this process's
         // holders without a record (a pool without host slots).
         // A permit of k units wrote its record into each of its k slots: list it once.
-        let mut records: Vec<(HolderRecord, usize)> = Vec::new();
-        for r in blockers.holders {
-            match records.iter_mut().find(|(seen, _)| *seen == r) {
-                Some((_, slots)) => *slots += 1,
-                None => records.push((r, 1)),
-            }
-        }
-        let mut holders: Vec<Holder> = records
+        let mut holders: Vec<Holder> = count_equal(blockers.holders)
             .into_iter()
             .map(|(r, slots)| Holder {
                 held_for: since(r.since_unix_ms),
@@ -915,14 +908,7 @@ impl PermitPool {
             })
             .collect();
         // Slots locked without a record, by owner (0: not known here).
-        let mut unrecorded: Vec<(u32, usize)> = Vec::new();
-        for owner in blockers.unrecorded {
-            let owner = owner.unwrap_or(0);
-            match unrecorded.iter_mut().find(|(pid, _)| *pid == owner) {
-                Some((_, slots)) => *slots += 1,
-                None => unrecorded.push((owner, 1)),
-            }
-        }
+        let unrecorded = count_equal(blockers.unrecorded.into_iter().map(|o| o.unwrap_or(0)));
         holders.extend(unrecorded.into_iter().map(|(owner, slots)| Holder {
             test: String::new(),
             thread: String::new(),
@@ -978,6 +964,18 @@ impl PermitPool {
             queued_here: inner.local.queued(),
         }))
     }
+}
+
+/// The distinct items of `items`, in the order first seen, each with how many times it came.
+fn count_equal<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<(T, usize)> {
+    let mut out: Vec<(T, usize)> = Vec::new();
+    for item in items {
+        match out.iter_mut().find(|(seen, _)| *seen == item) {
+            Some((_, n)) => *n += 1,
+            None => out.push((item, 1)),
+        }
+    }
+    out
 }
 
 /// Why [`PermitPool::resolve`] refused a request: small, so that the check's result stays in

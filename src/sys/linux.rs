@@ -98,12 +98,10 @@ pub(super) fn process_is_stopped(pid: u32) -> bool {
 /// Read from `/proc/locks`: the `FLOCK` line of the file's device and inode (not a waiter's
 /// `->` line), whose pid is the process that took the lock.
 pub(super) fn lock_owner(file: &std::fs::File) -> Option<u32> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = file.metadata().ok()?;
-    let dev = meta.dev();
+    let (dev, ino) = super::file_identity(file)?;
     let (major, minor) = (libc::major(dev), libc::minor(dev));
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    locks_owner(&locks, major as u64, minor as u64, meta.ino())
+    locks_owner(&locks, major as u64, minor as u64, ino)
 }
 
 /// The owner in `/proc/locks` text of the `flock` lock on device `major:minor`, inode `ino`.

@@ -10,6 +10,16 @@ use crate::util::{pool, tempdir};
 
 const GIB: u64 = 1 << 30;
 
+/// A pool of N = 4 on `dir`'s slots, with `budget` bytes of GPU memory (none: no budget of
+/// its own).
+fn budget_pool(dir: &std::path::Path, budget: Option<u64>) -> PermitPool {
+    let mut b = PermitPool::builder().concurrency(4).slot_dir(dir);
+    if let Some(bytes) = budget {
+        b = b.memory_budget(bytes);
+    }
+    b.build().unwrap()
+}
+
 #[test]
 fn a_weighted_permit_holds_its_units_on_the_host_and_in_the_process() {
     let dir = tempdir();
@@ -195,13 +205,7 @@ fn a_timed_out_weighted_wait_names_the_units() {
 #[test]
 fn pools_sharing_a_directory_turn_memory_into_units_with_one_budget() {
     let dir = tempdir();
-    let build = |budget: Option<u64>| {
-        let mut b = PermitPool::builder().concurrency(4).slot_dir(dir.path());
-        if let Some(bytes) = budget {
-            b = b.memory_budget(bytes);
-        }
-        b.build().unwrap()
-    };
+    let build = |budget| budget_pool(dir.path(), budget);
     let units = |p: &PermitPool| p.request().memory(6 * GIB).try_acquire().unwrap().units();
     // 16 GiB over N = 4: units of 4 GiB, so 6 GiB takes 2.
     let first = build(Some(16 * GIB));
@@ -221,18 +225,9 @@ fn pools_sharing_a_directory_turn_memory_into_units_with_one_budget() {
 #[test]
 fn a_corrupt_budget_record_is_ignored() {
     let dir = tempdir();
-    let user = PermitPool::builder()
-        .concurrency(4)
-        .slot_dir(dir.path())
-        .build()
-        .unwrap();
+    let user = budget_pool(dir.path(), None);
     std::fs::write(dir.path().join("gpu0.budget"), "lots of memory\n").unwrap();
-    let p = PermitPool::builder()
-        .concurrency(4)
-        .memory_budget(8 * GIB)
-        .slot_dir(dir.path())
-        .build()
-        .unwrap();
+    let p = budget_pool(dir.path(), Some(8 * GIB));
     assert_eq!(
         p.request().memory(6 * GIB).try_acquire().unwrap().units(),
         3
@@ -240,12 +235,7 @@ fn a_corrupt_budget_record_is_ignored() {
     drop((user, p));
     // The next pool that finds the directory unused clears it, and records its own budget
     // when it first needs one.
-    let next = PermitPool::builder()
-        .concurrency(4)
-        .memory_budget(16 * GIB)
-        .slot_dir(dir.path())
-        .build()
-        .unwrap();
+    let next = budget_pool(dir.path(), Some(16 * GIB));
     let record = std::fs::read_to_string(dir.path().join("gpu0.budget")).unwrap();
     assert_eq!(record.trim(), "");
     assert_eq!(
@@ -263,11 +253,7 @@ fn a_corrupt_budget_record_is_ignored() {
 #[test]
 fn a_budget_record_locked_by_a_stopped_process_costs_a_second_not_the_test() {
     let dir = tempdir();
-    let user = PermitPool::builder()
-        .concurrency(4)
-        .slot_dir(dir.path())
-        .build()
-        .unwrap();
+    let user = budget_pool(dir.path(), None);
     // Another open file holds the record's lock and never lets go, as a process stopped
     // between reading and writing it would.
     let record = std::fs::OpenOptions::new()
@@ -278,12 +264,7 @@ fn a_budget_record_locked_by_a_stopped_process_costs_a_second_not_the_test() {
         .open(dir.path().join("gpu0.budget"))
         .unwrap();
     record.lock().unwrap();
-    let p = PermitPool::builder()
-        .concurrency(4)
-        .memory_budget(8 * GIB)
-        .slot_dir(dir.path())
-        .build()
-        .unwrap();
+    let p = budget_pool(dir.path(), Some(8 * GIB));
     let asked = std::time::Instant::now();
     let permit = p.request().memory(6 * GIB).try_acquire().unwrap();
     let took = asked.elapsed();

@@ -284,13 +284,11 @@ fn print_suggestion(s: &Summary, hung_at: Option<usize>) {
         }
         return;
     };
-    let Some(pick) = allowed
+    let pick = allowed
         .iter()
         .filter(|p| p.span_us as f64 <= best.span_us as f64 * 1.05)
         .min_by_key(|p| p.n)
-    else {
-        return;
-    };
+        .expect("the fastest is within 5 % of itself");
     let mut line = format!(
         "suggested N = {}: the smallest whose estimate is within 5 % of the fastest ({:.1} ms \
          at N = {})",
