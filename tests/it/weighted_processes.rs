@@ -724,3 +724,37 @@ fn waiting_processes_are_served_in_the_order_they_began_to_wait() {
     let served: Vec<u32> = holds.iter().map(|e| e.pid).skip(1).collect();
     assert_eq!(served, order, "served out of the order they began to wait");
 }
+
+/// A waiter that was killed, or is stopped, leaves no turn to wait for: the younger waiter
+/// behind it takes the freed slot without waiting for it.
+#[test]
+fn a_killed_or_stopped_older_waiter_does_not_hold_back_a_younger_one() {
+    for sig in [libc::SIGKILL, libc::SIGSTOP] {
+        let dir = tempdir();
+        let first = hold(dir.path(), 1, 1, &[]);
+        assert!(held_within(&first, LONG).is_some());
+        let older = hold(dir.path(), 1, 1, &[]);
+        let younger = hold(dir.path(), 1, 1, &[]);
+        for w in [&older, &younger] {
+            let p = pid(w);
+            wait_until("the request waits", || {
+                status(dir.path())
+                    .unwrap()
+                    .waiters
+                    .iter()
+                    .any(|r| r.pid == p)
+            });
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        signal(pid(&older), sig);
+        assert!(first.release().0.success());
+        let served = held_within(&younger, Duration::from_secs(10)).is_some();
+        if sig == libc::SIGSTOP {
+            signal(pid(&older), libc::SIGCONT);
+        }
+        assert!(
+            served,
+            "signal {sig}: the younger waiter waited for the older one"
+        );
+    }
+}
