@@ -366,8 +366,77 @@ pub(crate) struct WaitingRequest {
     pub(crate) record: HolderRecord,
     /// It holds the gate: the queue's head.
     pub(crate) head: bool,
-    /// Its process is stopped (and so loses its turn).
-    pub(crate) stopped: bool,
+    /// Whether it keeps its turn, and if not, why.
+    pub(crate) liveness: Liveness,
+}
+
+/// How long a waiting request may show no sign of life (its wait file's heartbeat, renewed
+/// every few milliseconds while it waits) before it loses its turn to the requests behind it.
+pub(crate) const GRACE: Duration = Duration::from_secs(1);
+
+/// Whether a waiting request of another process can use its turn, as the requests behind it
+/// judge it. A request that cannot loses its turn: the others go past it, the oldest of them
+/// first. Only the order is at stake: the slots themselves are locks, so the cap holds
+/// whatever is judged here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Liveness {
+    /// Running, and renewing its heartbeat: it keeps its turn.
+    Active,
+    /// Its process is stopped (`SIGSTOP`, Ctrl-Z, a debugger).
+    Stopped,
+    /// Its record names a process id that no process here has: one of another PID
+    /// namespace (a container), or a forged record.
+    Unseen,
+    /// No heartbeat for this long: a process frozen by the cgroup freezer (`docker pause`),
+    /// stopped in another PID namespace, or a record nobody keeps up.
+    Silent(Duration),
+}
+
+impl Liveness {
+    /// Whether the request keeps its turn.
+    pub fn keeps_turn(self) -> bool {
+        self == Liveness::Active
+    }
+
+    /// Judges process `pid` whose last heartbeat was at `beat_ms` (Unix milliseconds), now
+    /// being `now_ms`. A heartbeat from the future beyond the grace period (a forged one, or
+    /// a clock set back) counts as none.
+    fn judge(pid: u32, beat_ms: u64, now_ms: u64) -> Liveness {
+        if !sys::process_is_visible(pid) {
+            return Liveness::Unseen;
+        }
+        if sys::process_is_stopped(pid) {
+            return Liveness::Stopped;
+        }
+        let grace = GRACE.as_millis() as u64;
+        let age = now_ms.saturating_sub(beat_ms);
+        if age > grace || beat_ms > now_ms.saturating_add(grace) {
+            Liveness::Silent(Duration::from_millis(age))
+        } else {
+            Liveness::Active
+        }
+    }
+}
+
+impl std::fmt::Display for Liveness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Liveness::Active => write!(f, "running"),
+            Liveness::Stopped => write!(f, "its process stopped (SIGSTOP, Ctrl-Z or a debugger)"),
+            Liveness::Unseen => write!(
+                f,
+                "its pid names no process here (a process of another PID namespace, or a \
+                 forged record)"
+            ),
+            Liveness::Silent(d) => write!(
+                f,
+                "no sign of life for {:.1}s (frozen, e.g. by `docker pause`, stopped in another \
+                 PID namespace, or a record nobody keeps up)",
+                d.as_secs_f64()
+            ),
+        }
+    }
 }
 
 /// Who was in the way of a wait that timed out.
@@ -488,12 +557,13 @@ impl HostSlots {
     ) -> Result<Vec<usize>, HostWaitError> {
         let mut gate = false;
         let mut gate_recorded = false;
+        let mut head_seen = None;
         let result = loop {
-            // Once waiting, a request lets an older waiting request of another process, alive
-            // and not stopped, go first: the waiters woken by a release would otherwise race
+            // Once waiting, a request lets an older waiting request of another process that
+            // keeps its turn go first: the waiters woken by a release would otherwise race
             // for the gate. (A new request tries at once: reading the waiters on every
             // acquisition would cost the uncontended path a directory scan.)
-            let defer = !gate && waiting.listed && self.older_waiter_first(record);
+            let mut defer = !gate && waiting.listed && self.older_waiter_first(record);
             if !gate && !defer {
                 match self.gate.try_lock() {
                     Ok(()) => gate = true,
@@ -503,9 +573,15 @@ impl HostSlots {
                     }
                 }
             }
-            // The head takes slots; so does the oldest waiter when the head is stopped and
-            // cannot.
-            if gate || (!defer && self.head_is_stopped()) {
+            // The head takes slots. When the head has lost its turn, the oldest waiter that
+            // keeps its own takes them past it, with the head's protection: a newer request,
+            // even one that has just arrived, lets it go first.
+            let mut past_head = false;
+            if !gate && !defer && self.head_lost_turn(&mut head_seen) {
+                defer = !waiting.listed && self.older_waiter_first(record);
+                past_head = !defer;
+            }
+            if gate || past_head {
                 match self.try_take(units, exclusive, record) {
                     Ok(Some(got)) => break Ok(got),
                     Ok(None) => {}
@@ -516,7 +592,8 @@ impl HostSlots {
                 break Err(HostWaitError::TimedOut);
             }
             if gate && !gate_recorded {
-                // Diagnostics only: who heads the queue, and whether it can still take a turn.
+                // Who heads the queue, for the others to judge whether it can still take its
+                // turn, and for diagnostics.
                 gate_recorded = sys::write_at(&self.gate, &record.encode(), 0).is_ok();
             }
             // A watch armed just now: check once more, since a release between the check
@@ -525,6 +602,7 @@ impl HostSlots {
                 continue;
             }
             waiting.list(&self.dir, record);
+            waiting.beat();
             waiting.wait(deadline);
         };
         // Off the list before anyone is woken: a waiter that finds this request still listed
@@ -589,7 +667,13 @@ impl HostSlots {
                 self.unlock_unrecorded(&got);
                 continue;
             }
-            let bytes = record.encode();
+            // Stamped with the grant: a holder's record tells how long it has held its slots,
+            // not how long it waited for them.
+            let granted = HolderRecord {
+                since_unix_ms: crate::clock::now_unix_ms(),
+                ..record.clone()
+            };
+            let bytes = granted.encode();
             for &i in &got {
                 // A record is diagnostics only; failing to write one must not fail the test.
                 let _ = sys::write_at(&self.slots[i].file, &bytes, 0);
@@ -609,32 +693,65 @@ impl HostSlots {
         }
     }
 
-    /// Whether another process, alive and not stopped, has a waiting request older than
-    /// `record` (by the time it began to wait, then by pid).
+    /// Whether another process has a waiting request older than `record` (by the time it
+    /// began to wait, then by pid) that keeps its turn ([`Liveness::Active`]).
     fn older_waiter_first(&self, record: &HolderRecord) -> bool {
         let own = (record.since_unix_ms, record.pid);
-        live_wait_records(&self.dir).iter().any(|r| {
-            r.pid != record.pid && (r.since_unix_ms, r.pid) < own && !sys::process_is_stopped(r.pid)
+        let now = crate::clock::now_unix_ms();
+        wait_entries(&self.dir).iter().any(|w| {
+            let r = &w.record;
+            r.pid != record.pid
+                && (r.since_unix_ms, r.pid) < own
+                && Liveness::judge(r.pid, w.beat_ms, now).keeps_turn()
         })
     }
 
-    /// Whether another process holds the gate and is stopped.
-    fn head_is_stopped(&self) -> bool {
-        match self.head() {
-            Some(head) => head.stopped,
-            None => false,
+    /// Whether another process holds the gate but has lost its turn: stopped, unseen, or
+    /// showing no sign of life for [`GRACE`]. A gate held with no record (a head caught
+    /// between taking the gate and either its slots or writing its record, which takes
+    /// microseconds) loses its turn once it has stayed so for [`GRACE`], as seen by `seen`.
+    fn head_lost_turn(&self, seen: &mut Option<(Option<HolderRecord>, Instant)>) -> bool {
+        if !is_locked_at(&self.gate_path) {
+            *seen = None;
+            return false;
         }
+        let record = read_record(&self.gate);
+        if record.as_ref().is_some_and(|r| r.pid == std::process::id()) {
+            return false;
+        }
+        // First seen (by this process) with this record: the progress clock of a head that has
+        // no heartbeat of its own to show.
+        let first_seen = match seen {
+            Some((r, at)) if *r == record => *at,
+            _ => {
+                *seen = Some((record.clone(), Instant::now()));
+                Instant::now()
+            }
+        };
+        match record {
+            Some(record) => !self.head_liveness(&record, Some(first_seen)).keeps_turn(),
+            None => first_seen.elapsed() > GRACE,
+        }
+    }
+
+    /// How the head of the queue, recorded as `record`, stands: judged by its wait file's
+    /// heartbeat, or where it has none, by how long it has been seen (`first_seen`; when not
+    /// known, since it began to wait).
+    fn head_liveness(&self, record: &HolderRecord, first_seen: Option<Instant>) -> Liveness {
+        head_liveness(&self.dir, record, first_seen)
     }
 
     /// The head of the queue as its gate record tells, when another process holds the gate and
     /// has recorded itself (a head that takes slots at once never writes one).
     fn head(&self) -> Option<WaitingRequest> {
         let record = read_record(&self.gate)?;
-        if record.pid == std::process::id() || !is_locked(&self.gate) {
+        // Probed through a description of its own: this process's gate description may hold
+        // the gate for another of its threads.
+        if record.pid == std::process::id() || !is_locked_at(&self.gate_path) {
             return None;
         }
         Some(WaitingRequest {
-            stopped: sys::process_is_stopped(record.pid),
+            liveness: self.head_liveness(&record, None),
             record,
             head: true,
         })
@@ -757,9 +874,11 @@ impl HostSlots {
         let mut holders = Vec::new();
         let mut unrecorded = Vec::new();
         for slot in &self.slots {
+            // Never probe through `slot.file`: its description may hold (or be taking) another
+            // thread's lock, which a probe would convert and its unlock drop.
             let locked = slot.held.load(Ordering::Acquire) || {
                 probed = true;
-                is_locked(&slot.file)
+                is_locked_at(&slot.path)
             };
             if !locked {
                 continue;
@@ -784,14 +903,16 @@ impl HostSlots {
             self.notify();
         }
         let mut waiting: Vec<WaitingRequest> = self.head().into_iter().collect();
-        for record in live_wait_records(&self.dir) {
+        let now = crate::clock::now_unix_ms();
+        for entry in wait_entries(&self.dir) {
+            let record = entry.record;
             if record.pid == std::process::id()
                 || waiting.iter().any(|w| w.record.pid == record.pid)
             {
                 continue;
             }
             waiting.push(WaitingRequest {
-                stopped: sys::process_is_stopped(record.pid),
+                liveness: Liveness::judge(record.pid, entry.beat_ms, now),
                 record,
                 head: false,
             });
@@ -860,7 +981,15 @@ pub(crate) fn adopt_inherited(
     Ok(files)
 }
 
+/// Whether some process holds a lock on the file at `path`, probed through a description
+/// opened for the purpose (false when it cannot be opened).
+fn is_locked_at(path: &Path) -> bool {
+    sys::open_regular_for_reading(path).is_ok_and(|f| is_locked(&f))
+}
+
 /// Whether another open file description holds a lock on `file` (probes with a shared lock).
+/// Only for descriptions that hold no lock of this process: on one that does, the probe would
+/// convert that lock and its unlock drop it.
 fn is_locked(file: &File) -> bool {
     match file.try_lock_shared() {
         Ok(()) => {
@@ -1002,8 +1131,32 @@ fn sweep_wait_files(dir: &Path) {
     }
 }
 
-/// The waiting records of live processes (locked wait files with a record in them).
-fn live_wait_records(dir: &Path) -> Vec<HolderRecord> {
+/// How the head of the queue of `dir`, recorded as `record`, stands; see
+/// [`HostSlots::head_liveness`].
+fn head_liveness(dir: &Path, record: &HolderRecord, first_seen: Option<Instant>) -> Liveness {
+    let now = crate::clock::now_unix_ms();
+    let beat = wait_entry(&dir.join(format!("{WAIT_PREFIX}{}", record.pid)))
+        .filter(|w| w.record.pid == record.pid)
+        .map(|w| w.beat_ms);
+    let beat = match (beat, first_seen) {
+        (Some(b), _) => b,
+        (None, Some(at)) => now.saturating_sub(at.elapsed().as_millis() as u64),
+        (None, None) => record.since_unix_ms,
+    };
+    Liveness::judge(record.pid, beat, now)
+}
+
+/// A waiting request as its wait file tells: its record and its last heartbeat.
+struct WaitEntry {
+    record: HolderRecord,
+    /// Unix milliseconds of the last heartbeat; a file without one (written by an earlier
+    /// version) counts from when the wait began.
+    beat_ms: u64,
+}
+
+/// The waiting requests of live processes (locked wait files with a record in them), oldest
+/// first.
+fn wait_entries(dir: &Path) -> Vec<WaitEntry> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
         return out;
@@ -1013,17 +1166,27 @@ fn live_wait_records(dir: &Path) -> Vec<HolderRecord> {
         if !name.to_str().is_some_and(|n| n.starts_with(WAIT_PREFIX)) {
             continue;
         }
-        let Some(file) = sys::open_regular_for_reading(&entry.path()).ok() else {
-            continue;
-        };
-        if is_locked(&file)
-            && let Some(r) = read_record(&file)
-        {
-            out.push(r);
-        }
+        out.extend(wait_entry(&entry.path()));
     }
-    out.sort_by_key(|r| r.since_unix_ms);
+    out.sort_by_key(|w| w.record.since_unix_ms);
     out
+}
+
+/// The waiting request in wait file `path`, if the file is locked (its process lives) and
+/// holds one.
+fn wait_entry(path: &Path) -> Option<WaitEntry> {
+    let file = sys::open_regular_for_reading(path).ok()?;
+    if !is_locked(&file) {
+        return None;
+    }
+    let raw = read_start(&file, RECORD_LEN + BEAT_LEN)?;
+    let record = HolderRecord::decode(&raw[..raw.len().min(RECORD_LEN)]).ok()??;
+    let beat_ms = raw
+        .get(RECORD_LEN..)
+        .and_then(|b| padded_text(b).ok().flatten())
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(record.since_unix_ms);
+    Some(WaitEntry { record, beat_ms })
 }
 
 /// How this process waits for changes.
@@ -1085,6 +1248,18 @@ impl Waiting {
         if let Some((_, file)) = &self.file {
             let _ = sys::write_at(file, &record.encode(), 0);
         }
+        self.beat();
+    }
+
+    /// Renews the heartbeat of the listed request: the sign of life by which the requests
+    /// behind it judge that it can still use its turn ([`Liveness`]).
+    fn beat(&self) {
+        if self.listed
+            && let Some((_, file)) = &self.file
+        {
+            let now = crate::clock::now_unix_ms().to_string().into_bytes();
+            let _ = sys::write_at(file, &padded(now, BEAT_LEN), RECORD_LEN as u64);
+        }
     }
 
     /// Blanks the record once the request stops waiting.
@@ -1128,6 +1303,8 @@ impl Drop for Waiting {
 }
 
 const WAIT_PREFIX: &str = "gpu0.wait.";
+/// Size of a wait file's heartbeat, written after its record.
+const BEAT_LEN: usize = 32;
 /// The memory budget the directory's current users agreed on (see
 /// [`HostSlots::agree_on_budget`]): bytes per GPU, or blank.
 const BUDGET_FILE: &str = "gpu0.budget";
@@ -1266,6 +1443,9 @@ pub struct QueueHead {
     /// Its process is stopped (`SIGSTOP`, Ctrl-Z, a debugger): the requests behind it take
     /// free slots past it until it resumes.
     pub stopped: bool,
+    /// Whether it keeps its turn, and if not, why ([`Liveness`]): one that lost it holds
+    /// nobody back.
+    pub liveness: Liveness,
 }
 
 /// A file [`status`] did not read, and why.
@@ -1370,9 +1550,13 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
     if let Ok(gate) = sys::open_regular_for_reading(&dir.join("gpu0.gate"))
         && is_locked(&gate)
     {
-        out.head = read_record(&gate).map(|request| QueueHead {
-            stopped: sys::process_is_stopped(request.pid),
-            request,
+        out.head = read_record(&gate).map(|request| {
+            let liveness = head_liveness(dir, &request, None);
+            QueueHead {
+                stopped: liveness == Liveness::Stopped,
+                liveness,
+                request,
+            }
         });
     }
     Ok(out)

@@ -221,6 +221,9 @@ pub struct Waiter {
     /// Whether its process was stopped (`SIGSTOP`, Ctrl-Z, a debugger): a stopped head loses
     /// its turn to the waiters behind it.
     pub stopped: bool,
+    /// Whether it kept its turn, and if not, why (stopped, a pid no process here has, or no
+    /// sign of life): a request that lost its turn holds nobody back.
+    pub liveness: crate::host::Liveness,
 }
 
 impl fmt::Display for Waiter {
@@ -238,10 +241,13 @@ impl fmt::Display for Waiter {
             } else {
                 ""
             },
-            if self.stopped {
-                ", its process stopped (SIGSTOP, Ctrl-Z or a debugger)"
+            if self.liveness.keeps_turn() {
+                String::new()
             } else {
-                ""
+                format!(
+                    ", {}: it lost its turn to the requests behind it",
+                    self.liveness
+                )
             }
         )
     }

@@ -949,7 +949,8 @@ impl PermitPool {
                 exclusive: w.record.exclusive,
                 units: w.record.units,
                 head: w.head,
-                stopped: w.stopped,
+                stopped: w.liveness == crate::host::Liveness::Stopped,
+                liveness: w.liveness,
             })
             .collect();
         AcquireError::Timeout(Box::new(WaitTimeout {

@@ -313,6 +313,12 @@ pub(crate) fn process_is_stopped(pid: u32) -> bool {
     kernel::process_is_stopped(pid)
 }
 
+/// Whether a process with id `pid` can be seen from here (it may be one of another PID
+/// namespace's that happens to share the number); true where that cannot be told.
+pub(crate) fn process_is_visible(pid: u32) -> bool {
+    os::process_is_visible(pid)
+}
+
 /// The process that holds the whole-file lock (`flock`) on `file`, read from `/proc/locks` on
 /// Linux; `None` where that cannot be told, or when nobody holds one.
 pub(crate) fn lock_owner(file: &std::fs::File) -> Option<u32> {

@@ -413,6 +413,20 @@ pub(super) fn kill_process_group(child: &Child) {
     unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
 }
 
+/// Whether a process with this id exists in this process's PID namespace (`kill(pid, 0)`:
+/// allowed, or refused for want of permission).
+pub(super) fn process_is_visible(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 sends nothing; it only checks that the process exists.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 pub(super) fn exit_signal(status: &ExitStatus) -> Option<i32> {
     use std::os::unix::process::ExitStatusExt;
     status.signal()

@@ -2,6 +2,7 @@
 
 #![allow(missing_docs, unreachable_pub)]
 
+mod cap;
 #[cfg(feature = "cuda")]
 mod capture;
 mod cli;

@@ -133,10 +133,13 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
             "head of the queue {}: {}{}",
             ago(head.request.since_unix_ms),
             who(&head.request),
-            if head.stopped {
-                " (process stopped: the requests behind it take free slots past it)"
+            if head.liveness.keeps_turn() {
+                String::new()
             } else {
-                ""
+                format!(
+                    " ({}: the requests behind it take free slots past it)",
+                    head.liveness
+                )
             }
         );
     }
