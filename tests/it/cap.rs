@@ -361,10 +361,10 @@ fn a_stopped_head_in_another_pid_namespace_loses_its_turn() {
     let inner = Holder::spawn(c);
     let deadline = Instant::now() + LONG;
     // Inside its namespace it is pid 1: its record says so.
-    while !status(dir.path())
+    while status(dir.path())
         .unwrap()
         .head
-        .is_some_and(|h| h.request.pid == 1)
+        .is_none_or(|h| h.request.pid != 1)
     {
         assert!(
             Instant::now() < deadline,
@@ -437,10 +437,10 @@ fn a_heavy_request_behind_a_stopped_head_is_protected_from_light_newcomers() {
     };
     let hp = heavy.child.id();
     let deadline = Instant::now() + LONG;
-    while !status(&slots)
+    while status(&slots)
         .unwrap()
         .head
-        .is_some_and(|h| h.request.pid == hp)
+        .is_none_or(|h| h.request.pid != hp)
     {
         assert!(
             Instant::now() < deadline,
