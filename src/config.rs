@@ -575,14 +575,22 @@ impl Config {
 /// included. The variable names those descriptors and what they must be:
 ///
 /// ```text
-/// GPU_TEST_PERMIT_INHERITED=1:<per_gpu>x<gpus>:<shared|exclusive>:<slot>=<fd>/<dev>/<ino>[,...]:<dir>
+/// GPU_TEST_PERMIT_INHERITED=1:<per_gpu>x<gpus>:<shared|exclusive>:<slot>=<fd>/<dev>/<ino>[@<gpu>][,...]:<dir>
 /// ```
 ///
-/// `1` is the format's version; `<per_gpu>x<gpus>` the layout of the slot directory `<dir>`
-/// (last, so that it may contain `:`); then, per slot held, its index, the descriptor number in
-/// this process, and the device and inode of the slot file. A process trusts it only after
-/// checking each descriptor: open, the same file (device and inode) as `<dir>/gpu0.slot<i>`,
-/// and that file locked through that very description.
+/// `1` is the format's version; `<per_gpu>x<gpus>` the GPUs and the permits per GPU that units
+/// are counted in (memory declarations are converted with this N); then, per slot held, its
+/// index in the slot directory `<dir>` (last, so that it may contain `:`), the descriptor number
+/// in this process, the device and inode of the slot file, and the GPU it is for when that is
+/// not `<slot> % <gpus>`. A process trusts it only after checking each descriptor: open, the
+/// same file (device and inode) as `<dir>/gpu0.slot<i>`, and that file locked through that very
+/// description.
+///
+/// The processes that work inside one inherited permit share its units through slot files of
+/// their own, in a directory beside the parent's slots (`<dir>/gpu0.slot<first>.inside-<uid>`): at most
+/// as many units as the parent holds are held by all of them together. A process among them
+/// that passes its own permit on (a `gpu-test-permit run` inside another) names the slots of
+/// that directory, with their GPUs.
 ///
 /// ```
 /// use gpu_test_permit::config::InheritedPermit;
@@ -623,6 +631,9 @@ pub struct InheritedSlot {
     pub dev: u64,
     /// The slot file's inode number.
     pub ino: u64,
+    /// The GPU the slot is for, when that is not its index modulo the GPUs (a slot of the
+    /// directory in which the processes inside a permit share it).
+    pub gpu: Option<usize>,
 }
 
 impl InheritedSlot {
@@ -633,7 +644,14 @@ impl InheritedSlot {
             fd,
             dev,
             ino,
+            gpu: None,
         }
+    }
+
+    /// The same slot, for GPU `gpu`.
+    pub fn on_gpu(mut self, gpu: usize) -> InheritedSlot {
+        self.gpu = Some(gpu);
+        self
     }
 }
 
@@ -699,31 +717,43 @@ impl InheritedPermit {
         };
         let slot = |s: &str| -> Option<InheritedSlot> {
             let (index, rest) = s.split_once('=')?;
+            let (rest, gpu) = match rest.split_once('@') {
+                Some((rest, gpu)) => (rest, Some(gpu.parse::<usize>().ok()?)),
+                None => (rest, None),
+            };
             let mut ids = rest.split('/').map(|n| n.parse::<u64>().ok());
             let (fd, dev, ino) = (ids.next()??, ids.next()??, ids.next()??);
             if ids.next().is_some() {
                 return None;
             }
-            Some(InheritedSlot::new(index.parse().ok()?, fd, dev, ino))
+            let slot = InheritedSlot::new(index.parse().ok()?, fd, dev, ino);
+            Some(match gpu {
+                Some(g) => slot.on_gpu(g),
+                None => slot,
+            })
         };
         let slots = slots
             .split(',')
-            .map(|s| slot(s).ok_or_else(|| format!("has slot `{s}`, not <slot>=<fd>/<dev>/<ino>")))
+            .map(|s| {
+                slot(s)
+                    .ok_or_else(|| format!("has slot `{s}`, not <slot>=<fd>/<dev>/<ino>[@<gpu>]"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let total = per_gpu.saturating_mul(gpus);
+        let gpu_of = |s: &InheritedSlot| s.gpu.unwrap_or(s.index % gpus);
         let fits = if exclusive {
             slots.iter().map(|s| s.index).eq(0..total)
+                && slots.iter().all(|s| gpu_of(s) == s.index % gpus)
         } else {
-            // A weighted permit: 1 to N distinct slots, all of one GPU (slot i is on GPU
-            // i % gpus).
+            // A weighted permit: 1 to N distinct slots, all of one GPU.
             let mut indices: Vec<usize> = slots.iter().map(|s| s.index).collect();
             indices.sort_unstable();
             indices.dedup();
             indices.len() == slots.len()
                 && slots.len() <= per_gpu
-                && indices
+                && slots
                     .iter()
-                    .all(|&i| i < total && i % gpus == indices[0] % gpus)
+                    .all(|s| s.index < total && gpu_of(s) == gpu_of(&slots[0]))
         };
         if !fits {
             return Err(format!(
@@ -737,12 +767,23 @@ impl InheritedPermit {
         Ok(InheritedPermit::new(per_gpu, gpus, exclusive, slots, dir))
     }
 
+    /// The GPU slot `slot` of this permit is for.
+    pub fn gpu_of(&self, slot: &InheritedSlot) -> usize {
+        slot.gpu.unwrap_or(slot.index % self.gpus.max(1))
+    }
+
     /// The value of [`INHERITED_VAR`] that [`parse`](Self::parse) reads back.
     pub fn to_os_string(&self) -> OsString {
         let slots: Vec<String> = self
             .slots
             .iter()
-            .map(|s| format!("{}={}/{}/{}", s.index, s.fd, s.dev, s.ino))
+            .map(|s| {
+                let gpu = match s.gpu {
+                    Some(g) if g != s.index % self.gpus.max(1) => format!("@{g}"),
+                    _ => String::new(),
+                };
+                format!("{}={}/{}/{}{gpu}", s.index, s.fd, s.dev, s.ino)
+            })
             .collect();
         let kind = if self.exclusive {
             "exclusive"

@@ -284,6 +284,9 @@ pub enum HostError {
     },
     /// The process may not open enough files for the slots; the message says what to change.
     Descriptors(String),
+    /// A permit inherited from a parent process (`gpu-test-permit run`) is held but cannot
+    /// be used here; the message says why and what to change.
+    Inherited(String),
 }
 
 impl Clone for HostError {
@@ -292,6 +295,7 @@ impl Clone for HostError {
         match self {
             HostError::Directory(m) => HostError::Directory(m.clone()),
             HostError::Descriptors(m) => HostError::Descriptors(m.clone()),
+            HostError::Inherited(m) => HostError::Inherited(m.clone()),
             HostError::Io { path, error } => HostError::Io {
                 path: path.clone(),
                 error: match error.raw_os_error() {
@@ -306,7 +310,9 @@ impl Clone for HostError {
 impl std::fmt::Display for HostError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            HostError::Directory(msg) | HostError::Descriptors(msg) => write!(f, "{msg}"),
+            HostError::Directory(msg) | HostError::Descriptors(msg) | HostError::Inherited(msg) => {
+                write!(f, "{msg}")
+            }
             HostError::Io { path, error } => write!(
                 f,
                 "cannot use slot file {}: {error}; check the slot directory or set \
@@ -321,7 +327,7 @@ impl std::error::Error for HostError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             HostError::Io { error, .. } => Some(error),
-            HostError::Directory(_) | HostError::Descriptors(_) => None,
+            HostError::Directory(_) | HostError::Descriptors(_) | HostError::Inherited(_) => None,
         }
     }
 }
@@ -925,60 +931,119 @@ impl HostSlots {
     }
 }
 
+/// Why a permit inherited from a parent process cannot be used.
+#[derive(Debug)]
+pub(crate) enum InheritError {
+    /// Its slots are free (the parent has released them), or held by a process that is not
+    /// an ancestor of this one: the variable is a leftover of another run. The process may
+    /// take permits of its own.
+    Leftover(String),
+    /// Its slots are held, but not through descriptors this process has: taking slots beside
+    /// its ancestor's permit would break the cap, so the process takes none.
+    Unusable(String),
+}
+
 /// Checks a permit inherited from a parent process (see
-/// [`InheritedPermit`](crate::config::InheritedPermit)): each descriptor is open, is the slot
-/// file of its index in the named directory (same device and inode, so neither a reused
-/// descriptor number nor a replaced file passes), that file is locked, and the lock is this
-/// very description's. Returns this process's own descriptors of those descriptions, which
-/// keep the slots locked while it lives.
+/// [`InheritedPermit`](crate::config::InheritedPermit)): each slot file is held, each
+/// descriptor is open, is the slot file of its index in the named directory (same device and
+/// inode, so neither a reused descriptor number nor a replaced file passes), and holds the
+/// lock through that very description. Returns this process's own descriptors of those
+/// descriptions, which keep the slots locked while it lives.
 ///
 /// # Errors
 ///
 /// Why the inherited permit cannot be used, completing "the inherited permit ...".
 pub(crate) fn adopt_inherited(
     permit: &crate::config::InheritedPermit,
-) -> Result<Vec<File>, String> {
+) -> Result<Vec<File>, InheritError> {
     let mut files = Vec::with_capacity(permit.slots.len());
     for slot in &permit.slots {
         let path = permit.dir.join(format!("gpu0.slot{}", slot.index));
-        let file = sys::inherited_file(slot.fd, (slot.dev, slot.ino)).map_err(|e| {
-            format!(
-                "names descriptor {} for {}, but {e}",
-                slot.fd,
-                path.display()
-            )
-        })?;
-        if !sys::same_file(&path, &file) {
-            return Err(format!(
-                "names descriptor {}, which is not the slot file {} (removed or replaced)",
-                slot.fd,
-                path.display()
-            ));
-        }
-        // Locked by someone: a fresh description cannot share the lock...
-        let fresh =
-            sys::open_regular_for_reading(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        if !is_locked(&fresh) {
-            return Err(format!(
+        // Through a description of our own: held by somebody at all?
+        if !is_locked_at(&path) {
+            return Err(InheritError::Leftover(format!(
                 "names slot file {}, which nobody holds now (its holder has released it)",
                 path.display()
-            ));
+            )));
         }
-        // ...and by this description: locking it again through it converts our own lock,
-        // while another description's lock refuses.
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(format!(
-                    "names slot file {}, which another process holds",
+        let held_elsewhere = |what: String| {
+            // Held by a process that is not an ancestor: not this process's permit at all.
+            let owner = sys::open_regular_for_reading(&path)
+                .ok()
+                .and_then(|f| sys::lock_owner(&f));
+            // (A dead owner's lock is kept by its descendants, which may be this process's
+            // ancestors: not a leftover.)
+            if let Some(owner) = owner
+                && sys::process_is_visible(owner)
+                && sys::is_self_or_ancestor(owner) == Some(false)
+            {
+                return InheritError::Leftover(format!(
+                    "names slot file {}, which another process holds (pid {owner}, not an \
+                     ancestor of this one): a leftover of another run",
                     path.display()
                 ));
             }
-            Err(TryLockError::Error(e)) => return Err(format!("{}: {e}", path.display())),
+            InheritError::Unusable(format!(
+                "names descriptor {fd} for slot file {path}, which is held now, but {what}. A \
+                 process between `gpu-test-permit run` and this one closed the descriptor: \
+                 keep it open for the processes that use GPUs (Python's subprocess closes \
+                 descriptors unless told `pass_fds=({fd},)` or `close_fds=False`; other \
+                 harnesses have a similar setting). A permit of this process's own beside its \
+                 ancestor's would break the cap, so this process takes none",
+                fd = slot.fd,
+                path = path.display()
+            ))
+        };
+        let file = sys::inherited_file(slot.fd, (slot.dev, slot.ino))
+            .map_err(|e| held_elsewhere(format!("this process does not have it ({e})")))?;
+        if !sys::same_file(&path, &file) {
+            return Err(held_elsewhere(
+                "that descriptor is not this slot file (removed or replaced)".into(),
+            ));
+        }
+        // Locking it again through our descriptor converts our own lock; another
+        // description's lock refuses.
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(held_elsewhere(
+                    "another open file of it holds the lock, not that descriptor".into(),
+                ));
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(InheritError::Unusable(format!("{}: {e}", path.display())));
+            }
         }
         files.push(file);
     }
     Ok(files)
+}
+
+/// The directory in which the processes working inside `permit` share its units:
+/// `gpu0.slot<first>.inside-<uid>` beside the parent's slots (private to the user that made
+/// it, so one per user), where `<first>` is the permit's first slot. Only one process tree
+/// holds that slot at a time, so the directory is that tree's alone while it uses it.
+pub(crate) fn share_dir(permit: &crate::config::InheritedPermit) -> PathBuf {
+    let first = permit.slots.iter().map(|s| s.index).min().unwrap_or(0);
+    permit
+        .dir
+        .join(sys::per_user_name(&format!("gpu0.slot{first}.inside")))
+}
+
+/// How the processes inside `permit` lay out their shared slots: as many as the parent holds,
+/// on its one GPU, for a shared permit; the parent's whole layout for an exclusive one.
+pub(crate) fn share_layout(permit: &crate::config::InheritedPermit) -> Layout {
+    if permit.exclusive {
+        Layout {
+            per_gpu: permit.per_gpu,
+            gpus: permit.gpus,
+        }
+    } else {
+        Layout {
+            per_gpu: permit.slots.len(),
+            gpus: 1,
+        }
+    }
 }
 
 /// Whether some process holds a lock on the file at `path`, probed through a description

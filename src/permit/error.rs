@@ -29,6 +29,13 @@ pub enum AcquireError {
         /// `per_gpu` units.
         inherited: bool,
     },
+    /// An exclusive permit was asked for inside a shared permit inherited from
+    /// `gpu-test-permit run`: the rest of the GPU is others', so it could never be granted.
+    #[non_exhaustive]
+    ExclusiveInsideShared {
+        /// Units of the inherited permit.
+        held: usize,
+    },
     /// A request declared more memory than one GPU's budget: it could never be served.
     #[non_exhaustive]
     MemoryTooLarge {
@@ -75,6 +82,13 @@ impl fmt::Display for AcquireError {
                 "asked for a GPU permit of {asked} units, but this process works inside the \
                  permit of `gpu-test-permit run` ({INHERITED_VAR}), which holds {per_gpu}; give \
                  `run` --units {asked} (or --exclusive)"
+            ),
+            AcquireError::ExclusiveInsideShared { held } => write!(
+                f,
+                "asked for an exclusive GPU permit, but this process works inside a shared \
+                 permit of {held} unit(s) held by `gpu-test-permit run` ({INHERITED_VAR}): the \
+                 rest of the GPU is other processes'; run it under `gpu-test-permit run \
+                 --exclusive`, or ask for at most {held} unit(s)"
             ),
             AcquireError::MemoryTooLarge { asked, budget } => write!(
                 f,

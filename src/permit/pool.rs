@@ -14,7 +14,9 @@ use super::seat::{
 use super::{AcquireError, Holder, PermitKind, WaitTimeout, Waiter};
 use crate::clock::unix_ms;
 use crate::config::{Config, INHERITED_VAR, SlotDir};
-use crate::host::{Blockers, HolderRecord, HostError, HostSlots, HostWaitError, Layout};
+use crate::host::{
+    Blockers, HolderRecord, HostError, HostSlots, HostWaitError, InheritError, Layout,
+};
 use crate::sync::Ordering;
 use crate::trace::{TraceArgs, TraceEvent, Tracer};
 
@@ -68,66 +70,38 @@ pub(super) struct PoolInner {
     pub(super) probe_budget: bool,
 }
 
-/// A permit inherited from a parent process (`gpu-test-permit run`): the pool takes no host
-/// slot and hands out at most the units the parent holds, on the parent's slots.
+/// A permit inherited from a parent process (`gpu-test-permit run`). The pool's host slots are
+/// those of the directory in which every process inside that permit shares its units
+/// ([`crate::host::share_dir`]), so that all of them together hold at most what the parent
+/// holds.
 pub(super) struct Inherited {
     /// The parent's permit, as it was passed.
     pub(super) permit: crate::config::InheritedPermit,
     /// This process's descriptors of the parent's slot descriptions (they keep the slots
     /// locked while this process lives).
     _files: Vec<std::fs::File>,
-    /// Which of the parent's slots (by position) a permit of this process names now, so
-    /// that permits held side by side name slots of their own.
-    in_use: parking_lot::Mutex<Vec<bool>>,
 }
 
 impl Inherited {
-    fn new(permit: crate::config::InheritedPermit, files: Vec<std::fs::File>) -> Inherited {
-        let in_use = parking_lot::Mutex::new(vec![false; permit.slots.len()]);
-        Inherited {
-            permit,
-            _files: files,
-            in_use,
+    /// The parent's slot that shared slot `index` stands for: the one at that position for a
+    /// shared permit, the same slot for an exclusive one (whose layout the shared slots copy).
+    pub(super) fn parent_slot(&self, index: usize) -> usize {
+        if self.permit.exclusive {
+            index
+        } else {
+            self.permit.slots.get(index).map_or(index, |s| s.index)
         }
     }
 
-    /// The slots held, in the order the parent passed them.
-    pub(super) fn slots(&self) -> Vec<usize> {
-        self.permit.slots.iter().map(|s| s.index).collect()
-    }
-
-    /// Names `units` of the parent's slots that no other permit of this process names, all of
-    /// one GPU where one GPU has that many free (the in-process count guarantees `units` free
-    /// slots in all, not on one GPU: only an exclusive parent spans several GPUs).
-    pub(super) fn take(&self, units: usize) -> Vec<usize> {
-        let all = self.slots();
-        let gpus = self.permit.gpus.max(1);
-        let mut in_use = self.in_use.lock();
-        let free: Vec<usize> = (0..all.len()).filter(|&i| !in_use[i]).collect();
-        let on_one_gpu = (0..gpus).find_map(|gpu| {
-            let mine: Vec<usize> = free
-                .iter()
-                .copied()
-                .filter(|&i| all[i] % gpus == gpu)
-                .take(units)
-                .collect();
-            (mine.len() == units).then_some(mine)
-        });
-        let chosen = on_one_gpu.unwrap_or_else(|| free.into_iter().take(units).collect());
-        debug_assert_eq!(chosen.len(), units, "more units out than inherited");
-        for &i in &chosen {
-            in_use[i] = true;
-        }
-        chosen.into_iter().map(|i| all[i]).collect()
-    }
-
-    /// Gives back slots named by [`take`](Self::take).
-    pub(super) fn give_back(&self, slots: &[usize]) {
-        let mut in_use = self.in_use.lock();
-        for (i, s) in self.permit.slots.iter().enumerate() {
-            if slots.contains(&s.index) {
-                in_use[i] = false;
-            }
+    /// The GPU shared slot `index` is for, as the parent numbers its GPUs.
+    pub(super) fn gpu_of(&self, index: usize) -> usize {
+        if self.permit.exclusive {
+            index % self.permit.gpus.max(1)
+        } else {
+            self.permit
+                .slots
+                .first()
+                .map_or(0, |s| self.permit.gpu_of(s))
         }
     }
 }
@@ -151,10 +125,12 @@ impl PoolInner {
     }
 
     /// The most units one permit of this pool can hold, and whether an inherited permit is what
-    /// sets it (the units the parent holds; N otherwise).
+    /// sets it (the units a shared parent permit holds; N otherwise: an exclusive parent
+    /// holds N on each GPU, and one request's units come from one GPU).
     fn unit_limit(&self) -> (usize, bool) {
         match &self.inherited {
-            Some(inherited) => (inherited.permit.slots.len(), true),
+            Some(inherited) if !inherited.permit.exclusive => (inherited.permit.slots.len(), true),
+            Some(inherited) => (inherited.permit.per_gpu, true),
             None => (self.per_gpu, false),
         }
     }
@@ -429,14 +405,35 @@ impl PermitPool {
         GLOBAL.get_or_init(|| {
             let cfg = Config::global();
             if let Some(inherited) = &cfg.inherited {
-                match inherited.clone().and_then(|permit| {
-                    crate::host::adopt_inherited(&permit).map(|files| Inherited::new(permit, files))
-                }) {
-                    Ok(inherited) => return PermitPool::inside(inherited, cfg),
-                    Err(why) => crate::notice::line(&format!(
+                let ignored = |why: &str| {
+                    crate::notice::line(&format!(
                         "ignoring the permit inherited through {INHERITED_VAR}: it {why}; this \
                          process takes permits from the host slots as usual"
-                    )),
+                    ))
+                };
+                match inherited {
+                    Err(why) => ignored(why),
+                    Ok(permit) => match crate::host::adopt_inherited(permit) {
+                        Ok(files) => {
+                            return PermitPool::inside(
+                                Inherited {
+                                    permit: permit.clone(),
+                                    _files: files,
+                                },
+                                cfg,
+                            );
+                        }
+                        Err(InheritError::Leftover(why)) => ignored(&why),
+                        Err(InheritError::Unusable(why)) => {
+                            let error = HostError::Inherited(format!(
+                                "the permit inherited through {INHERITED_VAR} {why}"
+                            ));
+                            return PermitPool::builder()
+                                .timeout(cfg.timeout)
+                                .in_process_only()
+                                .finish(None, Some(error), None);
+                        }
+                    },
                 }
             }
             let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
@@ -456,17 +453,39 @@ impl PermitPool {
         })
     }
 
-    /// The global pool of a process started inside a parent's permit: in-process only, as
-    /// many units as the parent holds. Not traced: the parent's own span covers its command.
+    /// The global pool of a process started inside a parent's permit: its host slots are
+    /// those every process inside the permit shares ([`crate::host::share_dir`]), as many as
+    /// the parent holds. Not traced: the parent's own span covers its command.
     fn inside(inherited: Inherited, cfg: &Config) -> PermitPool {
+        let layout = crate::host::share_layout(&inherited.permit);
+        let dir = crate::host::share_dir(&inherited.permit);
         let mut b = PermitPool::builder()
-            .concurrency(inherited.permit.slots.len())
+            .concurrency(layout.per_gpu)
+            .gpus(layout.gpus)
             .in_process_only()
             .timeout(cfg.timeout);
         b.hold_timeout = cfg.hold_timeout;
         b.memory_budget = cfg.gpu_memory;
         b.probe_budget = true;
-        b.finish(None, None, Some(inherited))
+        let host = HostSlots::open(&dir, layout).and_then(|host| {
+            if host.layout() == layout {
+                Ok(host)
+            } else {
+                // Only a process of another tree could have set it: never work in more units
+                // than the parent holds.
+                Err(HostError::Inherited(format!(
+                    "the directory {} in which the processes inside the permit inherited \
+                     through {INHERITED_VAR} share it serves {}, not the permit's {layout}; \
+                     remove it once no process uses it",
+                    dir.display(),
+                    host.layout()
+                )))
+            }
+        });
+        match host {
+            Ok(host) => b.finish(Some(host), None, Some(inherited)),
+            Err(e) => b.finish(None, Some(e), Some(inherited)),
+        }
     }
 
     /// Permits per GPU (N).
@@ -474,9 +493,14 @@ impl PermitPool {
         self.inner().layout().per_gpu
     }
 
-    /// GPUs the pool spans.
+    /// GPUs the pool spans (inside a permit inherited from `gpu-test-permit run`, the GPUs
+    /// the parent numbers its devices among).
     pub fn gpus(&self) -> usize {
-        self.inner().gpus
+        let inner = self.inner();
+        match &inner.inherited {
+            Some(inherited) => inherited.permit.gpus,
+            None => inner.gpus,
+        }
     }
 
     /// Permits in all: N per GPU times the GPUs.
@@ -681,7 +705,7 @@ impl PermitPool {
         // within what the resolved budget serves inline.
         let inner = self.inner();
         let want = if want.memory.is_none()
-            && (want.units == 1
+            && ((want.units == 1 && !(want.exclusive && inner.inherited.is_some()))
                 || (!want.exclusive && inner.inherited.is_none() && want.units <= inner.per_gpu))
         {
             want
@@ -725,7 +749,13 @@ impl PermitPool {
     fn resolve(&self, mut want: Want) -> Result<Want, Refused> {
         let inner = self.inner();
         if want.exclusive {
-            return Ok(want);
+            return match &inner.inherited {
+                // All of a GPU, inside a part of it: the parent's other units are others'.
+                Some(inherited) if !inherited.permit.exclusive => Err(Refused::ExclusiveInside {
+                    held: inherited.permit.slots.len(),
+                }),
+                _ => Ok(want),
+            };
         }
         if let Some(bytes) = want.memory {
             match inner.memory_budget() {
@@ -818,15 +848,6 @@ impl PermitPool {
             detail = Some(d);
         }
         let (seat_index, generation) = inner.claim_seat();
-        if let Some(inherited) = &inner.inherited {
-            // An exclusive permit holds every inherited slot; any other names as many of the
-            // slots no other permit names as it has units.
-            slots = if exclusive {
-                inherited.slots()
-            } else {
-                inherited.take(units)
-            };
-        }
         let seat = &inner.seats[seat_index];
         seat.exclusive.store(exclusive, Ordering::Relaxed);
         seat.units.store(units, Ordering::Relaxed);
@@ -992,6 +1013,9 @@ enum Refused {
         asked: u64,
         budget: u64,
     },
+    ExclusiveInside {
+        held: usize,
+    },
 }
 
 impl From<Refused> for AcquireError {
@@ -1008,6 +1032,7 @@ impl From<Refused> for AcquireError {
                 inherited,
             },
             Refused::Memory { asked, budget } => AcquireError::MemoryTooLarge { asked, budget },
+            Refused::ExclusiveInside { held } => AcquireError::ExclusiveInsideShared { held },
         }
     }
 }

@@ -117,9 +117,19 @@ impl GpuTestPermit {
 
     /// The host slots this permit holds, in increasing order: one for a plain permit, k (all
     /// on one GPU) for a weighted one, all of them for an exclusive one, none for a pool
-    /// without host slots. The first slot is a natural device ordinal hint.
+    /// without host slots. Inside a permit inherited from `gpu-test-permit run`, the parent's
+    /// slots that this permit's units stand for. The first slot is a natural device ordinal
+    /// hint.
     pub fn slots(&self) -> Vec<usize> {
-        self.pool().held_slots(self.seat)
+        let pool = self.pool();
+        let mut slots = pool.held_slots(self.seat);
+        if let Some(inherited) = &pool.inherited {
+            for s in &mut slots {
+                *s = inherited.parent_slot(*s);
+            }
+            slots.sort_unstable();
+        }
+        slots
     }
 
     /// The GPU this permit is for, on a pool that spans several GPUs
@@ -139,16 +149,17 @@ impl GpuTestPermit {
     /// # Ok::<(), gpu_test_permit::host::HostError>(())
     /// ```
     pub fn device(&self) -> Option<usize> {
-        let gpus = match &self.pool().inherited {
-            Some(inherited) => inherited.permit.gpus,
-            None => self.pool().gpus,
-        };
         if self.is_exclusive() {
             return None;
         }
-        match self.seat().first_slot.load(Ordering::Relaxed) {
-            NO_SLOT => (gpus == 1).then_some(0),
-            first => Some(first % gpus),
+        let pool = self.pool();
+        match (
+            self.seat().first_slot.load(Ordering::Relaxed),
+            &pool.inherited,
+        ) {
+            (NO_SLOT, _) => (pool.gpus == 1).then_some(0),
+            (first, Some(inherited)) => Some(inherited.gpu_of(first)),
+            (first, None) => Some(first % pool.gpus),
         }
     }
 
@@ -174,28 +185,31 @@ impl GpuTestPermit {
         let unsupported = |what: &str| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
         let pool = self.pool();
         let Some(host) = &pool.host else {
-            return match &pool.inherited {
-                Some(inherited) => {
-                    cmd.env(INHERITED_VAR, inherited.permit.to_os_string());
-                    Ok(())
-                }
-                None => Err(unsupported(
-                    "a pool without host slots has no permit to pass on",
-                )),
-            };
+            return Err(unsupported(
+                "a pool without host slots has no permit to pass on",
+            ));
         };
         let mut slots = Vec::new();
-        for index in self.slots() {
+        for index in pool.held_slots(self.seat) {
             let file = host.slot_file(index);
             let (dev, ino) = crate::sys::file_identity(file)
                 .ok_or_else(|| unsupported("slot files have no identity to check here"))?;
             let fd = crate::sys::pass_to_child(cmd, file)?;
-            slots.push(InheritedSlot::new(index, fd, dev, ino));
+            let slot = InheritedSlot::new(index, fd, dev, ino);
+            // Inside an inherited permit these are the slots its processes share: named with
+            // their GPUs, counted in the parent's N.
+            slots.push(match &pool.inherited {
+                Some(inherited) => slot.on_gpu(inherited.gpu_of(index)),
+                None => slot,
+            });
         }
-        let layout = host.layout();
+        let (per_gpu, gpus) = match &pool.inherited {
+            Some(inherited) => (inherited.permit.per_gpu, inherited.permit.gpus),
+            None => (host.layout().per_gpu, host.layout().gpus),
+        };
         let permit = InheritedPermit::new(
-            layout.per_gpu,
-            layout.gpus,
+            per_gpu,
+            gpus,
             self.is_exclusive(),
             slots,
             host.dir().to_path_buf(),
@@ -417,10 +431,7 @@ impl PoolInner {
         if first == NO_SLOT {
             Vec::new()
         } else if s.exclusive.load(Ordering::Relaxed) {
-            match &self.inherited {
-                Some(inherited) => inherited.slots(),
-                None => (0..self.local.capacity()).collect(),
-            }
+            (0..self.local.capacity()).collect()
         } else if s.units.load(Ordering::Relaxed) == 1 {
             vec![first]
         } else {
@@ -487,10 +498,6 @@ impl PoolInner {
             let end = pool.tracer.as_ref().map(|_| SystemTime::now());
             if let Some(host) = &pool.host {
                 host.release(&slots);
-            }
-            // Before the units: whoever gets them next finds their slots free.
-            if let Some(inherited) = pool.inherited.as_ref().filter(|_| !exclusive) {
-                inherited.give_back(&slots);
             }
             if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {
                 let ts = crate::clock::unix_micros(d.since_wall);

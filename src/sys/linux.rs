@@ -95,6 +95,26 @@ pub(super) fn process_is_stopped(pid: u32) -> bool {
         .is_some_and(|state| matches!(state, 'T' | 't'))
 }
 
+/// Whether `pid` is this process or one of its ancestors, from the parent ids in `/proc`;
+/// `None` where the chain cannot be read.
+pub(super) fn is_self_or_ancestor(pid: u32) -> Option<bool> {
+    let mut current = std::process::id();
+    // A chain is as long as the process tree is deep; bounded against a forged `/proc`.
+    for _ in 0..4096 {
+        if current == pid {
+            return Some(true);
+        }
+        if current <= 1 {
+            return Some(false);
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{current}/stat")).ok()?;
+        // "pid (comm) S ppid ...".
+        let (_, rest) = stat.rsplit_once(") ")?;
+        current = rest.split_whitespace().nth(1)?.parse().ok()?;
+    }
+    None
+}
+
 /// Read from `/proc/locks`: the `FLOCK` line of the file's device and inode (not a waiter's
 /// `->` line), whose pid is the process that took the lock.
 pub(super) fn lock_owner(file: &std::fs::File) -> Option<u32> {

@@ -319,6 +319,12 @@ pub(crate) fn process_is_visible(pid: u32) -> bool {
     os::process_is_visible(pid)
 }
 
+/// Whether `pid` is this process or one of its ancestors; `None` where that cannot be told
+/// (only Linux's `/proc` tells it).
+pub(crate) fn is_self_or_ancestor(pid: u32) -> Option<bool> {
+    kernel::is_self_or_ancestor(pid)
+}
+
 /// The process that holds the whole-file lock (`flock`) on `file`, read from `/proc/locks` on
 /// Linux; `None` where that cannot be told, or when nobody holds one.
 pub(crate) fn lock_owner(file: &std::fs::File) -> Option<u32> {

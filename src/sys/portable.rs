@@ -45,6 +45,11 @@ pub(super) fn process_is_stopped(_pid: u32) -> bool {
 }
 
 /// Not known here.
+pub(super) fn is_self_or_ancestor(_pid: u32) -> Option<bool> {
+    None
+}
+
+/// Not known here.
 pub(super) fn lock_owner(_file: &std::fs::File) -> Option<u32> {
     None
 }

@@ -24,7 +24,7 @@ const N: &str = "GTP_CAP_N";
 const SECS: &str = "GTP_CAP_SECS";
 
 /// Adds `delta` units to the counter in `path`; returns the count after.
-fn gauge_add(path: &Path, delta: i64) -> i64 {
+pub(crate) fn gauge_add(path: &Path, delta: i64) -> i64 {
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -44,14 +44,14 @@ fn gauge_add(path: &Path, delta: i64) -> i64 {
 }
 
 /// Counts a grant of `units` in the gauge, printing a violation past `n`.
-fn enter(gauge: &Path, units: usize, n: usize) {
+pub(crate) fn enter(gauge: &Path, units: usize, n: usize) {
     let now = gauge_add(gauge, units as i64);
     if now > n as i64 {
         println!("VIOLATION {now} units held at once, N = {n}");
     }
 }
 
-fn leave(gauge: &Path, units: usize) {
+pub(crate) fn leave(gauge: &Path, units: usize) {
     gauge_add(gauge, -(units as i64));
 }
 

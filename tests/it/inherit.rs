@@ -28,7 +28,16 @@ fn inherited_permit_child() {
         asked.elapsed()
     );
     let pool = gpu_test_permit::PermitPool::global();
-    assert_eq!(pool.slot_dir(), None, "the pool must not use host slots");
+    // The processes inside run's permit share it through slots of their own beside its slot.
+    let shared = pool.slot_dir().expect("the shared slots of run's permit");
+    assert!(
+        shared
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("gpu0.slot0.inside-"),
+        "{shared:?}"
+    );
     if kind == "exclusive" {
         // `run --exclusive` with N = 2 holds both slots: two permits here, on slots 0 and 1.
         assert_eq!(pool.capacity(), 2);
@@ -210,4 +219,258 @@ fn a_malformed_variable_is_ignored_with_one_line() {
         err.starts_with("gpu-test-permit: ignoring the permit inherited through GPU_TEST_PERMIT_INHERITED: it has fewer than five"),
         "{err}"
     );
+}
+
+/// The processes under one `run` share its units: together they hold at most what `run`
+/// holds, with waits, refusals and devices as for any permit.
+#[cfg(unix)]
+mod shared_units {
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use gpu_test_permit::{AcquireError, PermitPool};
+
+    use crate::util::{Holder, cli, tempdir};
+
+    /// Set for [`inside_child`]: what it does inside `run`'s permit.
+    const ROLE: &str = "GTP_INSIDE_ROLE";
+    const GAUGE: &str = "GTP_INSIDE_GAUGE";
+
+    /// The child side of the tests below; passes at once when run on its own.
+    #[test]
+    #[ignore = "a child of the tests in this module"]
+    fn inside_child() {
+        let Ok(role) = std::env::var(ROLE) else {
+            return;
+        };
+        let pool = PermitPool::global();
+        match role.as_str() {
+            // One unit at a time through the global pool for 3 s, counted in the gauge
+            // against run's one unit.
+            "cycle" => {
+                let gauge = std::path::PathBuf::from(std::env::var(GAUGE).unwrap());
+                let until = Instant::now() + Duration::from_secs(3);
+                let mut grants = 0;
+                while Instant::now() < until {
+                    let p = gpu_test_permit::acquire();
+                    crate::cap::enter(&gauge, 1, 1);
+                    grants += 1;
+                    std::thread::sleep(Duration::from_micros(300));
+                    crate::cap::leave(&gauge, 1);
+                    drop(p);
+                }
+                println!("grants {grants}");
+            }
+            "exclusive" => {
+                let e = pool
+                    .try_acquire_exclusive_for(Duration::from_secs(1))
+                    .unwrap_err();
+                assert!(
+                    matches!(e, AcquireError::ExclusiveInsideShared { held: 1, .. }),
+                    "{e}"
+                );
+                println!("refused: {e}");
+                let e = pool.request().units(2).try_acquire().unwrap_err();
+                assert!(matches!(e, AcquireError::TooLarge { .. }), "{e}");
+                // What it holds is still its to use.
+                assert_eq!(gpu_test_permit::acquire().units(), 1);
+            }
+            // Inside `run --exclusive` on 2 GPUs with N = 2: one unit held on each GPU leaves
+            // one free on each, and a 2-unit request must wait rather than take one of each.
+            "split" => {
+                let take = || std::thread::scope(|s| s.spawn(|| pool.acquire()).join().unwrap());
+                let a = take();
+                let c = take();
+                assert_eq!((a.device(), c.device()), (Some(0), Some(1)));
+                let split = std::thread::scope(|s| {
+                    s.spawn(|| {
+                        pool.request()
+                            .units(2)
+                            .acquire_for(Duration::from_millis(500))
+                    })
+                    .join()
+                    .unwrap()
+                });
+                assert!(
+                    matches!(split, Err(AcquireError::Timeout(_))),
+                    "2 units across GPUs: {:?}",
+                    split.map(|p| p.slots())
+                );
+                drop(a);
+                let two = pool
+                    .request()
+                    .units(2)
+                    .acquire_for(Duration::from_secs(5))
+                    .unwrap();
+                assert_eq!(two.device(), Some(0));
+                assert!(two.slots().iter().all(|s| s % 2 == 0), "{:?}", two.slots());
+                println!("one GPU per request");
+            }
+            // A process between run and a grandchild that closes the descriptors it was
+            // given, as Python's subprocess does by default.
+            "close" => {
+                let permit = gpu_test_permit::config::InheritedPermit::parse(
+                    &std::env::var_os("GPU_TEST_PERMIT_INHERITED").unwrap(),
+                )
+                .unwrap();
+                let fds: Vec<i32> = permit.slots.iter().map(|s| s.fd as i32).collect();
+                let mut c = Command::new(crate::util::bin());
+                c.args(["hold", "--for", "10ms"]);
+                // SAFETY: close(2) only, between fork and exec.
+                unsafe {
+                    std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
+                        for &fd in &fds {
+                            libc::close(fd);
+                        }
+                        Ok(())
+                    });
+                }
+                let out = c.output().unwrap();
+                println!("grandchild {}", out.status);
+                println!("{}", String::from_utf8_lossy(&out.stdout));
+                println!("{}", String::from_utf8_lossy(&out.stderr));
+            }
+            other => panic!("unknown role {other}"),
+        }
+    }
+
+    /// `run` with N = `n` and `run_args`, around `command` (whose environment `run` gets
+    /// too); returns whether it succeeded, and its output.
+    fn run(dir: &Path, n: usize, run_args: &[&str], command: &mut Command) -> (bool, String) {
+        let mut c = cli(dir, n);
+        c.env("GPU_TEST_PERMIT_TIMEOUT", "30s")
+            .arg("run")
+            .args(run_args)
+            .arg("--")
+            .arg(command.get_program())
+            .args(command.get_args());
+        for (k, v) in command.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        let out = c.stdin(Stdio::null()).output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    fn child(role: &str) -> Command {
+        let mut c = Command::new(std::env::current_exe().unwrap());
+        c.args([
+            "inherit::shared_units::inside_child",
+            "--exact",
+            "--nocapture",
+            "--include-ignored",
+        ])
+        .env(ROLE, role);
+        c
+    }
+
+    /// Four processes that use the crate, started at once under `run` holding one unit:
+    /// never more than one of them holds it at a time, and each gets its turns.
+    #[test]
+    fn descendants_of_run_share_its_units_and_never_hold_more_together() {
+        let dir = tempdir();
+        let gauge = dir.path().join("gauge");
+        let exe = std::env::current_exe().unwrap();
+        let mut sh = Command::new("sh");
+        sh.arg("-c")
+            .arg(
+                "for i in 1 2 3 4; do \"$0\" inherit::shared_units::inside_child --exact \
+                 --nocapture --include-ignored & done; wait",
+            )
+            .arg(&exe)
+            .env(ROLE, "cycle")
+            .env(GAUGE, &gauge);
+        let slots = dir.path().join("slots");
+        let (ok, out) = run(&slots, 1, &[], &mut sh);
+        assert!(ok, "{out}");
+        let grants: Vec<usize> = out
+            .lines()
+            .filter_map(|l| {
+                l.split_once("grants ")?
+                    .1
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        assert_eq!(grants.len(), 4, "{out}");
+        assert!(grants.iter().all(|&g| g > 0), "{grants:?}");
+        assert!(!out.contains("VIOLATION"), "{out}");
+    }
+
+    /// Inside one unit of N = 4 (three other processes hold the rest), an exclusive request
+    /// is refused at once with the reason, as is one of more units than inherited.
+    #[test]
+    fn an_exclusive_request_inside_a_shared_inherited_permit_is_refused() {
+        let dir = tempdir();
+        let others: Vec<Holder> = (0..3)
+            .map(|_| {
+                let mut c = cli(dir.path(), 4);
+                c.arg("hold");
+                Holder::spawn(c)
+            })
+            .collect();
+        for h in &others {
+            assert!(h.held_within(Duration::from_secs(20)));
+        }
+        let (ok, out) = run(dir.path(), 4, &[], &mut child("exclusive"));
+        assert!(ok, "{out}");
+        assert!(
+            out.contains(
+                "refused: asked for an exclusive GPU permit, but this process works \
+                          inside a shared permit of 1 unit(s)"
+            ),
+            "{out}"
+        );
+    }
+
+    /// Inside `run --exclusive` on two GPUs, the units of one request come from one GPU.
+    #[test]
+    fn inside_run_exclusive_a_weighted_request_takes_its_units_from_one_gpu() {
+        let dir = tempdir();
+        let mut c = child("split");
+        // Copied onto run too (see `run`).
+        c.env("GPU_TEST_PERMIT_GPUS", "2");
+        let (ok, out) = run(dir.path(), 2, &["--exclusive"], &mut c);
+        assert!(ok, "{out}");
+        assert!(out.contains("one GPU per request"), "{out}");
+    }
+
+    /// A grandchild whose descriptor a process in between closed fails at once and says so,
+    /// instead of waiting for its own ancestor's slot (N = 1) or taking another (N = 2).
+    #[test]
+    fn a_descriptor_closed_between_run_and_its_grandchild_fails_at_once_and_says_so() {
+        for n in [1, 2] {
+            let dir = tempdir();
+            let started = Instant::now();
+            let (ok, out) = run(dir.path(), n, &[], &mut child("close"));
+            assert!(ok, "{out}");
+            assert!(
+                started.elapsed() < Duration::from_secs(15),
+                "N = {n}: {out}"
+            );
+            assert!(
+                out.contains("grandchild exit status:")
+                    && !out.contains("grandchild exit status: 0"),
+                "N = {n}: {out}"
+            );
+            assert!(
+                !out.contains("held pid="),
+                "N = {n}: a second slot was taken: {out}"
+            );
+            assert!(
+                out.contains("closed the descriptor") && out.contains("pass_fds"),
+                "N = {n}: {out}"
+            );
+        }
+    }
 }

@@ -453,7 +453,11 @@ fn inherited_weighted_child() {
         return;
     }
     let pool = gpu_test_permit::PermitPool::global();
-    assert_eq!(pool.slot_dir(), None, "the pool must not use host slots");
+    // The processes inside run's permit share it through slots of their own beside its slots.
+    assert!(
+        pool.slot_dir()
+            .is_some_and(|d| d.to_string_lossy().contains(".inside-"))
+    );
     assert_eq!(pool.capacity(), 3);
     let asked = Instant::now();
     let all = gpu_test_permit::acquire_weighted(3);
