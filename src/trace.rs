@@ -7,8 +7,14 @@
 //! many processes never interleave within a line. Timestamps are microseconds since the Unix
 //! epoch, so spans from different processes line up.
 //!
-//! For a parser, [`read_events`] returns the events of such a file; [`summarize`] says what
-//! they tell about choosing N.
+//! The path may be a symbolic link (it is followed, as for any output file), but what it names
+//! must be a regular file: a FIFO, socket, device or directory is refused with one line on
+//! standard error and tracing is off, the permits work as ever. A new file is made under a
+//! temporary name beside it that is never opened through a link.
+//!
+//! For a parser, [`read_trace`] returns the events of such a file and the lines it could not
+//! use (a line cut short by a full disk, events no pool writes), [`read_events`] the events or
+//! an error naming the first such line; [`summarize`] says what they tell about choosing N.
 //!
 //! # The slowdown model
 //!
@@ -138,6 +144,14 @@ pub struct TraceArgs {
     pub memory_budget: Option<u64>,
 }
 
+impl TraceEvent {
+    /// When it ended, microseconds since the Unix epoch (saturating: an event [`read_trace`]
+    /// accepts never overflows).
+    fn end(&self) -> u64 {
+        self.ts.saturating_add(self.dur)
+    }
+}
+
 impl TraceArgs {
     /// Permit units the permit took: `units`, or where an event lacks them (0: a trace of an
     /// earlier version, or an event not read by [`read_events`]), 1 or, for an exclusive
@@ -168,21 +182,22 @@ pub(crate) struct Tracer {
 
 impl Tracer {
     /// Opens `path` for appending, writing the `[` header first if the file is new.
+    ///
+    /// A symbolic link at `path` is followed, as for any output file a user names; what it
+    /// leads to must be a regular file. A FIFO, socket, device or directory is refused at once
+    /// (a FIFO with no reader would otherwise block every permit of the process). A new file
+    /// is made from a temporary file beside it that is created only where nothing of its name
+    /// exists, so the header is never written through a link or into a file someone planted.
     pub(crate) fn open(path: &Path) -> io::Result<Tracer> {
         if !path.exists() {
-            // Create the file with its header in one step (a hard link of a finished file), so
-            // that no process can append an event before the header.
-            let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-            std::fs::write(&tmp, b"[\n")?;
-            let linked = std::fs::hard_link(&tmp, path);
-            let _ = std::fs::remove_file(&tmp);
-            match linked {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
+            create_with_header(path)?;
         }
-        let file = OpenOptions::new().append(true).open(path)?;
+        let file = crate::sys::open_regular_for_append(path).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{e}; a trace is appended only to a regular file"),
+            )
+        })?;
         Ok(Tracer {
             path: path.to_path_buf(),
             file,
@@ -203,26 +218,262 @@ impl Tracer {
     }
 }
 
-/// Reads the events of a trace file written by this crate. Lines that are not events (the `[`
-/// header, a closing `]`) are skipped; a line that is not valid JSON is an error naming it.
-pub fn read_events(path: &Path) -> io::Result<Vec<TraceEvent>> {
-    let text = std::fs::read_to_string(path)?;
-    let mut out = Vec::new();
+/// Creates `path` holding the `[` header in one step (a hard link of a finished file), so that
+/// no process can append an event before the header. Another process that creates it first
+/// wins; its header is as good.
+fn create_with_header(path: &Path) -> io::Result<()> {
+    let pid = std::process::id();
+    let mut made = None;
+    for attempt in 0..8 {
+        let tmp = path.with_extension(match attempt {
+            0 => format!("tmp.{pid}"),
+            n => format!("tmp.{pid}.{n}"),
+        });
+        // `create_new` (O_CREAT | O_EXCL) fails on any existing name, a symbolic link
+        // included, instead of following it: a planted name is left alone, the next one tried.
+        match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Ok(file) => {
+                made = Some((tmp, file));
+                break;
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    let Some((tmp, mut file)) = made else {
+        return Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!(
+                "{} and the 7 other temporary names beside it exist; remove them",
+                path.with_extension(format!("tmp.{pid}")).display()
+            ),
+        ));
+    };
+    let written = file.write_all(b"[\n");
+    drop(file);
+    let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// The latest moment, in microseconds since the Unix epoch, that an event may end at: 2^53,
+/// about the year 2255. Within it, times are exact in the `f64` the model computes in, and
+/// no end overflows.
+const MAX_TIME_US: u64 = 1 << 53;
+
+/// The most GPU memory, in bytes, that an event may declare, measure or budget: 1 PiB, far
+/// beyond any GPU.
+const MAX_MEMORY: u64 = 1 << 50;
+
+/// A trace file as [`read_trace`] reads it: its events, and the lines it could not use.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct TraceFile {
+    /// The events, in the order of the file.
+    pub events: Vec<TraceEvent>,
+    /// The lines that held no usable event (or not only usable ones), in order.
+    pub skipped: Vec<SkippedLine>,
+}
+
+/// A line of a trace file that [`read_trace`] could not use, or not all of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkippedLine {
+    /// Its number, from 1.
+    pub line: usize,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// Reads a trace file written by this crate, leaving out what cannot be used. Lines that are
+/// not events (the `[` header, a closing `]`, blank lines) are passed over; a line that is
+/// not an event is skipped and listed with its number. A line where an event was cut short
+/// (a full disk stops a write part way; the next event then lands on the same line) still
+/// gives the whole events after the cut, and is listed too.
+///
+/// An event that says what no trace of this crate can is skipped the same way, so that every
+/// number the summaries compute from the rest is meaningful and no sum overflows:
+///
+/// - an end (`ts + dur`) past 2^53 microseconds after the Unix epoch (about the year 2255);
+/// - more than [`MAX_CONCURRENCY`](crate::config::MAX_CONCURRENCY) GPUs, a `capacity` above
+///   that many permits per GPU, or more `units` than the `capacity`;
+/// - a `memory`, `memory_used` or `memory_budget` above 1 PiB.
+///
+/// Bytes that are not UTF-8 are read as U+FFFD.
+///
+/// # Errors
+///
+/// When the file cannot be read at all.
+///
+/// ```
+/// use gpu_test_permit::trace::read_trace;
+/// let dir = std::env::temp_dir().join(format!("read-trace-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let path = dir.join("t.json");
+/// let event = r#"{"name":"hold","cat":"gpu-test-permit","ph":"X","ts":0,"dur":5,"pid":1,"tid":1,"args":{"test":"t","thread":"t","slots":[0],"exclusive":false,"capacity":2}}"#;
+/// // Line 3: an event cut short, then a whole one.
+/// let text = format!("[\n{event},\n{{\"name\":\"ho{event},\n");
+/// std::fs::write(&path, text).unwrap();
+/// let trace = read_trace(&path).unwrap();
+/// assert_eq!(trace.events.len(), 2);
+/// assert_eq!(trace.skipped.len(), 1);
+/// assert_eq!(trace.skipped[0].line, 3);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// ```
+pub fn read_trace(path: &Path) -> io::Result<TraceFile> {
+    let bytes = std::fs::read(path)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut out = TraceFile::default();
     for (i, line) in text.lines().enumerate() {
         let line = line.trim().trim_end_matches(',');
         if line.is_empty() || line == "[" || line == "]" {
             continue;
         }
-        let mut ev: TraceEvent = serde_json::from_str(line).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{} line {}: {e}", path.display(), i + 1),
-            )
-        })?;
-        ev.args.normalise();
-        out.push(ev);
+        if let Err(reason) = parse_line(line, &mut out.events) {
+            out.skipped.push(SkippedLine {
+                line: i + 1,
+                reason,
+            });
+        }
     }
     Ok(out)
+}
+
+/// Appends the events of one line (its trailing comma trimmed) to `events`; an error says
+/// why the line, or a part of it, could not be used.
+fn parse_line(line: &str, events: &mut Vec<TraceEvent>) -> Result<(), String> {
+    let not_json = match parse_event(line) {
+        Ok(ev) => {
+            check(&ev)?;
+            events.push(ev);
+            return Ok(());
+        }
+        Err(e) => e,
+    };
+    // This crate writes each event as one object that starts with its name, and inside a
+    // JSON string a quote is escaped: every `{"name":` past the start begins another event.
+    let mut bounds: Vec<usize> = line
+        .match_indices("{\"name\":")
+        .map(|(i, _)| i)
+        .filter(|&i| i > 0)
+        .collect();
+    if bounds.is_empty() {
+        return Err(not_json);
+    }
+    bounds.insert(0, 0);
+    bounds.push(line.len());
+    let parts: Vec<&str> = bounds
+        .windows(2)
+        .map(|w| line[w[0]..w[1]].trim().trim_end_matches(','))
+        .collect();
+    let (mut read, mut bad) = (0, None);
+    for (k, part) in parts.iter().enumerate() {
+        let result = match parse_event(part) {
+            Ok(ev) => check(&ev).map(|()| ev),
+            // Followed by another event: a write cut short.
+            Err(_) if k + 1 < parts.len() => Err("an event cut short (a write stopped part way, \
+                 as a full disk leaves it)"
+                .to_string()),
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(ev) => {
+                events.push(ev);
+                read += 1;
+            }
+            Err(e) => {
+                bad.get_or_insert(e);
+            }
+        }
+    }
+    match bad {
+        None => Ok(()),
+        Some(e) if read > 0 => Err(format!(
+            "{e}; the {read} other event(s) on the line were read"
+        )),
+        Some(e) => Err(e),
+    }
+}
+
+/// One event, normalised (see [`TraceArgs`]), or why `text` is none.
+fn parse_event(text: &str) -> Result<TraceEvent, String> {
+    let mut ev: TraceEvent = serde_json::from_str(text).map_err(|e| {
+        // The text is one line of the file: its column is what locates the problem.
+        let message = e.to_string();
+        let message = message
+            .rsplit_once(" at line ")
+            .map_or(message.as_str(), |(m, _)| m);
+        format!("not a trace event ({message} at column {})", e.column())
+    })?;
+    ev.args.normalise();
+    Ok(ev)
+}
+
+/// Whether `ev` is within what this crate can write (see [`read_trace`]).
+fn check(ev: &TraceEvent) -> Result<(), String> {
+    use crate::config::MAX_CONCURRENCY;
+    let a = &ev.args;
+    if ev
+        .ts
+        .checked_add(ev.dur)
+        .is_none_or(|end| end > MAX_TIME_US)
+    {
+        return Err(format!(
+            "its end, ts {} + dur {} microseconds, is past the year 2255 (2^53 microseconds \
+             after 1970)",
+            ev.ts, ev.dur
+        ));
+    }
+    if a.gpus > MAX_CONCURRENCY {
+        return Err(format!(
+            "gpus {} is more than {MAX_CONCURRENCY}, the most a pool spans",
+            a.gpus
+        ));
+    }
+    if a.capacity > MAX_CONCURRENCY * a.gpus {
+        return Err(format!(
+            "capacity {} is more than {MAX_CONCURRENCY} permits per GPU times {} GPU(s)",
+            a.capacity, a.gpus
+        ));
+    }
+    if a.units > a.capacity.max(1) {
+        return Err(format!(
+            "units {} is more than the pool's capacity {}",
+            a.units, a.capacity
+        ));
+    }
+    for (name, bytes) in [
+        ("memory", a.memory),
+        ("memory_used", a.memory_used),
+        ("memory_budget", a.memory_budget),
+    ] {
+        if let Some(bytes) = bytes.filter(|&b| b > MAX_MEMORY) {
+            return Err(format!(
+                "{name} {bytes} bytes is more than 1 PiB, more than any GPU has"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Reads the events of a trace file written by this crate, strictly: [`read_trace`], with
+/// every line it would skip an error instead (the first, naming its line).
+///
+/// # Errors
+///
+/// When the file cannot be read, or a line is not an event [`read_trace`] accepts.
+pub fn read_events(path: &Path) -> io::Result<Vec<TraceEvent>> {
+    let trace = read_trace(path)?;
+    match trace.skipped.first() {
+        Some(s) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} line {}: {}", path.display(), s.line, s.reason),
+        )),
+        None => Ok(trace.events),
+    }
 }
 
 /// The largest number of permit units held at the same moment according to `events` (a
@@ -232,7 +483,7 @@ pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     for e in events.iter().filter(|e| e.name == "hold") {
         let units = e.args.held_units() as i64;
         edges.push((e.ts, units));
-        edges.push((e.ts + e.dur, -units));
+        edges.push((e.end(), -units));
     }
     // At equal timestamps, count releases before acquisitions.
     edges.sort_by_key(|&(t, d)| (t, d));
@@ -263,7 +514,7 @@ pub struct TestSummary {
 #[non_exhaustive]
 pub struct Summary {
     /// Permits in the pool the run used, N per GPU times the GPUs (the largest `capacity` in
-    /// the trace).
+    /// the trace, at most 1024 x 1024: no pool is larger).
     pub capacity: usize,
     /// Per test, longest wait first.
     pub tests: Vec<TestSummary>,
@@ -274,7 +525,9 @@ pub struct Summary {
     /// Most permit units held at once.
     pub peak: usize,
     /// Estimated span of the same requests with other pool sizes, `(N, microseconds)`, each
-    /// hold as long as it was in the trace. Pool sizes from 1 to twice `capacity`.
+    /// hold as long as it was in the trace. Pool sizes from 1 to twice `capacity`: every one
+    /// where that is at most 256 sizes; for a larger pool every one up to [`MODEL_MAX_N`],
+    /// then each about an eighth larger than the one before, with `capacity` itself.
     pub what_if: Vec<(usize, u64)>,
     /// How hold times grew with the units held at the same time, fitted from the trace: the
     /// model behind [`predicted`](Self::predicted).
@@ -450,14 +703,16 @@ pub fn summarize_with(events: &[TraceEvent], slowdown: Option<&Slowdown>) -> Opt
     if holds.is_empty() {
         return None;
     }
+    // No pool is larger (events that say otherwise are not this crate's, see `read_trace`).
+    let most = crate::config::MAX_CONCURRENCY * crate::config::MAX_CONCURRENCY;
     let capacity = events
         .iter()
         .map(|e| e.args.capacity)
         .max()
         .unwrap_or(1)
-        .max(1);
+        .clamp(1, most);
     let start = events.iter().map(|e| e.ts).min().unwrap_or(0);
-    let end = events.iter().map(|e| e.ts + e.dur).max().unwrap_or(0);
+    let end = events.iter().map(TraceEvent::end).max().unwrap_or(0);
     let span_us = end - start;
 
     let mut index: HashMap<&str, usize> = HashMap::new();
@@ -473,10 +728,10 @@ pub fn summarize_with(events: &[TraceEvent], slowdown: Option<&Slowdown>) -> Opt
             tests.len() - 1
         });
         match e.name.as_str() {
-            "wait" => tests[i].wait_us += e.dur,
+            "wait" => tests[i].wait_us = tests[i].wait_us.saturating_add(e.dur),
             "hold" => {
                 tests[i].permits += 1;
-                tests[i].hold_us += e.dur;
+                tests[i].hold_us = tests[i].hold_us.saturating_add(e.dur);
             }
             _ => {}
         }
@@ -495,9 +750,10 @@ pub fn summarize_with(events: &[TraceEvent], slowdown: Option<&Slowdown>) -> Opt
 
     let run = Replayable::new(events, &holds, start);
     let hold_times = run.holds();
-    let mut what_if = Vec::with_capacity(capacity * 2);
+    let sizes = what_if_sizes(capacity);
+    let mut what_if = Vec::with_capacity(sizes.len());
     let mut unconstrained = None;
-    for n in 1..=capacity * 2 {
+    for n in sizes {
         let span = match unconstrained {
             Some(span) => span,
             None => {
@@ -523,11 +779,11 @@ pub fn summarize_with(events: &[TraceEvent], slowdown: Option<&Slowdown>) -> Opt
     let mut unreleased: Vec<Unreleased> = events
         .iter()
         .filter(|w| w.name == "wait")
-        .filter(|w| !returned.contains(&(w.pid, w.args.test.as_str(), w.ts + w.dur)))
+        .filter(|w| !returned.contains(&(w.pid, w.args.test.as_str(), w.end())))
         .map(|w| Unreleased {
             test: w.args.test.clone(),
             pid: w.pid,
-            granted_us: w.ts + w.dur - start,
+            granted_us: w.end() - start,
         })
         .collect();
     unreleased.sort_by_key(|u| u.granted_us);
@@ -543,6 +799,25 @@ pub fn summarize_with(events: &[TraceEvent], slowdown: Option<&Slowdown>) -> Opt
         memory: memory_advice(&holds),
         unreleased,
     })
+}
+
+/// The pool sizes of [`Summary::what_if`] for a run on `capacity` permits.
+fn what_if_sizes(capacity: usize) -> Vec<usize> {
+    let top = capacity * 2;
+    if top <= 256 {
+        return (1..=top).collect();
+    }
+    // At most about 150 sizes for the largest pool (1024 GPUs of 1024 permits).
+    let mut sizes: Vec<usize> = (1..=MODEL_MAX_N).collect();
+    let mut n = MODEL_MAX_N;
+    while n < top {
+        n = (n + n.div_ceil(8)).min(top);
+        sizes.push(n);
+    }
+    if let Err(at) = sizes.binary_search(&capacity) {
+        sizes.insert(at, capacity);
+    }
+    sizes
 }
 
 impl Slowdown {
@@ -654,7 +929,7 @@ pub fn split_runs(events: &[TraceEvent]) -> Vec<Vec<TraceEvent>> {
         }
     }
     let disjoint = runs.windows(2).all(|w| {
-        let end = w[0].iter().map(|e| e.ts + e.dur).max().unwrap_or(0);
+        let end = w[0].iter().map(TraceEvent::end).max().unwrap_or(0);
         end <= w[1][0].ts
     });
     if runs.len() > 1 && disjoint {
@@ -686,7 +961,7 @@ impl RequestTimes {
     fn new(events: &[TraceEvent]) -> RequestTimes {
         let mut waits = HashMap::new();
         for w in events.iter().filter(|e| e.name == "wait") {
-            waits.entry((w.pid, w.tid, w.ts + w.dur)).or_insert(w.ts);
+            waits.entry((w.pid, w.tid, w.end())).or_insert(w.ts);
         }
         RequestTimes(waits)
     }
@@ -771,7 +1046,7 @@ impl Replayable {
                 let next = names.len();
                 Request {
                     arrival: asked.of(h) - start,
-                    release: h.ts + h.dur - start,
+                    release: h.end() - start,
                     hold: h.dur,
                     units: h.args.held_units(),
                     exclusive: h.args.exclusive,
@@ -845,7 +1120,7 @@ impl Replayable {
             }
             waited |= now > r.arrival;
             free -= units;
-            let finish = now + hold;
+            let finish = now.saturating_add(hold);
             busy.push(Reverse((finish, units)));
             end = end.max(finish);
         }
@@ -1119,7 +1394,7 @@ fn others_load(spans: &[(u64, u64, usize)], gpus: usize) -> Vec<f64> {
     let mut edges: Vec<(u64, u32, bool)> = Vec::with_capacity(spans.len() * 2);
     for (i, &(b, d, _)) in spans.iter().enumerate() {
         edges.push((b, i as u32, false));
-        edges.push((b + d, i as u32, true));
+        edges.push((b.saturating_add(d), i as u32, true));
     }
     edges.sort_unstable_by_key(|e| e.0);
     let mut integral = vec![0.0f64; spans.len()];
@@ -1341,7 +1616,7 @@ fn memory_advice(holds: &[&TraceEvent]) -> Vec<MemoryAdvice> {
             share,
             suggested_units: needed.map(|k| (k as usize).clamp(1, n)),
             over_budget: budget.is_some_and(|b| used > b),
-            suggested_memory: used.div_ceil(MIB) * MIB,
+            suggested_memory: used.div_ceil(MIB).saturating_mul(MIB),
         };
         match worst.get(h.args.test.as_str()) {
             Some(w) if w.used >= used => {}
@@ -1357,7 +1632,12 @@ fn memory_advice(holds: &[&TraceEvent]) -> Vec<MemoryAdvice> {
 
 /// Renders the holds of a trace as a text timeline, one row per hold in the order they began:
 /// `.` while the request waited, `#` while it held the permit, `tick_ms` milliseconds a
-/// character. Rows are labelled with the process, thread and slot.
+/// character. Rows are labelled with the process, thread and slot; control characters in
+/// thread names are escaped as Rust writes them (`\u{1b}`).
+///
+/// A row's timeline is at most 1,000 characters: where `tick_ms` would take more, the tick
+/// is as much coarser as it takes, and the header line says which it is. Labels are padded
+/// to the longest, up to 64 characters.
 ///
 /// ```
 /// use gpu_test_permit::trace::{TraceArgs, TraceEvent, timeline};
@@ -1374,19 +1654,30 @@ fn memory_advice(holds: &[&TraceEvent]) -> Vec<MemoryAdvice> {
 /// ```
 pub fn timeline(events: &[TraceEvent], tick_ms: u64) -> String {
     use std::fmt::Write as _;
-    let tick_us = tick_ms.max(1) * 1000;
+    const COLUMNS: u64 = 1_000;
     let Some(start) = events.iter().map(|e| e.ts).min() else {
         return String::new();
     };
+    let end = events.iter().map(TraceEvent::end).max().unwrap_or(start);
+    let tick_ms = tick_ms
+        .max(1)
+        .max((end - start).div_ceil(1000).div_ceil(COLUMNS));
+    let tick_us = tick_ms.saturating_mul(1000);
     let mut holds: Vec<&TraceEvent> = events.iter().filter(|e| e.name == "hold").collect();
     holds.sort_by_key(|e| (e.ts, e.pid, e.tid));
-    let label = |h: &TraceEvent| format!("pid {} {}", h.pid, h.args.thread);
+    let label = |h: &TraceEvent| {
+        format!(
+            "pid {} {}",
+            h.pid,
+            crate::host::escape_controls(&h.args.thread)
+        )
+    };
     let width = holds
         .iter()
         .map(|h| label(h).len())
         .max()
         .unwrap_or(0)
-        .max(14);
+        .clamp(14, 64);
     let mut out = format!(
         "{:<width$} {:<5} timeline ({tick_ms} ms per character)\n",
         "process/thread", "slot"
@@ -1394,7 +1685,7 @@ pub fn timeline(events: &[TraceEvent], tick_ms: u64) -> String {
     let requests = RequestTimes::new(events);
     for h in holds {
         let asked = requests.of(h);
-        let col = |t: u64| ((t - start) / tick_us) as usize;
+        let col = |t: u64| (t.saturating_sub(start) / tick_us) as usize;
         let slots: Vec<String> = h.args.slots.iter().map(|s| s.to_string()).collect();
         let _ = writeln!(
             out,
@@ -1402,8 +1693,8 @@ pub fn timeline(events: &[TraceEvent], tick_ms: u64) -> String {
             label(h),
             slots.join(","),
             " ".repeat(col(asked)),
-            ".".repeat(col(h.ts) - col(asked)),
-            "#".repeat((col(h.ts + h.dur) - col(h.ts)).max(1)),
+            ".".repeat(col(h.ts).saturating_sub(col(asked))),
+            "#".repeat((col(h.end()) - col(h.ts)).max(1)),
         );
     }
     out

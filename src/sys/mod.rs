@@ -238,6 +238,43 @@ pub(crate) fn open_regular_for_reading(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// Opens an existing file for appending without blocking on a FIFO or device at its name:
+/// anything but a regular file is refused. A symbolic link at `path` is followed (the path is
+/// one a user chose for output, as with a shell's `>>`); one that leads nowhere is an error,
+/// never a file created at its target.
+pub(crate) fn open_regular_for_append(path: &Path) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.append(true);
+    os::no_block(&mut opts);
+    let file = opts.open(path).map_err(|e| {
+        // A FIFO without a reader answers ENXIO, a directory EISDIR: say what the name is.
+        match std::fs::metadata(path) {
+            Ok(meta) if !meta.file_type().is_file() => special_file(&meta),
+            Err(_) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) => {
+                io::Error::new(
+                    e.kind(),
+                    "a symbolic link to nothing (a file is not created at a link's target)",
+                )
+            }
+            _ => e,
+        }
+    })?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(special_file(&meta));
+    }
+    Ok(file)
+}
+
+/// The error for a name that is not a regular file: what it is instead.
+fn special_file(meta: &std::fs::Metadata) -> io::Error {
+    let kind = os::special_file_kind(&meta.file_type());
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("not a regular file but {kind}"),
+    )
+}
+
 /// Opens `dir/name` for reading when `dir` is a real directory that this user owns and no one
 /// else may write, and the file (not followed through a symbolic link) is this user's too:
 /// two `stat`s instead of [`prepare_dir`]'s write test, for a cache's common case. `None`

@@ -146,6 +146,12 @@ pub(super) fn no_follow_no_block(opts: &mut OpenOptions) {
     opts.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
 }
 
+/// No wait for the other end when the name is a FIFO (on a regular file `O_NONBLOCK` has no
+/// effect).
+pub(super) fn no_block(opts: &mut OpenOptions) {
+    opts.custom_flags(libc::O_NONBLOCK);
+}
+
 pub(super) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<File> {
     let mode = if shared_dir {
         shared_file_mode(path)

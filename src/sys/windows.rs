@@ -29,6 +29,8 @@ pub(super) fn private_no_follow(_opts: &mut OpenOptions) {}
 
 pub(super) fn no_follow_no_block(_opts: &mut OpenOptions) {}
 
+pub(super) fn no_block(_opts: &mut OpenOptions) {}
+
 pub(super) fn open_lock_file(path: &Path, _shared_dir: bool) -> io::Result<File> {
     OpenOptions::new()
         .read(true)

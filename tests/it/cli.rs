@@ -3,7 +3,7 @@
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use gpu_test_permit::trace::{peak_concurrency, read_events};
+use gpu_test_permit::trace::{TraceArgs, TraceEvent, peak_concurrency, read_events};
 
 use crate::util::{Holder, cli, tempdir};
 
@@ -785,4 +785,197 @@ fn nextest_runs_a_weighted_test_alone_in_a_full_group() {
             .any(|a| lights.iter().any(|b| a.0 != b.0 && overlap(a, b))),
         "{runs:?}"
     );
+}
+
+/// One line of a trace file as this crate writes it: an event of test `test` on thread `t1`
+/// of a pool of 2, with what `args` changes of its details.
+fn trace_line(
+    name: &str,
+    test: &str,
+    ts: u64,
+    dur: u64,
+    args: impl FnOnce(&mut TraceArgs),
+) -> String {
+    let mut event = TraceEvent {
+        name: name.into(),
+        cat: "gpu-test-permit".into(),
+        ph: "X".into(),
+        ts,
+        dur,
+        pid: 1,
+        tid: 1,
+        args: TraceArgs {
+            test: test.into(),
+            thread: "t1".into(),
+            slots: vec![0],
+            capacity: 2,
+            units: 1,
+            gpus: 1,
+            ..Default::default()
+        },
+    };
+    args(&mut event.args);
+    format!("{},", serde_json::to_string(&event).unwrap())
+}
+
+/// A wait of 1 ms and a hold of 5 ms of test `test`, from `ts`.
+fn wait_and_hold(test: &str, ts: u64, args: impl Fn(&mut TraceArgs)) -> [String; 2] {
+    [
+        trace_line("wait", test, ts, 1_000, &args),
+        trace_line("hold", test, ts + 1_000, 5_000, &args),
+    ]
+}
+
+/// `gpu-test-permit trace FILE ARGS` on the lines `lines` (after the `[` line): its exit
+/// status, standard output and standard error; a panic when it runs past 30 s.
+fn trace_command(
+    dir: &std::path::Path,
+    lines: &[String],
+    args: &[&str],
+) -> (std::process::ExitStatus, String, String) {
+    let file = dir.join("trace.json");
+    std::fs::write(&file, format!("[\n{}\n", lines.join("\n"))).unwrap();
+    let (out, err) = (dir.join("stdout"), dir.join("stderr"));
+    let mut child = cli(dir, 2)
+        .arg("trace")
+        .arg(&file)
+        .args(args)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "`trace` ran past 30 s, {} bytes of output so far",
+                std::fs::metadata(&out).unwrap().len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |p| String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned();
+    (status, read(out), read(err))
+}
+
+#[test]
+fn trace_command_bounds_capacity_units_and_gpus_by_the_crates_limits() {
+    let dir = tempdir();
+    let mut lines = Vec::new();
+    // Line 2 on: a run on the largest pool one GPU can have (1024 permits) ...
+    lines.extend(wait_and_hold("a", 0, |a| a.capacity = 1024));
+    lines.extend(wait_and_hold("b", 500, |a| a.capacity = 1024));
+    // ... and, lines 6 to 9, events no pool writes.
+    lines.push(trace_line("hold", "x", 0, 10, |a| {
+        a.capacity = 1_000_000_000_000
+    }));
+    lines.push(trace_line("hold", "x", 0, 10, |a| a.capacity = 5_000_000));
+    lines.push(trace_line("hold", "x", 0, 10, |a| a.gpus = 100_000));
+    lines.push(trace_line("hold", "x", 0, 10, |a| a.units = 3));
+    let (status, out, err) = trace_command(dir.path(), &lines, &["--timeline"]);
+    assert!(status.success(), "{status:?}\n{err}");
+    assert!(
+        err.contains("skipped 4 unreadable lines: 6, 7, 8, 9")
+            && err.contains("capacity 1000000000000 is more than 1024 permits per GPU"),
+        "{err}"
+    );
+    // Every size up to the model's 64, then about an eighth larger each (with the run's).
+    let rows = out.lines().filter(|l| l.starts_with("  N = ")).count();
+    assert!((64..=120).contains(&rows), "{rows} rows:\n{out}");
+    assert!(
+        out.contains("N = 1024") && out.contains("(this run)"),
+        "{out}"
+    );
+    assert!(out.lines().count() < 200, "{out}");
+}
+
+#[test]
+fn trace_command_skips_timestamps_and_memory_that_no_run_can_have() {
+    let dir = tempdir();
+    let gib = 1u64 << 30;
+    let mut lines = Vec::new();
+    lines.extend(wait_and_hold("a", 0, |a| {
+        a.memory = Some(gib);
+        a.memory_used = Some(3 * gib);
+    }));
+    // Lines 4 to 7: an end that overflows, one past the year 2255, a wait as long as u64
+    // allows, and memory no GPU has.
+    lines.push(trace_line("hold", "x", u64::MAX - 50, 100, |_| {}));
+    lines.push(trace_line("hold", "x", 1 << 60, 1, |_| {}));
+    lines.push(trace_line("wait", "x", 0, u64::MAX, |_| {}));
+    lines.push(trace_line("hold", "x", 0, 10, |a| {
+        a.memory_used = Some(u64::MAX)
+    }));
+    for args in [&[][..], &["--timeline"]] {
+        let (status, out, err) = trace_command(dir.path(), &lines, args);
+        assert!(status.success(), "{status:?}\n{err}");
+        assert!(
+            err.contains("skipped 4 unreadable lines: 4, 5, 6, 7")
+                && err.contains("past the year 2255"),
+            "{err}"
+        );
+        assert!(out.contains("span 6.0 ms"), "{out}");
+        assert!(out.contains("declare 3072.0 MiB"), "{out}");
+        assert!(!out.contains("NOT RELEASED"), "{out}");
+        assert!(out.lines().all(|l| l.len() < 1_100), "{out}");
+    }
+}
+
+#[test]
+fn trace_command_reads_on_past_a_truncated_line_and_lists_the_lines_it_skipped() {
+    let dir = tempdir();
+    let [wait, hold] = wait_and_hold("a", 0, |_| {});
+    let [wait_b, hold_b] = wait_and_hold("b", 10_000, |_| {});
+    // A full disk cut the write of line 5 short; the next event landed on the same line.
+    let cut = &hold_b[..40];
+    let lines = vec![
+        wait,
+        hold,
+        wait_b,
+        format!("{cut}{}", hold_b),
+        "{\"name\":\"ho".to_string(),
+        "\u{1}binary junk".to_string(),
+    ];
+    let (status, out, err) = trace_command(dir.path(), &lines, &[]);
+    assert!(status.success(), "{status:?}\n{err}");
+    assert!(
+        err.contains("skipped 3 unreadable lines: 5, 6, 7")
+            && err.contains("line 5: an event cut short"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    // Test b's hold, read from the line that was cut: both tests held one permit.
+    let permits = |test: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{test} ")))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .map(str::to_string)
+    };
+    assert_eq!(permits("a").as_deref(), Some("1"), "{out}");
+    assert_eq!(permits("b").as_deref(), Some("1"), "{out}");
+}
+
+#[test]
+fn trace_command_escapes_control_characters_in_test_and_thread_names() {
+    let dir = tempdir();
+    let evil = "evil\u{1b}[2J\rforged\u{202e}";
+    let mut lines = Vec::new();
+    lines.extend(wait_and_hold(evil, 0, |a| a.thread = evil.into()));
+    // A grant never returned: the not-released line names the test too.
+    lines.push(trace_line("wait", evil, 10_000, 1_000, |_| {}));
+    let (status, out, err) = trace_command(dir.path(), &lines, &["--timeline"]);
+    assert!(status.success(), "{status:?}\n{err}");
+    assert!(
+        !out.contains(['\u{1b}', '\r', '\u{202e}']),
+        "raw control characters:\n{out:?}"
+    );
+    let escaped = "evil\\u{1b}[2J\\rforged\\u{202e}";
+    let shown = out.lines().filter(|l| l.contains(escaped)).count();
+    // The per-test row, the not-released line and the timeline's row.
+    assert_eq!(shown, 3, "{out}");
 }

@@ -93,7 +93,15 @@ fn assert_same_as_baseline(events: &[gpu_test_permit::trace::TraceEvent], what: 
         }
         (s, b) => panic!("{what}: ours {s:?}, baseline {b:?}"),
     }
-    assert_eq!(timeline(events, 1), baseline::timeline(events, 1), "{what}");
+    // The finest tick that keeps within the timeline's 1,000 characters a row.
+    let start = events.iter().map(|e| e.ts).min().unwrap_or(0);
+    let end = events.iter().map(|e| e.ts + e.dur).max().unwrap_or(0);
+    let tick = (end - start).div_ceil(1_000_000).max(1);
+    assert_eq!(
+        timeline(events, tick),
+        baseline::timeline(events, tick),
+        "{what}"
+    );
 }
 
 #[test]
@@ -569,4 +577,146 @@ fn trace_model_on_traces_in_a_directory() {
 
 fn show(saturation: Option<f64>) -> String {
     saturation.map_or("none".to_string(), |s| format!("{s:.2}"))
+}
+
+/// Makes a FIFO at `path`.
+#[cfg(unix)]
+fn mkfifo(path: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+}
+
+/// A process that takes a permit and releases it, with `GPU_TEST_PERMIT_TRACE=trace`: its exit
+/// status and standard error, or a panic when it has not finished within 20 s.
+#[cfg(unix)]
+fn hold_with_trace(dir: &std::path::Path, trace: &std::path::Path) -> (bool, String) {
+    use std::process::Stdio;
+    let mut child = crate::util::cli(dir, 1)
+        .args(["hold", "--for", "1ms"])
+        .env("GPU_TEST_PERMIT_TRACE", trace)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "taking a permit blocked on the trace path {}",
+                trace.display()
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[cfg(unix)]
+#[test]
+fn a_fifo_at_the_trace_path_is_refused_without_blocking_the_permit() {
+    let dir = tempdir();
+    let fifo = dir.path().join("trace.json");
+    mkfifo(&fifo);
+    let link = dir.path().join("link.json");
+    std::os::unix::fs::symlink(&fifo, &link).unwrap();
+    // Nobody reads the FIFO: opening it to write would wait for a reader forever.
+    for trace in [&fifo, &link] {
+        let (ok, err) = hold_with_trace(&dir.path().join("slots"), trace);
+        assert!(ok, "{err}");
+        let notices: Vec<&str> = err.lines().filter(|l| l.contains("trace")).collect();
+        assert_eq!(notices.len(), 1, "{err}");
+        assert!(
+            notices[0].contains("not a regular file but a FIFO")
+                && notices[0].contains("tracing is off"),
+            "{err}"
+        );
+    }
+}
+
+#[cfg(unix)]
+#[test]
+fn the_trace_files_header_is_never_written_through_a_planted_symlink() {
+    let dir = tempdir();
+    let trace = dir.path().join("trace.json");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    // The temporary name a new trace file is made under, planted as a link to the victim.
+    let planted = dir.path().join(format!("trace.tmp.{}", std::process::id()));
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    let pool = PermitPool::builder()
+        .concurrency(1)
+        .slot_dir(dir.path().join("slots"))
+        .trace(&trace)
+        .build()
+        .unwrap();
+    drop(pool.acquire());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(trace.symlink_metadata().unwrap().is_file());
+    assert!(std::fs::read_to_string(&trace).unwrap().starts_with("[\n"));
+    assert_eq!(read_events(&trace).unwrap().len(), 2);
+    // The planted link is left where it was, and no temporary file is left behind.
+    assert!(planted.symlink_metadata().unwrap().is_symlink());
+    assert_eq!(crate::util::files_named(dir.path(), ".tmp."), 1);
+}
+
+#[cfg(unix)]
+#[test]
+fn a_symlink_at_the_trace_path_is_followed_to_a_regular_file_but_creates_nothing() {
+    let dir = tempdir();
+    // A link the user made to where traces go: followed, as for any output file.
+    let real = dir.path().join("real.json");
+    let link = dir.path().join("trace.json");
+    std::fs::write(&real, "[\n").unwrap();
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let (ok, err) = hold_with_trace(&dir.path().join("slots"), &link);
+    assert!(ok && !err.contains("trace"), "{err}");
+    assert_eq!(read_events(&real).unwrap().len(), 2);
+    // A link to nothing: tracing is off, and no file appears at the link's target.
+    let target = dir.path().join("elsewhere.json");
+    let dangling = dir.path().join("dangling.json");
+    std::os::unix::fs::symlink(&target, &dangling).unwrap();
+    let (ok, err) = hold_with_trace(&dir.path().join("slots"), &dangling);
+    assert!(ok && err.contains("tracing is off"), "{err}");
+    assert!(!target.exists());
+}
+
+#[test]
+fn summaries_of_events_near_the_end_of_time_saturate_instead_of_overflowing() {
+    use gpu_test_permit::trace::{TraceArgs, TraceEvent, summarize, timeline};
+    let ev = |name: &str, ts, dur| TraceEvent {
+        name: name.into(),
+        cat: "gpu-test-permit".into(),
+        ph: "X".into(),
+        ts,
+        dur,
+        pid: 1,
+        tid: 1,
+        args: TraceArgs {
+            test: "t".into(),
+            thread: "t".into(),
+            capacity: 2,
+            ..Default::default()
+        },
+    };
+    let events = [
+        ev("wait", 0, 10),
+        ev("hold", 10, 100),
+        ev("wait", u64::MAX - 50, 100),
+        ev("hold", u64::MAX - 10, 100),
+        ev("hold", u64::MAX - 10, u64::MAX),
+    ];
+    let s = summarize(&events).unwrap();
+    assert_eq!(s.span_us, u64::MAX);
+    assert_eq!(s.tests[0].hold_us, u64::MAX);
+    // At most 1,000 characters of timeline a row, whatever tick is asked for.
+    let text = timeline(&events, 1);
+    assert!(text.lines().all(|l| l.len() < 1_100), "{text}");
 }

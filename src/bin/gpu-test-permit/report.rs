@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use gpu_test_permit::config::Config;
 use gpu_test_permit::host::{HolderRecord, SlotStatus, recorded_hangs, status as host_status};
 use gpu_test_permit::trace::{
-    Slowdown, SlowdownBasis, Summary, read_events, split_runs, summarize_with, timeline,
+    SkippedLine, Slowdown, SlowdownBasis, Summary, read_trace, split_runs, summarize_with, timeline,
 };
 
 use crate::args::Args;
@@ -171,8 +171,10 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
             .ok_or("is not a whole number")
     })?;
     let show_timeline = args.flag("--timeline");
-    let file = path.display();
-    let all = read_events(path).map_err(|e| format!("cannot read {file}: {e}"))?;
+    let file = printable_path(path);
+    let read = read_trace(path).map_err(|e| format!("cannot read {file}: {e}"))?;
+    print_skipped(path, &read.skipped);
+    let all = read.events;
     // Runs at several N appended to one file: the summary is of the last, the model is
     // fitted from all of them (each test seen at several concurrencies).
     let mut runs = split_runs(&all);
@@ -206,7 +208,7 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
     for t in &s.tests {
         println!(
             "{:<60} {:>7} {:>11.1} {:>11.1}",
-            t.test,
+            printable(&t.test),
             t.permits,
             ms(t.wait_us),
             ms(t.hold_us)
@@ -224,7 +226,7 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
             "NOT RELEASED: test `{}` (pid {}) took a permit at {:.1} ms and never returned it: \
              its process was killed or aborted while holding it (a hold deadline, a crash, a \
              wedged driver), or still holds it",
-            u.test,
+            printable(&u.test),
             u.pid,
             ms(u.granted_us)
         );
@@ -268,6 +270,33 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         }
         _ => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// One line on standard error for the lines of the trace file that were left out: how many,
+/// their numbers (the first 20) and why the first was.
+fn print_skipped(path: &Path, skipped: &[SkippedLine]) {
+    let Some(first) = skipped.first() else {
+        return;
+    };
+    const LISTED: usize = 20;
+    let mut numbers: Vec<String> = skipped
+        .iter()
+        .take(LISTED)
+        .map(|s| s.line.to_string())
+        .collect();
+    if skipped.len() > LISTED {
+        numbers.push(format!("and {} more", skipped.len() - LISTED));
+    }
+    eprintln!(
+        "gpu-test-permit: {}: skipped {} unreadable line{}: {} (line {}: {}); the summary is \
+         of the other lines",
+        printable_path(path),
+        skipped.len(),
+        if skipped.len() == 1 { "" } else { "s" },
+        numbers.join(", "),
+        first.line,
+        printable(&first.reason)
+    );
 }
 
 /// The smallest N whose model estimate is within 5 % of the fastest, below any N that hung on
