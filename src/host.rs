@@ -28,8 +28,8 @@
 //!   nobody else takes a slot, so light requests cannot starve it and two heavy requests cannot
 //!   deadlock. Before that it waits for the gate like any waiter: every release wakes the
 //!   waiters, the gate changes hands at each grant, and a waiter lets any older waiting
-//!   request of another process (by the time it began to wait, then pid; read from the
-//!   `gpu0.wait.<pid>` files, alive and not stopped) take it first, so waiting processes are
+//!   request of another process that keeps its turn (by the time it began to wait, then
+//!   pid; read from the `gpu0.wait.<pid>` files) take it first, so waiting processes are
 //!   served first come first served. Only a request that has just arrived tries at once (a
 //!   directory scan on every acquisition would cost the uncontended path), which lets it
 //!   slip in during the microseconds after a release. Light requests take the slots a heavy
@@ -37,8 +37,18 @@
 //!   in one call, but only open-file-description locks die with the description rather than
 //!   with any close in the process, and those are Linux's alone; whole-file locks under the
 //!   gate give the same all-or-none wherever `flock` or `LockFileEx` exists.)
-//!   A head that is stopped (`SIGSTOP`, Ctrl-Z, a debugger; seen through `/proc` on Linux)
-//!   loses its turn: the other waiters take free slots past it. A dead head's lock is gone.
+//!   A waiting request keeps its turn while it shows signs of life: it renews a heartbeat in
+//!   its wait file every few milliseconds while it waits. One whose pid names no process
+//!   here (another PID namespace's, or a forged record), that is stopped (`SIGSTOP`, Ctrl-Z,
+//!   a debugger; seen through `/proc` on Linux), or whose heartbeat is older than a second
+//!   (frozen by the cgroup freezer, stopped in another namespace) loses its turn
+//!   ([`Liveness`]): the requests behind it go past it. When the head has lost its turn, the
+//!   oldest waiter that keeps its own takes free slots past it, and newer requests, new
+//!   arrivals included, let that one go first, as they would the head. A gate held without a
+//!   record (a head between taking the gate and either its slots or its record) loses its
+//!   turn once it has stayed so for a second. Only the order is judged this way: the slots
+//!   themselves are locks, so no judgement can put more than N holders on a GPU. A dead
+//!   head's lock is gone.
 //!   A multi-slot request locks its slots one by one and gives them back unless it gets all
 //!   of them; stopped in those microseconds, it keeps the ones it locked, as a stopped holder
 //!   keeps its permit, until it resumes or dies. Records are written only once all are taken
@@ -46,8 +56,8 @@
 //!   watches the slots, itself included), so such slots are locked without a record: a wait
 //!   that times out and [`status`] name their owner from `/proc/locks` on Linux.
 //! - `gpu0.slot<i>`: the slot locks. The holder writes a JSON record of itself (pid, test,
-//!   thread, since) into its slot for diagnostics; a record counts only while its slot is
-//!   locked.
+//!   thread, when granted) into its slot for diagnostics; a record counts only while its
+//!   slot is locked.
 //! - `gpu0.budget`: the per-GPU memory budget the directory's current users convert memory
 //!   declarations with: the first budget one of them settled on; blanked by a
 //!   process that finds the directory unused.
@@ -56,9 +66,15 @@
 //!   limit that any program can exhaust) waiters poll with a backoff of at most
 //!   25 ms instead; every wait also re-checks at that interval.
 //! - `gpu0.wait.<pid>`: a process that has waited keeps this file locked while it lives and
-//!   writes the record of its waiting request into it (blank while none waits), for
-//!   [`status`] and for the message of a wait that times out; unlocked ones are leftovers of
-//!   killed processes and are removed when a process opens the directory.
+//!   writes the record of its waiting request into it (blank while none waits), then its
+//!   heartbeat, for the order of the queue, for [`status`] and for the message of a wait that
+//!   times out; unlocked ones are leftovers of killed processes and are removed when a
+//!   process opens the directory.
+//! - `gpu0.slot<i>.inside-<uid>/`: the slot directory of the processes working inside a
+//!   permit passed on by `gpu-test-permit run` whose first slot is `i` (see
+//!   [`InheritedPermit`](crate::config::InheritedPermit)), laid out like this one with as
+//!   many slots as the permit holds: they share its units there, so that together they hold
+//!   at most what it holds.
 //!
 //! A process needs one descriptor per slot plus four; the soft descriptor limit is raised (up
 //! to the hard one) where that is not enough, and a layout that cannot fit is refused before
