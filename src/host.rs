@@ -1046,6 +1046,44 @@ pub(crate) fn share_dir(permit: &crate::config::InheritedPermit) -> PathBuf {
         .join(sys::per_user_name(&format!("gpu0.slot{first}.inside")))
 }
 
+/// Another user's directory for the processes inside `permit` ([`share_dir`] is one per
+/// user) that is in use now, if there is one. Only one process tree holds a slot at a time,
+/// so its users are inside the same permit: two such directories at once would give that
+/// permit's units twice. To be checked once this process uses its own, so that of two
+/// processes that start at once, at least one sees the other.
+pub(crate) fn other_share_dir_in_use(permit: &crate::config::InheritedPermit) -> Option<PathBuf> {
+    let own = share_dir(permit);
+    let prefix = own.file_name()?.to_str()?.rsplit_once('-')?.0.to_string() + "-";
+    std::fs::read_dir(&permit.dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p != &own
+                && p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .find(|p| in_use(&p.join("gpu0.layout")))
+}
+
+/// Whether a process uses the slot directory of layout file `path` (its users hold it locked
+/// shared): probed with an exclusive lock through a description of its own, given back at
+/// once.
+fn in_use(path: &Path) -> bool {
+    let Ok(file) = sys::open_regular_for_reading(path) else {
+        return false;
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file.unlock();
+            false
+        }
+        Err(TryLockError::WouldBlock) => true,
+        Err(TryLockError::Error(_)) => false,
+    }
+}
+
 /// How the processes inside `permit` lay out their shared slots: as many as the parent holds,
 /// on its one GPU, for a shared permit; the parent's whole layout for an exclusive one.
 pub(crate) fn share_layout(permit: &crate::config::InheritedPermit) -> Layout {

@@ -468,7 +468,15 @@ impl PermitPool {
         b.memory_budget = cfg.gpu_memory;
         b.probe_budget = true;
         let host = HostSlots::open(&dir, layout).and_then(|host| {
-            if host.layout() == layout {
+            if let Some(other) = crate::host::other_share_dir_in_use(&inherited.permit) {
+                Err(HostError::Inherited(format!(
+                    "processes of another user work inside the permit inherited through \
+                     {INHERITED_VAR} now ({} is in use), and each user's processes would \
+                     share its units apart from the others': run the processes inside one \
+                     permit as one user",
+                    other.display()
+                )))
+            } else if host.layout() == layout {
                 Ok(host)
             } else {
                 // Only a process of another tree could have set it: never work in more units

@@ -331,6 +331,10 @@ mod shared_units {
                 println!("{}", String::from_utf8_lossy(&out.stdout));
                 println!("{}", String::from_utf8_lossy(&out.stderr));
             }
+            "plain" => match pool.try_acquire_for(Duration::from_secs(5)) {
+                Ok(p) => println!("acquired {:?}", p.slots()),
+                Err(e) => println!("refused: {e}"),
+            },
             other => panic!("unknown role {other}"),
         }
     }
@@ -472,5 +476,27 @@ mod shared_units {
                 "N = {n}: {out}"
             );
         }
+    }
+
+    /// The processes inside one permit share it through one directory per user; should
+    /// another user's be in use for the same permit (processes of two users under one `run`),
+    /// a process refuses rather than share the units apart from them. Stand-in: another
+    /// user's directory whose layout file is locked, as its users keep it.
+    #[test]
+    fn processes_of_another_user_inside_the_same_permit_are_not_given_its_units_again() {
+        let dir = tempdir();
+        let other = dir.path().join("gpu0.slot0.inside-4000000000");
+        std::fs::create_dir(&other).unwrap();
+        let layout = std::fs::File::create(other.join("gpu0.layout")).unwrap();
+        layout.lock_shared().unwrap();
+        let (ok, out) = run(dir.path(), 1, &[], &mut child("plain"));
+        assert!(ok, "{out}");
+        assert!(
+            out.contains("refused: processes of another user work inside the permit"),
+            "{out}"
+        );
+        drop(layout);
+        let (ok, out) = run(dir.path(), 1, &[], &mut child("plain"));
+        assert!(ok && out.contains("acquired [0]"), "{out}");
     }
 }
