@@ -786,3 +786,95 @@ fn nextest_runs_a_weighted_test_alone_in_a_full_group() {
         "{runs:?}"
     );
 }
+
+/// `nextest-snippet` prints text from the configuration: it creates no slot directory and no
+/// slot file, even for 1,024 permits on each of 16 GPUs.
+#[test]
+fn nextest_snippet_opens_no_slot_files() {
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let out = cli(&slots, 1024)
+        .env("GPU_TEST_PERMIT_GPUS", "16")
+        .arg("nextest-snippet")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("{ max-threads = 16384 }"), "{text}");
+    assert!(!slots.exists(), "nextest-snippet made {}", slots.display());
+}
+
+/// An option given twice is refused with its name, whatever it is; the last one does not
+/// silently win.
+#[test]
+fn a_repeated_option_is_refused_by_name() {
+    let dir = tempdir();
+    for (args, says) in [
+        (
+            &["hold", "--units", "2", "--units", "3"][..],
+            "hold: option `--units` given twice (`2`, then `3`); give it once",
+        ),
+        (
+            &["hold", "--for=1s", "--exclusive", "--for", "2s"],
+            "hold: option `--for` given twice (`1s`, then `2s`); give it once",
+        ),
+        (
+            &["run", "--group", "a", "--group=b", "--", "true"],
+            "run: option `--group` given twice (`a`, then `b`); give it once",
+        ),
+        (
+            &["probe", "--json", "--json"],
+            "probe: option `--json` given twice; give it once",
+        ),
+    ] {
+        let out = cli(dir.path(), 2).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with(&format!("gpu-test-permit: {says}\n")),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
+}
+
+/// The README says what the slot directory's symbolic-link check covers: the directory itself
+/// is refused when it is a link, and a path through a linked parent is followed.
+#[cfg(unix)]
+#[test]
+fn the_readme_says_what_the_slot_directory_symlink_check_covers() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    assert!(
+        !readme.contains("reached through a symlink"),
+        "README.md still says a directory reached through a symlink is refused"
+    );
+    assert!(
+        readme.contains("itself a symbolic link")
+            && readme.contains("a path through a symbolically linked\n  parent"),
+        "README.md does not say what is checked"
+    );
+    let work = tempdir();
+    let real = work.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = work.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    // The directory itself a link: refused.
+    let out = cli(&link, 1)
+        .args(["hold", "--for", "1ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is a symbolic link"),
+        "{out:?}"
+    );
+    // Its parent a link: followed and accepted.
+    let out = cli(&link.join("slots"), 1)
+        .args(["hold", "--for", "1ms"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(real.join("slots").is_dir());
+}

@@ -222,20 +222,39 @@ fn help(args: &Args) -> Result<ExitCode, String> {
 }
 
 /// `nextest-snippet`: the test group, sized to all the permits the host has (N per GPU times
-/// the GPUs), and how heavy tests tell nextest their weight.
+/// the GPUs), and how heavy tests tell nextest their weight. Computed from the configuration,
+/// not from a pool: printing text creates no slot files.
 fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
     use gpu_test_permit::nextest;
-    let pool = gpu_test_permit::PermitPool::global();
-    let n = pool.capacity();
+    let cfg = Config::global();
+    let per_gpu = cfg.concurrency.get();
+    let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
+    let n = per_gpu.saturating_mul(gpus);
     let text = match (args.flag("--runner"), args.flag("--wrapper")) {
         (true, true) => return Err(args.error("give --runner or --wrapper, not both")),
         // The runner is one command for every test: their permits are all of one unit.
         (true, false) => nextest::runner_snippet(n),
-        (false, true) => nextest::wrapper_snippet(n) + &weights_snippet(pool.concurrency(), true),
-        (false, false) => nextest::group_snippet(n) + &weights_snippet(pool.concurrency(), false),
+        (false, true) => nextest::wrapper_snippet(n) + &weights_snippet(per_gpu, true),
+        (false, false) => nextest::group_snippet(n) + &weights_snippet(per_gpu, false),
     };
     print!("{text}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The GPUs of `GPU_TEST_PERMIT_GPUS=auto`, as the global pool counts them: the CUDA devices
+/// the probe finds (in a child process), at least one.
+fn detected_gpus() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        gpu_test_permit::probe::probe(gpu_test_permit::probe::Backend::Cuda)
+            .outcome
+            .devices()
+            .map_or(1, |d| d.len().max(1))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        1
+    }
 }
 
 /// The commented override that gives heavy tests their weight in the `gpu` test group:
