@@ -279,7 +279,7 @@ fn config_with_strict_mode_fails_commands_before_they_start() {
 }
 
 /// Every command, as `help` lists them.
-const COMMANDS: [&str; 8] = [
+const COMMANDS: [&str; 9] = [
     "probe",
     "hold",
     "run",
@@ -287,6 +287,7 @@ const COMMANDS: [&str; 8] = [
     "trace",
     "config",
     "nextest-snippet",
+    "find-gpu-tests",
     "help",
 ];
 
@@ -694,7 +695,7 @@ fn nextest_snippet_tells_nextest_the_weight_of_heavy_tests() {
     assert!(
         text.contains(
             "# [[profile.default.overrides]]\n# filter = 'test(/heavy_/)'\n\
-             # test-group = 'gpu'\n# threads-required = 2\n"
+             # test-group = '@tool:gpu-test-permit:gpu'\n# threads-required = 2\n"
         ),
         "{text}"
     );
@@ -745,14 +746,13 @@ fn nextest_runs_a_weighted_test_alone_in_a_full_group() {
         })
         .collect();
     assert!(config.contains("\nthreads-required = 2\n"), "{config}");
-    let config_file = work.path().join("nextest.toml");
+    let config_file = work.path().join("gpu-test-permit.toml");
     std::fs::write(&config_file, &config).unwrap();
     let records = work.path().join("records");
     std::fs::create_dir(&records).unwrap();
     let out = crate::recipes::plain_suite_run(&records)
         .args(["-E", "test(/gpu/)"])
-        .arg("--config-file")
-        .arg(&config_file)
+        .args(crate::recipes::tool_config(&config_file))
         .output()
         .unwrap();
     assert!(
@@ -877,4 +877,42 @@ fn the_readme_says_what_the_slot_directory_symlink_check_covers() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert!(real.join("slots").is_dir());
+}
+
+/// Under nextest, a test outside a test group gives the hint on how to add one in full once
+/// per run (the first process of the run), and one line in the others; a new run gives it in
+/// full again, and where the run cannot be recorded every process gives it in full.
+#[test]
+fn the_nextest_hint_is_given_in_full_once_per_run() {
+    let dir = tempdir();
+    let hold = |run: &str| {
+        let out = cli(dir.path(), 2)
+            .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+            .env("NEXTEST_RUN_ID", run)
+            .env("NEXTEST_TEST_GROUP", "@global")
+            .args(["hold", "--for", "1ms"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let full = "Put GPU tests in a group of max-threads = 2";
+    let short = "gpu-test-permit: this test runs under cargo nextest outside a test group; \
+                 `gpu-test-permit nextest-snippet` prints one\n";
+    let first = hold("run-1");
+    assert!(first.contains(full), "{first}");
+    assert_eq!(first.matches("[test-groups]").count(), 1, "{first}");
+    for _ in 0..2 {
+        let later = hold("run-1");
+        assert!(!later.contains(full), "{later}");
+        assert!(later.contains(short), "{later}");
+    }
+    assert!(hold("run-2").contains(full));
+    assert!(!hold("run-2").contains(full));
+    // The record cannot be written: as before, every process says it in full.
+    let record = dir.path().join("nextest-hint.log");
+    std::fs::remove_file(&record).unwrap();
+    std::fs::create_dir(&record).unwrap();
+    assert!(hold("run-3").contains(full));
+    assert!(hold("run-3").contains(full));
 }

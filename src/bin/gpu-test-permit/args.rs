@@ -1,5 +1,6 @@
 //! The arguments of one command: flags and options in any order, `--opt value` or
-//! `--opt=value`, each at most once, `--help`/`-h`, and `--` ending the options.
+//! `--opt=value`, each at most once (but for list options, which collect every value),
+//! `--help`/`-h`, and `--` ending the options.
 //!
 //! Arguments stay `OsString`s until a command asks for a value as text, so a path or a command
 //! line passes through byte for byte even when it is not UTF-8.
@@ -30,8 +31,10 @@ pub(crate) struct Spec {
     pub(crate) about: &'static str,
     /// Options that take no value.
     pub(crate) flags: &'static [&'static str],
-    /// Options that take a value.
+    /// Options that take a value, given at most once.
     pub(crate) options: &'static [&'static str],
+    /// Options that take a value and may be given again, each time adding one.
+    pub(crate) lists: &'static [&'static str],
     pub(crate) operands: Operands,
 }
 
@@ -113,14 +116,20 @@ impl Spec {
                     );
                 }
                 parsed.flags.push(flag);
-            } else if let Some(option) = self.options.iter().find(|o| **o == name_text) {
+            } else if let Some(option) = self
+                .options
+                .iter()
+                .chain(self.lists)
+                .find(|o| **o == name_text)
+            {
                 let value = match inline {
                     Some(v) => v,
                     None => it.next().cloned().ok_or_else(|| {
                         self.error(format_args!("option `{option}` needs a value"))
                     })?,
                 };
-                if let Some((_, first)) = parsed.values.iter().find(|(o, _)| o == option) {
+                let once = !self.lists.contains(option);
+                if let Some((_, first)) = parsed.values.iter().find(|(o, _)| once && o == option) {
                     return Err(self.error(format_args!(
                         "option `{option}` given twice (`{}`, then `{}`); give it once",
                         first.to_string_lossy(),
@@ -173,6 +182,15 @@ impl Args {
     /// Whether the flag `name` was given.
     pub(crate) fn flag(&self, name: &str) -> bool {
         self.flags.contains(&name)
+    }
+
+    /// Every value of list option `name`, in the order given.
+    pub(crate) fn values(&self, name: &str) -> Vec<&OsStr> {
+        self.values
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_os_str())
+            .collect()
     }
 
     /// The value of option `name` (an option is given at most once).
@@ -236,6 +254,7 @@ mod tests {
         about: "a demo",
         flags: &["--on"],
         options: &["--n"],
+        lists: &["--l"],
         operands: Operands::One("FILE"),
     };
 
@@ -245,6 +264,7 @@ mod tests {
         about: "runs",
         flags: &["--on"],
         options: &[],
+        lists: &[],
         operands: Operands::CommandLine,
     };
 
@@ -276,6 +296,13 @@ mod tests {
             args(&SPEC, &["--n=", "f"]).value("--n"),
             Some(OsStr::new(""))
         );
+    }
+
+    #[test]
+    fn a_list_option_collects_every_value() {
+        let a = args(&SPEC, &["--l", "x", "f", "--l=y", "--n", "1"]);
+        assert_eq!(a.values("--l"), [OsStr::new("x"), OsStr::new("y")]);
+        assert_eq!(args(&SPEC, &["f"]).values("--l"), Vec::<&OsStr>::new());
     }
 
     #[test]
