@@ -4,56 +4,102 @@
 //! there; this crate's host slots do. nextest's own answer to shared resources is a test group
 //! with `max-threads`: with one, nextest never starts more GPU test processes than the cap, which
 //! is better than starting them and letting them wait. When a test takes a permit under nextest
-//! outside any group, the crate says once per process how to add the group ([`group_snippet`]).
+//! outside any group, the crate says how to add the group ([`group_snippet`]): in full once per
+//! nextest run (the run is recorded in the slot directory), and in one line in the run's other
+//! processes.
 //! Inside a group, [`NextestEnv::group_slot`](crate::config::NextestEnv::group_slot) tells which
 //! of the group's slots this test has, for choosing a device.
 
+use std::io::{self, Read, Seek, Write};
+use std::path::Path;
 use std::sync::Once;
 
 pub use crate::config::NextestEnv;
 use crate::config::{CONCURRENCY_VAR, Config};
 
-/// A `.config/nextest.toml` fragment that puts GPU tests in a test group of at most
-/// `max_threads` at a time. Adjust the filter to match your GPU tests and keep `max_threads`
-/// equal to all the permits the host has: `REALIZAR_GPU_TEST_CONCURRENCY` times the GPUs.
-///
-/// # Example
-///
-/// ```
-/// let snippet = gpu_test_permit::nextest::group_snippet(2);
-/// assert!(snippet.contains("gpu = { max-threads = 2 }"));
-/// ```
-pub fn group_snippet(max_threads: usize) -> String {
-    format!(
-        "[test-groups]
-gpu = {{ max-threads = {max_threads} }}
+/// The tool name under which nextest reads this crate's configuration:
+/// `cargo nextest run --tool-config-file gpu-test-permit:/absolute/path.toml`. A tool config
+/// file adds to the suite's own `.config/nextest.toml` (whose settings win), where
+/// `--config-file` would replace it.
+pub const TOOL: &str = "gpu-test-permit";
 
-[[profile.default.overrides]]
-filter = 'test(/gpu/)'
-test-group = 'gpu'
+/// The test group of GPU tests in the snippets. nextest requires the names a tool config file
+/// defines to start with `@tool:<tool>:`; a test in the group sees it as `NEXTEST_TEST_GROUP`.
+pub const GROUP: &str = "@tool:gpu-test-permit:gpu";
+
+/// The wrapper script of [`wrapper_snippet`].
+pub const WRAPPER_SCRIPT: &str = "@tool:gpu-test-permit:gpu-permit";
+
+/// The filter the snippets put GPU tests in the group with: a guess by name, which misses
+/// every GPU test whose name lacks "gpu". `gpu-test-permit find-gpu-tests` finds them by
+/// running the suite with every GPU driver hidden, and prints the filter that names them.
+pub const GUESSED_FILTER: &str = "test(/gpu/)";
+
+/// How a snippet's tool config file is passed to nextest.
+fn tool_file_header() -> String {
+    format!(
+        "# gpu-test-permit.toml, a nextest tool config file: it adds to the suite's own
+# .config/nextest.toml instead of replacing it (as --config-file would). Pass its absolute path:
+#   cargo nextest run --tool-config-file {TOOL}:$PWD/gpu-test-permit.toml
 "
     )
 }
 
+/// The test group and the override that puts GPU tests in it.
+fn group_block(max_threads: usize) -> String {
+    format!(
+        "[test-groups]
+'{GROUP}' = {{ max-threads = {max_threads} }}
+
+[[profile.default.overrides]]
+# A guess by name: GPU tests whose names lack \"gpu\" run outside the group. For the filter
+# that names them, run `gpu-test-permit find-gpu-tests` (it runs the tests with every GPU
+# driver hidden and lists the ones that fail or skip).
+filter = '{GUESSED_FILTER}'
+test-group = '{GROUP}'
+"
+    )
+}
+
+/// A nextest tool config file that puts GPU tests in a test group of at most `max_threads` at
+/// a time, for `cargo nextest run --tool-config-file gpu-test-permit:/path/to/it.toml`. Keep
+/// `max_threads` equal to all the permits the host has: `REALIZAR_GPU_TEST_CONCURRENCY` times
+/// the GPUs. Its filter is a guess by name ([`GUESSED_FILTER`]): replace it with the one
+/// `gpu-test-permit find-gpu-tests` prints.
+///
+/// # Example
+///
+/// ```
+/// use gpu_test_permit::nextest::{group_snippet, GROUP};
+///
+/// let snippet = group_snippet(2);
+/// assert!(snippet.contains(&format!("'{GROUP}' = {{ max-threads = 2 }}")));
+/// ```
+pub fn group_snippet(max_threads: usize) -> String {
+    tool_file_header() + &group_block(max_threads)
+}
+
 /// The configuration that caps a test suite that does not use this crate, through
 /// `gpu-test-permit run` as cargo's target runner: every test binary runs under `run`, which
-/// takes a permit only for tests in the `gpu` test group (and none for nextest's `--list`), so
-/// `max_threads` should be all the permits the host has. Two files: `.cargo/config.toml` and
-/// `.config/nextest.toml`.
+/// takes a permit only for tests in the [`GROUP`] test group (and none for nextest's `--list`),
+/// so `max_threads` should be all the permits the host has. Two files: `.cargo/config.toml`
+/// and the tool config file of [`group_snippet`].
 ///
 /// ```
 /// let snippet = gpu_test_permit::nextest::runner_snippet(2);
-/// assert!(snippet.contains(r#"runner = ["gpu-test-permit", "run", "--group", "gpu", "--"]"#));
+/// assert!(snippet.contains(
+///     r#"runner = ["gpu-test-permit", "run", "--group", "@tool:gpu-test-permit:gpu", "--"]"#
+/// ));
 /// ```
 pub fn runner_snippet(max_threads: usize) -> String {
     format!(
-        "# .cargo/config.toml: test binaries run under `gpu-test-permit run`; tests in the `gpu`
+        "# .cargo/config.toml: test binaries run under `gpu-test-permit run`; tests in the GPU
 # test group hold a permit, the others (and nextest's --list) run straight through. Or set
-# CARGO_TARGET_<TRIPLE>_RUNNER='gpu-test-permit run --group gpu --' on the GPU runner only.
+# CARGO_TARGET_<TRIPLE>_RUNNER='gpu-test-permit run --group {GROUP} --'
+# on the GPU runner only.
 [target.'cfg(all())']
-runner = [\"gpu-test-permit\", \"run\", \"--group\", \"gpu\", \"--\"]
+runner = [\"gpu-test-permit\", \"run\", \"--group\", \"{GROUP}\", \"--\"]
 
-# .config/nextest.toml
 {}",
         group_snippet(max_threads)
     )
@@ -62,27 +108,31 @@ runner = [\"gpu-test-permit\", \"run\", \"--group\", \"gpu\", \"--\"]
 /// The configuration that caps a test suite that does not use this crate, through
 /// `gpu-test-permit run` as a nextest wrapper script (experimental in nextest, available
 /// since 0.9.98): only the tests the script's filter picks run under `run`, and listing
-/// never does. One file, `.config/nextest.toml`.
+/// never does. Two files: a line for the suite's `.config/nextest.toml` (only a repository's
+/// own configuration may turn an experimental feature on) and the tool config file.
 ///
 /// ```
 /// let snippet = gpu_test_permit::nextest::wrapper_snippet(2);
-/// assert!(snippet.contains("run-wrapper = 'gpu-permit'"));
+/// assert!(snippet.contains("run-wrapper = '@tool:gpu-test-permit:gpu-permit'"));
 /// ```
 pub fn wrapper_snippet(max_threads: usize) -> String {
     format!(
-        "# .config/nextest.toml (nextest 0.9.98 or later): GPU tests run under
-# `gpu-test-permit run`, which holds a permit while the test runs.
+        "# .config/nextest.toml (nextest 0.9.98 or later): wrapper scripts are experimental, and
+# only the suite's own configuration may turn them on. At its top:
 experimental = [\"wrapper-scripts\"]
 
-[scripts.wrapper.gpu-permit]
+{}# GPU tests run under `gpu-test-permit run`, which holds a permit while the test runs.
+[scripts.wrapper.'{WRAPPER_SCRIPT}']
 command = 'gpu-test-permit run --'
 
 [[profile.default.scripts]]
-filter = 'test(/gpu/)'
-run-wrapper = 'gpu-permit'
+# The same filter as the group's below.
+filter = '{GUESSED_FILTER}'
+run-wrapper = '{WRAPPER_SCRIPT}'
 
 {}",
-        group_snippet(max_threads)
+        tool_file_header(),
+        group_block(max_threads)
     )
 }
 
@@ -115,19 +165,60 @@ pub fn group_hint(env: &NextestEnv, concurrency: usize) -> Option<String> {
     }
     Some(format!(
         "gpu-test-permit: this test runs under cargo nextest outside a test group, so nextest \
-         starts GPU test processes that then wait for a permit. Put GPU tests in a group of \
-         max-threads = {concurrency} ({CONCURRENCY_VAR}) in .config/nextest.toml, for example:\n{}",
+         starts GPU test processes that then wait for a permit (and the wait counts toward \
+         nextest's slow-timeout). Put GPU tests in a group of max-threads = {concurrency} \
+         ({CONCURRENCY_VAR} x GPUs) with a nextest tool config file, for example:\n{}\
+         (said once per nextest run; `gpu-test-permit nextest-snippet` prints it again)",
         group_snippet(concurrency)
     ))
 }
 
+/// The line later processes of the run print in place of the [`group_hint`].
+const HINT_REMINDER: &str = "gpu-test-permit: this test runs under cargo nextest outside a \
+                             test group; `gpu-test-permit nextest-snippet` prints one\n";
+
+/// The file in the slot directory that names the last nextest run whose hint was given.
+const HINT_FILE: &str = "nextest-hint.log";
+
+/// Gives the [`group_hint`] where one is due: in full by the first process of a nextest run
+/// that takes a permit outside a group, and as one line by the others, whose output nextest
+/// would otherwise repeat with every failing test. Where the run cannot be recorded in the
+/// slot directory, every process gives it in full.
 pub(crate) fn hint_once(concurrency: usize) {
     static ONCE: Once = Once::new();
     if let Some(env) = current() {
         ONCE.call_once(|| {
-            if let Some(h) = group_hint(env, concurrency) {
-                crate::notice::text(&format!("{h}\n"));
+            let Some(hint) = group_hint(env, concurrency) else {
+                return;
+            };
+            let first = match (&env.run_id, Config::global().slot_dir_path()) {
+                (Some(run), Ok(dir)) => first_of_run(&dir, run).unwrap_or(true),
+                _ => true,
+            };
+            if first {
+                crate::notice::text(&format!("{hint}\n"));
+            } else {
+                crate::notice::text(HINT_REMINDER);
             }
         });
     }
+}
+
+/// Whether this process is the first of nextest run `run_id` to ask: the first writes the run
+/// id to [`HINT_FILE`] (under its lock), the others find it there. A file naming another run
+/// is replaced.
+fn first_of_run(dir: &Path, run_id: &str) -> io::Result<bool> {
+    let mut file =
+        crate::sys::open_lock_file(&dir.join(HINT_FILE), crate::sys::is_shared_dir(dir))?;
+    file.lock()?;
+    let mut recorded = String::new();
+    // A file that is not text is replaced like another run's.
+    let _ = file.read_to_string(&mut recorded);
+    if recorded.trim_end() == run_id {
+        return Ok(false);
+    }
+    file.set_len(0)?;
+    file.seek(io::SeekFrom::Start(0))?;
+    file.write_all(format!("{run_id}\n").as_bytes())?;
+    Ok(true)
 }

@@ -279,7 +279,7 @@ fn config_with_strict_mode_fails_commands_before_they_start() {
 }
 
 /// Every command, as `help` lists them.
-const COMMANDS: [&str; 8] = [
+const COMMANDS: [&str; 9] = [
     "probe",
     "hold",
     "run",
@@ -287,6 +287,7 @@ const COMMANDS: [&str; 8] = [
     "trace",
     "config",
     "nextest-snippet",
+    "find-gpu-tests",
     "help",
 ];
 
@@ -694,7 +695,7 @@ fn nextest_snippet_tells_nextest_the_weight_of_heavy_tests() {
     assert!(
         text.contains(
             "# [[profile.default.overrides]]\n# filter = 'test(/heavy_/)'\n\
-             # test-group = 'gpu'\n# threads-required = 2\n"
+             # test-group = '@tool:gpu-test-permit:gpu'\n# threads-required = 2\n"
         ),
         "{text}"
     );
@@ -745,14 +746,13 @@ fn nextest_runs_a_weighted_test_alone_in_a_full_group() {
         })
         .collect();
     assert!(config.contains("\nthreads-required = 2\n"), "{config}");
-    let config_file = work.path().join("nextest.toml");
+    let config_file = work.path().join("gpu-test-permit.toml");
     std::fs::write(&config_file, &config).unwrap();
     let records = work.path().join("records");
     std::fs::create_dir(&records).unwrap();
     let out = crate::recipes::plain_suite_run(&records)
         .args(["-E", "test(/gpu/)"])
-        .arg("--config-file")
-        .arg(&config_file)
+        .args(crate::recipes::tool_config(&config_file))
         .output()
         .unwrap();
     assert!(
@@ -978,4 +978,134 @@ fn trace_command_escapes_control_characters_in_test_and_thread_names() {
     let shown = out.lines().filter(|l| l.contains(escaped)).count();
     // The per-test row, the not-released line and the timeline's row.
     assert_eq!(shown, 3, "{out}");
+}
+
+/// `nextest-snippet` prints text from the configuration: it creates no slot directory and no
+/// slot file, even for 1,024 permits on each of 16 GPUs.
+#[test]
+fn nextest_snippet_opens_no_slot_files() {
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let out = cli(&slots, 1024)
+        .env("GPU_TEST_PERMIT_GPUS", "16")
+        .arg("nextest-snippet")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("{ max-threads = 16384 }"), "{text}");
+    assert!(!slots.exists(), "nextest-snippet made {}", slots.display());
+}
+
+/// An option given twice is refused with its name, whatever it is; the last one does not
+/// silently win.
+#[test]
+fn a_repeated_option_is_refused_by_name() {
+    let dir = tempdir();
+    for (args, says) in [
+        (
+            &["hold", "--units", "2", "--units", "3"][..],
+            "hold: option `--units` given twice (`2`, then `3`); give it once",
+        ),
+        (
+            &["hold", "--for=1s", "--exclusive", "--for", "2s"],
+            "hold: option `--for` given twice (`1s`, then `2s`); give it once",
+        ),
+        (
+            &["run", "--group", "a", "--group=b", "--", "true"],
+            "run: option `--group` given twice (`a`, then `b`); give it once",
+        ),
+        (
+            &["probe", "--json", "--json"],
+            "probe: option `--json` given twice; give it once",
+        ),
+    ] {
+        let out = cli(dir.path(), 2).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with(&format!("gpu-test-permit: {says}\n")),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: {out:?}");
+    }
+}
+
+/// The README says what the slot directory's symbolic-link check covers: the directory itself
+/// is refused when it is a link, and a path through a linked parent is followed.
+#[cfg(unix)]
+#[test]
+fn the_readme_says_what_the_slot_directory_symlink_check_covers() {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
+    assert!(
+        !readme.contains("reached through a symlink"),
+        "README.md still says a directory reached through a symlink is refused"
+    );
+    assert!(
+        readme.contains("itself a symbolic link")
+            && readme.contains("a path through a symbolically linked\n  parent"),
+        "README.md does not say what is checked"
+    );
+    let work = tempdir();
+    let real = work.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    let link = work.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    // The directory itself a link: refused.
+    let out = cli(&link, 1)
+        .args(["hold", "--for", "1ms"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is a symbolic link"),
+        "{out:?}"
+    );
+    // Its parent a link: followed and accepted.
+    let out = cli(&link.join("slots"), 1)
+        .args(["hold", "--for", "1ms"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(real.join("slots").is_dir());
+}
+
+/// Under nextest, a test outside a test group gives the hint on how to add one in full once
+/// per run (the first process of the run), and one line in the others; a new run gives it in
+/// full again, and where the run cannot be recorded every process gives it in full.
+#[test]
+fn the_nextest_hint_is_given_in_full_once_per_run() {
+    let dir = tempdir();
+    let hold = |run: &str| {
+        let out = cli(dir.path(), 2)
+            .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+            .env("NEXTEST_RUN_ID", run)
+            .env("NEXTEST_TEST_GROUP", "@global")
+            .args(["hold", "--for", "1ms"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let full = "Put GPU tests in a group of max-threads = 2";
+    let short = "gpu-test-permit: this test runs under cargo nextest outside a test group; \
+                 `gpu-test-permit nextest-snippet` prints one\n";
+    let first = hold("run-1");
+    assert!(first.contains(full), "{first}");
+    assert_eq!(first.matches("[test-groups]").count(), 1, "{first}");
+    for _ in 0..2 {
+        let later = hold("run-1");
+        assert!(!later.contains(full), "{later}");
+        assert!(later.contains(short), "{later}");
+    }
+    assert!(hold("run-2").contains(full));
+    assert!(!hold("run-2").contains(full));
+    // The record cannot be written: as before, every process says it in full.
+    let record = dir.path().join("nextest-hint.log");
+    std::fs::remove_file(&record).unwrap();
+    std::fs::create_dir(&record).unwrap();
+    assert!(hold("run-3").contains(full));
+    assert!(hold("run-3").contains(full));
 }

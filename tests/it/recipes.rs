@@ -1,8 +1,11 @@
-//! The README's recipes for a suite that does not use the crate, run for real: `cargo nextest`
-//! on `fixtures/plain-suite` (four "GPU" tests of 200 ms that record when they ran, two CPU
-//! tests) with `gpu-test-permit run` as the target runner and as a wrapper script, configured
-//! by the text `gpu-test-permit nextest-snippet --runner` / `--wrapper` prints.
+//! The README's recipes, run for real: `cargo nextest` on `fixtures/plain-suite` (four "GPU"
+//! tests of 200 ms that record when they ran, two CPU tests) with `gpu-test-permit run` as the
+//! target runner and as a wrapper script, configured by the text `gpu-test-permit
+//! nextest-snippet --runner` / `--wrapper` prints; the snippet as a tool config file beside a
+//! suite's own configuration; and `gpu-test-permit find-gpu-tests` on the example suite.
 
+use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -132,23 +135,48 @@ fn with_bin(snippet: &str) -> String {
         .replace("\"gpu-test-permit\"", &format!("\"{}\"", bin().display()))
 }
 
+/// Where a snippet's tool config file starts.
+pub(crate) const TOOL_FILE: &str = "# gpu-test-permit.toml";
+
+/// The arguments that give nextest `tool_file` as this crate's tool config file, with the
+/// suite's own configuration `suite` (the plain suite stands for a suite of its own here: the
+/// workspace's `.config/nextest.toml`, which puts tests named `gpu` in a group of its own
+/// first, is not its configuration). Both files are written beside `tool_file`.
+pub(crate) fn tool_config_with(tool_file: &Path, suite: &str) -> Vec<OsString> {
+    let suite_file = tool_file.with_file_name("suite-nextest.toml");
+    std::fs::write(&suite_file, suite).unwrap();
+    let mut tool = OsString::from("gpu-test-permit:");
+    tool.push(tool_file);
+    vec![
+        "--config-file".into(),
+        suite_file.into(),
+        "--tool-config-file".into(),
+        tool,
+    ]
+}
+
+/// [`tool_config_with`] for a suite without configuration of its own.
+pub(crate) fn tool_config(tool_file: &Path) -> Vec<OsString> {
+    tool_config_with(tool_file, "")
+}
+
 #[test]
 fn target_runner_recipe_caps_a_plain_suite() {
     if !have_nextest() {
         return;
     }
     let snippet = with_bin(&gpu_test_permit::nextest::runner_snippet(4));
-    let (cargo_part, nextest_part) = snippet.split_once("# .config/nextest.toml").unwrap();
+    let at = snippet.find(TOOL_FILE).unwrap();
+    let (cargo_part, tool_part) = snippet.split_at(at);
     let runner = cargo_part
         .lines()
         .find_map(|l| l.strip_prefix("runner = "))
         .unwrap();
     assert!(cargo_part.contains("[target.'cfg(all())']"));
     let (records, trace) = run_suite(1, |c, work| {
-        let config = work.join("nextest.toml");
-        std::fs::write(&config, nextest_part).unwrap();
-        c.arg("--config-file")
-            .arg(config)
+        let tool_file = work.join("gpu-test-permit.toml");
+        std::fs::write(&tool_file, tool_part).unwrap();
+        c.args(tool_config(&tool_file))
             .arg("--config")
             .arg(format!("target.'cfg(all())'.runner={runner}"));
     });
@@ -161,22 +189,274 @@ fn wrapper_script_recipe_caps_a_plain_suite() {
         return;
     }
     let snippet = with_bin(&gpu_test_permit::nextest::wrapper_snippet(4));
+    let at = snippet.find(TOOL_FILE).unwrap();
+    let (suite_part, tool_part) = snippet.split_at(at);
+    assert!(suite_part.contains("\nexperimental = [\"wrapper-scripts\"]\n"));
     let (records, trace) = run_suite(2, |c, work| {
-        let config = work.join("nextest.toml");
-        std::fs::write(&config, &snippet).unwrap();
-        c.arg("--config-file").arg(config);
+        let tool_file = work.join("gpu-test-permit.toml");
+        std::fs::write(&tool_file, tool_part).unwrap();
+        c.args(tool_config_with(&tool_file, suite_part));
     });
     check(2, &records, &trace);
 }
 
 #[test]
 fn the_readme_shows_the_snippets_the_tool_prints() {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme = readme();
     for snippet in [
+        gpu_test_permit::nextest::group_snippet(2),
         gpu_test_permit::nextest::runner_snippet(2),
         gpu_test_permit::nextest::wrapper_snippet(2),
     ] {
         assert!(readme.contains(&snippet), "README.md lacks:\n{snippet}");
     }
+}
+
+fn readme() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+}
+
+/// The example suite's own target directory: the one of the `cargo test` running this is
+/// locked while it runs. Built without debug info (a quarter less compile time).
+fn example_suite_target() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("example-suite")
+}
+
+/// `cargo nextest list` of the example suite with `args`: its tests as (binary id, name).
+fn example_suite_tests(args: &[&str]) -> BTreeSet<(String, String)> {
+    let out = cargo()
+        .args(["nextest", "list", "--offline", "--message-format", "json"])
+        .args(["-p", EXAMPLE_SUITE])
+        .arg("--target-dir")
+        .arg(example_suite_target())
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut tests = BTreeSet::new();
+    for (id, suite) in listing["rust-suites"].as_object().unwrap() {
+        for (name, case) in suite["testcases"].as_object().unwrap() {
+            if case["filter-match"]["status"] == "matches" {
+                tests.insert((id.clone(), name.clone()));
+            }
+        }
+    }
+    tests
+}
+
+const EXAMPLE_SUITE: &str = "gpu-test-permit-example-suite";
+
+/// The example suite's GPU tests whose names do not say so (`particles.rs`), and its CPU tests.
+const PARTICLES_GPU: [&str; 2] = [
+    "boids_advance_as_the_cpu_does",
+    "water_relaxes_as_the_cpu_does",
+];
+const PARTICLES_CPU: [&str; 3] = [
+    "advance_moves_by_velocity_times_the_step",
+    "close_names_the_first_mismatch",
+    "relaxing_a_flat_surface_keeps_it_flat",
+];
+
+/// On the example suite, `find-gpu-tests` prints an override whose filter matches exactly its
+/// GPU tests: every test of the `cuda` and `wgpu_compute` binaries (named whole), and the two
+/// of `particles` whose names lack "gpu", not its CPU tests. Without a GPU driver to hide
+/// too: here they print the crate's skip line either way.
+#[test]
+fn find_gpu_tests_names_exactly_the_gpu_tests_of_the_example_suite() {
+    if !have_nextest() {
+        return;
+    }
+    let all = example_suite_tests(&[]);
+    let particles = format!("{EXAMPLE_SUITE}::particles");
+    let cpu: BTreeSet<(String, String)> = PARTICLES_CPU
+        .iter()
+        .map(|t| (particles.clone(), t.to_string()))
+        .collect();
+    let gpu: BTreeSet<(String, String)> = all.difference(&cpu).cloned().collect();
+    assert!(cpu.is_subset(&all), "{all:?}");
+    for t in PARTICLES_GPU {
+        assert!(gpu.contains(&(particles.clone(), t.to_string())), "{all:?}");
+    }
+    assert!(gpu.len() > 40, "{gpu:?}");
+
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    let out = c
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .args(["find-gpu-tests", "--", "--offline", "-p", EXAMPLE_SUITE])
+        .arg("--target-dir")
+        .arg(example_suite_target())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let filter = text.split("'''").nth(1).unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        filter.contains(&format!("binary_id(={EXAMPLE_SUITE}::cuda)\n")),
+        "{filter}"
+    );
+    assert!(
+        text.contains("\ntest-group = '@tool:gpu-test-permit:gpu'\n"),
+        "{text}"
+    );
+    assert_eq!(example_suite_tests(&["-E", filter]), gpu, "{filter}");
+
+    // The override in place of the guess in the snippet's tool config file: nextest reads it,
+    // and puts the particles' GPU tests in the group.
+    let snippet = gpu_test_permit::nextest::group_snippet(2);
+    let guess = "[[profile.default.overrides]]";
+    let tool = format!(
+        "{}{}",
+        &snippet[..snippet.find(guess).unwrap()],
+        &text[text.find(guess).unwrap()..]
+    );
+    let work = tempdir();
+    let tool_file = work.path().join("gpu-test-permit.toml");
+    std::fs::write(&tool_file, &tool).unwrap();
+    let out = cargo()
+        .args(["nextest", "show-config", "test-groups", "--offline"])
+        .args(["-p", EXAMPLE_SUITE])
+        .arg("--target-dir")
+        .arg(example_suite_target())
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .args(tool_config(&tool_file))
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}\n{out:?}");
+    let group = shown
+        .split("group: @tool:gpu-test-permit:gpu")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{shown}"));
+    for t in PARTICLES_GPU {
+        assert!(group.contains(t), "{shown}");
+    }
+    for t in PARTICLES_CPU {
+        assert!(!group.contains(t), "{shown}");
+    }
+}
+
+/// The snippet is a nextest tool config file: nextest takes it beside the suite's own
+/// `.config/nextest.toml` (here the workspace's, whose `gpu` group and overrides stay), where
+/// `--config-file` would have replaced that file.
+#[test]
+fn the_snippet_is_a_tool_config_file_that_keeps_the_suites_own_config() {
+    if !have_nextest() {
+        return;
+    }
+    let work = tempdir();
+    let tool_file = work.path().join("gpu-test-permit.toml");
+    let printed = crate::util::cli(&work.path().join("slots"), 2)
+        .arg("nextest-snippet")
+        .output()
+        .unwrap();
+    assert!(printed.status.success(), "{printed:?}");
+    std::fs::write(&tool_file, &printed.stdout).unwrap();
+    let mut tool = OsString::from("gpu-test-permit:");
+    tool.push(&tool_file);
+    let out = cargo()
+        .args(["nextest", "show-config", "test-groups", "--offline"])
+        .args(["-p", EXAMPLE_SUITE])
+        .arg("--target-dir")
+        .arg(example_suite_target())
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .arg("--tool-config-file")
+        .arg(tool)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{shown}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        shown.contains("group: @tool:gpu-test-permit:gpu (max threads = 2)"),
+        "{shown}"
+    );
+    // The suite's own group and override, with its own tests in it.
+    let own = shown
+        .split("group: gpu (max threads = 2)")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(own.contains("filter 'test(/gpu_heavy/)'"), "{shown}");
+    assert!(own.contains("gpu_f32_add"), "{shown}");
+}
+
+/// The snippets, the command's help and the hint printed under nextest say that a filter by
+/// name is a guess, and name the command that finds the GPU tests.
+#[test]
+fn the_snippets_and_the_hint_call_a_name_filter_a_guess() {
+    use gpu_test_permit::nextest::{group_hint, group_snippet, runner_snippet, wrapper_snippet};
+    let env = gpu_test_permit::config::Config::from_lookup(|name| {
+        (name == "NEXTEST_EXECUTION_MODE").then(|| "process-per-test".into())
+    })
+    .nextest
+    .unwrap();
+    let work = tempdir();
+    let printed = crate::util::cli(&work.path().join("slots"), 2)
+        .arg("nextest-snippet")
+        .output()
+        .unwrap();
+    let help = crate::util::cli(&work.path().join("slots"), 2)
+        .args(["nextest-snippet", "--help"])
+        .output()
+        .unwrap();
+    for text in [
+        group_snippet(2),
+        runner_snippet(2),
+        wrapper_snippet(2),
+        group_hint(&env, 2).unwrap(),
+        String::from_utf8_lossy(&printed.stdout).into_owned(),
+    ] {
+        assert!(text.contains("# A guess by name"), "{text}");
+        assert!(text.contains("`gpu-test-permit find-gpu-tests`"), "{text}");
+    }
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("a guess by"), "{help}");
+    assert!(help.contains("`find-gpu-tests`"), "{help}");
+}
+
+/// The README says how to keep a permit's wait inside nextest's timeouts, and its example
+/// does: `GPU_TEST_PERMIT_TIMEOUT` below `period` x `terminate-after`.
+#[test]
+fn the_readme_keeps_the_permit_timeout_below_nextests_kill() {
+    let readme = readme();
+    let (_, section) = readme
+        .split_once("**Waiting inside nextest's timeouts.**")
+        .expect("README.md has no section on nextest's timeouts");
+    let section = section.split("\n**").next().unwrap();
+    let permit = section
+        .split("GPU_TEST_PERMIT_TIMEOUT=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no GPU_TEST_PERMIT_TIMEOUT=... in:\n{section}"));
+    let permit = gpu_test_permit::config::parse_duration(&permit.into()).unwrap();
+    let timeout = section
+        .lines()
+        .find_map(|l| l.strip_prefix("slow-timeout = { period = \""))
+        .unwrap_or_else(|| panic!("no slow-timeout in:\n{section}"));
+    let (period, rest) = timeout.split_once('"').unwrap();
+    let period = gpu_test_permit::config::parse_duration(&period.into()).unwrap();
+    let times: u32 = rest
+        .split("terminate-after = ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no terminate-after in:\n{section}"));
+    assert!(
+        permit < period * times,
+        "{permit:?} is not below {period:?} x {times}"
+    );
 }

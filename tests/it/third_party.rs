@@ -23,6 +23,7 @@ use gpu_test_permit::decision::{Decision, check};
 use gpu_test_permit::probe::Backend;
 use gpu_test_permit::trace::{peak_concurrency, read_events};
 
+use crate::recipes::{TOOL_FILE, tool_config_with};
 use crate::util::{bin, clear_permit_env, tempdir};
 
 const CRATE: &str = "isomesh-gpu";
@@ -423,30 +424,37 @@ fn run_suite(recipe: Recipe) -> RunResult {
         .env("GPU_TEST_PERMIT_DIR", work.path().join("slots"))
         .env("REALIZAR_GPU_TEST_CONCURRENCY", N.to_string())
         .env("GPU_TEST_PERMIT_TRACE", &trace);
-    let config = work.path().join("nextest.toml");
+    let tool_file = work.path().join("gpu-test-permit.toml");
     match recipe {
         Recipe::Uncapped => {}
         Recipe::TargetRunner => {
+            // Only a tool config file: the suite's own configuration stays in force.
             let snippet = configured(&gpu_test_permit::nextest::runner_snippet(N));
-            let (cargo_part, nextest_part) = snippet.split_once("# .config/nextest.toml").unwrap();
+            let at = snippet.find(TOOL_FILE).unwrap();
+            let (cargo_part, tool_part) = snippet.split_at(at);
             let runner = cargo_part
                 .lines()
                 .find_map(|l| l.strip_prefix("runner = "))
                 .unwrap();
-            std::fs::write(&config, nextest_part).unwrap();
-            c.arg("--config-file")
-                .arg(&config)
+            std::fs::write(&tool_file, tool_part).unwrap();
+            let mut tool = std::ffi::OsString::from("gpu-test-permit:");
+            tool.push(&tool_file);
+            c.arg("--tool-config-file")
+                .arg(tool)
                 .arg("--config")
                 .arg(format!("target.'cfg(all())'.runner={runner}"));
         }
         Recipe::Wrapper | Recipe::WrapperNoGroup => {
+            // The experimental feature has to be the suite's own configuration's.
             let snippet = configured(&gpu_test_permit::nextest::wrapper_snippet(N));
-            let snippet = match recipe {
-                Recipe::WrapperNoGroup => snippet.split("[test-groups]").next().unwrap(),
-                _ => &snippet,
+            let at = snippet.find(TOOL_FILE).unwrap();
+            let (suite_part, tool_part) = snippet.split_at(at);
+            let tool_part = match recipe {
+                Recipe::WrapperNoGroup => tool_part.split("[test-groups]").next().unwrap(),
+                _ => tool_part,
             };
-            std::fs::write(&config, snippet).unwrap();
-            c.arg("--config-file").arg(&config);
+            std::fs::write(&tool_file, tool_part).unwrap();
+            c.args(tool_config_with(&tool_file, suite_part));
         }
     }
     let start = Instant::now();
@@ -563,6 +571,47 @@ fn the_third_party_suite_is_partitioned() {
         .collect();
     assert_eq!(ours.len(), GPU_TESTS.len() + CPU_TESTS.len() + 3);
     assert_eq!(listed, ours);
+}
+
+/// `find-gpu-tests` on a suite that does not use the crate: its filter names exactly the GPU
+/// tests, those that fail with every driver hidden and the three that return early saying so
+/// in the suite's own words (`--skip-mark`, once for each of its two messages), and none of
+/// the CPU tests.
+#[test]
+fn find_gpu_tests_names_the_gpu_tests_of_a_third_party_suite() {
+    if !should_run() {
+        return;
+    }
+    let suite = suite();
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    c.current_dir(&suite.source)
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
+        .arg("find-gpu-tests")
+        .args(SKIP_MARKS.iter().flat_map(|m| ["--skip-mark", m]))
+        .args(["--", "--offline", "--locked", "--target-dir"])
+        .arg(&suite.target);
+    let out = run_ok(&mut c, "find-gpu-tests");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let filter = text.split("'''").nth(1).unwrap_or_else(|| panic!("{text}"));
+    let out = run_ok(
+        cargo(&suite.source)
+            .args(["nextest", "list", "--offline", "--locked"])
+            .args(["--message-format", "oneline", "-E", filter])
+            .arg("--target-dir")
+            .arg(&suite.target),
+        "listing the tests of the filter",
+    );
+    let named: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect();
+    let gpu: BTreeSet<String> = GPU_TESTS
+        .iter()
+        .chain(&NOT_ON_LAVAPIPE)
+        .map(|t| t.to_string())
+        .collect();
+    assert_eq!(named, gpu, "{filter}");
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

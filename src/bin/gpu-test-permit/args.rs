@@ -1,5 +1,6 @@
 //! The arguments of one command: flags and options in any order, `--opt value` or
-//! `--opt=value`, `--help`/`-h`, and `--` ending the options.
+//! `--opt=value`, each at most once (but for list options, which collect every value),
+//! `--help`/`-h`, and `--` ending the options.
 //!
 //! Arguments stay `OsString`s until a command asks for a value as text, so a path or a command
 //! line passes through byte for byte even when it is not UTF-8.
@@ -30,8 +31,10 @@ pub(crate) struct Spec {
     pub(crate) about: &'static str,
     /// Options that take no value.
     pub(crate) flags: &'static [&'static str],
-    /// Options that take a value.
+    /// Options that take a value, given at most once.
     pub(crate) options: &'static [&'static str],
+    /// Options that take a value and may be given again, each time adding one.
+    pub(crate) lists: &'static [&'static str],
     pub(crate) operands: Operands,
 }
 
@@ -75,8 +78,9 @@ impl Spec {
     ///
     /// # Errors
     ///
-    /// An unknown option, a flag given a value, an option without one, or operands the
-    /// command does not take: a message that names the command and ends with its usage line.
+    /// An unknown option, an option given twice (which of the two was meant is a guess), a
+    /// flag given a value, an option without one, or operands the command does not take: a
+    /// message that names the command and ends with its usage line.
     pub(crate) fn parse(&'static self, args: &[OsString]) -> Result<Parsed, String> {
         let mut parsed = Args {
             spec: self,
@@ -106,14 +110,32 @@ impl Spec {
                 if inline.is_some() {
                     return Err(self.error(format_args!("option `{flag}` takes no value")));
                 }
+                if parsed.flags.contains(flag) {
+                    return Err(
+                        self.error(format_args!("option `{flag}` given twice; give it once"))
+                    );
+                }
                 parsed.flags.push(flag);
-            } else if let Some(option) = self.options.iter().find(|o| **o == name_text) {
+            } else if let Some(option) = self
+                .options
+                .iter()
+                .chain(self.lists)
+                .find(|o| **o == name_text)
+            {
                 let value = match inline {
                     Some(v) => v,
                     None => it.next().cloned().ok_or_else(|| {
                         self.error(format_args!("option `{option}` needs a value"))
                     })?,
                 };
+                let once = !self.lists.contains(option);
+                if let Some((_, first)) = parsed.values.iter().find(|(o, _)| once && o == option) {
+                    return Err(self.error(format_args!(
+                        "option `{option}` given twice (`{}`, then `{}`); give it once",
+                        first.to_string_lossy(),
+                        value.to_string_lossy()
+                    )));
+                }
                 parsed.values.push((option, value));
             } else {
                 return Err(self.error(format_args!("unknown option `{name_text}`")));
@@ -162,11 +184,19 @@ impl Args {
         self.flags.contains(&name)
     }
 
-    /// The value of option `name`, the last one where it was given more than once.
+    /// Every value of list option `name`, in the order given.
+    pub(crate) fn values(&self, name: &str) -> Vec<&OsStr> {
+        self.values
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, v)| v.as_os_str())
+            .collect()
+    }
+
+    /// The value of option `name` (an option is given at most once).
     pub(crate) fn value(&self, name: &str) -> Option<&OsStr> {
         self.values
             .iter()
-            .rev()
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v.as_os_str())
     }
@@ -224,6 +254,7 @@ mod tests {
         about: "a demo",
         flags: &["--on"],
         options: &["--n"],
+        lists: &["--l"],
         operands: Operands::One("FILE"),
     };
 
@@ -233,6 +264,7 @@ mod tests {
         about: "runs",
         flags: &["--on"],
         options: &[],
+        lists: &[],
         operands: Operands::CommandLine,
     };
 
@@ -264,10 +296,13 @@ mod tests {
             args(&SPEC, &["--n=", "f"]).value("--n"),
             Some(OsStr::new(""))
         );
-        assert_eq!(
-            args(&SPEC, &["--n", "1", "--n=2", "f"]).value("--n"),
-            Some(OsStr::new("2"))
-        );
+    }
+
+    #[test]
+    fn a_list_option_collects_every_value() {
+        let a = args(&SPEC, &["--l", "x", "f", "--l=y", "--n", "1"]);
+        assert_eq!(a.values("--l"), [OsStr::new("x"), OsStr::new("y")]);
+        assert_eq!(args(&SPEC, &["f"]).values("--l"), Vec::<&OsStr>::new());
     }
 
     #[test]
@@ -301,6 +336,14 @@ mod tests {
             (&["-x", "f"], "demo: unknown option `-x`"),
             (&["f", "--n"], "demo: option `--n` needs a value"),
             (&["f", "--on=1"], "demo: option `--on` takes no value"),
+            (
+                &["--n", "1", "--n=2", "f"],
+                "demo: option `--n` given twice (`1`, then `2`); give it once",
+            ),
+            (
+                &["--on", "f", "--on"],
+                "demo: option `--on` given twice; give it once",
+            ),
             (&[], "demo: no FILE given"),
             (&["f", "g"], "demo: unexpected argument `g`"),
         ] {

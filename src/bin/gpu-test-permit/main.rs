@@ -10,6 +10,7 @@ use gpu_test_permit::probe::ProbeMode;
 use crate::args::{Args, Operands, Parsed, Spec};
 
 mod args;
+mod find;
 mod probe;
 mod report;
 mod run;
@@ -33,6 +34,7 @@ static COMMANDS: &[Command] = &[
                     table, or as JSON; exits 1 when GPU_TEST_PERMIT_REQUIRE would fail a test",
             flags: &["--json"],
             options: &[],
+            lists: &[],
             operands: Operands::Any,
         },
         run: probe::main,
@@ -51,6 +53,7 @@ static COMMANDS: &[Command] = &[
                     parent): for a shell that holds one, use `run -- \"$SHELL\"`",
             flags: &["--exclusive"],
             options: &["--for", "--units", "--memory"],
+            lists: &[],
             operands: Operands::None,
         },
         run: hold,
@@ -73,6 +76,7 @@ static COMMANDS: &[Command] = &[
                     TEXT. `run -- \"$SHELL\"` gives an interactive shell that holds a permit",
             flags: &["--exclusive"],
             options: &["--group", "--filter", "--units", "--memory"],
+            lists: &[],
             operands: Operands::CommandLine,
         },
         run: run::main,
@@ -85,6 +89,7 @@ static COMMANDS: &[Command] = &[
             about: "who holds the host slots now, since when, and who waits",
             flags: &[],
             options: &["--dir"],
+            lists: &[],
             operands: Operands::None,
         },
         run: report::status,
@@ -100,6 +105,7 @@ static COMMANDS: &[Command] = &[
                     held the GPU when",
             flags: &["--timeline"],
             options: &["--max-peak"],
+            lists: &[],
             operands: Operands::One("FILE"),
         },
         run: report::trace,
@@ -113,6 +119,7 @@ static COMMANDS: &[Command] = &[
                     configuration warnings recorded by the last cargo nextest run that had any",
             flags: &[],
             options: &[],
+            lists: &[],
             operands: Operands::None,
         },
         run: config,
@@ -122,17 +129,40 @@ static COMMANDS: &[Command] = &[
         spec: Spec {
             name: "nextest-snippet",
             synopsis: "[--runner | --wrapper]",
-            about: "print a .config/nextest.toml test group for GPU tests sized by\n\
-                    REALIZAR_GPU_TEST_CONCURRENCY x GPU_TEST_PERMIT_GPUS; with --runner, the\n\
+            about: "print a nextest tool config file (for `cargo nextest run --tool-config-file\n\
+                    gpu-test-permit:/absolute/path`, which keeps the suite's own\n\
+                    .config/nextest.toml) with a test group for GPU tests sized by\n\
+                    REALIZAR_GPU_TEST_CONCURRENCY x GPU_TEST_PERMIT_GPUS; its filter is a guess by\n\
+                    name: `find-gpu-tests` prints the one that names them. With --runner, the\n\
                     configuration that caps a suite that does not use the crate through\n\
                     `gpu-test-permit run` as cargo's target runner; with --wrapper, the same as a\n\
                     nextest wrapper script (experimental in nextest, since 0.9.98)",
             flags: &["--runner", "--wrapper"],
             options: &[],
+            lists: &[],
             operands: Operands::None,
         },
         run: nextest_snippet,
         checks_config: true,
+    },
+    Command {
+        spec: Spec {
+            name: "find-gpu-tests",
+            synopsis: "[--skip-mark TEXT ...] [-- NEXTEST-ARGS...]",
+            about: "run the suite's tests once with every GPU driver hidden (Vulkan, EGL, CUDA) and\n\
+                    print the nextest override whose filter names the GPU tests: those that fail\n\
+                    or print the crate's skip line then, or a TEXT (a suite's own skip message; a\n\
+                    test that skips without a word looks like a CPU test). NEXTEST-ARGS (-p,\n\
+                    --workspace, -E, --features, ...) go to both `cargo nextest list` and `cargo\n\
+                    nextest run`; the run uses a profile of its own, and its permits a slot\n\
+                    directory of its own",
+            flags: &[],
+            options: &[],
+            lists: &["--skip-mark"],
+            operands: Operands::Any,
+        },
+        run: find::main,
+        checks_config: false,
     },
     Command {
         spec: Spec {
@@ -141,6 +171,7 @@ static COMMANDS: &[Command] = &[
             about: "print this text, or COMMAND's (as `COMMAND --help` does)",
             flags: &[],
             options: &[],
+            lists: &[],
             operands: Operands::Any,
         },
         run: help,
@@ -222,20 +253,39 @@ fn help(args: &Args) -> Result<ExitCode, String> {
 }
 
 /// `nextest-snippet`: the test group, sized to all the permits the host has (N per GPU times
-/// the GPUs), and how heavy tests tell nextest their weight.
+/// the GPUs), and how heavy tests tell nextest their weight. Computed from the configuration,
+/// not from a pool: printing text creates no slot files.
 fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
     use gpu_test_permit::nextest;
-    let pool = gpu_test_permit::PermitPool::global();
-    let n = pool.capacity();
+    let cfg = Config::global();
+    let per_gpu = cfg.concurrency.get();
+    let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
+    let n = per_gpu.saturating_mul(gpus);
     let text = match (args.flag("--runner"), args.flag("--wrapper")) {
         (true, true) => return Err(args.error("give --runner or --wrapper, not both")),
         // The runner is one command for every test: their permits are all of one unit.
         (true, false) => nextest::runner_snippet(n),
-        (false, true) => nextest::wrapper_snippet(n) + &weights_snippet(pool.concurrency(), true),
-        (false, false) => nextest::group_snippet(n) + &weights_snippet(pool.concurrency(), false),
+        (false, true) => nextest::wrapper_snippet(n) + &weights_snippet(per_gpu, true),
+        (false, false) => nextest::group_snippet(n) + &weights_snippet(per_gpu, false),
     };
     print!("{text}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The GPUs of `GPU_TEST_PERMIT_GPUS=auto`, as the global pool counts them: the CUDA devices
+/// the probe finds (in a child process), at least one.
+fn detected_gpus() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        gpu_test_permit::probe::probe(gpu_test_permit::probe::Backend::Cuda)
+            .outcome
+            .devices()
+            .map_or(1, |d| d.len().max(1))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        1
+    }
 }
 
 /// The commented override that gives heavy tests their weight in the `gpu` test group:
@@ -252,7 +302,7 @@ fn weights_snippet(per_gpu: usize, wrapper: bool) -> String {
         format!(
             "# Under the wrapper, they need one of their own that holds the units, with\n\
              # `command = 'gpu-test-permit run --units {k} --'` and a filter kept apart from\n\
-             # gpu-permit's.\n"
+             # the gpu-permit script's.\n"
         )
     } else {
         String::new()
@@ -265,9 +315,10 @@ fn weights_snippet(per_gpu: usize, wrapper: bool) -> String {
 # permits (k is at most N = {per_gpu}, one GPU's units); e.g. for tests of {k} units:
 # [[profile.default.overrides]]
 # filter = 'test(/heavy_/)'
-# test-group = 'gpu'
+# test-group = '{group}'
 # threads-required = {k}
-{how}"
+{how}",
+        group = gpu_test_permit::nextest::GROUP
     )
 }
 
