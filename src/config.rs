@@ -105,7 +105,8 @@ pub const GPU_MEMORY_VAR: &str = "GPU_TEST_PERMIT_GPU_MEMORY";
 pub const STRICT_VAR: &str = "GPU_TEST_PERMIT_STRICT_CONFIG";
 /// Set by `gpu-test-permit run` (and [`GpuTestPermit::pass_to`](crate::GpuTestPermit::pass_to))
 /// for the command it starts: the permit held for it, as an [`InheritedPermit`]. A process that
-/// finds a valid one takes no host slot; its permits come out of the inherited one.
+/// finds a valid one takes none of the host's slots; its permits come out of the inherited
+/// one, shared with the other processes working inside it.
 pub const INHERITED_VAR: &str = "GPU_TEST_PERMIT_INHERITED";
 /// The file in the slot directory where the test processes of a `cargo nextest` run record
 /// their configuration warnings (see the module docs).

@@ -164,8 +164,9 @@ impl GpuTestPermit {
     }
 
     /// Lets the process that `cmd` starts, and everything it starts, work inside this permit
-    /// instead of taking permits of their own: their global pool takes no host slot and hands
-    /// out at most what this permit holds, on the same slots (so the same device). This is
+    /// instead of taking permits of their own: their global pools take none of the host's
+    /// slots, and all of them together hold at most what this permit holds (they share its
+    /// units through slot files of their own beside its slots), on the same device. This is
     /// what `gpu-test-permit run` does for its command.
     ///
     /// The command inherits the open files that hold this permit's slot locks (as descriptors
@@ -173,7 +174,7 @@ impl GpuTestPermit {
     /// [`INHERITED_VAR`](crate::config::INHERITED_VAR). A lock belongs to the open file, so the
     /// slots stay locked while any process holding them lives, even if this one is killed with
     /// SIGKILL; dropping this permit unlocks them for every holder. On a pool that itself works
-    /// inside an inherited permit, the command gets that permit again.
+    /// inside an inherited permit, the command works inside this permit's share of it.
     ///
     /// # Errors
     ///
