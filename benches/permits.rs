@@ -5,7 +5,9 @@
 //! - `nested`: a nested acquisition on a thread that already holds a permit, with its release
 //!   and (`acquire-only`) without it.
 //! - `host_slot`: acquire + release including the host slot (file locks).
-//! - `handoff`: release-to-waiter-running latency, in process and across processes.
+//! - `handoff`: release-to-waiter-running latency, in process and across processes; across
+//!   processes also to the last of a queue of 3 waiting processes, and the same beside 10,000
+//!   blank wait files that live processes keep locked.
 //! - `suite`: 48 simulated GPU tests holding 100 ms each with N = 2 (ideal: 2.4 s), as threads
 //!   (like `cargo test`) and as processes (like `cargo nextest`).
 //!
@@ -14,6 +16,7 @@
 
 use std::cell::Cell;
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread;
@@ -22,7 +25,8 @@ use std::time::{Duration, Instant};
 #[path = "support/clock.rs"]
 mod clock;
 use clock::monotonic_ns;
-use criterion::{BenchmarkId, Criterion, criterion_group};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group};
 use gpu_test_permit::PermitPool;
 
 /// The baseline: a counting semaphore from std's Mutex and Condvar, reentrant through a
@@ -153,43 +157,127 @@ fn handoff(c: &mut Criterion) {
     });
 
     let dir = tempfile::tempdir().unwrap();
+    cross_process_queue(&mut g, "cross-process/gpu-test-permit", dir.path(), 1);
+    // A queue of processes, and the same queue beside many blank wait files, locked as by
+    // processes that waited once and live on: a waiter that is not the head reads them
+    // whenever it is woken, to let older waiters go first.
+    let name = format!("cross-process-queue-of-{QUEUE}");
+    let dir = tempfile::tempdir().unwrap();
+    cross_process_queue(
+        &mut g,
+        &format!("{name}/gpu-test-permit"),
+        dir.path(),
+        QUEUE,
+    );
+    let crowded = tempfile::tempdir().unwrap();
+    match idle_wait_files(crowded.path(), IDLE_WAIT_FILES) {
+        Ok(_files) => cross_process_queue(
+            &mut g,
+            &format!("{name}-beside-{IDLE_WAIT_FILES}-idle-wait-files/gpu-test-permit"),
+            crowded.path(),
+            QUEUE,
+        ),
+        Err(e) => println!("skipped the queue beside {IDLE_WAIT_FILES} wait files: {e}"),
+    }
+    g.finish();
+}
+
+/// Waiting processes in the queue hand-offs.
+const QUEUE: usize = 3;
+/// Blank wait files the crowded queue finds in its directory.
+const IDLE_WAIT_FILES: usize = 10_000;
+
+/// Release-to-running latency across processes on `dir` (N = 1): this process holds the
+/// permit while `waiters` children wait for it, each to take it and give it back at once;
+/// timed from the release to the moment the last of them runs.
+fn cross_process_queue(
+    g: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    dir: &Path,
+    waiters: usize,
+) {
     let pool = PermitPool::builder()
         .concurrency(1)
-        .slot_dir(dir.path())
+        .slot_dir(dir)
         .build()
         .unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .env(CHILD_VAR, "handoff")
-        .env("GPU_TEST_PERMIT_DIR", dir.path())
-        .env("REALIZAR_GPU_TEST_CONCURRENCY", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut to_child = child.stdin.take().unwrap();
-    let mut from_child = BufReader::new(child.stdout.take().unwrap());
-    g.bench_function("cross-process/gpu-test-permit", |b| {
+    let mut children: Vec<_> = (0..waiters)
+        .map(|_| {
+            let mut child = Command::new(std::env::current_exe().unwrap())
+                .env(CHILD_VAR, "handoff")
+                .env("GPU_TEST_PERMIT_DIR", dir)
+                .env("REALIZAR_GPU_TEST_CONCURRENCY", "1")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let to_child = child.stdin.take().unwrap();
+            let from_child = BufReader::new(child.stdout.take().unwrap());
+            (child, to_child, from_child)
+        })
+        .collect();
+    g.bench_function(name, |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let held = pool.acquire();
-                writeln!(to_child, "go").unwrap();
-                to_child.flush().unwrap();
-                // Let the child reach its wait before releasing.
-                thread::sleep(Duration::from_millis(2));
+                for (_, to_child, _) in &mut children {
+                    writeln!(to_child, "go").unwrap();
+                    to_child.flush().unwrap();
+                }
+                // Let the children reach their waits before releasing.
+                thread::sleep(Duration::from_millis(2 * waiters as u64));
                 let t0 = monotonic_ns();
                 drop(held);
-                let mut line = String::new();
-                from_child.read_line(&mut line).unwrap();
-                let t1: u64 = line.trim().parse().unwrap();
-                total += Duration::from_nanos(t1.saturating_sub(t0));
+                let mut last = t0;
+                for (_, _, from_child) in &mut children {
+                    let mut line = String::new();
+                    from_child.read_line(&mut line).unwrap();
+                    last = last.max(line.trim().parse().unwrap());
+                }
+                total += Duration::from_nanos(last - t0);
             }
             total
         })
     });
-    drop(to_child);
-    let _ = child.wait();
-    g.finish();
+    for (mut child, to_child, _) in children {
+        drop(to_child);
+        let _ = child.wait();
+    }
+}
+
+/// Creates `n` blank wait files in `dir`, each locked through a descriptor this process keeps
+/// (returned) as a live waiter's would be, raising the descriptor limit as far as needed.
+/// Their pids are above any Linux pid, so no real waiter shares a name.
+fn idle_wait_files(dir: &Path, n: usize) -> std::io::Result<Vec<std::fs::File>> {
+    let needed = (n + 256) as libc::rlim_t;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid rlimit to write, then to read.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if limit.rlim_cur < needed {
+            limit.rlim_cur = needed.min(limit.rlim_max);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+    if limit.rlim_cur < needed {
+        return Err(std::io::Error::other(format!(
+            "{needed} descriptors needed, the hard limit is {}",
+            limit.rlim_max
+        )));
+    }
+    (0..n)
+        .map(|i| {
+            let file = std::fs::File::create(dir.join(format!("gpu0.wait.{}", 5_000_000 + i)))?;
+            file.lock()?;
+            Ok(file)
+        })
+        .collect()
 }
 
 fn handoff_threads<G>(iters: u64, acquire: impl Fn() -> G + Sync) -> Duration {

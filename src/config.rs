@@ -133,6 +133,11 @@ pub const WGPU_BACKEND_VAR: &str = "WGPU_BACKEND";
 pub const DEFAULT_CONCURRENCY: usize = 2;
 /// Largest accepted [`CONCURRENCY_VAR`]; larger values are almost certainly a typo.
 pub const MAX_CONCURRENCY: usize = 1024;
+
+/// The largest size [`parse_memory`] takes, in bytes: 1 PiB, far beyond any GPU (and the most
+/// a trace event may declare).
+pub const MAX_MEMORY: u64 = 1 << 50;
+
 /// Wait deadline when [`TIMEOUT_VAR`] is not set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -908,6 +913,9 @@ pub enum ValueError {
     NotMemory,
     /// A size of zero, or a percentage outside (0, 100].
     MemoryOutOfRange,
+    /// A size above 1 PiB: more memory than any GPU has (a byte count near `u64::MAX` is
+    /// a typo or an overflow, not a budget).
+    MemoryTooLarge,
 }
 
 impl fmt::Display for ValueError {
@@ -931,6 +939,9 @@ impl fmt::Display for ValueError {
             }
             ValueError::MemoryOutOfRange => {
                 f.write_str("must be a size above zero or a percentage above 0 and at most 100")
+            }
+            ValueError::MemoryTooLarge => {
+                f.write_str("is larger than 1 PiB, more than any GPU has")
             }
         }
     }
@@ -1066,7 +1077,7 @@ pub fn parse_duration(raw: &OsString) -> Result<Duration, ValueError> {
 /// Parses a memory budget: a whole or decimal number with an optional unit — `B`, `K`/`KB`,
 /// `M`/`MB`, `G`/`GB`, `T`/`TB` (powers of 1000) or `KiB`, `MiB`, `GiB`, `TiB` (powers of
 /// 1024), case-insensitive, a space allowed before the unit; no unit means bytes — or a
-/// percentage `p%` with 0 < p <= 100.
+/// percentage `p%` with 0 < p <= 100. A size is at most 1 PiB ([`MAX_MEMORY`]).
 ///
 /// # Errors
 ///
@@ -1112,7 +1123,11 @@ pub fn parse_memory(raw: &OsString) -> Result<MemoryBudget, ValueError> {
         _ => return Err(ValueError::NotMemory),
     };
     let bytes = (value * scale).round();
-    if bytes < 1.0 || !bytes.is_finite() || bytes >= u64::MAX as f64 {
+    // (Infinite where the digits overflow even an f64.)
+    if bytes > MAX_MEMORY as f64 || !bytes.is_finite() {
+        return Err(ValueError::MemoryTooLarge);
+    }
+    if bytes < 1.0 {
         return Err(ValueError::MemoryOutOfRange);
     }
     Ok(MemoryBudget::Bytes(bytes as u64))

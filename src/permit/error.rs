@@ -144,6 +144,26 @@ pub struct Holder {
     /// it is resumed or killed), or one whose record could not be written. `pid` is the lock's
     /// owner where the system tells it (`/proc/locks` on Linux), else 0.
     pub recorded: bool,
+    /// Whether no process here has `pid` while its slots stay locked: it exited, and the
+    /// processes it started hold the slots through the descriptors they inherited (a slot's
+    /// lock lives as long as any process has its open file, as after `gpu-test-permit run`
+    /// was killed), or it runs in another PID namespace.
+    pub exited: bool,
+}
+
+impl Holder {
+    /// What completes a line about a holder that [`exited`](Self::exited).
+    fn exited_text(&self) -> String {
+        if !self.exited {
+            return String::new();
+        }
+        format!(
+            "; pid {} has exited, and the processes it started still hold its slot(s) through \
+             the descriptors they inherited (or it runs in another PID namespace): end them to \
+             free the slot(s)",
+            self.pid
+        )
+    }
 }
 
 impl fmt::Display for Holder {
@@ -164,13 +184,14 @@ impl fmt::Display for Holder {
                 "{} slot(s) locked by {who} that wrote no record there{stopped}: a process \
                  taking the slots of a weighted or exclusive permit (stopped in the middle, it \
                  keeps them until it is resumed or killed), or one that could not write its \
-                 record",
-                self.units
+                 record{}",
+                self.units,
+                self.exited_text()
             );
         }
         write!(
             f,
-            "test `{}` (thread `{}`, pid {}) for {:.1}s{}{}",
+            "test `{}` (thread `{}`, pid {}) for {:.1}s{}{}{}",
             self.test,
             self.thread,
             self.pid,
@@ -182,7 +203,8 @@ impl fmt::Display for Holder {
             } else {
                 String::new()
             },
-            stopped
+            stopped,
+            self.exited_text()
         )
     }
 }

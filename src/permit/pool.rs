@@ -335,11 +335,19 @@ impl PoolBuilder {
                 None
             }
         });
+        // A pool whose every acquisition fails with `host_error` never seats a permit: it
+        // gets none, however large the layout that was refused (a layout refused for want of
+        // descriptors may be a million units).
+        let seats = if host_error.is_some() {
+            0
+        } else {
+            self.capacity()
+        };
         PermitPool {
             inner: NonNull::from(Box::leak(Box::new(PoolInner {
                 id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                 local: LocalPool::new(self.capacity()),
-                seats: (0..self.capacity()).map(|_| Seat::new()).collect(),
+                seats: (0..seats).map(|_| Seat::new()).collect(),
                 gpus: self.gpus,
                 per_gpu: self.concurrency,
                 host,
@@ -928,6 +936,7 @@ impl PermitPool {
             .map(|(r, slots)| Holder {
                 held_for: since(r.since_unix_ms),
                 stopped: r.pid != pid && crate::sys::process_is_stopped(r.pid),
+                exited: r.pid != pid && !crate::sys::process_is_visible(r.pid),
                 units: r.units.max(slots),
                 test: r.test,
                 thread: r.thread,
@@ -946,6 +955,7 @@ impl PermitPool {
             exclusive: false,
             units: slots,
             stopped: owner != 0 && owner != pid && crate::sys::process_is_stopped(owner),
+            exited: owner != 0 && owner != pid && !crate::sys::process_is_visible(owner),
             recorded: false,
         }));
         if inner.host.is_none() {
@@ -963,6 +973,7 @@ impl PermitPool {
                     exclusive: seat.exclusive.load(Ordering::Relaxed),
                     units: seat.units.load(Ordering::Relaxed),
                     stopped: false,
+                    exited: false,
                     recorded: true,
                 });
             }

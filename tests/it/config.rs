@@ -561,3 +561,58 @@ fn gpu_memory_takes_sizes_and_percentages_and_rejects_the_rest_with_a_warning() 
         assert_eq!((c.gpu_memory, c.warnings.len()), (None, 1));
     }
 }
+
+/// A size too large for any GPU (or for a byte count at all) is refused as too large, not as
+/// "a size above zero": in the variable, and in `--memory` of `hold` and `run`.
+#[test]
+fn a_memory_size_too_large_is_refused_as_too_large() {
+    use gpu_test_permit::config::{GPU_MEMORY_VAR, MemoryBudget, parse_memory};
+    let huge = [
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999999999999999",
+        &"9".repeat(400),
+        "2000TB",
+        "1025TiB",
+        "1125899906842625",
+    ];
+    for raw in huge {
+        let text = parse_memory(&raw.into()).unwrap_err().to_string();
+        assert_eq!(text, "is larger than 1 PiB, more than any GPU has", "{raw}");
+        let c = with(GPU_MEMORY_VAR, raw);
+        assert_eq!(c.gpu_memory, None, "{raw}");
+        let warning = c.warnings[0].to_string();
+        assert!(
+            warning.starts_with(&format!(
+                "GPU_TEST_PERMIT_GPU_MEMORY='{raw}' is larger than 1 PiB"
+            )),
+            "{warning}"
+        );
+    }
+    // 1 PiB itself is taken; zero is still "above zero".
+    assert_eq!(
+        parse_memory(&"1024TiB".into()),
+        Ok(MemoryBudget::Bytes(1 << 50))
+    );
+    let zero = parse_memory(&"0".into()).unwrap_err().to_string();
+    assert!(zero.starts_with("must be a size above zero"), "{zero}");
+    let dir = crate::util::tempdir();
+    for command in ["hold", "run"] {
+        let mut c = crate::util::cli(dir.path(), 2);
+        c.args([command, "--memory", "18446744073709551615"]);
+        if command == "run" {
+            c.args(["--", "true"]);
+        }
+        let out = c.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {err}");
+        assert_eq!(
+            err.trim_end(),
+            format!(
+                "gpu-test-permit: {command}: --memory '18446744073709551615' is larger than 1 \
+                 PiB, more than any GPU has"
+            ),
+            "{command}"
+        );
+    }
+}

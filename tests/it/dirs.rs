@@ -358,3 +358,197 @@ fn users_of_a_shared_directory_share_its_memory_budget() {
     let owner = std::fs::metadata(dir.join("gpu0.budget")).unwrap().uid();
     assert_eq!(owner, a, "the record stays A's file, rewritten by B");
 }
+
+const GIB: u64 = 1 << 30;
+
+/// `hold --memory 6GiB --for 1ms` on `dir` (N = 4, one GPU) with a budget of `budget`, run to
+/// the end: the units it held (`None` when it held nothing), and its standard error.
+fn hold_6gib(dir: &Path, budget: &str) -> (Option<usize>, String) {
+    let mut c = cli(dir, 4);
+    c.args(["hold", "--memory", "6GiB", "--for", "1ms"])
+        .env("GPU_TEST_PERMIT_GPUS", "1")
+        .env("GPU_TEST_PERMIT_GPU_MEMORY", budget)
+        .env("GPU_TEST_PERMIT_TIMEOUT", "20s");
+    let out = output_within(c, LONG).expect("hold hung");
+    let units = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("units="))
+        .map(|u| u.parse().unwrap());
+    (units, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A pool of `dir` as `hold_6gib`'s processes lay it out, using the directory (so that its
+/// budget record is not cleared as that of an unused directory) with `budget` recorded.
+fn user_of(dir: &Path, budget: Option<u64>) -> PermitPool {
+    let mut b = PermitPool::builder().concurrency(4).slot_dir(dir);
+    if let Some(bytes) = budget {
+        b = b.memory_budget(bytes);
+        let pool = b.build().unwrap();
+        // The first declaration settles, and records, the budget.
+        drop(pool.acquire_memory(GIB));
+        return pool;
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn a_budget_record_that_is_a_fifo_a_directory_or_a_link_is_named_and_never_blocks() {
+    for kind in ["FIFO", "directory", "symbolic link"] {
+        let dir = tempdir();
+        let record = dir.path().join("gpu0.budget");
+        let victim = dir.path().join("victim");
+        match kind {
+            "FIFO" => mkfifo(&record),
+            "directory" => std::fs::create_dir(&record).unwrap(),
+            _ => {
+                std::fs::write(&victim, b"1").unwrap();
+                std::os::unix::fs::symlink(&victim, &record).unwrap();
+            }
+        }
+        let started = Instant::now();
+        // 16 GiB over N = 4: units of 4 GiB, 2 of them for 6 GiB.
+        let (units, err) = hold_6gib(dir.path(), "16GiB");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{kind}: blocked"
+        );
+        assert_eq!(units, Some(2), "{kind}: {err}");
+        assert_eq!(err.lines().count(), 1, "{kind}: one line: {err}");
+        assert!(
+            err.contains(&format!("memory budget record {}", record.display())),
+            "{kind}: {err}"
+        );
+        assert!(err.contains(kind), "{kind}: {err}");
+        assert!(err.contains("its own budget, 16 GiB"), "{kind}: {err}");
+        if kind == "symbolic link" {
+            assert_eq!(
+                std::fs::read(&victim).unwrap(),
+                b"1",
+                "written through the link"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_budget_record_below_one_mib_or_above_one_pib_is_corrupt_not_a_budget() {
+    // A budget of one byte would fail every declaration; one of 16 EiB would count every
+    // declaration as one unit.
+    for (forged, says) in [
+        ("1", "1 bytes is below 1 MiB"),
+        (
+            "18446744073709551615",
+            "18446744073709551615 bytes is above 1 PiB",
+        ),
+    ] {
+        let dir = tempdir();
+        let _user = user_of(dir.path(), None);
+        let record = dir.path().join("gpu0.budget");
+        let mut text = format!("{forged}\n").into_bytes();
+        text.resize(64, b' ');
+        std::fs::write(&record, text).unwrap();
+        let (units, err) = hold_6gib(dir.path(), "16GiB");
+        assert_eq!(units, Some(2), "{forged}: {err}");
+        assert!(
+            err.contains(&format!(
+                "ignoring the corrupt memory budget record {}",
+                record.display()
+            )),
+            "{err}"
+        );
+        assert!(err.contains(says), "{err}");
+        assert!(err.contains("its own budget, 16 GiB"), "{err}");
+    }
+}
+
+#[test]
+fn a_budget_record_held_locked_is_still_read_when_it_holds_a_budget() {
+    let dir = tempdir();
+    // The directory's users convert with 8 GiB: units of 2 GiB over N = 4.
+    let _user = user_of(dir.path(), Some(8 * GIB));
+    let record = std::fs::File::open(dir.path().join("gpu0.budget")).unwrap();
+    record.lock().unwrap();
+    // With its own 32 GiB, 6 GiB would be 1 unit; with the directory's 8 GiB it is 3.
+    let (units, err) = hold_6gib(dir.path(), "32GiB");
+    assert_eq!(units, Some(3), "{err}");
+    assert!(err.contains("budgets 8 GiB of GPU memory"), "{err}");
+    assert!(err.contains("32 GiB is not used"), "{err}");
+}
+
+#[test]
+fn a_blank_budget_record_held_locked_is_waited_for_then_named() {
+    let dir = tempdir();
+    let path = dir.path().join("gpu0.budget");
+    let record = std::fs::File::create(&path).unwrap();
+    record.lock().unwrap();
+    let started = Instant::now();
+    let (units, err) = hold_6gib(dir.path(), "16GiB");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "waited too long"
+    );
+    assert_eq!(units, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!(
+            "the memory budget record {} has been kept locked by pid {}",
+            path.display(),
+            std::process::id()
+        )),
+        "{err}"
+    );
+    assert!(err.contains("its own budget, 16 GiB"), "{err}");
+    assert!(err.contains("may not share"), "{err}");
+}
+
+/// A layout refused for want of descriptors (N = 1024 on 1024 GPUs: a million slots, against
+/// a limit of 256) leaves the process a pool whose every acquisition fails with the refusal:
+/// it seats nobody, so it allocates no seats either (about 180 MB of them for that layout).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_layout_refused_by_the_descriptor_limit_allocates_no_seats() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    let dir = tempdir();
+    let mut c = cli(dir.path(), 1024);
+    c.args(["hold", "--for", "1ms"])
+        .env("GPU_TEST_PERMIT_GPUS", "1024")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe and the closure touches nothing else.
+    unsafe {
+        c.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: 256,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    // Reaped by wait4 below, which also reports its peak memory.
+    #[allow(clippy::zombie_processes)]
+    let mut child = c.spawn().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4 on our own child, which nothing else waits for; `status` and `usage` are
+    // valid to write.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t);
+    assert!(err.contains("open files"), "not refused: {err}");
+    assert_ne!(libc::WEXITSTATUS(status), 0, "{err}");
+    // Kilobytes on Linux. The process itself needs about 10 MB.
+    let peak_mb = usage.ru_maxrss / 1024;
+    assert!(peak_mb < 64, "peak resident memory {peak_mb} MB");
+}

@@ -107,21 +107,23 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
                     .collect::<Vec<_>>()
                     .join(",");
                 println!(
-                    "{} {names}: held {} by {}",
+                    "{} {names}: held {} by {}{}",
                     if held.len() == 1 { "slot" } else { "slots" },
                     ago(r.since_unix_ms),
-                    who(r)
+                    who(r),
+                    exited(r.pid)
                 );
             }
             (None, true) => match slot.owner {
                 Some(pid) => println!(
-                    "slot {}: held (no readable record) by pid {pid}{}",
+                    "slot {}: held (no readable record) by pid {pid}{}{}",
                     slot.index,
                     if slot.owner_stopped {
                         ", its process stopped (SIGSTOP, Ctrl-Z or a debugger)"
                     } else {
                         ""
-                    }
+                    },
+                    exited(pid)
                 ),
                 None => println!("slot {}: held (no readable record)", slot.index),
             },
@@ -157,6 +159,37 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What completes the line of a slot held by `pid` when no process here has that pid: a
+/// slot's lock lives as long as any process has its open file, so the processes that
+/// inherited it (those `gpu-test-permit run` started, when `run` was killed) hold it now.
+fn exited(pid: u32) -> String {
+    if process_is_visible(pid) {
+        return String::new();
+    }
+    format!(
+        " (pid {pid} has exited; the processes it started still hold the slot through the \
+         descriptor they inherited, or it runs in another PID namespace)"
+    )
+}
+
+/// Whether a process with id `pid` exists here (`kill(pid, 0)`: allowed, or refused for want of
+/// permission); true where that cannot be told.
+#[cfg(unix)]
+fn process_is_visible(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 sends nothing; it only checks that the process exists.
+    pid > 0
+        && (unsafe { libc::kill(pid, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+#[cfg(not(unix))]
+fn process_is_visible(_pid: u32) -> bool {
+    true
 }
 
 /// `trace FILE [--max-peak N] [--timeline]`: per-test wait and hold times, utilisation, peak
