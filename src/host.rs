@@ -1360,11 +1360,13 @@ fn wait_entries(dir: &Path) -> Vec<WaitEntry> {
 /// holds one.
 fn wait_entry(path: &Path) -> Option<WaitEntry> {
     let file = sys::open_regular_for_reading(path).ok()?;
+    // Read first: most wait files are blank (their processes wait for nothing now), and a
+    // blank one needs no lock probe.
+    let raw = read_start(&file, RECORD_LEN + BEAT_LEN)?;
+    let record = HolderRecord::decode(&raw[..raw.len().min(RECORD_LEN)]).ok()??;
     if !is_locked(&file) {
         return None;
     }
-    let raw = read_start(&file, RECORD_LEN + BEAT_LEN)?;
-    let record = HolderRecord::decode(&raw[..raw.len().min(RECORD_LEN)]).ok()??;
     let beat_ms = raw
         .get(RECORD_LEN..)
         .and_then(|b| padded_text(b).ok().flatten())
@@ -1639,6 +1641,9 @@ pub struct HostStatus {
     /// Requests waiting for slots now, one per waiting process (the threads of one process
     /// queue inside it, behind this one).
     pub waiters: Vec<HolderRecord>,
+    /// Per entry of [`waiters`](Self::waiters), whether it keeps its turn, and if not, why
+    /// ([`Liveness`]): one that lost it holds nobody back.
+    pub waiter_liveness: Vec<Liveness>,
     /// Files named like slot or wait files that were not read, such as a FIFO or a file this
     /// user may not open, by name.
     pub skipped: Vec<SkippedFile>,
@@ -1685,10 +1690,13 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
         dir: dir.to_path_buf(),
         slots: Vec::new(),
         waiters: Vec::new(),
+        waiter_liveness: Vec::new(),
         skipped: Vec::new(),
         layout: None,
         head: None,
     };
+    let mut waiting = Vec::new();
+    let now = crate::clock::now_unix_ms();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
@@ -1748,7 +1756,10 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
                     owner_stopped: owner.is_some_and(sys::process_is_stopped),
                 })
             }
-            None if held => out.waiters.extend(record()),
+            None if held => waiting.extend(wait_entry(&path).map(|w| {
+                let liveness = Liveness::judge(w.record.pid, w.beat_ms, now);
+                (w.record, liveness)
+            })),
             // A killed waiter's leftover.
             None => {
                 let _ = std::fs::remove_file(&path);
@@ -1756,7 +1767,8 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
         }
     }
     out.slots.sort_by_key(|s| s.index);
-    out.waiters.sort_by_key(|w| w.since_unix_ms);
+    waiting.sort_by_key(|(w, _)| w.since_unix_ms);
+    (out.waiters, out.waiter_liveness) = waiting.into_iter().unzip();
     out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     if let Ok(file) = sys::open_regular_for_reading(&dir.join("gpu0.layout")) {
         out.layout = read_start(&file, LAYOUT_LEN).and_then(|b| Layout::decode(&b).ok().flatten());

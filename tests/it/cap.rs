@@ -585,7 +585,10 @@ fn a_frozen_head_of_the_queue_loses_its_turn() {
         .head
         .is_none_or(|h| h.request.pid != hp)
     {
-        assert!(Instant::now() < deadline, "the waiter never headed the queue");
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never headed the queue"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let Some(frozen) = Frozen::freeze(hp) else {
@@ -610,4 +613,30 @@ fn a_frozen_head_of_the_queue_loses_its_turn() {
     drop(frozen);
     let _ = head.child.wait();
     assert!(served, "the waiter behind a frozen head waited");
+}
+
+/// `status` says which waiting requests lost their turn and why, rather than showing a pid
+/// of another namespace (or a forged one) as if it were this machine's.
+#[test]
+fn status_says_which_waiters_lost_their_turn_and_why() {
+    let dir = tempdir();
+    let old = now_ms() - 60_000;
+    let _unseen = locked_file(dir.path(), "gpu0.wait.4000000", &record(4_000_000, old, 1));
+    let _silent = locked_file(dir.path(), "gpu0.wait.1", &record(1, old, 1));
+    let s = status(dir.path()).unwrap();
+    assert_eq!(s.waiters.len(), 2, "{s:?}");
+    assert!(s.waiter_liveness.iter().all(|l| !l.keeps_turn()), "{s:?}");
+    let out = cli(dir.path(), 1).arg("status").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = |pid: &str| {
+        text.lines()
+            .find(|l| l.starts_with("waiting") && l.contains(pid))
+            .unwrap_or_else(|| panic!("no waiting line for {pid}: {text}"))
+            .to_string()
+    };
+    assert!(
+        line("pid 4000000").contains("names no process here"),
+        "{text}"
+    );
+    assert!(line("pid 1 ").contains("no sign of life for"), "{text}");
 }

@@ -148,8 +148,13 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
     if s.waiters.is_empty() {
         println!("waiting: nobody");
     }
-    for w in &s.waiters {
-        println!("waiting {}: {}", ago(w.since_unix_ms), who(w));
+    for (w, liveness) in s.waiters.iter().zip(&s.waiter_liveness) {
+        let lost = if liveness.keeps_turn() {
+            String::new()
+        } else {
+            format!(" ({liveness}: it lost its turn to the requests behind it)")
+        };
+        println!("waiting {}: {}{lost}", ago(w.since_unix_ms), who(w));
     }
     for f in &s.skipped {
         println!(
