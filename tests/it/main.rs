@@ -10,6 +10,7 @@ mod decision;
 mod devices;
 mod dirs;
 mod fixture;
+mod hold_timeout;
 mod host;
 mod in_process;
 mod inherit;
