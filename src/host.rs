@@ -90,6 +90,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::sys::{self, ChangeWatch};
 
+// The hang record lives in `crate::hangs`; its public paths here stay.
+#[doc(no_inline)]
+pub use crate::hangs::{HangRecord, recorded_hangs};
+
 /// Longest sleep between re-checks while waiting, as a safety net under the change watch (the
 /// kernel reports the close of a killed holder's file just before it drops that file's lock),
 /// and the longest step of the polling fallback.
@@ -1536,79 +1540,6 @@ fn forget_budget(dir: &Path) {
             let _ = sys::write_at(&file, &[b' '; BUDGET_LEN], 0);
         }
     }
-}
-
-/// A permit held past the hold deadline on this host (see `GPU_TEST_PERMIT_HOLD_TIMEOUT`),
-/// as recorded in the slot directory's `gpu0.hangs`: the trace's what-if does not recommend
-/// this N (or more) again.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct HangRecord {
-    /// When, milliseconds since the Unix epoch.
-    pub unix_ms: u64,
-    /// Permits per GPU in force.
-    pub per_gpu: usize,
-    /// GPUs the permits spanned.
-    pub gpus: usize,
-    /// The test that held its permit too long.
-    pub test: String,
-    /// How long it had held it, milliseconds.
-    pub held_ms: u64,
-}
-
-const HANGS_FILE: &str = "gpu0.hangs";
-/// Records kept: the newest ones.
-const HANGS_KEPT: usize = 64;
-
-/// Appends a hang to `dir`'s record (best effort: the process is about to abort).
-pub(crate) fn record_hang(dir: &Path, layout: Layout, test: &str, held: Duration) {
-    let record = HangRecord {
-        unix_ms: crate::clock::now_unix_ms(),
-        per_gpu: layout.per_gpu,
-        gpus: layout.gpus,
-        test: test.to_string(),
-        held_ms: held.as_millis() as u64,
-    };
-    let Ok(mut line) = serde_json::to_string(&record) else {
-        return;
-    };
-    line.push('\n');
-    let path = dir.join(HANGS_FILE);
-    let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
-        return;
-    };
-    if file.lock().is_err() {
-        return;
-    }
-    let mut kept: Vec<String> = read_start(&file, 1 << 20)
-        .map(|b| {
-            String::from_utf8_lossy(&b)
-                .lines()
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    kept.push(line.trim_end().to_string());
-    let start = kept.len().saturating_sub(HANGS_KEPT);
-    let text: String = kept[start..].iter().map(|l| format!("{l}\n")).collect();
-    if sys::write_at(&file, text.as_bytes(), 0).is_ok() {
-        let _ = file.set_len(text.len() as u64);
-    }
-}
-
-/// The hangs recorded in `dir` (none when there is no record; unreadable lines are skipped).
-pub fn recorded_hangs(dir: &Path) -> Vec<HangRecord> {
-    let Ok(file) = sys::open_regular_for_reading(&dir.join(HANGS_FILE)) else {
-        return Vec::new();
-    };
-    read_start(&file, 1 << 20)
-        .map(|b| {
-            String::from_utf8_lossy(&b)
-                .lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// One slot as [`status`] sees it.

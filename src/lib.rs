@@ -69,6 +69,7 @@ mod cuda_codes;
 pub mod decision;
 pub mod devices;
 mod fixture;
+pub mod hangs;
 pub mod host;
 pub mod nextest;
 mod notice;
@@ -81,9 +82,9 @@ pub mod trace;
 
 pub use fixture::{FixtureError, GpuNeed};
 pub use permit::{
-    AcquireError, EnteredPermit, GpuTestPermit, Holder, PermitKind, PermitPool, PermitRequest,
-    PoolBuilder, WaitTimeout, Waiter, acquire, acquire_exclusive, acquire_memory, acquire_weighted,
-    try_acquire_for,
+    AcquireError, EnteredPermit, GpuTestPermit, HoldTimeout, Holder, PermitKind, PermitPool,
+    PermitRequest, PoolBuilder, WaitTimeout, Waiter, acquire, acquire_exclusive, acquire_memory,
+    acquire_weighted, on_hold_timeout, try_acquire_for,
 };
 pub use permitted::Permitted;
 

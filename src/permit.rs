@@ -5,7 +5,8 @@
 //! - `seat`: where a held permit keeps its state, the guards and the unsafe code that frees a
 //!   pool only after its last permit is back;
 //! - `local`: the in-process FIFO semaphore;
-//! - `error`: why a permit could not be had, and who was in the way.
+//! - `error`: why a permit could not be had, and who was in the way;
+//! - `watchdog`: the hold deadline, and what happens to a permit held past it.
 
 mod error;
 mod local;
@@ -19,6 +20,7 @@ pub use error::{AcquireError, Holder, WaitTimeout, Waiter};
 pub(crate) use pool::Want;
 pub use pool::{PermitPool, PermitRequest, PoolBuilder};
 pub use seat::{EnteredPermit, GpuTestPermit};
+pub use watchdog::{HoldTimeout, on_hold_timeout};
 
 /// Takes a shared GPU permit from the [global pool](PermitPool::global), waiting for one as long
 /// as `GPU_TEST_PERMIT_TIMEOUT` allows (10 minutes by default).

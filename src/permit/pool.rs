@@ -266,7 +266,8 @@ impl PoolBuilder {
     /// The hold deadline: a permit of this pool held longer than `deadline` makes the process
     /// print what is known (holders, since when, the N in force) and abort, so that a test
     /// stuck in a wedged driver fails the run instead of hanging it
-    /// (`GPU_TEST_PERMIT_HOLD_TIMEOUT` for the global pool; off by default).
+    /// (`GPU_TEST_PERMIT_HOLD_TIMEOUT` for the global pool; off by default). A process that
+    /// ends the holder its own way sets a handler instead: [`on_hold_timeout`](crate::on_hold_timeout).
     pub fn hold_timeout(mut self, deadline: Duration) -> Self {
         self.hold_timeout = Some(deadline);
         self
@@ -887,6 +888,7 @@ impl PermitPool {
                 test,
                 thread,
                 exclusive,
+                units,
                 deadline,
                 layout: inner.layout(),
                 slot_dir: inner.host.as_ref().map(|h| h.dir().to_path_buf()),

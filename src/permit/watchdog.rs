@@ -7,6 +7,10 @@
 //! does not recommend that N again on this host) and aborts the process: the run fails at
 //! once, and says why.
 //!
+//! A program that can end what holds the permit better than an abort can (a runner whose
+//! child holds it: aborting the runner would leave the child holding the slot) sets a handler
+//! with [`on_hold_timeout`]; the watchdog then hands it each late permit instead.
+//!
 //! Registering costs a mutex per permit taken and returned, and only in pools with a deadline.
 
 use std::path::PathBuf;
@@ -14,15 +18,20 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::hangs::HangRecord;
+use crate::host::Layout;
+
 /// A permit under watch.
 #[derive(Debug)]
 pub(super) struct Watched {
     pub(super) test: String,
     pub(super) thread: String,
     pub(super) exclusive: bool,
+    /// Units held (every unit of the pool when exclusive).
+    pub(super) units: usize,
     pub(super) deadline: Duration,
     /// N per GPU and GPUs of the pool.
-    pub(super) layout: crate::host::Layout,
+    pub(super) layout: Layout,
     /// The pool's slot directory, for the hang record.
     pub(super) slot_dir: Option<PathBuf>,
 }
@@ -31,6 +40,168 @@ struct Entry {
     id: u64,
     since: Instant,
     watched: Watched,
+}
+
+type Handler = Box<dyn Fn(HoldTimeout) + Send + Sync>;
+
+static HANDLER: OnceLock<Handler> = OnceLock::new();
+
+/// Replaces what this process does when one of its permits is held past its pool's hold
+/// deadline (`GPU_TEST_PERMIT_HOLD_TIMEOUT`, [`PoolBuilder::hold_timeout`]): instead of
+/// printing the diagnosis, recording the hang and aborting, the watchdog calls `handler` once
+/// for each such permit, with what it knows, and does nothing else. Returns whether the
+/// handler was set: only the first call sets one.
+///
+/// For programs that can end what holds the permit themselves, such as a runner whose child
+/// process works inside it (`gpu-test-permit run` ends its command). The handler runs on the
+/// watchdog's thread: other late permits wait until it returns.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::mpsc;
+///
+/// let (late, told) = mpsc::channel();
+/// let set = gpu_test_permit::on_hold_timeout(move |t| {
+///     let _ = late.send(t);
+/// });
+/// assert!(set);
+/// # drop(told);
+/// // ... take permits; a permit held past the deadline arrives on `told` ...
+/// ```
+///
+/// [`PoolBuilder::hold_timeout`]: crate::PoolBuilder::hold_timeout
+pub fn on_hold_timeout(handler: impl Fn(HoldTimeout) + Send + Sync + 'static) -> bool {
+    HANDLER.set(Box::new(handler)).is_ok()
+}
+
+/// A permit held past its pool's hold deadline, as the watchdog found it (see
+/// [`on_hold_timeout`]).
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct HoldTimeout {
+    /// What holds the permit: the test's name (see
+    /// [`current_test_name`](crate::nextest::current_test_name)), or a command (see
+    /// [`HoldTimeout::held_by_command`]).
+    pub holder: String,
+    /// The thread that took it.
+    pub thread: String,
+    /// The process that holds it.
+    pub pid: u32,
+    /// Units held (every unit of the pool when exclusive).
+    pub units: usize,
+    /// Whether it is exclusive.
+    pub exclusive: bool,
+    /// How long it had been held when found.
+    pub held: Duration,
+    /// The hold deadline it passed.
+    pub deadline: Duration,
+    /// N per GPU and GPUs of its pool.
+    pub layout: Layout,
+    /// Whether `holder` is a command rather than a test.
+    command: bool,
+    slot_dir: Option<PathBuf>,
+    /// Every permit this process held at that moment, this one first: (holder, thread, held,
+    /// exclusive).
+    held_here: Vec<(String, String, Duration, bool)>,
+}
+
+impl HoldTimeout {
+    fn new(late: &Entry, all: &[Entry], now: Instant) -> HoldTimeout {
+        let w = &late.watched;
+        let listed = |e: &Entry| {
+            (
+                e.watched.test.clone(),
+                e.watched.thread.clone(),
+                now.duration_since(e.since),
+                e.watched.exclusive,
+            )
+        };
+        let mut held_here = vec![listed(late)];
+        held_here.extend(all.iter().filter(|e| e.id != late.id).map(listed));
+        HoldTimeout {
+            holder: w.test.clone(),
+            thread: w.thread.clone(),
+            pid: std::process::id(),
+            units: w.units,
+            exclusive: w.exclusive,
+            held: now.duration_since(late.since),
+            deadline: w.deadline,
+            layout: w.layout,
+            command: false,
+            slot_dir: w.slot_dir.clone(),
+            held_here,
+        }
+    }
+
+    /// Names `command`, process `pid`, as what holds the permit: a runner holds it for a
+    /// command that works inside it. The diagnosis and the hang record then name the command.
+    pub fn held_by_command(mut self, command: impl Into<String>, pid: u32) -> HoldTimeout {
+        self.holder = command.into();
+        self.pid = pid;
+        self.command = true;
+        if let Some(first) = self.held_here.first_mut() {
+            first.0.clone_from(&self.holder);
+        }
+        self
+    }
+
+    /// The diagnosis the watchdog prints (without what it does next): who holds permits in
+    /// this process and for how long, the N in force, and that a lower N is the usual cure.
+    pub fn diagnosis(&self) -> String {
+        let what = if self.command { "command" } else { "test" };
+        let whose = if self.command {
+            format!("pid {}", self.pid)
+        } else {
+            format!("thread `{}`, pid {}", self.thread, self.pid)
+        };
+        let mut msg = format!(
+            "\ngpu-test-permit: HOLD TIMEOUT: {what} `{}` ({whose}) has held its GPU permit for \
+             {:.1}s, past GPU_TEST_PERMIT_HOLD_TIMEOUT={:?}. It is stuck, most likely in the \
+             GPU driver: a driver can deadlock when several tests create and destroy GPU \
+             contexts at once.\n  permits held in this process:\n",
+            self.holder,
+            self.held.as_secs_f64(),
+            self.deadline
+        );
+        for (i, (holder, thread, held, exclusive)) in self.held_here.iter().enumerate() {
+            let whose = if i == 0 && self.command {
+                format!("command `{holder}` (pid {})", self.pid)
+            } else {
+                format!("test `{holder}` (thread `{thread}`)")
+            };
+            msg.push_str(&format!(
+                "  - {whose} for {:.1}s{}\n",
+                held.as_secs_f64(),
+                if *exclusive { ", exclusive" } else { "" }
+            ));
+        }
+        msg.push_str(&format!(
+            "  in force: {}. A lower REALIZAR_GPU_TEST_CONCURRENCY is the usual cure; \
+             `gpu-test-permit status` shows the other processes' permits. This N is recorded \
+             as having hung on this host.",
+            self.layout
+        ));
+        msg
+    }
+
+    /// Appends the hang to its pool's slot directory (`gpu0.hangs`, see
+    /// [`crate::hangs`]), so that the trace's what-if does not advise this N on this host.
+    /// Best effort; nothing where the pool has no slot directory.
+    pub fn record(&self) {
+        let Some(dir) = &self.slot_dir else {
+            return;
+        };
+        let mut record = HangRecord::now(
+            self.layout.per_gpu,
+            self.layout.gpus,
+            &self.holder,
+            self.held,
+        );
+        record.pid = Some(self.pid);
+        record.units = Some(self.units);
+        crate::hangs::record_hang(dir, &record);
+    }
 }
 
 fn list() -> &'static parking_lot::Mutex<Vec<Entry>> {
@@ -56,7 +227,7 @@ pub(super) fn watch(watched: Watched) -> u64 {
     id
 }
 
-/// Stops watching a returned permit.
+/// Stops watching a returned permit (one handed to a handler is no longer watched).
 pub(super) fn unwatch(id: u64) {
     list().lock().retain(|e| e.id != id);
 }
@@ -64,22 +235,25 @@ pub(super) fn unwatch(id: u64) {
 fn run() {
     loop {
         let step = {
-            let list = list().lock();
+            let mut list = list().lock();
             let now = Instant::now();
-            if let Some(late) = list
+            if let Some(i) = list
                 .iter()
-                .find(|e| now.duration_since(e.since) > e.watched.deadline)
+                .position(|e| now.duration_since(e.since) > e.watched.deadline)
             {
-                let msg = diagnosis(late, &list, now);
-                crate::notice::text(&msg);
-                if let Some(dir) = &late.watched.slot_dir {
-                    crate::host::record_hang(
-                        dir,
-                        late.watched.layout,
-                        &late.watched.test,
-                        now.duration_since(late.since),
-                    );
+                let late = HoldTimeout::new(&list[i], &list, now);
+                if let Some(handler) = HANDLER.get() {
+                    list.swap_remove(i);
+                    // Outside the lock: the handler may return the permit (and unwatch it).
+                    drop(list);
+                    handler(late);
+                    continue;
                 }
+                crate::notice::text(&format!(
+                    "{} Aborting, so that the run fails now instead of hanging.\n",
+                    late.diagnosis()
+                ));
+                late.record();
                 std::process::abort();
             }
             // Check a few times per deadline, at most once a second.
@@ -91,39 +265,4 @@ fn run() {
         };
         std::thread::sleep(step);
     }
-}
-
-fn diagnosis(late: &Entry, all: &[Entry], now: Instant) -> String {
-    let w = &late.watched;
-    let mut msg = format!(
-        "\ngpu-test-permit: HOLD TIMEOUT: test `{}` (thread `{}`, pid {}) has held its GPU \
-         permit for {:.1}s, past GPU_TEST_PERMIT_HOLD_TIMEOUT={:?}. It is stuck, most likely \
-         in the GPU driver: a driver can deadlock when several tests create and destroy GPU \
-         contexts at once.\n  permits held in this process:\n",
-        w.test,
-        w.thread,
-        std::process::id(),
-        now.duration_since(late.since).as_secs_f64(),
-        w.deadline
-    );
-    for e in all {
-        msg.push_str(&format!(
-            "  - test `{}` (thread `{}`) for {:.1}s{}\n",
-            e.watched.test,
-            e.watched.thread,
-            now.duration_since(e.since).as_secs_f64(),
-            if e.watched.exclusive {
-                ", exclusive"
-            } else {
-                ""
-            }
-        ));
-    }
-    msg.push_str(&format!(
-        "  in force: {}. A lower REALIZAR_GPU_TEST_CONCURRENCY is the usual cure; \
-         `gpu-test-permit status` shows the other processes' permits. This N is recorded as \
-         having hung on this host. Aborting, so that the run fails now instead of hanging.\n",
-        w.layout
-    ));
-    msg
 }

@@ -11,6 +11,7 @@ mod decision;
 mod devices;
 mod dirs;
 mod fixture;
+mod hold_timeout;
 mod holders;
 mod host;
 mod in_process;

@@ -48,8 +48,10 @@ static COMMANDS: &[Command] = &[
                     pid, units and slots), and keep it until standard input closes (or for DURATION,\n\
                     e.g. 500ms, 2s, 1m); --units K holds K of one GPU's N units, as a test that\n\
                     counts as K does; --memory SIZE (e.g. 24GiB, 80GB) the units that much memory\n\
-                    takes of the GPU_TEST_PERMIT_GPU_MEMORY budget; --exclusive every unit. A shell\n\
-                    cannot take over this permit (a lock lives in an open file, inherited only from a\n\
+                    takes of the GPU_TEST_PERMIT_GPU_MEMORY budget; --exclusive every unit. With\n\
+                    --for, GPU_TEST_PERMIT_HOLD_TIMEOUT does not apply (the hold ends when asked, and\n\
+                    is no hang); held until stdin closes, it is watched as a test is. A shell cannot\n\
+                    take over this permit (a lock lives in an open file, inherited only from a\n\
                     parent): for a shell that holds one, use `run -- \"$SHELL\"`",
             flags: &["--exclusive"],
             options: &["--for", "--units", "--memory"],
@@ -73,7 +75,10 @@ static COMMANDS: &[Command] = &[
                     holds. No permit (COMMAND runs in run's place) when ARGS contain --list (nextest\n\
                     listing tests), with --group when NEXTEST_TEST_GROUP is not GROUP, and with\n\
                     --filter when the test's name (NEXTEST_TEST_NAME, else ARGS) does not contain\n\
-                    TEXT. `run -- \"$SHELL\"` gives an interactive shell that holds a permit",
+                    TEXT. `run -- \"$SHELL\"` gives an interactive shell that holds a permit. Past\n\
+                    GPU_TEST_PERMIT_HOLD_TIMEOUT, run ends COMMAND (SIGTERM, SIGKILL 5s later; to its\n\
+                    process group unless a terminal is attached), then prints the diagnosis, records\n\
+                    the hang and exits with 124",
             flags: &["--exclusive"],
             options: &["--group", "--filter", "--units", "--memory"],
             lists: &[],
@@ -507,6 +512,11 @@ fn hold(args: &Args) -> Result<ExitCode, String> {
     let duration = args.parsed_value("--for", |v| {
         gpu_test_permit::config::parse_duration(&v.into())
     })?;
+    if duration.is_some() {
+        // A hold of a set length is what was asked for, not a hang: it ends on time whatever
+        // the hold deadline says. (Held until standard input closes, it is watched as a test.)
+        let _ = gpu_test_permit::on_hold_timeout(|_| {});
+    }
     let permit = take(ask)?;
     let slots: Vec<String> = permit.slots().iter().map(|s| s.to_string()).collect();
     let mut out = std::io::stdout().lock();

@@ -271,12 +271,20 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
     }
     print_memory(&s);
     print_slowdown(&s);
-    // Pool sizes that hung on this host (GPU_TEST_PERMIT_HOLD_TIMEOUT records them).
+    // Pool sizes that hung on this host (GPU_TEST_PERMIT_HOLD_TIMEOUT records them), for as
+    // long as a record is trusted.
     let hangs = Config::global()
         .slot_dir_path()
         .map(|dir| recorded_hangs(&dir))
         .unwrap_or_default();
-    let hung_at = hangs.iter().map(|h| h.per_gpu * h.gpus).min();
+    let advice = gpu_test_permit::hangs::advice(
+        &hangs,
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_millis() as u64,
+    );
+    let hung_at = advice.hung_at;
     println!(
         "estimated span with other N:\n  {:<8} {:>18}   model (range)",
         "", "fixed hold times"
@@ -295,6 +303,12 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         if let Some(h) = hung_at.filter(|h| n >= h) {
             mark.push_str(&format!(
                 "  (not advised: a permit hung at N = {h} on this host)"
+            ));
+        } else if let Some(old) = advice.too_old.filter(|o| *n >= o.n) {
+            mark.push_str(&format!(
+                "  (a permit hung at N = {} on {}, too old to rule N = {n} out)",
+                old.n,
+                old.date()
             ));
         }
         let row = format!("  N = {n:<4} {:>15.1} ms   {model:<34}{mark}", ms(*span));

@@ -20,14 +20,37 @@
 //!   command has started ends `run` as it would have without the forwarding. On Linux a signal
 //!   the terminal sent (Ctrl-C) is not passed on: the terminal sent it to the whole foreground
 //!   process group, the command included.
+//! - The hold deadline (`GPU_TEST_PERMIT_HOLD_TIMEOUT`) is the command's: held past it, the
+//!   permit is the command's hang. `run` does not abort (that would leave the command holding
+//!   the slot, unwatched): it sends the command SIGTERM, and SIGKILL [`KILL_GRACE`] later if it
+//!   still runs; once it has exited, `run` returns the permit, prints the watchdog's diagnosis
+//!   naming the command, records the hang and exits with [`HOLD_TIMEOUT_EXIT`].
+//! - Process groups, on Unix: with a hold deadline in force and no terminal on standard input,
+//!   output or error, the command leads a process group of its own, so that the deadline ends
+//!   what it started too, and forwarded signals go to that group. With a terminal attached it
+//!   stays in `run`'s group, so that Ctrl-C, Ctrl-Z and the shell's job control reach it as
+//!   they did; the deadline then signals the command alone. Without a deadline it stays in
+//!   `run`'s group too, so that a runner which kills `run`'s group (nextest past its
+//!   `slow-timeout`) kills the command with it. So keep the deadline below nextest's
+//!   termination, as for tests: its SIGTERM still reaches the command (passed on to the group),
+//!   its SIGKILL would not. A process that left the group (`setsid`) is reached by neither,
+//!   and keeps the slot until it exits.
 
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::process::{Command, ExitCode, ExitStatus};
+use std::time::Duration;
 
 use gpu_test_permit::config::{Config, NextestEnv};
 
 use crate::args::Args;
+
+/// The exit code of `run` whose command held its permit past the hold deadline and was
+/// ended (as `timeout(1)` exits when its command times out).
+pub(crate) const HOLD_TIMEOUT_EXIT: u8 = 124;
+
+/// How long a command past the hold deadline has between SIGTERM and SIGKILL.
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(5);
 
 /// `run`.
 pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
@@ -48,7 +71,7 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
         return sys::run_in_place(&mut cmd).map_err(cannot_run);
     }
     // Before anything else starts a thread, so that every thread inherits the blocked mask.
-    let signals = sys::Forwarder::start();
+    let signals = sys::Forwarder::start(Config::global().hold_timeout.is_some());
     let permit = crate::take(ask)?;
     match permit.pass_to(&mut cmd) {
         Ok(()) => {}
@@ -57,9 +80,49 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
         Err(e) => return Err(format!("cannot pass the permit on: {e}")),
     }
     export_devices(&permit, &mut cmd)?;
-    let status = signals.run(&mut cmd).map_err(cannot_run)?;
+    let ended = signals.run(&mut cmd).map_err(cannot_run)?;
     drop(permit);
-    Ok(exit_like(status))
+    let Some(late) = ended.late else {
+        return Ok(exit_like(ended.status));
+    };
+    // The command has exited: report its hang as the watchdog would have.
+    let late = late.held_by_command(command_line(program, program_args), ended.pid);
+    let target = if ended.own_group {
+        "process group"
+    } else {
+        "process"
+    };
+    let how = if ended.killed {
+        format!(
+            "SIGTERM, then SIGKILL {}s later, to its {target}",
+            KILL_GRACE.as_secs()
+        )
+    } else {
+        format!("SIGTERM to its {target}")
+    };
+    eprintln!(
+        "{}\ngpu-test-permit: ended the command with {how} ({}); exiting with \
+         {HOLD_TIMEOUT_EXIT}.",
+        late.diagnosis(),
+        ended.status
+    );
+    late.record();
+    Ok(ExitCode::from(HOLD_TIMEOUT_EXIT))
+}
+
+/// The command line as the hang record and the diagnosis name it (long ones shortened).
+fn command_line(program: &OsStr, args: &[OsString]) -> String {
+    const LONGEST: usize = 200;
+    let mut line = program.to_string_lossy().into_owned();
+    for a in args {
+        line.push(' ');
+        line.push_str(&a.to_string_lossy());
+    }
+    if let Some((cut, _)) = line.char_indices().nth(LONGEST) {
+        line.truncate(cut);
+        line.push('…');
+    }
+    line
 }
 
 /// Makes the command see only the permit's GPUs (`CUDA_VISIBLE_DEVICES`, and the HIP/ROCm
@@ -161,34 +224,114 @@ mod sys {
     //! Signal forwarding. The forwarded signals are blocked in every thread (the mask is set
     //! before any other thread starts, and threads inherit it), and one thread takes them with
     //! `sigwait`: no signal handler runs, so no code runs in signal context. The child would
-    //! inherit the mask, so the mask `run` started with is restored between fork and exec. The command is waited for
-    //! with `WNOWAIT` first, so its pid cannot be reused while the forwarding thread may still
-    //! signal it.
+    //! inherit the mask, so the mask `run` started with is restored between fork and exec. The
+    //! command is waited for with `WNOWAIT` first, so its pid (and the id of the process group
+    //! it leads) cannot be reused while the forwarding thread or the hold-deadline handler may
+    //! still signal it.
+    //!
+    //! The hold deadline: the library's watchdog calls the handler set in [`Forwarder::start`]
+    //! on its own thread; the handler signals the command, waits up to the grace for it to
+    //! exit, and kills it. The state behind one mutex (where the command is, whether it is
+    //! late) keeps the handler, the forwarder and the waiting thread in step.
 
     use std::io;
     use std::process::{Child, Command, ExitStatus};
-    use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+    use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+    use std::time::Instant;
 
+    use gpu_test_permit::HoldTimeout;
     use libc::c_int;
+
+    use super::KILL_GRACE;
 
     const FORWARDED: [c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
 
     enum Target {
         /// The command has not started: a signal ends `run`.
         NotStarted,
-        /// Signals go to this process.
+        /// Signals go to this process (and the group it leads, where it leads one).
         Running(libc::pid_t),
         /// The command has exited; `run` is about to.
         Exited,
     }
 
+    struct State {
+        target: Target,
+        /// The permit's hold timeout, once the watchdog has reported it.
+        late: Option<HoldTimeout>,
+        /// Whether the command was sent SIGKILL for it.
+        killed: bool,
+    }
+
+    struct Shared {
+        state: Mutex<State>,
+        /// Notified when the command has exited.
+        exited: Condvar,
+        /// Whether the command leads a process group of its own.
+        own_group: bool,
+    }
+
+    impl Shared {
+        /// Sends `sig` to the command (its group, where it leads one).
+        fn signal(&self, pid: libc::pid_t, sig: c_int) {
+            let to = if self.own_group { -pid } else { pid };
+            // SAFETY: `pid` is our child, not reaped yet (see `Forwarder::run`), so it and the
+            // group it leads still name what we started.
+            unsafe { libc::kill(to, sig) };
+        }
+
+        /// What the watchdog calls when the permit is held past the hold deadline: SIGTERM,
+        /// then SIGKILL where the command has not exited after the grace.
+        fn hold_timeout(&self, late: HoldTimeout) {
+            let mut state = lock(&self.state);
+            match state.target {
+                Target::Exited => return,
+                // `Forwarder::run` kills it as soon as it has started.
+                Target::NotStarted => {
+                    state.late = Some(late);
+                    return;
+                }
+                Target::Running(pid) => {
+                    state.late = Some(late);
+                    self.signal(pid, libc::SIGTERM);
+                }
+            }
+            let give_up = Instant::now() + KILL_GRACE;
+            while let Target::Running(pid) = state.target {
+                let left = give_up.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    state.killed = true;
+                    self.signal(pid, libc::SIGKILL);
+                    return;
+                }
+                state = self
+                    .exited
+                    .wait_timeout(state, left)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+            }
+        }
+    }
+
+    /// How the command ended.
+    pub(super) struct Ended {
+        pub(super) status: ExitStatus,
+        pub(super) pid: u32,
+        /// The hold timeout, where the permit was held past the hold deadline.
+        pub(super) late: Option<HoldTimeout>,
+        /// Whether it was sent SIGKILL for that.
+        pub(super) killed: bool,
+        /// Whether it led a process group of its own.
+        pub(super) own_group: bool,
+    }
+
     pub(super) struct Forwarder {
-        target: Arc<Mutex<Target>>,
+        shared: Arc<Shared>,
         /// The signal mask before [`Forwarder::start`], for the command.
         old_mask: libc::sigset_t,
     }
 
-    fn lock(m: &Mutex<Target>) -> MutexGuard<'_, Target> {
+    fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
         m.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -204,10 +347,19 @@ mod sys {
         }
     }
 
+    /// Whether standard input, output or error is a terminal.
+    fn on_terminal() -> bool {
+        // SAFETY: isatty only inspects the descriptor.
+        [0, 1, 2]
+            .into_iter()
+            .any(|fd| unsafe { libc::isatty(fd) } == 1)
+    }
+
     impl Forwarder {
         /// Blocks the forwarded signals in this thread (and so in every thread it starts
-        /// later) and starts the thread that takes them.
-        pub(super) fn start() -> Forwarder {
+        /// later) and starts the thread that takes them. With `hold_deadline`, the command
+        /// will be ended when the permit is held past it (see the module docs of `run`).
+        pub(super) fn start(hold_deadline: bool) -> Forwarder {
             let set = forwarded_set();
             // SAFETY: `set` is an initialised signal set; `old_mask` is written by the call
             // (zeroed first, so it is initialised even if the call fails).
@@ -216,19 +368,35 @@ mod sys {
                 libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask);
                 old_mask
             };
-            let target = Arc::new(Mutex::new(Target::NotStarted));
-            let shared = Arc::clone(&target);
+            let shared = Arc::new(Shared {
+                state: Mutex::new(State {
+                    target: Target::NotStarted,
+                    late: None,
+                    killed: false,
+                }),
+                exited: Condvar::new(),
+                own_group: hold_deadline && !on_terminal(),
+            });
+            let forwarding = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("signal-forwarder".into())
-                .spawn(move || forward(set, &shared))
+                .spawn(move || forward(set, &forwarding))
                 .expect("cannot start the signal-forwarding thread");
-            Forwarder { target, old_mask }
+            if hold_deadline {
+                let handling = Arc::clone(&shared);
+                // Only `run` sets one in this process.
+                let _ = gpu_test_permit::on_hold_timeout(move |late| handling.hold_timeout(late));
+            }
+            Forwarder { shared, old_mask }
         }
 
         /// Spawns `cmd`, passes the forwarded signals on to it until it exits, and reaps it.
-        pub(super) fn run(self, cmd: &mut Command) -> io::Result<ExitStatus> {
+        pub(super) fn run(self, cmd: &mut Command) -> io::Result<Ended> {
             use std::os::unix::process::CommandExt;
             let old_mask = self.old_mask;
+            if self.shared.own_group {
+                cmd.process_group(0);
+            }
             // SAFETY: the closure runs in the child between fork and exec, where only
             // async-signal-safe calls are allowed: pthread_sigmask is one, and `old_mask` is a
             // copy owned by the closure.
@@ -240,15 +408,39 @@ mod sys {
             };
             let mut child: Child = {
                 // Held across the spawn: a signal in between waits, then goes to the command.
-                let mut target = lock(&self.target);
+                let mut state = lock(&self.shared.state);
                 let child = cmd.spawn()?;
-                *target = Target::Running(child.id() as libc::pid_t);
+                let pid = child.id() as libc::pid_t;
+                state.target = Target::Running(pid);
+                if state.late.is_some() {
+                    // Past the hold deadline before it even started.
+                    state.killed = true;
+                    self.shared.signal(pid, libc::SIGKILL);
+                }
                 child
             };
-            let waited = wait_without_reaping(child.id() as libc::pid_t);
-            *lock(&self.target) = Target::Exited;
+            let pid = child.id();
+            let waited = wait_without_reaping(pid as libc::pid_t);
+            let (late, killed) = {
+                let mut state = lock(&self.shared.state);
+                state.target = Target::Exited;
+                self.shared.exited.notify_all();
+                (state.late.take(), state.killed)
+            };
+            if late.is_some() && self.shared.own_group {
+                // What the command started and left behind in its group goes with it (the
+                // unreaped command still holds the group's id).
+                // SAFETY: kill(2) on the group our unreaped child leads.
+                unsafe { libc::kill(-(pid as libc::pid_t), libc::SIGKILL) };
+            }
             waited?;
-            child.wait()
+            Ok(Ended {
+                status: child.wait()?,
+                pid,
+                late,
+                killed,
+                own_group: self.shared.own_group,
+            })
         }
     }
 
@@ -275,17 +467,14 @@ mod sys {
         }
     }
 
-    fn forward(set: libc::sigset_t, target: &Mutex<Target>) {
+    fn forward(set: libc::sigset_t, shared: &Shared) {
         loop {
             let Some((sig, from_terminal)) = next_signal(&set) else {
                 continue;
             };
-            match *lock(target) {
+            match lock(&shared.state).target {
                 Target::NotStarted => die_of(sig),
-                Target::Running(pid) if !from_terminal => {
-                    // SAFETY: `pid` is our child, not reaped yet (see `Forwarder::run`).
-                    unsafe { libc::kill(pid, sig) };
-                }
+                Target::Running(pid) if !from_terminal => shared.signal(pid, sig),
                 Target::Running(_) | Target::Exited => {}
             }
         }
@@ -342,18 +531,71 @@ mod sys {
 
 #[cfg(not(unix))]
 mod sys {
+    //! No signals to forward and no process groups: the command is polled, and killed (it
+    //! alone) once the permit is held past the hold deadline.
+
     use std::io;
     use std::process::{Command, ExitStatus};
+    use std::sync::{Arc, Mutex, PoisonError};
+    use std::time::Duration;
 
-    pub(super) struct Forwarder;
+    use gpu_test_permit::HoldTimeout;
+
+    /// How the command ended.
+    pub(super) struct Ended {
+        pub(super) status: ExitStatus,
+        pub(super) pid: u32,
+        pub(super) late: Option<HoldTimeout>,
+        pub(super) killed: bool,
+        pub(super) own_group: bool,
+    }
+
+    pub(super) struct Forwarder {
+        late: Arc<Mutex<Option<HoldTimeout>>>,
+    }
 
     impl Forwarder {
-        pub(super) fn start() -> Forwarder {
-            Forwarder
+        pub(super) fn start(hold_deadline: bool) -> Forwarder {
+            let late = Arc::new(Mutex::new(None));
+            if hold_deadline {
+                let handling = Arc::clone(&late);
+                let _ = gpu_test_permit::on_hold_timeout(move |t| {
+                    *handling.lock().unwrap_or_else(PoisonError::into_inner) = Some(t);
+                });
+            }
+            Forwarder { late }
         }
 
-        pub(super) fn run(self, cmd: &mut Command) -> io::Result<ExitStatus> {
-            cmd.status()
+        pub(super) fn run(self, cmd: &mut Command) -> io::Result<Ended> {
+            let mut child = cmd.spawn()?;
+            let mut killed = false;
+            let status = loop {
+                if let Some(status) = child.try_wait()? {
+                    break status;
+                }
+                let late = self
+                    .late
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .is_some();
+                if late && !killed {
+                    killed = true;
+                    let _ = child.kill();
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            let late = self
+                .late
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            Ok(Ended {
+                status,
+                pid: child.id(),
+                late,
+                killed,
+                own_group: false,
+            })
         }
     }
 

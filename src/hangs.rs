@@ -1,0 +1,243 @@
+//! The host's hang record: permits held past the hold deadline (`GPU_TEST_PERMIT_HOLD_TIMEOUT`),
+//! one JSON line each in the slot directory's `gpu0.hangs`, the newest 64 kept.
+//! The watchdog (and `gpu-test-permit run`) append to it; the trace's what-if reads it, so that
+//! an N that hung on this host is not advised again — for [`TRUSTED_FOR`]: a driver update or a
+//! fixed test can make an old hang meaningless, so an old record is shown, not obeyed.
+
+use std::fs::File;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys;
+
+/// A permit held past the hold deadline on this host, as recorded in the slot directory's
+/// `gpu0.hangs`. Records written before `pid` and `units` were kept read with those as `None`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct HangRecord {
+    /// When it was found past the deadline, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// Permits per GPU in force.
+    pub per_gpu: usize,
+    /// GPUs the permits spanned.
+    pub gpus: usize,
+    /// What held the permit: the test's name, or the command line of a command that
+    /// `gpu-test-permit run` held it for.
+    pub test: String,
+    /// How long it had held it, milliseconds.
+    pub held_ms: u64,
+    /// The process that held it (for `run`, its command).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The units the permit held (all of them for an exclusive permit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub units: Option<usize>,
+}
+
+impl HangRecord {
+    /// A record of `test`, held for `held` under N = `per_gpu` x `gpus`, made now.
+    pub(crate) fn now(per_gpu: usize, gpus: usize, test: &str, held: Duration) -> HangRecord {
+        HangRecord {
+            unix_ms: crate::clock::now_unix_ms(),
+            per_gpu,
+            gpus,
+            test: test.to_string(),
+            held_ms: held.as_millis() as u64,
+            pid: None,
+            units: None,
+        }
+    }
+
+    /// The N it hung at: permits per GPU times GPUs.
+    pub fn n(&self) -> usize {
+        self.per_gpu.saturating_mul(self.gpus)
+    }
+}
+
+const HANGS_FILE: &str = "gpu0.hangs";
+/// Records kept: the newest ones.
+const HANGS_KEPT: usize = 64;
+/// The longest the record is read.
+const READ_LIMIT: usize = 1 << 20;
+
+/// How long a hang record rules an N out: 30 days. An older record is shown as too old to rule
+/// its N out; should that N still hang, the next hang records it afresh.
+pub const TRUSTED_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Appends `record` to `dir`'s record (best effort: the process may be about to abort).
+pub(crate) fn record_hang(dir: &Path, record: &HangRecord) {
+    let Ok(line) = serde_json::to_string(record) else {
+        return;
+    };
+    let path = dir.join(HANGS_FILE);
+    let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
+        return;
+    };
+    if file.lock().is_err() {
+        return;
+    }
+    let mut kept: Vec<String> = read(&file)
+        .map(|text| text.lines().map(str::to_string).collect())
+        .unwrap_or_default();
+    kept.push(line);
+    let start = kept.len().saturating_sub(HANGS_KEPT);
+    let text: String = kept[start..].iter().map(|l| format!("{l}\n")).collect();
+    if sys::write_at(&file, text.as_bytes(), 0).is_ok() {
+        let _ = file.set_len(text.len() as u64);
+    }
+}
+
+fn read(file: &File) -> Option<String> {
+    let mut buf = vec![0u8; READ_LIMIT];
+    let n = sys::read_at_start(file, &mut buf).ok()?;
+    buf.truncate(n);
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The hangs recorded in `dir`, oldest first (none when there is no record; unreadable lines
+/// are skipped).
+pub fn recorded_hangs(dir: &Path) -> Vec<HangRecord> {
+    let Ok(file) = sys::open_regular_for_reading(&dir.join(HANGS_FILE)) else {
+        return Vec::new();
+    };
+    read(&file)
+        .map(|text| {
+            text.lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What a host's hang records say about N at one moment: see [`advice`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HangAdvice {
+    /// The smallest N that hung within [`TRUSTED_FOR`]: neither it nor any larger N is advised.
+    pub hung_at: Option<usize>,
+    /// The smallest N below `hung_at` (any N, when there is none) that hung only longer ago
+    /// than that: shown, not obeyed.
+    pub too_old: Option<OldHang>,
+}
+
+/// A hang too old to rule its N out (see [`HangAdvice`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OldHang {
+    /// The N that hung.
+    pub n: usize,
+    /// When it last hung there, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+}
+
+impl OldHang {
+    /// The day it last hung, `YYYY-MM-DD` (UTC).
+    pub fn date(&self) -> String {
+        utc_date(self.unix_ms)
+    }
+}
+
+/// What `records` say at `now_unix_ms`: a record counts for [`TRUSTED_FOR`]; an older one
+/// counts only where a newer record confirms it (the same N or a smaller one hung since, which
+/// then rules out at least as much), and is otherwise reported as too old.
+pub fn advice(records: &[HangRecord], now_unix_ms: u64) -> HangAdvice {
+    let trusted_ms = TRUSTED_FOR.as_millis() as u64;
+    let recent = |r: &&HangRecord| now_unix_ms.saturating_sub(r.unix_ms) <= trusted_ms;
+    let hung_at = records.iter().filter(recent).map(HangRecord::n).min();
+    let too_old = records
+        .iter()
+        .filter(|r| !recent(r) && hung_at.is_none_or(|h| r.n() < h))
+        .map(HangRecord::n)
+        .min()
+        .map(|n| OldHang {
+            n,
+            unix_ms: records
+                .iter()
+                .filter(|r| r.n() == n)
+                .map(|r| r.unix_ms)
+                .max()
+                .unwrap_or_default(),
+        });
+    HangAdvice { hung_at, too_old }
+}
+
+/// `unix_ms` as a UTC date, `YYYY-MM-DD` (the civil-from-days algorithm of Howard Hinnant's
+/// date library).
+fn utc_date(unix_ms: u64) -> String {
+    let days = (unix_ms / 86_400_000) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: u64 = 86_400_000;
+
+    fn at(n: usize, unix_ms: u64) -> HangRecord {
+        HangRecord {
+            unix_ms,
+            per_gpu: n,
+            gpus: 1,
+            test: "t".into(),
+            held_ms: 1,
+            pid: None,
+            units: None,
+        }
+    }
+
+    #[test]
+    fn records_of_the_older_format_still_parse() {
+        let old = r#"{"unix_ms":5,"per_gpu":2,"gpus":1,"test":"gpu::draws","held_ms":300}"#;
+        let r: HangRecord = serde_json::from_str(old).unwrap();
+        assert_eq!((r.n(), r.pid, r.units), (2, None, None));
+        let new = HangRecord {
+            pid: Some(7),
+            units: Some(2),
+            ..r.clone()
+        };
+        let line = serde_json::to_string(&new).unwrap();
+        assert_eq!(serde_json::from_str::<HangRecord>(&line).unwrap(), new);
+    }
+
+    #[test]
+    fn a_record_counts_for_its_age_limit_unless_a_newer_one_confirms_it() {
+        let now = 100 * DAY;
+        let old = now - 31 * DAY;
+        let recent = now - DAY;
+        // (records, hung_at, too old: (n, when))
+        let cases = [
+            (vec![], None, None),
+            (vec![at(2, recent)], Some(2), None),
+            (vec![at(2, old)], None, Some((2, old))),
+            // Confirmed by a newer record of the same N, or of a smaller one.
+            (vec![at(2, old), at(2, recent)], Some(2), None),
+            (vec![at(3, old), at(2, recent)], Some(2), None),
+            // A newer record of a larger N rules out only from there.
+            (vec![at(2, old), at(3, recent)], Some(3), Some((2, old))),
+        ];
+        for (i, (records, hung_at, too_old)) in cases.into_iter().enumerate() {
+            let a = advice(&records, now);
+            assert_eq!(a.hung_at, hung_at, "case {i}");
+            assert_eq!(a.too_old.map(|o| (o.n, o.unix_ms)), too_old, "case {i}");
+        }
+    }
+
+    #[test]
+    fn dates_are_utc_days() {
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(951_782_400_000), "2000-02-29");
+        assert_eq!(utc_date(1_767_225_599_000), "2025-12-31");
+    }
+}
