@@ -58,9 +58,11 @@
 //! only if they see the same directory (mount it and set `GPU_TEST_PERMIT_DIR`).
 
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod capture;
 mod clock;
 pub mod config;
@@ -90,12 +92,14 @@ pub use permitted::Permitted;
 
 /// The CUDA fixture (feature `cuda`): a permit-holding context and stream in one line.
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda {
     pub use crate::fixture::cuda::*;
 }
 
 /// The wgpu fixture (feature `wgpu`): a permit-holding device and queue in one line.
 #[cfg(feature = "wgpu")]
+#[cfg_attr(docsrs, doc(cfg(feature = "wgpu")))]
 pub mod wgpu {
     pub use crate::fixture::wgpu::*;
 }

@@ -111,9 +111,21 @@ pub fn acquire_weighted(units: usize) -> GpuTestPermit {
 /// # let dir = std::env::temp_dir().join(format!("gtp-doc-{}", std::process::id()));
 /// # unsafe { std::env::set_var("GPU_TEST_PERMIT_DIR", &dir) };
 /// # unsafe { std::env::set_var("GPU_TEST_PERMIT_GPU_MEMORY", "16GiB") };
-/// // N = 4 on a 16 GiB budget: units of 4 GiB; 6 GiB takes two of them.
+/// // In a test: units of the global pool's budget.
 /// let permit = gpu_test_permit::acquire_memory(6 << 30);
-/// assert_eq!((permit.units(), permit.memory()), (2, Some(6 << 30)));
+/// assert_eq!(permit.memory(), Some(6 << 30));
+/// # drop(permit);
+///
+/// // The arithmetic, on a pool of the example's own (the global pool's N and budget come
+/// // from the environment of the process, which an earlier example may have set up first):
+/// // N = 4 on a 16 GiB budget makes units of 4 GiB, and 6 GiB takes two of them.
+/// let pool = gpu_test_permit::PermitPool::builder()
+///     .concurrency(4)
+///     .memory_budget(16 << 30)
+///     .in_process_only()
+///     .build()?;
+/// assert_eq!(pool.acquire_memory(6 << 30).units(), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn acquire_memory(bytes: u64) -> GpuTestPermit {
     PermitPool::global().acquire_memory(bytes)
