@@ -101,6 +101,15 @@ fn nested(c: &mut Criterion) {
     g.bench_function("baseline-mutex-condvar", |b| {
         b.iter(|| drop(base.acquire()))
     });
+    // Through the global pool, as tests call it (`gpu_test_permit::acquire()`), on a slot
+    // directory of the bench's own.
+    let dir = tempfile::tempdir().unwrap();
+    // SAFETY: no other thread of the bench reads the environment now.
+    unsafe { std::env::set_var("GPU_TEST_PERMIT_DIR", dir.path()) };
+    let _outer_global = gpu_test_permit::acquire();
+    g.bench_function("global/gpu-test-permit", |b| {
+        b.iter(|| drop(gpu_test_permit::acquire()))
+    });
     // The acquisition alone: guards are collected and dropped outside the timed part.
     g.bench_function("acquire-only/gpu-test-permit", |b| {
         b.iter_custom(|iters| acquire_only(iters, || ours.acquire()))

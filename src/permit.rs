@@ -40,6 +40,7 @@ pub use watchdog::{HoldTimeout, on_hold_timeout};
 /// // ... create the GPU context, run the test ...
 /// drop(permit); // after every GPU object
 /// ```
+#[inline]
 pub fn acquire() -> GpuTestPermit {
     PermitPool::global().acquire()
 }

@@ -70,6 +70,9 @@ pub(super) struct PoolInner {
     pub(super) probe_budget: bool,
 }
 
+/// The process-wide pool ([`PermitPool::global`]).
+static GLOBAL: OnceLock<PermitPool> = OnceLock::new();
+
 /// A permit inherited from a parent process (`gpu-test-permit run`). The pool's host slots are
 /// those of the directory in which every process inside that permit shares its units
 /// ([`crate::host::share_dir`]), so that all of them together hold at most what the parent
@@ -409,8 +412,19 @@ impl PermitPool {
 
     /// The process-wide pool, configured from the environment ([`Config::global`]) on first
     /// use. If its slot directory is unusable, every acquisition fails with that error.
+    #[inline]
     pub fn global() -> &'static PermitPool {
-        static GLOBAL: OnceLock<PermitPool> = OnceLock::new();
+        // Inline: once set up, one load and a branch on every `gpu_test_permit::acquire()`.
+        match GLOBAL.get() {
+            Some(pool) => pool,
+            None => PermitPool::global_first(),
+        }
+    }
+
+    /// Sets up [`global`](Self::global) on first use. Out of line: it runs once.
+    #[cold]
+    #[inline(never)]
+    fn global_first() -> &'static PermitPool {
         GLOBAL.get_or_init(|| {
             let cfg = Config::global();
             if let Some(inherited) = &cfg.inherited {
