@@ -249,3 +249,41 @@ fn only_config_reads_the_environment() {
         }
     }
 }
+
+/// Within a module folder split into files (`src/host/`), the files below `mod.rs` point only
+/// sideways and down: each names its siblings (`super::<file>::...`), never the folder's own
+/// items above it, and the files form no cycle. `mod.rs` sits on top and uses them all.
+#[test]
+fn the_files_of_the_host_folder_form_layers_without_cycles() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/host");
+    let files: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .filter(|m| m != "mod")
+        .collect();
+    assert!(files.len() >= 5, "{files:?}");
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let text = std::fs::read_to_string(dir.join(format!("{file}.rs"))).unwrap();
+        // The file's own tests may reach up.
+        let code = text.split("#[cfg(test)]").next().unwrap();
+        let edges = g.entry(file.clone()).or_default();
+        for part in code.split("super::").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                files.contains(&name),
+                "src/host/{file}.rs reaches up to `super::{name}`: name the sibling file it \
+                 comes from"
+            );
+            if &name != file {
+                edges.insert(name);
+            }
+        }
+    }
+    assert_eq!(find_cycle(&g), None, "{g:?}");
+}

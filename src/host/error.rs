@@ -1,0 +1,74 @@
+//! Why host slots could not be used.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Why host slots could not be used.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum HostError {
+    /// The slot directory is missing, insecure or unusable; the message says what to do.
+    Directory(String),
+    /// A slot file could not be opened or locked.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        error: io::Error,
+    },
+    /// The process may not open enough files for the slots; the message says what to change.
+    Descriptors(String),
+    /// A permit inherited from a parent process (`gpu-test-permit run`) is held but cannot
+    /// be used here; the message says why and what to change.
+    Inherited(String),
+}
+
+impl Clone for HostError {
+    /// An I/O error is copied by its kind, OS error code and message.
+    fn clone(&self) -> HostError {
+        match self {
+            HostError::Directory(m) => HostError::Directory(m.clone()),
+            HostError::Descriptors(m) => HostError::Descriptors(m.clone()),
+            HostError::Inherited(m) => HostError::Inherited(m.clone()),
+            HostError::Io { path, error } => HostError::Io {
+                path: path.clone(),
+                error: match error.raw_os_error() {
+                    Some(code) => io::Error::from_raw_os_error(code),
+                    None => io::Error::new(error.kind(), error.to_string()),
+                },
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostError::Directory(msg) | HostError::Descriptors(msg) | HostError::Inherited(msg) => {
+                write!(f, "{msg}")
+            }
+            HostError::Io { path, error } => write!(
+                f,
+                "cannot use slot file {}: {error}; check the slot directory or set \
+                 GPU_TEST_PERMIT_DIR",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for HostError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            HostError::Io { error, .. } => Some(error),
+            HostError::Directory(_) | HostError::Descriptors(_) | HostError::Inherited(_) => None,
+        }
+    }
+}
+
+pub(super) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> HostError + '_ {
+    move |error| HostError::Io {
+        path: path.to_path_buf(),
+        error,
+    }
+}

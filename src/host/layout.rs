@@ -1,0 +1,192 @@
+//! The directory's layout (N per GPU, GPUs), agreed by every process that uses it.
+//!
+//! Every process using the directory holds `gpu0.layout` locked shared for as long as it has
+//! the slots open. Only a process that gets it exclusively (nobody else is using the
+//! directory) may (re)write it; every other process *adopts* the recorded layout, with one
+//! warning when its own configuration differs. So two processes that share a directory always
+//! agree on how many slots there are, and an exclusive permit really is all of them.
+
+use std::fs::{File, TryLockError};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::budget::forget_budget;
+use super::error::HostError;
+use super::error::io_err;
+use super::queue::RECHECK;
+use super::record::{padded, padded_text};
+use crate::sys;
+
+/// Size of the layout record.
+pub(super) const LAYOUT_LEN: usize = 256;
+/// Version of the directory layout; a directory laid out by another version is refused.
+const LAYOUT_VERSION: u32 = 1;
+/// How long opening waits for another process that is laying out the directory.
+const LAYOUT_WAIT: Duration = Duration::from_secs(10);
+/// Files a process keeps open besides its slots: layout, gate, notify and its wait file.
+const FIXED_FILES: usize = 4;
+
+/// How a slot directory is laid out: permits per GPU and GPUs. Recorded in the directory by
+/// the first process that uses it; see the [module docs](crate::host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Layout {
+    /// Permits (slots) per GPU: N.
+    pub per_gpu: usize,
+    /// GPUs the slots span.
+    pub gpus: usize,
+}
+
+impl Layout {
+    /// Slots in all: N per GPU times the GPUs.
+    pub fn slots(&self) -> usize {
+        self.per_gpu.saturating_mul(self.gpus)
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "N = {} permit(s) per GPU x {} GPU(s)",
+            self.per_gpu, self.gpus
+        )
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct LayoutRecord {
+    v: u32,
+    per_gpu: usize,
+    gpus: usize,
+}
+
+impl Layout {
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let buf = serde_json::to_vec(&LayoutRecord {
+            v: LAYOUT_VERSION,
+            per_gpu: self.per_gpu,
+            gpus: self.gpus,
+        })
+        .expect("a layout always serialises");
+        padded(buf, LAYOUT_LEN)
+    }
+
+    pub(super) fn decode(raw: &[u8]) -> Result<Option<Layout>, String> {
+        let Some(text) = padded_text(raw)? else {
+            return Ok(None);
+        };
+        let r: LayoutRecord = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if r.v != LAYOUT_VERSION {
+            return Err(format!(
+                "layout version {} (this build uses {LAYOUT_VERSION})",
+                r.v
+            ));
+        }
+        let layout = Layout {
+            per_gpu: r.per_gpu,
+            gpus: r.gpus,
+        };
+        if layout.per_gpu == 0
+            || layout.gpus == 0
+            || layout.per_gpu > crate::config::MAX_CONCURRENCY
+            || layout.gpus > crate::config::MAX_CONCURRENCY
+        {
+            return Err(format!("out-of-range layout {layout}"));
+        }
+        Ok(Some(layout))
+    }
+}
+
+/// Settles the layout of `dir` and leaves `file` locked shared. Returns the layout in force.
+/// `wanted` is written only where nobody else uses the directory, and only once
+/// [`fd_budget`] allows it.
+pub(super) fn agree_on_layout(
+    dir: &Path,
+    path: &Path,
+    file: &File,
+    wanted: Layout,
+) -> Result<Layout, HostError> {
+    let give_up = Instant::now() + LAYOUT_WAIT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match file.try_lock() {
+            Ok(()) => {
+                // Nobody else uses the directory: its layout is ours to set, and the memory
+                // budget of its last users goes with them.
+                forget_budget(dir);
+                let written = fd_budget(dir, wanted)
+                    .and_then(|()| sys::write_at(file, &wanted.encode(), 0).map_err(io_err(path)));
+                // Not atomic: another process may set its layout in between; read it again
+                // under the shared lock below.
+                let _ = file.unlock();
+                written?;
+            }
+            Err(TryLockError::WouldBlock) => {}
+            Err(TryLockError::Error(e)) => return Err(io_err(path)(e)),
+        }
+        match file.try_lock_shared() {
+            Ok(()) => {
+                let mut buf = vec![0u8; LAYOUT_LEN];
+                let n = sys::read_at_start(file, &mut buf).map_err(io_err(path))?;
+                match Layout::decode(&buf[..n]) {
+                    Ok(Some(layout)) => return Ok(layout),
+                    // Not written yet, by a process that failed or was killed before it
+                    // wrote: the next round rewrites it if nobody else uses the directory.
+                    Ok(None) => {
+                        let _ = file.unlock();
+                    }
+                    Err(problem) => {
+                        let _ = file.unlock();
+                        // Only a process that finds the directory unused may rewrite it.
+                        if matches!(file.try_lock(), Ok(())) {
+                            let _ = file.unlock();
+                            continue;
+                        }
+                        return Err(HostError::Directory(format!(
+                            "the layout file {} of slot directory {} is corrupt ({problem}) \
+                             while processes use the directory; stop them (or let them end) and \
+                             the next process rewrites it, or set GPU_TEST_PERMIT_DIR to \
+                             another directory",
+                            path.display(),
+                            dir.display()
+                        )));
+                    }
+                }
+            }
+            Err(TryLockError::WouldBlock) => {}
+            Err(TryLockError::Error(e)) => return Err(io_err(path)(e)),
+        }
+        if Instant::now() >= give_up {
+            return Err(HostError::Directory(format!(
+                "slot directory {}: no agreed layout after {}s; another process keeps {} \
+                 locked (it may be stopped while laying out the directory); resume or stop it, \
+                 or set GPU_TEST_PERMIT_DIR to another directory",
+                dir.display(),
+                LAYOUT_WAIT.as_secs(),
+                path.display()
+            )));
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(RECHECK);
+    }
+}
+
+/// Makes sure this process may open the files of `layout` (raising the soft descriptor limit
+/// where the hard one allows), before any of them is created.
+pub(super) fn fd_budget(dir: &Path, layout: Layout) -> Result<(), HostError> {
+    let needed = layout.slots().saturating_add(FIXED_FILES);
+    sys::ensure_descriptors(needed).map_err(|limits| {
+        HostError::Descriptors(format!(
+            "{layout} needs {needed} open files in every process using slot directory {}, but \
+             this process may open only {} more (descriptor limit {}, hard limit {}); lower \
+             REALIZAR_GPU_TEST_CONCURRENCY (or GPU_TEST_PERMIT_GPUS), or raise the limit \
+             (`ulimit -n`, or `nofile` in /etc/security/limits.conf)",
+            dir.display(),
+            limits.available,
+            limits.soft,
+            limits.hard,
+        ))
+    })
+}

@@ -1,0 +1,566 @@
+//! Host slots: the cross-process layer.
+//!
+//! The cap is a property of the GPU, not of one process: under `cargo nextest` every test is a
+//! process of its own, doctests are processes, and two test runs may share a runner. So every
+//! real permit also holds one *slot*: an advisory file lock (`flock` on Unix, `LockFileEx` on
+//! Windows, through std's [`File::try_lock`]) on one of the slot files in a shared directory.
+//! The kernel drops a file lock when its process dies for any reason, SIGKILL included, so a
+//! crashed test never leaks a slot.
+//!
+//! Advisory locks only bind processes that take them: a GPU program that does not use this crate
+//! is not held back.
+//!
+//! # How it works
+//!
+//! One directory of small files; every rule below is a lock the kernel keeps, so a process
+//! that dies for any reason lets go of all of it.
+//!
+//! | file | locked by | how, and for how long | what it holds | rules in |
+//! |---|---|---|---|---|
+//! | `gpu0.layout` | every process using the directory | shared, while it has the slots open; exclusive only to (re)write it when nobody else uses it | N per GPU and the GPUs | [`layout`](Layout) |
+//! | `gpu0.gate` | the head of the queue | exclusive, from its first failed try to its grant | the head's record | `take_turn` below |
+//! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; k at once, or none, for a k-unit permit | the holder's record, stamped at the grant | `try_take` below |
+//! | `gpu0.wait.<pid>` | its process | exclusive, for the process's life | the waiting request's record and heartbeat (blank while none waits) | `queue.rs` |
+//! | `gpu0.notify` | nobody | written after every release | nothing: its change wakes the waiters | `queue.rs` |
+//! | `gpu0.budget` | a process reading or writing it | exclusive, for a read and perhaps a write | the memory budget its users convert with | `budget.rs` |
+//! | `gpu0.slot<i>.inside-<uid>/` | the processes inside a passed-on permit | a directory like this one, as many slots as the permit | their share of the permit | `inherit.rs` |
+//!
+//! In order, a request of this process:
+//!
+//! 1. waits for its turn among this process's threads (one acquirer at a time goes through
+//!    the gate, whose lock cannot tell a process's threads apart);
+//! 2. tries the gate, unless it has waited already and an older waiting request of another
+//!    process keeps its turn ([`Liveness`]): waiting processes are served first come first
+//!    served;
+//! 3. holding the gate, takes its slots, all of one GPU, at once or not at all; otherwise it
+//!    writes its record into the gate and waits there, so that no light request takes a slot
+//!    it needs;
+//! 4. without the gate, takes slots only if the head has lost its turn and no older waiter
+//!    keeps its own;
+//! 5. lists itself in its wait file, renews its heartbeat, and sleeps until a change (inotify
+//!    on the slot files, the gate and `gpu0.notify`) or 25 ms, then goes back to 2;
+//! 6. once granted, leaves the list, lets go of the gate and wakes the others.
+//!
+//! Only the order among waiters is judged from records; the cap is the slot locks themselves,
+//! so no record, forged or stale, can put more than N holders on a GPU. A process needs one
+//! descriptor per slot plus four; the soft descriptor limit is raised (up to the hard one) where
+//! that is not enough, and a layout that cannot fit is refused before any file is created.
+
+mod budget;
+mod error;
+mod inherit;
+mod layout;
+mod lock;
+mod queue;
+mod record;
+mod status;
+
+use std::fs::{File, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use crate::sys::{self, ChangeWatch};
+
+pub use error::HostError;
+pub(crate) use inherit::{
+    InheritError, adopt_inherited, other_share_dir_in_use, share_dir, share_layout,
+};
+pub use layout::Layout;
+pub(crate) use queue::GRACE;
+pub use queue::Liveness;
+pub use record::HolderRecord;
+pub(crate) use record::escape_controls;
+pub use status::{HostStatus, QueueHead, SkippedFile, SlotStatus, status};
+
+use error::io_err;
+use layout::{agree_on_layout, fd_budget};
+use lock::is_locked_at;
+use queue::{RECHECK, Waiting, Watch, head_liveness, sweep_wait_files, wait_entries};
+use record::{RECORD_LEN, read_record, read_start};
+
+// The hang record lives in `crate::hangs`; its public paths here stay.
+#[doc(no_inline)]
+pub use crate::hangs::{HangRecord, recorded_hangs};
+
+#[derive(Debug)]
+struct Slot {
+    path: PathBuf,
+    file: File,
+    /// Held by a permit of this process: the lock belongs to the shared open file, so the
+    /// kernel would grant it again to another thread of ours.
+    held: AtomicBool,
+}
+
+/// The slot files of one directory, opened once per process.
+#[derive(Debug)]
+pub(crate) struct HostSlots {
+    dir: PathBuf,
+    layout: Layout,
+    /// Locked shared for the life of this value: the layout is in use.
+    _layout_file: File,
+    gate_path: PathBuf,
+    gate: File,
+    notify_path: PathBuf,
+    notify: File,
+    slots: Vec<Slot>,
+    /// One acquirer of this process at a time goes through the gate (the gate's lock belongs to
+    /// the shared open file, so it cannot tell our threads apart).
+    acquire_lock: parking_lot::Mutex<Waiting>,
+    warned_corrupt: AtomicBool,
+}
+
+/// A request waiting for slots, or the head of the queue, as a timed-out wait sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct WaitingRequest {
+    pub(crate) record: HolderRecord,
+    /// It holds the gate: the queue's head.
+    pub(crate) head: bool,
+    /// Whether it keeps its turn, and if not, why.
+    pub(crate) liveness: Liveness,
+}
+
+/// Who was in the way of a wait that timed out.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Blockers {
+    /// Records of the locked slots.
+    pub(crate) holders: Vec<HolderRecord>,
+    /// Per locked slot without a record (blank, or corrupt), the lock's owner where the
+    /// system tells it ([`sys::lock_owner`]).
+    pub(crate) unrecorded: Vec<Option<u32>>,
+    /// Other processes' waiting requests, the head first.
+    pub(crate) waiting: Vec<WaitingRequest>,
+}
+
+/// The outcome of a wait that did not get its slots.
+#[derive(Debug)]
+pub(crate) enum HostWaitError {
+    /// The deadline passed; [`HostSlots::blockers`] tells who is in the way.
+    TimedOut,
+    Failed(HostError),
+}
+
+impl HostSlots {
+    /// Opens (creating if needed) the slots of `dir` for `wanted`, checking the directory
+    /// first. The slots opened follow the directory's recorded layout, which is `wanted` unless
+    /// another process using the directory set a different one (see [`HostSlots::layout`]).
+    pub(crate) fn open(dir: &Path, wanted: Layout) -> Result<HostSlots, HostError> {
+        sys::prepare_dir(dir).map_err(HostError::Directory)?;
+        let shared = sys::is_shared_dir(dir);
+        let open = |name: &str| -> Result<(PathBuf, File), HostError> {
+            let path = dir.join(name);
+            let file = sys::open_lock_file(&path, shared).map_err(io_err(&path))?;
+            Ok((path, file))
+        };
+        let (layout_path, layout_file) = open("gpu0.layout")?;
+        // The descriptor budget is checked before any slot file is made: a layout that cannot
+        // be opened must leave nothing behind.
+        let layout = agree_on_layout(dir, &layout_path, &layout_file, wanted)?;
+        fd_budget(dir, layout)?;
+        if layout != wanted {
+            crate::notice::line(&format!(
+                "slot directory {} serves {layout} (set by a process using it now); this process \
+                 asked for {wanted} and uses the directory's layout, so that the cap holds. Give \
+                 every process that shares the directory the same REALIZAR_GPU_TEST_CONCURRENCY \
+                 and GPU_TEST_PERMIT_GPUS, or a GPU_TEST_PERMIT_DIR of its own",
+                dir.display()
+            ));
+        }
+        let (gate_path, gate) = open("gpu0.gate")?;
+        let (notify_path, notify) = open("gpu0.notify")?;
+        let slots = (0..layout.slots())
+            .map(|i| {
+                open(&format!("gpu0.slot{i}")).map(|(path, file)| Slot {
+                    path,
+                    file,
+                    held: AtomicBool::new(false),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        sweep_wait_files(dir);
+        Ok(HostSlots {
+            dir: dir.to_path_buf(),
+            layout,
+            _layout_file: layout_file,
+            gate_path,
+            gate,
+            notify_path,
+            notify,
+            slots,
+            acquire_lock: parking_lot::Mutex::new(Waiting::default()),
+            warned_corrupt: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The layout the slots follow: the directory's, which may differ from the one asked for.
+    pub(crate) fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The open file of slot `index`, whose description holds the slot's lock while this
+    /// process holds the slot (for passing a held permit on to a command).
+    pub(crate) fn slot_file(&self, index: usize) -> &File {
+        &self.slots[index].file
+    }
+
+    /// Takes `units` slots of one GPU (every slot when `exclusive`), waiting until `deadline`.
+    /// Returns the slot indices.
+    pub(crate) fn acquire(
+        &self,
+        units: usize,
+        exclusive: bool,
+        deadline: Option<Instant>,
+        record: &HolderRecord,
+    ) -> Result<Vec<usize>, HostWaitError> {
+        let units = if exclusive { self.slots.len() } else { units };
+        let mut turn = match deadline {
+            None => self.acquire_lock.lock(),
+            Some(d) => match self.acquire_lock.try_lock_until(d) {
+                Some(g) => g,
+                None => return Err(HostWaitError::TimedOut),
+            },
+        };
+        // Off the waiting list when it returns (see the end of `take_turn`).
+        self.take_turn(units, exclusive, deadline, record, &mut turn)
+    }
+
+    /// One request's turn at the gate (steps 2 to 6 of the [module docs](self)).
+    ///
+    /// The gate makes a multi-slot request safe: it takes its k slots all at once or none (it
+    /// never sits on some while waiting for the rest), and once it holds the gate nobody else
+    /// takes a slot, so light requests cannot starve it and two heavy requests cannot
+    /// deadlock; light requests take the slots a heavy holder leaves free. (Byte-range locks on
+    /// one file, a byte a unit, would take k units in one call, but only open-file-description
+    /// locks die with the description rather than with any close in the process, and those
+    /// are Linux's alone; whole-file locks under the gate give the same all-or-none wherever
+    /// `flock` or `LockFileEx` exists.)
+    fn take_turn(
+        &self,
+        units: usize,
+        exclusive: bool,
+        deadline: Option<Instant>,
+        record: &HolderRecord,
+        waiting: &mut Waiting,
+    ) -> Result<Vec<usize>, HostWaitError> {
+        let mut gate = false;
+        let mut gate_recorded = false;
+        let mut head_seen = None;
+        let result = loop {
+            // Once waiting, a request lets an older waiting request of another process that
+            // keeps its turn go first: the waiters woken by a release would otherwise race
+            // for the gate. (A new request tries at once: reading the waiters on every
+            // acquisition would cost the uncontended path a directory scan.)
+            let mut defer = !gate && waiting.listed && self.older_waiter_first(record);
+            if !gate && !defer {
+                match self.gate.try_lock() {
+                    Ok(()) => gate = true,
+                    Err(TryLockError::WouldBlock) => {}
+                    Err(TryLockError::Error(e)) => {
+                        break Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
+                    }
+                }
+            }
+            // The head takes slots. When the head has lost its turn, the oldest waiter that
+            // keeps its own takes them past it, with the head's protection: a newer request,
+            // even one that has just arrived, lets it go first.
+            let mut past_head = false;
+            if !gate && !defer && self.head_lost_turn(&mut head_seen) {
+                defer = !waiting.listed && self.older_waiter_first(record);
+                past_head = !defer;
+            }
+            if gate || past_head {
+                match self.try_take(units, exclusive, record) {
+                    Ok(Some(got)) => break Ok(got),
+                    Ok(None) => {}
+                    Err(e) => break Err(e),
+                }
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break Err(HostWaitError::TimedOut);
+            }
+            if gate && !gate_recorded {
+                // Who heads the queue, for the others to judge whether it can still take its
+                // turn, and for diagnostics.
+                gate_recorded = sys::write_at(&self.gate, &record.encode(), 0).is_ok();
+            }
+            // A watch armed just now: check once more, since a release between the check
+            // above and the arming would otherwise go unseen.
+            if self.arm(waiting) {
+                continue;
+            }
+            waiting.list(&self.dir, record);
+            waiting.beat();
+            waiting.wait(deadline);
+        };
+        // Off the list before anyone is woken: a waiter that finds this request still listed
+        // would let it go first and wait for the next change.
+        let was_listed = waiting.listed;
+        waiting.unlist();
+        if gate {
+            if gate_recorded {
+                let _ = sys::write_at(&self.gate, &[b' '; RECORD_LEN], 0);
+            }
+            if let Err(e) = self.gate.unlock() {
+                if let Ok(got) = &result {
+                    self.release(got);
+                }
+                return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
+            }
+            // Wake whoever waits for the gate.
+            self.notify();
+        } else if was_listed {
+            // Waiters that let this request go first look again.
+            self.notify();
+        }
+        result
+    }
+
+    /// Takes `units` free slots now, all of them or none: any slots for an exclusive request
+    /// (which asks for all), else slots of one GPU, the first GPU that has enough.
+    ///
+    /// The slots are locked one by one and given back unless all of them are had; a process
+    /// stopped in those microseconds keeps the ones it locked, as a stopped holder keeps its
+    /// permit, until it resumes or dies. Records are written only once all are taken (a record
+    /// written and blanked on every failed attempt would wake every waiter that watches the
+    /// slots, this one included), so such slots are locked without a record: a wait that
+    /// times out and [`status`] name their owner from `/proc/locks` on Linux.
+    fn try_take(
+        &self,
+        units: usize,
+        exclusive: bool,
+        record: &HolderRecord,
+    ) -> Result<Option<Vec<usize>>, HostWaitError> {
+        let gpus = if exclusive || units == 1 {
+            1
+        } else {
+            self.layout.gpus
+        };
+        for gpu in 0..gpus {
+            let mut got = Vec::with_capacity(units);
+            for (i, slot) in self.slots.iter().enumerate().skip(gpu).step_by(gpus) {
+                if got.len() == units {
+                    break;
+                }
+                if slot.held.load(Ordering::Acquire) {
+                    continue;
+                }
+                match slot.file.try_lock() {
+                    Ok(()) => {
+                        slot.held.store(true, Ordering::Release);
+                        got.push(i);
+                    }
+                    Err(TryLockError::WouldBlock) => {}
+                    Err(TryLockError::Error(e)) => {
+                        self.unlock_unrecorded(&got);
+                        return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
+                    }
+                }
+            }
+            if got.len() < units {
+                self.unlock_unrecorded(&got);
+                continue;
+            }
+            // Stamped with the grant: a holder's record tells how long it has held its slots,
+            // not how long it waited for them.
+            let granted = HolderRecord {
+                since_unix_ms: crate::clock::now_unix_ms(),
+                ..record.clone()
+            };
+            let bytes = granted.encode();
+            for &i in &got {
+                // A record is diagnostics only; failing to write one must not fail the test.
+                let _ = sys::write_at(&self.slots[i].file, &bytes, 0);
+            }
+            return Ok(Some(got));
+        }
+        Ok(None)
+    }
+
+    /// Gives back slots taken by a request that could not get all it asked for. Nothing was
+    /// written to them, and nobody is woken: the other waiters' own re-checks cover the moment.
+    fn unlock_unrecorded(&self, slots: &[usize]) {
+        for &i in slots {
+            let slot = &self.slots[i];
+            let _ = slot.file.unlock();
+            slot.held.store(false, Ordering::Release);
+        }
+    }
+
+    /// Whether another process has a waiting request older than `record` (by the time it
+    /// began to wait, then by pid) that keeps its turn ([`Liveness::Active`]).
+    fn older_waiter_first(&self, record: &HolderRecord) -> bool {
+        let own = (record.since_unix_ms, record.pid);
+        let now = crate::clock::now_unix_ms();
+        wait_entries(&self.dir).iter().any(|w| {
+            let r = &w.record;
+            r.pid != record.pid
+                && (r.since_unix_ms, r.pid) < own
+                && Liveness::judge(r.pid, w.beat_ms, now).keeps_turn()
+        })
+    }
+
+    /// Whether another process holds the gate but has lost its turn: stopped, unseen, or
+    /// showing no sign of life for [`GRACE`]. A gate held with no record (a head caught
+    /// between taking the gate and either its slots or writing its record, which takes
+    /// microseconds) loses its turn once it has stayed so for [`GRACE`], as seen by `seen`.
+    fn head_lost_turn(&self, seen: &mut Option<(Option<HolderRecord>, Instant)>) -> bool {
+        if !is_locked_at(&self.gate_path) {
+            *seen = None;
+            return false;
+        }
+        let record = read_record(&self.gate);
+        if record.as_ref().is_some_and(|r| r.pid == std::process::id()) {
+            return false;
+        }
+        // First seen (by this process) with this record: the progress clock of a head that has
+        // no heartbeat of its own to show.
+        let first_seen = match seen {
+            Some((r, at)) if *r == record => *at,
+            _ => {
+                *seen = Some((record.clone(), Instant::now()));
+                Instant::now()
+            }
+        };
+        match record {
+            Some(record) => !self.head_liveness(&record, Some(first_seen)).keeps_turn(),
+            None => first_seen.elapsed() > GRACE,
+        }
+    }
+
+    /// How the head of the queue, recorded as `record`, stands: judged by its wait file's
+    /// heartbeat, or where it has none, by how long it has been seen (`first_seen`; when not
+    /// known, since it began to wait).
+    fn head_liveness(&self, record: &HolderRecord, first_seen: Option<Instant>) -> Liveness {
+        head_liveness(&self.dir, record, first_seen)
+    }
+
+    /// The head of the queue as its gate record tells, when another process holds the gate and
+    /// has recorded itself (a head that takes slots at once never writes one).
+    fn head(&self) -> Option<WaitingRequest> {
+        let record = read_record(&self.gate)?;
+        // Probed through a description of its own: this process's gate description may hold
+        // the gate for another of its threads.
+        if record.pid == std::process::id() || !is_locked_at(&self.gate_path) {
+            return None;
+        }
+        Some(WaitingRequest {
+            liveness: self.head_liveness(&record, None),
+            record,
+            head: true,
+        })
+    }
+
+    /// Arms this process's change watch (gate, notify file and every slot) if it has none yet.
+    /// Returns whether it was set up just now. Without a watch (inotify unavailable), waits
+    /// poll.
+    fn arm(&self, waiting: &mut Waiting) -> bool {
+        if waiting.watch.is_some() {
+            return false;
+        }
+        let mut paths: Vec<&Path> = vec![&self.gate_path, &self.notify_path];
+        paths.extend(self.slots.iter().map(|s| s.path.as_path()));
+        waiting.watch = Some(match ChangeWatch::new(&paths) {
+            Ok(w) => Watch::Changes(w),
+            Err(e) => {
+                crate::notice::line(&format!(
+                    "cannot watch the slot files in {} for changes ({e}); waiting by polling \
+                     every {} ms at most instead (inotify instances and watches are per-user \
+                     limits: fs.inotify.max_user_instances, fs.inotify.max_user_watches)",
+                    self.dir.display(),
+                    RECHECK.as_millis()
+                ));
+                Watch::Poll
+            }
+        });
+        true
+    }
+
+    /// The per-GPU memory budget every process using the directory converts declarations with
+    /// (see [`budget::agree_on_budget`]).
+    pub(crate) fn agree_on_budget(&self, own: Option<u64>) -> Option<u64> {
+        budget::agree_on_budget(&self.dir, own)
+    }
+
+    /// Frees slots held by this process.
+    pub(crate) fn release(&self, slots: &[usize]) {
+        if slots.is_empty() {
+            return;
+        }
+        let blank = [b' '; RECORD_LEN];
+        for &i in slots {
+            let slot = &self.slots[i];
+            let _ = sys::write_at(&slot.file, &blank, 0);
+            // Unlocking can only fail for a descriptor that is not ours; the lock then dies
+            // with the process at the latest.
+            let _ = slot.file.unlock();
+            slot.held.store(false, Ordering::Release);
+        }
+        self.notify();
+    }
+
+    fn notify(&self) {
+        let _ = sys::write_at(&self.notify, b"x", 0);
+    }
+
+    /// Who is in the way: the records of the locked slots, and the other processes' waiting
+    /// requests. Read only for a wait that timed out: probing the locks of free slots can make
+    /// another process's attempt fail (it is woken to retry).
+    pub(crate) fn blockers(&self) -> Blockers {
+        let mut probed = false;
+        let mut holders = Vec::new();
+        let mut unrecorded = Vec::new();
+        for slot in &self.slots {
+            // Never probe through `slot.file`: its description may hold (or be taking) another
+            // thread's lock, which a probe would convert and its unlock drop.
+            let locked = slot.held.load(Ordering::Acquire) || {
+                probed = true;
+                is_locked_at(&slot.path)
+            };
+            if !locked {
+                continue;
+            }
+            match read_start(&slot.file, RECORD_LEN).map(|b| HolderRecord::decode(&b)) {
+                Some(Ok(Some(r))) => holders.push(r),
+                Some(Ok(None)) | None => unrecorded.push(sys::lock_owner(&slot.file)),
+                Some(Err(e)) => {
+                    unrecorded.push(sys::lock_owner(&slot.file));
+                    if !self.warned_corrupt.swap(true, Ordering::Relaxed) {
+                        crate::notice::line(&format!(
+                            "ignoring the corrupt holder record in {} ({e}); it is rewritten \
+                             by the slot's next holder",
+                            slot.path.display()
+                        ));
+                    }
+                }
+            }
+        }
+        if probed {
+            // Probing a free slot's lock may have made another process's attempt fail.
+            self.notify();
+        }
+        let mut waiting: Vec<WaitingRequest> = self.head().into_iter().collect();
+        let now = crate::clock::now_unix_ms();
+        for entry in wait_entries(&self.dir) {
+            let record = entry.record;
+            if record.pid == std::process::id()
+                || waiting.iter().any(|w| w.record.pid == record.pid)
+            {
+                continue;
+            }
+            waiting.push(WaitingRequest {
+                liveness: Liveness::judge(record.pid, entry.beat_ms, now),
+                record,
+                head: false,
+            });
+        }
+        Blockers {
+            holders,
+            unrecorded,
+            waiting,
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The cross-process queue: who waits, whether a request ahead keeps its turn, and how a
+//! waiter sleeps until something changes.
+//!
+//! - **Wait files.** A process that has waited keeps `gpu0.wait.<pid>` locked while it lives
+//!   and writes the record of its waiting request into it (blank while none waits), then its
+//!   heartbeat, renewed every few milliseconds while it waits: for the order of the queue, for
+//!   [`status`](crate::host::status) and for the message of a wait that times out. Unlocked ones are
+//!   leftovers of killed processes, removed when a process opens the directory.
+//! - **Turns.** A waiting request keeps its turn while it shows signs of life. One whose pid
+//!   names no process here (another PID namespace's, or a forged record), that is stopped
+//!   (`SIGSTOP`, Ctrl-Z, a debugger; seen through `/proc` on Linux), or whose heartbeat is
+//!   older than [`GRACE`] (frozen by the cgroup freezer, stopped in another namespace) loses
+//!   its turn: the requests behind it go past it. When the head has lost its turn, the oldest
+//!   waiter that keeps its own takes free slots past it, and newer requests, new arrivals
+//!   included, let it go first, as they would the head. A gate held without a record (a head
+//!   between taking the gate and either its slots or its record) loses its turn once it has
+//!   stayed so for [`GRACE`].
+//! - **Only arrivals race.** A request that has just arrived tries the gate at once (a
+//!   directory scan on every acquisition would cost the uncontended path), which lets it slip
+//!   in during the microseconds after a release.
+//! - **Waking.** `gpu0.notify` is written after every release, so waiters watching with
+//!   inotify (Linux) wake within microseconds. Where no watch can be had (inotify instances
+//!   are a per-user limit that any program can exhaust) waiters poll with a backoff of at most
+//!   [`RECHECK`]; every wait also re-checks at that interval.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::lock::is_locked;
+use super::record::{HolderRecord, RECORD_LEN, padded, padded_text, read_start};
+use crate::sys::{self, ChangeWatch};
+
+/// Longest sleep between re-checks while waiting, as a safety net under the change watch (the
+/// kernel reports the close of a killed holder's file just before it drops that file's lock),
+/// and the longest step of the polling fallback.
+pub(super) const RECHECK: Duration = Duration::from_millis(25);
+/// First step of the polling fallback.
+pub(super) const POLL_FIRST: Duration = Duration::from_millis(1);
+
+/// How long a waiting request may show no sign of life (its wait file's heartbeat, renewed
+/// every few milliseconds while it waits) before it loses its turn to the requests behind it.
+pub(crate) const GRACE: Duration = Duration::from_secs(1);
+
+/// Whether a waiting request of another process can use its turn, as the requests behind it
+/// judge it. A request that cannot loses its turn: the others go past it, the oldest of them
+/// first. Only the order is at stake: the slots themselves are locks, so the cap holds
+/// whatever is judged here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Liveness {
+    /// Running, and renewing its heartbeat: it keeps its turn.
+    Active,
+    /// Its process is stopped (`SIGSTOP`, Ctrl-Z, a debugger).
+    Stopped,
+    /// Its record names a process id that no process here has: one of another PID
+    /// namespace (a container), or a forged record.
+    Unseen,
+    /// No heartbeat for this long: a process frozen by the cgroup freezer (`docker pause`),
+    /// stopped in another PID namespace, or a record nobody keeps up.
+    Silent(Duration),
+}
+
+impl Liveness {
+    /// Whether the request keeps its turn.
+    pub fn keeps_turn(self) -> bool {
+        self == Liveness::Active
+    }
+
+    /// Judges process `pid` whose last heartbeat was at `beat_ms` (Unix milliseconds), now
+    /// being `now_ms`. A heartbeat from the future beyond the grace period (a forged one, or
+    /// a clock set back) counts as none.
+    pub(super) fn judge(pid: u32, beat_ms: u64, now_ms: u64) -> Liveness {
+        if !sys::process_is_visible(pid) {
+            return Liveness::Unseen;
+        }
+        if sys::process_is_stopped(pid) {
+            return Liveness::Stopped;
+        }
+        let grace = GRACE.as_millis() as u64;
+        let age = now_ms.saturating_sub(beat_ms);
+        if age > grace || beat_ms > now_ms.saturating_add(grace) {
+            Liveness::Silent(Duration::from_millis(age))
+        } else {
+            Liveness::Active
+        }
+    }
+}
+
+impl std::fmt::Display for Liveness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Liveness::Active => write!(f, "running"),
+            Liveness::Stopped => write!(f, "its process stopped (SIGSTOP, Ctrl-Z or a debugger)"),
+            Liveness::Unseen => write!(
+                f,
+                "its pid names no process here (a process of another PID namespace, or a \
+                 forged record)"
+            ),
+            Liveness::Silent(d) => write!(
+                f,
+                "no sign of life for {:.1}s (frozen, e.g. by `docker pause`, stopped in another \
+                 PID namespace, or a record nobody keeps up)",
+                d.as_secs_f64()
+            ),
+        }
+    }
+}
+
+/// Removes wait files whose process is gone (unlocked ones). The global pool of a process is
+/// never dropped, so its wait file outlives it.
+pub(super) fn sweep_wait_files(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mine = format!("{WAIT_PREFIX}{}", std::process::id());
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(WAIT_PREFIX) || name == mine {
+            continue;
+        }
+        let path = entry.path();
+        let Some(file) = sys::open_regular_for_reading(&path).ok() else {
+            continue;
+        };
+        // Removed while locked: its owner, if it comes back to life under a reused pid,
+        // checks that its file is still the one at the path.
+        if file.try_lock().is_ok() {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}
+
+/// How the head of the queue of `dir`, recorded as `record`, stands; see
+/// [`HostSlots::head_liveness`].
+pub(super) fn head_liveness(
+    dir: &Path,
+    record: &HolderRecord,
+    first_seen: Option<Instant>,
+) -> Liveness {
+    let now = crate::clock::now_unix_ms();
+    let beat = wait_entry(&dir.join(format!("{WAIT_PREFIX}{}", record.pid)))
+        .filter(|w| w.record.pid == record.pid)
+        .map(|w| w.beat_ms);
+    let beat = match (beat, first_seen) {
+        (Some(b), _) => b,
+        (None, Some(at)) => now.saturating_sub(at.elapsed().as_millis() as u64),
+        (None, None) => record.since_unix_ms,
+    };
+    Liveness::judge(record.pid, beat, now)
+}
+
+/// A waiting request as its wait file tells: its record and its last heartbeat.
+pub(super) struct WaitEntry {
+    pub(super) record: HolderRecord,
+    /// Unix milliseconds of the last heartbeat; a file without one (written by an earlier
+    /// version) counts from when the wait began.
+    pub(super) beat_ms: u64,
+}
+
+/// The waiting requests of live processes (locked wait files with a record in them), oldest
+/// first.
+pub(super) fn wait_entries(dir: &Path) -> Vec<WaitEntry> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(|n| n.starts_with(WAIT_PREFIX)) {
+            continue;
+        }
+        out.extend(wait_entry(&entry.path()));
+    }
+    out.sort_by_key(|w| w.record.since_unix_ms);
+    out
+}
+
+/// The waiting request in wait file `path`, if the file is locked (its process lives) and
+/// holds one.
+pub(super) fn wait_entry(path: &Path) -> Option<WaitEntry> {
+    let file = sys::open_regular_for_reading(path).ok()?;
+    // Read first: most wait files are blank (their processes wait for nothing now), and a
+    // blank one needs no lock probe.
+    let raw = read_start(&file, RECORD_LEN + BEAT_LEN)?;
+    let record = HolderRecord::decode(&raw[..raw.len().min(RECORD_LEN)]).ok()??;
+    if !is_locked(&file) {
+        return None;
+    }
+    let beat_ms = raw
+        .get(RECORD_LEN..)
+        .and_then(|b| padded_text(b).ok().flatten())
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(record.since_unix_ms);
+    Some(WaitEntry { record, beat_ms })
+}
+
+/// How this process waits for changes.
+#[derive(Debug)]
+pub(super) enum Watch {
+    Changes(ChangeWatch),
+    /// No watch could be had: sleep in growing steps.
+    Poll,
+}
+
+/// What this process keeps for the one request of it that may wait at a time (the others wait
+/// for [`HostSlots::acquire_lock`]). Both parts are made on the first wait and kept: closing an
+/// inotify descriptor waits for a kernel grace period (about 10 ms), which would otherwise fall
+/// between a release and the waiter getting its slot.
+#[derive(Debug, Default)]
+pub(super) struct Waiting {
+    pub(super) watch: Option<Watch>,
+    /// Next step of the polling fallback.
+    pub(super) poll_step: Option<Duration>,
+    /// `gpu0.wait.<pid>`, locked for the life of the process, holding the record of the
+    /// request waiting now (blank while none waits), so that [`status`] can list waiters and
+    /// tell a killed process's leftover (unlocked) from a live one.
+    pub(super) file: Option<(PathBuf, File)>,
+    pub(super) listed: bool,
+}
+
+impl Waiting {
+    /// Writes `record` into the wait file, once per request. Diagnostics only: a waiter that
+    /// cannot register still waits.
+    pub(super) fn list(&mut self, dir: &Path, record: &HolderRecord) {
+        if self.listed {
+            return;
+        }
+        self.listed = true;
+        if self
+            .file
+            .as_ref()
+            .is_some_and(|(path, file)| !sys::same_file(path, file))
+        {
+            // Swept by another process while we were not waiting (a reused pid): make anew.
+            self.file = None;
+        }
+        if self.file.is_none() {
+            let path = dir.join(format!("{WAIT_PREFIX}{}", std::process::id()));
+            for _ in 0..3 {
+                let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
+                    return;
+                };
+                if file.try_lock().is_err() {
+                    return;
+                }
+                // A sweeper may have removed the file between our open and our lock.
+                if sys::same_file(&path, &file) {
+                    self.file = Some((path, file));
+                    break;
+                }
+            }
+        }
+        if let Some((_, file)) = &self.file {
+            let _ = sys::write_at(file, &record.encode(), 0);
+        }
+        self.beat();
+    }
+
+    /// Renews the heartbeat of the listed request: the sign of life by which the requests
+    /// behind it judge that it can still use its turn ([`Liveness`]).
+    pub(super) fn beat(&self) {
+        if self.listed
+            && let Some((_, file)) = &self.file
+        {
+            let now = crate::clock::now_unix_ms().to_string().into_bytes();
+            let _ = sys::write_at(file, &padded(now, BEAT_LEN), RECORD_LEN as u64);
+        }
+    }
+
+    /// Blanks the record once the request stops waiting.
+    pub(super) fn unlist(&mut self) {
+        self.poll_step = None;
+        if std::mem::take(&mut self.listed)
+            && let Some((_, file)) = &self.file
+        {
+            let _ = sys::write_at(file, &[b' '; RECORD_LEN], 0);
+        }
+    }
+
+    /// Waits for a change, or a re-check interval, or `deadline`, whichever comes first.
+    pub(super) fn wait(&mut self, deadline: Option<Instant>) {
+        let step = match deadline {
+            None => RECHECK,
+            Some(d) => d.saturating_duration_since(Instant::now()).min(RECHECK),
+        };
+        match &mut self.watch {
+            Some(Watch::Changes(w)) => {
+                if w.wait(step).is_err() {
+                    // A broken watch: poll from now on.
+                    self.watch = Some(Watch::Poll);
+                }
+            }
+            Some(Watch::Poll) | None => {
+                let next = self.poll_step.unwrap_or(POLL_FIRST);
+                std::thread::sleep(next.min(step));
+                self.poll_step = Some((next * 2).min(RECHECK));
+            }
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some((path, _)) = &self.file {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+pub(super) const WAIT_PREFIX: &str = "gpu0.wait.";
+/// Size of a wait file's heartbeat, written after its record.
+const BEAT_LEN: usize = 32;

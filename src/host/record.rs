@@ -1,0 +1,164 @@
+//! The records processes write into the directory's files: holders, waiters, and the
+//! padded fixed-size format they share.
+
+use std::fs::File;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sys;
+
+/// Size of a slot file's holder record.
+pub(super) const RECORD_LEN: usize = 1024;
+const NAME_LIMIT: usize = 300;
+
+/// What a slot's holder writes about itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HolderRecord {
+    /// Process id.
+    pub pid: u32,
+    /// Test name, as far as it is known.
+    pub test: String,
+    /// Thread name (or id).
+    pub thread: String,
+    /// When the permit was granted (in a wait record: when the wait began), milliseconds since
+    /// the Unix epoch.
+    pub since_unix_ms: u64,
+    /// Whether this is part of an exclusive permit.
+    pub exclusive: bool,
+    /// The holder's permits per GPU, N.
+    pub concurrency: usize,
+    /// Units of the permit (1; k for a weighted permit; all slots for an exclusive one).
+    /// Records of earlier versions lack it: 1.
+    #[serde(default = "one")]
+    pub units: usize,
+    /// GPU memory the permit's request declared, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+}
+
+fn one() -> usize {
+    1
+}
+
+impl HolderRecord {
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut r = self.clone();
+        let mut limit = NAME_LIMIT;
+        loop {
+            truncate(&mut r.test, limit);
+            truncate(&mut r.thread, limit);
+            let buf = serde_json::to_vec(&r).expect("a holder record always serialises");
+            // Escaping can make a name up to six times longer; shorten until it fits.
+            if buf.len() < RECORD_LEN {
+                return padded(buf, RECORD_LEN);
+            }
+            limit /= 2;
+        }
+    }
+
+    pub(super) fn decode(raw: &[u8]) -> Result<Option<HolderRecord>, String> {
+        let Some(text) = padded_text(raw)? else {
+            return Ok(None);
+        };
+        let mut r: HolderRecord = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        // Another process wrote the names: keep them from moving a terminal's cursor or
+        // starting a forged line wherever they are shown.
+        r.test = escape_controls(&r.test);
+        r.thread = escape_controls(&r.thread);
+        Ok(Some(r))
+    }
+}
+
+/// `text` with control characters and bidirectional overrides escaped as Rust writes them
+/// (`\r`, `\u{1b}`).
+pub(crate) fn escape_controls(text: &str) -> String {
+    if !text.chars().any(needs_escape) {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if needs_escape(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A record as the directory's files keep it: `text`, a newline, then spaces up to `len` (a
+/// fixed size, so that a rewrite covers the whole of the one before). [`padded_text`] reads it.
+pub(super) fn padded(mut text: Vec<u8>, len: usize) -> Vec<u8> {
+    text.push(b'\n');
+    text.resize(len.max(text.len()), b' ');
+    text
+}
+
+/// The text of a padded record (blank or all padding: none).
+pub(super) fn padded_text(raw: &[u8]) -> Result<Option<&str>, String> {
+    let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
+    let text = text.trim_matches(|c: char| c.is_whitespace() || c == '\0');
+    Ok((!text.is_empty()).then_some(text))
+}
+
+fn truncate(s: &mut String, limit: usize) {
+    if s.len() > limit {
+        let mut end = limit;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+        s.push('…');
+    }
+}
+
+pub(super) fn read_record(file: &File) -> Option<HolderRecord> {
+    let buf = read_start(file, RECORD_LEN)?;
+    HolderRecord::decode(&buf).ok().flatten()
+}
+
+/// The first `len` bytes of `file` (fewer if it is shorter).
+pub(super) fn read_start(file: &File, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let n = sys::read_at_start(file, &mut buf).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_are_padded() {
+        let r = HolderRecord {
+            pid: 7,
+            test: "t".repeat(2000),
+            thread: "main".into(),
+            since_unix_ms: 5,
+            exclusive: true,
+            concurrency: 2,
+            units: 2,
+            memory: None,
+        };
+        let enc = r.encode();
+        assert_eq!(enc.len(), RECORD_LEN);
+        let back = HolderRecord::decode(&enc).unwrap().unwrap();
+        assert_eq!(back.pid, 7);
+        assert!(back.test.len() <= NAME_LIMIT + '…'.len_utf8());
+        assert_eq!(HolderRecord::decode(&[b' '; 64]).unwrap(), None);
+        assert!(HolderRecord::decode(b"{not json").is_err());
+        let forged = HolderRecord {
+            test: "t\x1b[2J\r\nforged \u{202e}x".into(),
+            ..r
+        };
+        let back = HolderRecord::decode(&forged.encode()).unwrap().unwrap();
+        assert_eq!(back.test, "t\\u{1b}[2J\\r\\nforged \\u{202e}x");
+        assert!(HolderRecord::decode(&[0xff, 0xfe]).is_err());
+    }
+}

@@ -1,0 +1,188 @@
+//! Who holds and who waits, read without taking anything.
+
+use std::fs::TryLockError;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::layout::{LAYOUT_LEN, Layout};
+use super::lock::is_locked;
+use super::queue::{Liveness, WAIT_PREFIX, head_liveness, wait_entry};
+use super::record::{HolderRecord, read_record, read_start};
+use crate::sys;
+
+/// One slot as [`status`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SlotStatus {
+    /// The slot's index.
+    pub index: usize,
+    /// Whether some process holds its lock now.
+    pub held: bool,
+    /// The holder's record, when held and readable.
+    pub holder: Option<HolderRecord>,
+    /// When held without a readable record (a process taking several slots at that moment,
+    /// or stopped while it did; one whose record could not be written), the process that
+    /// holds the lock, where the system tells it (`/proc/locks` on Linux).
+    pub owner: Option<u32>,
+    /// Whether that process is stopped (`SIGSTOP`, Ctrl-Z, a debugger): it keeps the slot
+    /// until it is resumed or killed.
+    pub owner_stopped: bool,
+}
+
+/// Who holds and who waits for the slots of a directory, read without taking anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HostStatus {
+    /// The slot directory.
+    pub dir: PathBuf,
+    /// Every slot file found, by index.
+    pub slots: Vec<SlotStatus>,
+    /// Requests waiting for slots now, one per waiting process (the threads of one process
+    /// queue inside it, behind this one).
+    pub waiters: Vec<HolderRecord>,
+    /// Per entry of [`waiters`](Self::waiters), whether it keeps its turn, and if not, why
+    /// ([`Liveness`]): one that lost it holds nobody back.
+    pub waiter_liveness: Vec<Liveness>,
+    /// Files named like slot or wait files that were not read, such as a FIFO or a file this
+    /// user may not open, by name.
+    pub skipped: Vec<SkippedFile>,
+    /// The layout the directory serves (see the [module docs](crate::host)), if it has one.
+    pub layout: Option<Layout>,
+    /// The head of the cross-process queue, when a request waits at the gate.
+    pub head: Option<QueueHead>,
+}
+
+/// The request at the head of the cross-process queue, as [`status`] sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueHead {
+    /// Its record.
+    pub request: HolderRecord,
+    /// Its process is stopped (`SIGSTOP`, Ctrl-Z, a debugger): the requests behind it take
+    /// free slots past it until it resumes.
+    pub stopped: bool,
+    /// Whether it keeps its turn, and if not, why ([`Liveness`]): one that lost it holds
+    /// nobody back.
+    pub liveness: Liveness,
+}
+
+/// A file [`status`] did not read, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkippedFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+/// Reads who holds and who waits for the slots in `dir`, without creating or taking anything.
+/// A missing directory has no slots. Leftover wait records of killed processes are removed.
+/// Never blocks: a FIFO, device or symbolic link named like a slot file is skipped and listed in
+/// [`HostStatus::skipped`].
+///
+/// # Errors
+///
+/// When the directory exists but cannot be read.
+pub fn status(dir: &Path) -> io::Result<HostStatus> {
+    let mut out = HostStatus {
+        dir: dir.to_path_buf(),
+        slots: Vec::new(),
+        waiters: Vec::new(),
+        waiter_liveness: Vec::new(),
+        skipped: Vec::new(),
+        layout: None,
+        head: None,
+    };
+    let mut waiting = Vec::new();
+    let now = crate::clock::now_unix_ms();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let index = name
+            .strip_prefix("gpu0.slot")
+            .and_then(|i| i.parse::<usize>().ok());
+        let waiter = name.starts_with(WAIT_PREFIX);
+        if index.is_none() && !waiter {
+            continue;
+        }
+        let mut skip = |reason: String| {
+            out.skipped.push(SkippedFile {
+                path: path.clone(),
+                reason,
+            })
+        };
+        let file = match sys::open_regular_for_reading(&path) {
+            Ok(file) => file,
+            // Removed since the listing: a waiter that stopped or a leftover cleaned up.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                skip(e.to_string());
+                continue;
+            }
+        };
+        let held = match file.try_lock_shared() {
+            Ok(()) => {
+                let _ = file.unlock();
+                false
+            }
+            Err(TryLockError::WouldBlock) => true,
+            Err(TryLockError::Error(e)) => {
+                skip(format!("cannot test its lock: {e}"));
+                continue;
+            }
+        };
+        let record = || read_record(&file);
+        match index {
+            Some(index) => {
+                let holder = if held { record() } else { None };
+                let owner = if held && holder.is_none() {
+                    sys::lock_owner(&file)
+                } else {
+                    None
+                };
+                out.slots.push(SlotStatus {
+                    index,
+                    held,
+                    holder,
+                    owner,
+                    owner_stopped: owner.is_some_and(sys::process_is_stopped),
+                })
+            }
+            None if held => waiting.extend(wait_entry(&path).map(|w| {
+                let liveness = Liveness::judge(w.record.pid, w.beat_ms, now);
+                (w.record, liveness)
+            })),
+            // A killed waiter's leftover.
+            None => {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
+    out.slots.sort_by_key(|s| s.index);
+    waiting.sort_by_key(|(w, _)| w.since_unix_ms);
+    (out.waiters, out.waiter_liveness) = waiting.into_iter().unzip();
+    out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    if let Ok(file) = sys::open_regular_for_reading(&dir.join("gpu0.layout")) {
+        out.layout = read_start(&file, LAYOUT_LEN).and_then(|b| Layout::decode(&b).ok().flatten());
+    }
+    if let Ok(gate) = sys::open_regular_for_reading(&dir.join("gpu0.gate"))
+        && is_locked(&gate)
+    {
+        out.head = read_record(&gate).map(|request| {
+            let liveness = head_liveness(dir, &request, None);
+            QueueHead {
+                stopped: liveness == Liveness::Stopped,
+                liveness,
+                request,
+            }
+        });
+    }
+    Ok(out)
+}
