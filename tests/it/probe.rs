@@ -214,7 +214,7 @@ fn no_driver_means_not_installed_in_child_and_in_process() {
 /// Builds `tests/stub/vulkan_icd.c` and a loader manifest for it; returns the manifest.
 #[cfg(all(feature = "wgpu", target_os = "linux"))]
 fn vulkan_stub_manifest(dir: &Path) -> std::path::PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stub/vulkan_icd.c");
+    let src = crate::util::manifest_dir().join("tests/stub/vulkan_icd.c");
     let lib = dir.join("libstub_vulkan_icd.so");
     crate::stub::compile(&src, &lib);
     let manifest = dir.join("stub_icd.json");

@@ -20,11 +20,11 @@ pub fn driver_dir(name: &str) -> PathBuf {
     if let Some(dir) = built.get(name) {
         return dir.clone();
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+    let src = crate::util::manifest_dir()
         .join("tests/stub")
         .join(format!("{name}.c"));
     // Per process: nextest runs tests of one binary in parallel processes.
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+    let dir = crate::util::target_tmpdir()
         .join("stub-drivers")
         .join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -23,8 +23,34 @@ pub fn tempdir() -> tempfile::TempDir {
         .unwrap()
 }
 
+/// The CLI: where nextest (or, for a test binary run by hand away from its build,
+/// `CARGO_BIN_EXE_gpu-test-permit`) says it is at run time, as when the test binaries run from
+/// an archive on another machine; else where it was built.
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_gpu-test-permit"))
+    run_time_path("NEXTEST_BIN_EXE_gpu-test-permit")
+        .or_else(|| run_time_path("CARGO_BIN_EXE_gpu-test-permit"))
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_gpu-test-permit")))
+}
+
+/// The crate's directory (the stand-in drivers' sources are under it): where cargo or nextest
+/// says it is at run time (nextest remaps it for an archive run on another machine), else where
+/// it was built.
+pub fn manifest_dir() -> PathBuf {
+    run_time_path("CARGO_MANIFEST_DIR").unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// Scratch space for files the tests build (the stand-in drivers): `CARGO_TARGET_TMPDIR` when
+/// set at run time, as `scripts/gpu-device.sh` does where the test binaries run away from the
+/// tree that built them, else the build's own.
+pub fn target_tmpdir() -> PathBuf {
+    run_time_path("CARGO_TARGET_TMPDIR")
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+}
+
+fn run_time_path(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
 /// Removes every variable of this crate and of nextest from `c`'s environment.

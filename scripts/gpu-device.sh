@@ -1,0 +1,392 @@
+#!/usr/bin/env bash
+# Validates gpu-test-permit on this machine's GPU, without Rust: runs the binaries that
+# scripts/gpu-validate.sh put in this script's folder (gpu-run/ by default), and prints a dated
+# Markdown section for docs/gpu-validation.md.
+#
+# What it runs, with GPU_TEST_PERMIT_REQUIRE=cuda,wgpu (wgpu alone where no CUDA driver is
+# installed: the CUDA parts are then reported as "skipped: no CUDA driver", never run and passed):
+#   1. `gpu-test-permit probe`, and its exit status under the requirement;
+#   2. the crate's integration tests of the capture guard, the fixtures and the probe
+#      (`it capture:: fixture:: probe::`), run directly and under nextest;
+#   3. the example suite at each N of GPU_VALIDATE_NS ("1 2 3 4 8"): its test binaries run
+#      directly, as `cargo test` runs them, GPU_VALIDATE_ROUNDS times (5), and `cargo nextest
+#      run --archive-file` once, with the test group's max-threads = N; each run traced and
+#      checked to have held at most N permits;
+#   4. `gpu-test-permit trace` over each runner's traces: the measured memory the fixtures
+#      recorded (NVML's for CUDA), the summary and the estimate for other N.
+#
+# Environment: GPU_VALIDATE_NS, GPU_VALIDATE_ROUNDS; GPU_VALIDATE_REQUIRE (the requirement,
+# instead of the one chosen from the CUDA probe); GPU_VALIDATE_RUN_TIMEOUT (seconds one test
+# binary or nextest run may take before it counts as hung, 180); GPU_VALIDATE_OUT (where the
+# report, the log and the traces go: $OUT when set, else results/ in this folder). The crate's
+# own variables pass through (GPU_TEST_PERMIT_GPU_MEMORY, say); GPU_TEST_PERMIT_HOLD_TIMEOUT is
+# 120s unless set, so that a wedged test fails with a diagnosis and the what-if knows its N.
+# Vulkan: where the dynamic loader finds no libvulkan.so.1, the loader in debs/ is unpacked
+# into a scratch folder; where VK_DRIVER_FILES is unset and the NVIDIA ICD manifest is in a
+# known place, the loader is pointed at it.
+#
+# Exit status 0 when every part passed, 1 otherwise.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+ns=${GPU_VALIDATE_NS:-1 2 3 4 8}
+rounds=${GPU_VALIDATE_ROUNDS:-5}
+run_timeout=${GPU_VALIDATE_RUN_TIMEOUT:-180}
+out=${GPU_VALIDATE_OUT:-${OUT:-$here/results}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpu-validate.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+log=$out/log.txt
+report=$out/gpu-validation.md
+: >"$log"
+mkdir -p "$work/traces" "$work/skips" "$work/slots" "$work/tmp"
+chmod 700 "$work/slots"
+export GPU_TEST_PERMIT_HOLD_TIMEOUT=${GPU_TEST_PERMIT_HOLD_TIMEOUT:-120s}
+export GPU_TEST_PERMIT_STRICT_CONFIG=1
+export NEXTEST_HIDE_PROGRESS_BAR=1 CARGO_TERM_COLOR=never
+# The stand-in drivers the probe and capture tests build, out of the tree that built the tests.
+export CARGO_TARGET_TMPDIR=$work/tmp
+failures=0
+rows=()
+
+say() { echo "gpu-device: $*" | tee -a "$log"; }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+median() { sort -n | awk '{ a[NR] = $1 } END { if (NR) printf "%.1f", a[int((NR + 1) / 2)] }'; }
+# One row of the report's table: part, result, wall time.
+row() { rows+=("| $1 | $2 | $3 |"); }
+fail() { failures=$((failures + 1)); }
+
+# --- the machine -------------------------------------------------------------------------------
+gpu_name=$(nvidia-smi -L 2>/dev/null | head -n 1 | sed 's/^GPU 0: //; s/ (UUID.*//' || true)
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 || true)
+gpu_mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader 2>/dev/null | head -n 1 || true)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+[ "${gpus:-0}" -gt 0 ] || gpus=
+
+vulkan_note="the system's Vulkan loader"
+if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1 '; then
+    deb=$(find "$here/debs" -name 'libvulkan1_*.deb' 2>/dev/null | head -n 1 || true)
+    if [ -n "$deb" ]; then
+        mkdir -p "$work/vulkan"
+        if command -v dpkg-deb >/dev/null; then
+            dpkg-deb -x "$deb" "$work/vulkan"
+        else
+            (cd "$work/vulkan" && ar x "$deb" && tar -xf data.tar.*)
+        fi
+        lib=$(dirname "$(find "$work/vulkan" -name 'libvulkan.so.1' | head -n 1)")
+        export LD_LIBRARY_PATH=$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        vulkan_note="the loader from $(basename "$deb") (the system has none)"
+    else
+        vulkan_note="no Vulkan loader (none installed, none in debs/)"
+    fi
+fi
+if [ -z "${VK_DRIVER_FILES:-}${VK_ICD_FILENAMES:-}" ]; then
+    for icd in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json \
+        /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; do
+        if [ -f "$icd" ]; then
+            export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd
+            break
+        fi
+    done
+fi
+icd_note=${VK_DRIVER_FILES:-${VK_ICD_FILENAMES:-as the loader finds it}}
+
+# --- the binaries ------------------------------------------------------------------------------
+cli=$here/bin/gpu-test-permit
+nextest=$work/cargo-nextest
+xz -dc "$here/bin/cargo-nextest.xz" >"$nextest"
+chmod +x "$nextest"
+archive=$here/tests.tar.zst
+ws=$here/workspace
+ex=$work/extracted
+# Unpacked once for the direct runs; the nextest runs unpack the archive themselves.
+mkdir -p "$ex"
+if ! "$nextest" nextest list --archive-file "$archive" --workspace-remap "$ws" --extract-to "$ex" \
+    -E 'none()' >>"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    say "cannot unpack $archive (above; all of it in $log)"
+    exit 1
+fi
+deps=$ex/target/release/deps
+binary() { find "$deps" -maxdepth 1 -type f -perm -u+x -name "$1-*" | head -n 1; }
+example_tests=$(sed -n 's/^example_tests=//p' "$here/build-info")
+
+# --- the probe, and what it says about CUDA ----------------------------------------------------
+say "probe"
+s=$(now)
+probe_table=$(GPU_TEST_PERMIT_REQUIRE=none "$cli" probe 2>&1 || true)
+echo "$probe_table" >>"$log"
+cuda_json=$(GPU_TEST_PERMIT_REQUIRE=none "$cli" probe --json cuda 2>>"$log" || true)
+if grep -q '"status": "not_installed"' <<<"$cuda_json"; then
+    cuda=no
+    require=${GPU_VALIDATE_REQUIRE:-wgpu}
+else
+    cuda=yes
+    require=${GPU_VALIDATE_REQUIRE:-cuda,wgpu}
+fi
+export GPU_TEST_PERMIT_REQUIRE=$require
+if "$cli" probe >>"$log" 2>&1; then
+    row "\`gpu-test-permit probe\`, REQUIRE=$require" "pass (exit 0)" "$(secs "$s" "$(now)") s"
+else
+    row "\`gpu-test-permit probe\`, REQUIRE=$require" "**FAIL** (exit $?)" "$(secs "$s" "$(now)") s"
+    fail
+fi
+budget=$("$cli" config 2>&1 | awk '$1 == "GPU_TEST_PERMIT_GPU_MEMORY" { $1 = ""; sub(/^ +/, ""); print }' || true)
+[ -n "$gpu_name" ] || gpu_name=$(GPU_TEST_PERMIT_REQUIRE=none "$cli" probe --json wgpu 2>/dev/null |
+    sed -n 's/^ *"name": "\(.*\)",\{0,1\}$/\1/p' | head -n 1 || true)
+[ -n "$gpu_name" ] || gpu_name="no GPU found"
+if [ "$cuda" = no ]; then
+    row "CUDA: capture guard on the device (\`capture::cuda_device_*\`), CUDA fixture tests" \
+        "skipped: no CUDA driver" "-"
+fi
+
+# Passed and failed counts of a libtest log (every binary's "test result" line).
+libtest_counts() {
+    awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i - 1); if ($(i) ~ /^failed/) f += $(i - 1) } }
+        END { printf "%d %d", p, f }' "$1"
+}
+# Passed and failed counts of a nextest log (its "Summary" line).
+nextest_counts() {
+    awk '/Summary \[/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p = $(i - 1); if ($(i) ~ /^failed/) f = $(i - 1) } }
+        END { printf "%d %d", p, f }' "$1"
+}
+# Why a run ended badly, from its exit status.
+why() {
+    case $1 in
+    124 | 137) echo "hung: killed after ${run_timeout} s" ;;
+    *) echo "exit $1" ;;
+    esac
+}
+skips() { if [ -f "$work/skips/$1" ]; then wc -l <"$work/skips/$1"; else echo 0; fi; }
+
+# --- the crate's capture, fixture and probe tests ----------------------------------------------
+it=$(binary it)
+it_env=(env "CARGO_MANIFEST_DIR=$ws" "CARGO_BIN_EXE_gpu-test-permit=$ex/target/release/gpu-test-permit"
+    "GPU_TEST_PERMIT_DIR=$work/slots/crate" "GPU_TEST_PERMIT_SKIP_LOG=$work/skips/crate-direct")
+skip_args=()
+nextest_skip=
+if [ "$cuda" = no ]; then
+    skip_args=(--skip capture::cuda_device_)
+    nextest_skip=' & not test(/^capture::cuda_device_/)'
+fi
+say "crate tests (capture, fixture, probe), run directly"
+s=$(now)
+rc=0
+(cd "$ws" && timeout -k 10 "$run_timeout" "${it_env[@]}" "$it" capture:: fixture:: probe:: \
+    "${skip_args[@]}") >"$work/crate-direct.log" 2>&1 || rc=$?
+cat "$work/crate-direct.log" >>"$log"
+read -r p f <<<"$(libtest_counts "$work/crate-direct.log")"
+result="$p passed, $f failed, $(skips crate-direct) skip lines"
+if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then result="**FAIL** ($(why "$rc")): $result"; fail; fi
+row "crate tests \`capture:: fixture:: probe::\`, run directly" "$result" "$(secs "$s" "$(now)") s"
+
+say "crate tests (capture, fixture, probe), cargo nextest"
+s=$(now)
+rc=0
+GPU_TEST_PERMIT_DIR=$work/slots/crate GPU_TEST_PERMIT_SKIP_LOG=$work/skips/crate-nextest \
+    timeout -k 10 "$run_timeout" "$nextest" nextest run --archive-file "$archive" \
+    --workspace-remap "$ws" --no-fail-fast --status-level fail \
+    -E "binary(it) & test(/^(capture|fixture|probe)::/)$nextest_skip" \
+    >"$work/crate-nextest.log" 2>&1 || rc=$?
+cat "$work/crate-nextest.log" >>"$log"
+read -r p f <<<"$(nextest_counts "$work/crate-nextest.log")"
+result="$p passed, $f failed, $(skips crate-nextest) skip lines"
+if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then result="**FAIL** ($(why "$rc")): $result"; fail; fi
+row "crate tests \`capture:: fixture:: probe::\`, cargo nextest" "$result" "$(secs "$s" "$(now)") s"
+
+# What each wgpu fixture form measured (the test prints it).
+fixture_memory=$( (cd "$ws" && "${it_env[@]}" "$it" --exact \
+    fixture::wgpu_fixture_needs_and_measured_memory_reach_the_trace --nocapture 2>&1) |
+    grep 'measured memory per hold' || echo "(the fixture memory test printed no measurement)")
+
+# --- the example suite at each N ---------------------------------------------------------------
+suite=()
+for t in $example_tests; do
+    [ "$t" = cuda ] && [ "$cuda" = no ] && continue
+    suite+=("$(binary "$t")")
+done
+nextest_suite='package(gpu-test-permit-example-suite)'
+[ "$cuda" = no ] && nextest_suite="$nextest_suite & not binary(cuda)"
+suite_names=$(for b in "${suite[@]}"; do basename "${b%-*}"; done | paste -sd' ')
+
+for n in $ns; do
+    slots=$work/slots/n$n
+    mkdir -p "$slots"
+    chmod 700 "$slots"
+    walls=()
+    passed_rounds=0
+    totals=""
+    peak_ok=yes
+    for r in $(seq "$rounds"); do
+        say "example suite, run directly, N = $n, round $r of $rounds"
+        trace=$work/traces/cargo-test-N$n-r$r.json
+        runlog=$work/cargo-test-N$n-r$r.log
+        : >"$runlog"
+        s=$(now)
+        rc=0
+        for b in "${suite[@]}"; do
+            (cd "$ws/example-suite" && REALIZAR_GPU_TEST_CONCURRENCY=$n GPU_TEST_PERMIT_DIR=$slots \
+                GPU_TEST_PERMIT_TRACE=$trace GPU_TEST_PERMIT_SKIP_LOG=$work/skips/cargo-test-N$n \
+                timeout -k 10 "$run_timeout" "$b") >>"$runlog" 2>&1 || rc=$?
+            # A hung binary ends the round: the GPU may be wedged.
+            case $rc in 124 | 137) break ;; esac
+        done
+        walls+=("$(secs "$s" "$(now)")")
+        cat "$runlog" >>"$log"
+        read -r p f <<<"$(libtest_counts "$runlog")"
+        totals="$totals $p/$f"
+        if [ "$rc" -eq 0 ] && [ "$f" -eq 0 ] && [ "$p" -gt 0 ]; then
+            passed_rounds=$((passed_rounds + 1))
+        else
+            say "round $r at N = $n failed: $(why "$rc"), $p passed, $f failed"
+            last_failure="round $r: $(why "$rc")"
+        fi
+        if [ -s "$trace" ] && ! "$cli" trace "$trace" --max-peak "$n" >>"$log" 2>&1; then
+            peak_ok=no
+        fi
+    done
+    wall=$(printf '%s\n' "${walls[@]}" | median)
+    range=$(printf '%s\n' "${walls[@]}" | sort -n | sed -n '1p;$p' | paste -sd'-')
+    result="$passed_rounds of $rounds rounds passed (passed/failed:$totals); $(skips "cargo-test-N$n") skip lines; peak <= $n: $peak_ok"
+    if [ "$passed_rounds" -ne "$rounds" ] || [ "$peak_ok" != yes ]; then
+        result="**FAIL** (${last_failure:-peak above N}): $result"
+        fail
+    fi
+    row "example suite run directly ($suite_names), N = $n" "$result" "median $wall s ($range)"
+    unset last_failure
+
+    say "example suite, cargo nextest, N = $n"
+    nextest_config=$work/nextest-N$n.toml
+    # The repository's configuration with its GPU test group as wide as N.
+    sed -e "s/max-threads = [0-9]*/max-threads = $n/" \
+        -e "s/threads-required = [0-9]*/threads-required = $((n < 2 ? n : 2))/" \
+        "$ws/.config/nextest.toml" >"$nextest_config"
+    trace=$work/traces/nextest-N$n.json
+    runlog=$work/nextest-N$n.log
+    s=$(now)
+    rc=0
+    REALIZAR_GPU_TEST_CONCURRENCY=$n GPU_TEST_PERMIT_DIR=$slots GPU_TEST_PERMIT_TRACE=$trace \
+        GPU_TEST_PERMIT_SKIP_LOG=$work/skips/nextest-N$n \
+        timeout -k 10 "$run_timeout" "$nextest" nextest run --archive-file "$archive" \
+        --workspace-remap "$ws" --config-file "$nextest_config" --no-fail-fast --status-level fail \
+        -E "$nextest_suite" >"$runlog" 2>&1 || rc=$?
+    wall=$(secs "$s" "$(now)")
+    cat "$runlog" >>"$log"
+    read -r p f <<<"$(nextest_counts "$runlog")"
+    peak_ok=yes
+    if [ -s "$trace" ] && ! "$cli" trace "$trace" --max-peak "$n" >>"$log" 2>&1; then
+        peak_ok=no
+    fi
+    result="$p passed, $f failed, $(skips "nextest-N$n") skip lines; peak <= $n: $peak_ok"
+    if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ] || [ "$peak_ok" != yes ]; then
+        result="**FAIL** ($(why "$rc")): $result"
+        fail
+    fi
+    row "example suite under \`cargo nextest run --archive-file\`, N = $n" "$result" "$wall s"
+done
+
+# --- what the traces say -----------------------------------------------------------------------
+# The hangs recorded at each N, where the what-if looks for them.
+mkdir -p "$work/slots/all"
+chmod 700 "$work/slots/all"
+cat "$work"/slots/n*/gpu0.hangs >"$work/slots/all/gpu0.hangs" 2>/dev/null || true
+first_ns=$(echo "$ns" | awk '{ print $1 }')
+summaries=""
+for runner in cargo-test nextest; do
+    # One run per N, in the order they ran: the model is fitted from all, the summary is of
+    # the last.
+    combined=$runner-all-N.json
+    : >"$work/traces/$combined"
+    for n in $ns; do
+        f=$work/traces/$runner-N$n.json
+        [ "$runner" = cargo-test ] && f=$work/traces/$runner-N$n-r1.json
+        [ ! -s "$f" ] || cat "$f" >>"$work/traces/$combined"
+    done
+    [ -s "$work/traces/$combined" ] || continue
+    # The summary without its table of tests.
+    text=$(
+        cd "$work/traces" || exit
+        GPU_TEST_PERMIT_DIR=$work/slots/all "$cli" trace "$combined" 2>&1 |
+            awk '/holds [0-9]+ runs/ { print; print ""; next } /^permits / { on = 1 } on'
+    ) || true
+    label="run directly (round 1 of each N)"
+    [ "$runner" = nextest ] && label="cargo nextest"
+    summaries+=$'\n'"The example suite $label, \`gpu-test-permit trace\` over the runs at N = ${ns// /, } in one file (the summary is of N = ${ns##* }; the runs at N = $first_ns first):"$'\n\n```text\n'"$text"$'\n```\n'
+done
+
+# Measured memory per test (the fixtures record it on their permits: NVML's per-process figure
+# for CUDA, the allocator's report for wgpu), the largest of every traced run: one row per test
+# that declares memory or uses CUDA, the others grouped by what they measured.
+memory_error=
+memory=$(find "$work/traces" -name '*.json' ! -name '*-all-N.json' -exec cat {} + |
+    awk 'function num(key) { return match($0, "\"" key "\":[0-9]+") ? substr($0, RSTART + length(key) + 3, RLENGTH - length(key) - 3) + 0 : 0 }
+        function mib(b) { return sprintf("%.1f MiB", b / 1048576) }
+        /"name":"hold"/ && /"memory_used"/ && match($0, /"test":"[^"]*"/) {
+            t = substr($0, RSTART + 8, RLENGTH - 9); u = num("memory_used"); d = num("memory")
+            if (u > used[t]) used[t] = u
+            if (d > declared[t]) declared[t] = d
+            holds[t]++
+        }
+        END {
+            for (t in used) {
+                if (declared[t] || t ~ /cuda/) {
+                    printf "| `%s` | %s | %s | %d |\n", t, mib(used[t]), declared[t] ? mib(declared[t]) : "-", holds[t]
+                } else {
+                    v = mib(used[t]); n[v]++; h[v] += holds[t]
+                    if (n[v] <= 3) names[v] = names[v] (n[v] > 1 ? ", " : "") "`" t "`"
+                }
+            }
+            for (v in n) printf "| %d other tests (%s%s) | %s each | - | %d |\n", n[v], names[v], (n[v] > 3 ? ", ..." : ""), v, h[v]
+        }' 2>>"$log" | sort) || memory_error=yes
+cuda_memory=$(echo "$memory" | grep -c 'cuda' || true)
+
+# --- the report --------------------------------------------------------------------------------
+info() { sed -n "s/^$1=//p" "$here/build-info"; }
+verdict="all $(( ${#rows[@]} )) parts passed"
+[ "$failures" -eq 0 ] || verdict="**$failures part(s) FAILED**"
+{
+    echo "## $(date -u +%Y-%m-%d): one-command validation (\`gpu-device.sh\`)"
+    echo
+    echo "Machine: ${gpu_name}${gpu_mem:+ ($gpu_mem)}${gpus:+, $gpus GPU(s)}; driver ${driver:-none (no nvidia-smi)}; $(uname -srm); Vulkan through $vulkan_note, ICD $icd_note."
+    echo "Built from commit $(info commit) ($(info commit_date)) with $(info rustc), $(info nextest); release binaries, every feature."
+    echo "\`GPU_TEST_PERMIT_REQUIRE=$require\`, \`GPU_TEST_PERMIT_HOLD_TIMEOUT=$GPU_TEST_PERMIT_HOLD_TIMEOUT\`, N = ${ns// /, }, $rounds direct round(s) per N, $(nproc) cores. Result: $verdict."
+    echo
+    echo "| part | result | wall |"
+    echo "|---|---|---|"
+    printf '%s\n' "${rows[@]}"
+    echo
+    echo "\`gpu-test-permit probe\`:"
+    echo
+    echo '```text'
+    echo "$probe_table"
+    echo '```'
+    echo
+    echo "Memory budget (\`GPU_TEST_PERMIT_GPU_MEMORY\`): ${budget:-unknown}."
+    echo
+    if [ -n "$memory_error" ]; then
+        echo "**Measured GPU memory: reading it from the traces failed** (the log says why)."
+    elif [ -n "$memory" ]; then
+        echo "Measured GPU memory the fixtures recorded (CUDA: NVML's per-process figure; wgpu: the allocator's report), the largest over every traced run:"
+        echo
+        echo "| test | measured | declared | holds |"
+        echo "|---|---|---|---|"
+        echo "$memory"
+    else
+        echo "Measured GPU memory: no hold in any trace recorded one."
+    fi
+    if [ "$cuda" = yes ] && [ "$cuda_memory" -eq 0 ]; then
+        echo
+        echo "**No CUDA test recorded NVML's measurement** (is \`libnvidia-ml.so.1\` found?)."
+    fi
+    echo
+    echo "wgpu fixture forms (\`fixture::wgpu_fixture_needs_and_measured_memory_reach_the_trace\`): $fixture_memory"
+    echo "$summaries"
+} >"$report"
+
+(cd "$work" && tar -czf "$out/traces.tar.gz" traces)
+echo
+cat "$report"
+echo
+say "report: $report; log: $log; traces: $out/traces.tar.gz"
+[ "$failures" -eq 0 ]
