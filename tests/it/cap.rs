@@ -245,6 +245,28 @@ fn locked_file(dir: &Path, name: &str, bytes: &[u8]) -> File {
     f
 }
 
+/// Waits up to [`LONG`] until `f` holds; fails with `what` otherwise.
+fn wait_until(mut f: impl FnMut() -> bool, what: &str) {
+    let deadline = Instant::now() + LONG;
+    while !f() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether process `pid` has a request waiting for the slots of `dir`.
+fn is_waiting(dir: &Path, pid: u32) -> bool {
+    status(dir).unwrap().waiters.iter().any(|r| r.pid == pid)
+}
+
+/// Whether process `pid` heads the queue of `dir`.
+fn heads(dir: &Path, pid: u32) -> bool {
+    status(dir)
+        .unwrap()
+        .head
+        .is_some_and(|h| h.request.pid == pid)
+}
+
 /// A hold process on `dir` with N = 1 and a wait deadline of `timeout`.
 fn hold(dir: &Path, timeout: &str) -> Holder {
     let mut c = cli(dir, 1);
@@ -279,16 +301,10 @@ fn a_head_or_older_waiter_that_shows_no_progress_loses_its_turn() {
         let _forged = locked_file(dir.path(), file, &record(pid, old, 1));
         let waiter = hold(dir.path(), "30s");
         let p = waiter.child.id();
-        let deadline = Instant::now() + LONG;
-        while !status(dir.path())
-            .unwrap()
-            .waiters
-            .iter()
-            .any(|r| r.pid == p)
-        {
-            assert!(Instant::now() < deadline, "{what}: the waiter never waited");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_until(
+            || is_waiting(dir.path(), p),
+            &format!("{what}: the waiter never waited"),
+        );
         assert!(first.release().0.success());
         let released = Instant::now();
         assert!(
@@ -359,19 +375,11 @@ fn a_stopped_head_in_another_pid_namespace_loses_its_turn() {
         .env("REALIZAR_GPU_TEST_CONCURRENCY", "1")
         .env("GPU_TEST_PERMIT_TIMEOUT", "60s");
     let inner = Holder::spawn(c);
-    let deadline = Instant::now() + LONG;
     // Inside its namespace it is pid 1: its record says so.
-    while status(dir.path())
-        .unwrap()
-        .head
-        .is_none_or(|h| h.request.pid != 1)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the namespaced waiter never headed the queue"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(
+        || heads(dir.path(), 1),
+        "the namespaced waiter never headed the queue",
+    );
     let unshare = inner.child.id();
     let children =
         std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
@@ -380,15 +388,10 @@ fn a_stopped_head_in_another_pid_namespace_loses_its_turn() {
     assert_eq!(unsafe { libc::kill(outer, libc::SIGSTOP) }, 0);
     let behind = hold(dir.path(), "30s");
     let p = behind.child.id();
-    while !status(dir.path())
-        .unwrap()
-        .waiters
-        .iter()
-        .any(|r| r.pid == p)
-    {
-        assert!(Instant::now() < deadline, "the waiter behind never waited");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(
+        || is_waiting(dir.path(), p),
+        "the waiter behind never waited",
+    );
     assert!(first.release().0.success());
     let served = behind.held_within(Duration::from_secs(10));
     // SAFETY: as above.
@@ -436,18 +439,10 @@ fn a_heavy_request_behind_a_stopped_head_is_protected_from_light_newcomers() {
         Holder::spawn(c)
     };
     let hp = heavy.child.id();
-    let deadline = Instant::now() + LONG;
-    while status(&slots)
-        .unwrap()
-        .head
-        .is_none_or(|h| h.request.pid != hp)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the 4-unit request never headed the queue"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(
+        || heads(&slots, hp),
+        "the 4-unit request never headed the queue",
+    );
     // SAFETY: kill(2) of a child of this test.
     assert_eq!(unsafe { libc::kill(hp as libc::pid_t, libc::SIGSTOP) }, 0);
     let three = {
@@ -579,18 +574,10 @@ fn a_frozen_head_of_the_queue_loses_its_turn() {
     assert!(first.held_within(LONG));
     let mut head = hold(dir.path(), "60s");
     let hp = head.child.id();
-    let deadline = Instant::now() + LONG;
-    while status(dir.path())
-        .unwrap()
-        .head
-        .is_none_or(|h| h.request.pid != hp)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the waiter never headed the queue"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(
+        || heads(dir.path(), hp),
+        "the waiter never headed the queue",
+    );
     let Some(frozen) = Frozen::freeze(hp) else {
         // The stand-in records of the test above cover the same judgement.
         println!("no cgroup freezer can be used here: covered by the stand-in records only");
@@ -598,15 +585,10 @@ fn a_frozen_head_of_the_queue_loses_its_turn() {
     };
     let behind = hold(dir.path(), "30s");
     let p = behind.child.id();
-    while !status(dir.path())
-        .unwrap()
-        .waiters
-        .iter()
-        .any(|r| r.pid == p)
-    {
-        assert!(Instant::now() < deadline, "the waiter behind never waited");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(
+        || is_waiting(dir.path(), p),
+        "the waiter behind never waited",
+    );
     assert!(first.release().0.success());
     let served = behind.held_within(Duration::from_secs(10));
     let _ = head.child.kill();
