@@ -8,17 +8,23 @@
 //! - `error`: why a permit could not be had, and who was in the way;
 //! - `watchdog`: the hold deadline, and what happens to a permit held past it.
 
+mod budget;
+mod builder;
 mod error;
+mod inherited;
 mod local;
 mod pool;
+mod request;
 mod seat;
 mod watchdog;
 
 use std::time::Duration;
 
+pub use builder::PoolBuilder;
 pub use error::{AcquireError, Holder, WaitTimeout, Waiter};
-pub(crate) use pool::Want;
-pub use pool::{PermitPool, PermitRequest, PoolBuilder};
+pub use pool::PermitPool;
+pub use request::PermitRequest;
+pub(crate) use request::Want;
 pub use seat::{EnteredPermit, GpuTestPermit};
 pub use watchdog::{HoldTimeout, on_hold_timeout};
 

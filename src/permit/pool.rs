@@ -1,12 +1,16 @@
 //! The pool of permits, its builder, and the acquisition paths.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
+use super::budget::{Budget, no_budget_notice};
+use super::builder::PoolBuilder;
+use super::inherited::Inherited;
 use super::local::{Deadline, LocalPool, LocalTimeout};
+use super::request::{PermitRequest, Refused, Want};
 use super::seat::{
     Detail, GUARD_BITS, GUARDS, GpuTestPermit, NO_MEMORY, NO_SLOT, Nested, Seat, ThreadPermit,
     with_thread_permits,
@@ -41,7 +45,7 @@ use crate::trace::{TraceArgs, TraceEvent, Tracer};
 /// - **Crash-safe**: a process killed while holding frees its slot at once.
 pub struct PermitPool {
     /// Owned (a `Box`); freed by `Drop` or, while permits are out, by the last release.
-    inner: NonNull<PoolInner>,
+    pub(super) inner: NonNull<PoolInner>,
 }
 
 pub(super) struct PoolInner {
@@ -73,42 +77,6 @@ pub(super) struct PoolInner {
 /// The process-wide pool ([`PermitPool::global`]).
 static GLOBAL: OnceLock<PermitPool> = OnceLock::new();
 
-/// A permit inherited from a parent process (`gpu-test-permit run`). The pool's host slots are
-/// those of the directory in which every process inside that permit shares its units
-/// ([`crate::host::share_dir`]), so that all of them together hold at most what the parent
-/// holds.
-pub(super) struct Inherited {
-    /// The parent's permit, as it was passed.
-    pub(super) permit: crate::config::InheritedPermit,
-    /// This process's descriptors of the parent's slot descriptions (they keep the slots
-    /// locked while this process lives).
-    _files: Vec<std::fs::File>,
-}
-
-impl Inherited {
-    /// The parent's slot that shared slot `index` stands for: the one at that position for a
-    /// shared permit, the same slot for an exclusive one (whose layout the shared slots copy).
-    pub(super) fn parent_slot(&self, index: usize) -> usize {
-        if self.permit.exclusive {
-            index
-        } else {
-            self.permit.slots.get(index).map_or(index, |s| s.index)
-        }
-    }
-
-    /// The GPU shared slot `index` is for, as the parent numbers its GPUs.
-    pub(super) fn gpu_of(&self, index: usize) -> usize {
-        if self.permit.exclusive {
-            index % self.permit.gpus.max(1)
-        } else {
-            self.permit
-                .slots
-                .first()
-                .map_or(0, |s| self.permit.gpu_of(s))
-        }
-    }
-}
-
 impl PoolInner {
     /// N per GPU and the GPUs, as this pool counts them.
     pub(super) fn layout(&self) -> Layout {
@@ -120,7 +88,7 @@ impl PoolInner {
 
     /// Units of one GPU as N counts them; inside an inherited permit, N of the parent's slot
     /// directory (memory is converted with it).
-    fn units_per_gpu(&self) -> usize {
+    pub(super) fn units_per_gpu(&self) -> usize {
         match &self.inherited {
             Some(inherited) => inherited.permit.per_gpu,
             None => self.per_gpu,
@@ -130,7 +98,7 @@ impl PoolInner {
     /// The most units one permit of this pool can hold, and whether an inherited permit is what
     /// sets it (the units a shared parent permit holds; N otherwise: an exclusive parent
     /// holds N on each GPU, and one request's units come from one GPU).
-    fn unit_limit(&self) -> (usize, bool) {
+    pub(super) fn unit_limit(&self) -> (usize, bool) {
         match &self.inherited {
             Some(inherited) if !inherited.permit.exclusive => (inherited.permit.slots.len(), true),
             Some(inherited) => (inherited.permit.per_gpu, true),
@@ -200,171 +168,6 @@ impl fmt::Debug for PermitPool {
             .field("slot_dir", &self.inner().host.as_ref().map(|h| h.dir()))
             .field("timeout", &self.inner().timeout)
             .finish_non_exhaustive()
-    }
-}
-
-/// Configures a [`PermitPool`].
-#[derive(Debug, Clone)]
-#[must_use]
-pub struct PoolBuilder {
-    concurrency: usize,
-    gpus: usize,
-    slot_dir: Option<SlotDir>,
-    timeout: Duration,
-    hold_timeout: Option<Duration>,
-    trace: Option<PathBuf>,
-    memory_budget: Option<crate::config::MemoryBudget>,
-    probe_budget: bool,
-}
-
-impl PoolBuilder {
-    /// Permits per GPU (at least 1); on a one-GPU pool, per host.
-    ///
-    /// # Panics
-    ///
-    /// If `n` is 0.
-    pub fn concurrency(mut self, n: usize) -> Self {
-        assert!(n >= 1, "a permit pool needs at least one permit");
-        self.concurrency = n;
-        self
-    }
-
-    /// GPUs the pool spans (default 1): it holds `concurrency x gpus` permits, and each
-    /// permit's [`device`](GpuTestPermit::device) is its host slot modulo `gpus`, so no GPU
-    /// gets more than `concurrency` of them.
-    ///
-    /// # Panics
-    ///
-    /// If `gpus` is 0.
-    pub fn gpus(mut self, gpus: usize) -> Self {
-        assert!(gpus >= 1, "a permit pool spans at least one GPU");
-        self.gpus = gpus;
-        self
-    }
-
-    fn capacity(&self) -> usize {
-        self.concurrency
-            .checked_mul(self.gpus)
-            .expect("gpu-test-permit: permits x GPUs overflows")
-    }
-
-    /// Keeps host slots in `dir` (shared with every process using the same directory).
-    pub fn slot_dir(mut self, dir: impl AsRef<Path>) -> Self {
-        self.slot_dir = Some(SlotDir::Explicit(dir.as_ref().to_path_buf()));
-        self
-    }
-
-    /// Limits this process only: no host slots. Other processes are not counted.
-    pub fn in_process_only(mut self) -> Self {
-        self.slot_dir = None;
-        self
-    }
-
-    /// The deadline of [`PermitPool::acquire`] and [`PermitPool::acquire_exclusive`].
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The hold deadline: a permit of this pool held longer than `deadline` makes the process
-    /// print what is known (holders, since when, the N in force) and abort, so that a test
-    /// stuck in a wedged driver fails the run instead of hanging it
-    /// (`GPU_TEST_PERMIT_HOLD_TIMEOUT` for the global pool; off by default). A process that
-    /// ends the holder its own way sets a handler instead: [`on_hold_timeout`](crate::on_hold_timeout).
-    pub fn hold_timeout(mut self, deadline: Duration) -> Self {
-        self.hold_timeout = Some(deadline);
-        self
-    }
-
-    /// The GPU memory of one GPU that permits budget (`GPU_TEST_PERMIT_GPU_MEMORY` for the
-    /// global pool): a request declaring `bytes` ([`PermitPool::acquire_memory`]) takes
-    /// `ceil(bytes / (budget / N))` of the GPU's N units. Without a budget, such a request
-    /// takes one unit (and says so once).
-    ///
-    /// # Panics
-    ///
-    /// If `bytes` is 0.
-    pub fn memory_budget(mut self, bytes: u64) -> Self {
-        assert!(bytes >= 1, "a memory budget is at least one byte");
-        self.memory_budget = Some(crate::config::MemoryBudget::Bytes(bytes));
-        self
-    }
-
-    /// Appends wait and hold spans to `path` (see [`trace`](crate::trace)).
-    pub fn trace(mut self, path: impl AsRef<Path>) -> Self {
-        self.trace = Some(path.as_ref().to_path_buf());
-        self
-    }
-
-    /// Creates the pool. Opening the slot directory happens here; if it fails, the error is
-    /// returned.
-    ///
-    /// # Errors
-    ///
-    /// [`HostError`] when the slot directory is unusable or insecure.
-    pub fn build(mut self) -> Result<PermitPool, HostError> {
-        let wanted = Layout {
-            per_gpu: self.concurrency,
-            gpus: self.gpus,
-        };
-        let host = match &self.slot_dir {
-            None => None,
-            Some(dir) => {
-                let dir = dir.path().map_err(HostError::Directory)?;
-                Some(HostSlots::open(&dir, wanted)?)
-            }
-        };
-        // Processes sharing a directory share its layout (see `host`).
-        if let Some(layout) = host.as_ref().map(HostSlots::layout) {
-            self.concurrency = layout.per_gpu;
-            self.gpus = layout.gpus;
-        }
-        Ok(self.finish(host, None, None))
-    }
-
-    fn finish(
-        self,
-        host: Option<HostSlots>,
-        host_error: Option<HostError>,
-        inherited: Option<Inherited>,
-    ) -> PermitPool {
-        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let tracer = self.trace.as_ref().and_then(|p| match Tracer::open(p) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                crate::notice::line(&format!(
-                    "cannot open trace file {} ({e}); tracing is off",
-                    p.display()
-                ));
-                None
-            }
-        });
-        // A pool whose every acquisition fails with `host_error` never seats a permit: it
-        // gets none, however large the layout that was refused (a layout refused for want of
-        // descriptors may be a million units).
-        let seats = if host_error.is_some() {
-            0
-        } else {
-            self.capacity()
-        };
-        PermitPool {
-            inner: NonNull::from(Box::leak(Box::new(PoolInner {
-                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-                local: LocalPool::new(self.capacity()),
-                seats: (0..seats).map(|_| Seat::new()).collect(),
-                gpus: self.gpus,
-                per_gpu: self.concurrency,
-                host,
-                host_error,
-                timeout: self.timeout,
-                hold_timeout: self.hold_timeout,
-                tracer,
-                inherited,
-                budget_source: self.memory_budget,
-                budget: OnceLock::new(),
-                probe_budget: self.probe_budget,
-            }))),
-        }
     }
 }
 
@@ -438,13 +241,7 @@ impl PermitPool {
                     Err(why) => ignored(why),
                     Ok(permit) => match crate::host::adopt_inherited(permit) {
                         Ok(files) => {
-                            return PermitPool::inside(
-                                Inherited {
-                                    permit: permit.clone(),
-                                    _files: files,
-                                },
-                                cfg,
-                            );
+                            return PermitPool::inside(Inherited::new(permit.clone(), files), cfg);
                         }
                         Err(InheritError::Leftover(why)) => ignored(&why),
                         Err(InheritError::Unusable(why)) => {
@@ -680,7 +477,7 @@ impl PermitPool {
     }
 
     #[inline]
-    fn acquire_or_panic(&self, want: Want) -> GpuTestPermit {
+    pub(super) fn acquire_or_panic(&self, want: Want) -> GpuTestPermit {
         match self.acquire_inner(want, Deadline::After(self.inner().timeout)) {
             Ok(p) => p,
             Err(e) => panic!("gpu-test-permit: {e}"),
@@ -729,7 +526,11 @@ impl PermitPool {
     }
 
     #[inline(always)]
-    fn acquire_inner(&self, want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
+    pub(super) fn acquire_inner(
+        &self,
+        want: Want,
+        wait: Deadline,
+    ) -> Result<GpuTestPermit, AcquireError> {
         // Weighted and memory requests are checked (and memory turned into units) first: a
         // request that can never be served fails at once, nested or not. Those that cannot
         // fail take an inline path: a request of at most N units, and a memory declaration
@@ -1035,306 +836,6 @@ fn count_equal<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<(T, usiz
     out
 }
 
-/// Why [`PermitPool::resolve`] refused a request: small, so that the check's result stays in
-/// registers; the error is made from it only when a request is refused.
-#[derive(Clone, Copy, Debug)]
-enum Refused {
-    TooLarge {
-        asked: usize,
-        limit: usize,
-        inherited: bool,
-    },
-    Memory {
-        asked: u64,
-        budget: u64,
-    },
-    ExclusiveInside {
-        held: usize,
-    },
-}
-
-impl From<Refused> for AcquireError {
-    #[cold]
-    fn from(refused: Refused) -> AcquireError {
-        match refused {
-            Refused::TooLarge {
-                asked,
-                limit,
-                inherited,
-            } => AcquireError::TooLarge {
-                asked,
-                per_gpu: limit,
-                inherited,
-            },
-            Refused::Memory { asked, budget } => AcquireError::MemoryTooLarge { asked, budget },
-            Refused::ExclusiveInside { held } => AcquireError::ExclusiveInsideShared { held },
-        }
-    }
-}
-
-/// What a request asks for ([`PermitRequest`], and the fixtures' `GpuNeed`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Want {
-    /// Units on one GPU (ignored when exclusive).
-    pub(crate) units: usize,
-    pub(crate) exclusive: bool,
-    /// Declared GPU memory, bytes.
-    pub(crate) memory: Option<u64>,
-}
-
-impl Want {
-    pub(crate) const ONE: Want = Want {
-        units: 1,
-        exclusive: false,
-        memory: None,
-    };
-    const EXCLUSIVE: Want = Want {
-        units: 1,
-        exclusive: true,
-        memory: None,
-    };
-
-    fn of(kind: PermitKind) -> Want {
-        match kind {
-            PermitKind::Shared => Want::ONE,
-            PermitKind::Exclusive => Want::EXCLUSIVE,
-        }
-    }
-
-    /// Units the request takes from a pool of `capacity`: all of them when exclusive.
-    fn held_units(&self, capacity: usize) -> usize {
-        if self.exclusive { capacity } else { self.units }
-    }
-
-    fn kind(&self) -> PermitKind {
-        if self.exclusive {
-            PermitKind::Exclusive
-        } else {
-            PermitKind::Shared
-        }
-    }
-}
-
-/// A permit request being built: see [`PermitPool::request`].
-#[derive(Debug, Clone, Copy)]
-#[must_use = "a request does nothing until acquired"]
-pub struct PermitRequest<'p> {
-    pool: &'p PermitPool,
-    want: Want,
-}
-
-impl PermitRequest<'_> {
-    /// Asks for `units` of one GPU's N units (1 by default): a test that needs the GPU of k
-    /// ordinary tests counts as k. All units come from one GPU. With a declared
-    /// [`memory`](Self::memory) as well, the larger of the two counts.
-    ///
-    /// # Panics
-    ///
-    /// If `units` is 0.
-    pub fn units(mut self, units: usize) -> Self {
-        assert!(units >= 1, "a permit holds at least one unit");
-        self.want.units = units;
-        self
-    }
-
-    /// Declares the GPU memory the test needs: it takes `ceil(bytes / (budget / N))` units,
-    /// where the budget is one GPU's (`GPU_TEST_PERMIT_GPU_MEMORY`,
-    /// [`PoolBuilder::memory_budget`], or the device memory the CUDA probe reports). Without a
-    /// known budget the request takes one unit, and the process says so once.
-    pub fn memory(mut self, bytes: u64) -> Self {
-        self.want.memory = Some(bytes);
-        self
-    }
-
-    /// Asks for every unit of every GPU: nothing else runs on the GPU while it is held.
-    pub fn exclusive(mut self) -> Self {
-        self.want.exclusive = true;
-        self
-    }
-
-    /// Takes the permit, waiting up to the pool's deadline.
-    ///
-    /// # Panics
-    ///
-    /// When the request can never be served (more units or memory than a GPU has), when the
-    /// thread holds a smaller permit (see [`AcquireError::NestedLarger`]), when the deadline
-    /// passes, and when the slot directory is unusable. In a test, that fails the test.
-    pub fn acquire(self) -> GpuTestPermit {
-        self.pool.acquire_or_panic(self.want)
-    }
-
-    /// Takes the permit only if its units are free now.
-    ///
-    /// # Errors
-    ///
-    /// [`AcquireError::WouldBlock`] when they are not, and the others of [`AcquireError`].
-    pub fn try_acquire(self) -> Result<GpuTestPermit, AcquireError> {
-        self.pool.acquire_inner(self.want, Deadline::Now)
-    }
-
-    /// Takes the permit, waiting at most `timeout`.
-    ///
-    /// # Errors
-    ///
-    /// See [`AcquireError`].
-    pub fn acquire_for(self, timeout: Duration) -> Result<GpuTestPermit, AcquireError> {
-        self.pool.acquire_inner(self.want, Deadline::After(timeout))
-    }
-
-    /// Takes the permit, waiting until `deadline` (`None`: no deadline; use with care).
-    ///
-    /// # Errors
-    ///
-    /// See [`AcquireError`].
-    pub fn acquire_until(self, deadline: Option<Instant>) -> Result<GpuTestPermit, AcquireError> {
-        self.pool
-            .acquire_inner(self.want, deadline.map_or(Deadline::Never, Deadline::At))
-    }
-}
-
-impl PoolInner {
-    /// The per-GPU memory budget (resolved once; a percentage or no setting asks the CUDA
-    /// probe).
-    fn memory_budget(&self) -> Option<Budget> {
-        *self.budget.get_or_init(|| {
-            let own = match self.budget_source {
-                Some(crate::config::MemoryBudget::Bytes(b)) => Some(b),
-                Some(crate::config::MemoryBudget::Percent(p)) => {
-                    probed_memory(true).map(|m| (m as f64 * p / 100.0) as u64)
-                }
-                // The global pool only: a pool from the builder has the budget it was given.
-                None if self.probe_budget => probed_memory(false),
-                None => None,
-            }
-            .filter(|&b| b > 0);
-            // Processes sharing host slots convert with one budget, as they share one N.
-            let agreed = match &self.host {
-                Some(host) => host.agree_on_budget(own),
-                None => own,
-            };
-            let (limit, _) = self.unit_limit();
-            agreed.map(|bytes| Budget::new(bytes, self.units_per_gpu(), limit))
-        })
-    }
-}
-
-/// One GPU's memory budget, with what turns a declaration into units without a division,
-/// worked out once per pool.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Budget {
-    /// Bytes (at least 1).
-    pub(super) bytes: u64,
-    /// `floor((2^64 - 1) / bytes)`.
-    inverse: u64,
-    /// The N declarations are converted with.
-    per_gpu: u64,
-    /// Declarations of fewer bytes are served without checks: they are within the budget,
-    /// their units within what one permit can hold, and their bytes times `per_gpu` fit in a
-    /// `u64` (0: none is).
-    inline_below: u64,
-}
-
-impl Budget {
-    /// `bytes` of one GPU, converted with `per_gpu` units per GPU, for permits of at most
-    /// `limit` units.
-    pub(super) fn new(bytes: u64, per_gpu: usize, limit: usize) -> Budget {
-        let (n, limit) = (per_gpu as u128, limit as u128);
-        // `need` takes `ceil(need x N / bytes)` units: at most `limit` when
-        // `need x N <= limit x bytes`.
-        let inline_below = if n == 0 || limit == 0 {
-            0
-        } else {
-            let most = (bytes as u128)
-                .min(limit * bytes as u128 / n)
-                .min(u64::MAX as u128 / n);
-            // `most` fits in a `u64`, being at most `bytes`; at `u64::MAX` that one
-            // declaration takes the checked path.
-            (most as u64).saturating_add(1)
-        };
-        Budget {
-            bytes,
-            inverse: u64::MAX / bytes,
-            per_gpu: per_gpu as u64,
-            inline_below,
-        }
-    }
-
-    /// `ceil(need x per_gpu / bytes)`: the units `need` bytes take of a GPU's `per_gpu`.
-    pub(super) fn units(&self, need: u64) -> u64 {
-        match need.checked_mul(self.per_gpu) {
-            Some(0) => 0,
-            // ceil(x / bytes) = floor((x - 1) / bytes) + 1 for x >= 1.
-            Some(scaled) => self.div_floor(scaled - 1) + 1,
-            None => (need as u128 * self.per_gpu as u128).div_ceil(self.bytes as u128) as u64,
-        }
-    }
-
-    /// The units of `need` bytes (at least 1) when it is below `inline_below`, which makes it
-    /// a declaration that cannot be refused; `None` otherwise.
-    #[inline(always)]
-    pub(super) fn inline_units(&self, need: u64) -> Option<usize> {
-        if need >= self.inline_below {
-            return None;
-        }
-        // Below `inline_below`, `need x per_gpu` does not overflow, and the units are at most
-        // the permit limit, a `usize`. `max(ceil(x / bytes), 1)` is
-        // `floor((max(x, 1) - 1) / bytes) + 1`.
-        let scaled = need * self.per_gpu;
-        Some(self.div_floor(scaled.saturating_sub(1)) as usize + 1)
-    }
-
-    /// `floor(x / bytes)`. Multiplies by the inverse and corrects the estimate, which is at
-    /// most 1 short: the inverse is at least `2^64 / bytes - 1`, so the product falls short
-    /// of `x x 2^64 / bytes` by at most `x`, less than `2^64`.
-    #[inline(always)]
-    fn div_floor(&self, x: u64) -> u64 {
-        let q = ((x as u128 * self.inverse as u128) >> 64) as u64;
-        // q x bytes <= x, so this neither wraps nor overflows.
-        let rest = x - q * self.bytes;
-        debug_assert!(
-            (rest as u128) < 2 * self.bytes as u128,
-            "the estimate was more than 1 short"
-        );
-        q + u64::from(rest >= self.bytes)
-    }
-}
-
-/// The smallest device memory the CUDA probe reports, in bytes; `None` without the `cuda`
-/// feature, without CUDA devices, or (unless `unified_too`) when a device shares its memory
-/// with the CPU: there the budget is what the user says it is.
-fn probed_memory(unified_too: bool) -> Option<u64> {
-    #[cfg(feature = "cuda")]
-    {
-        use crate::probe::{Backend, DeviceKind};
-        let outcome = crate::probe::probe(Backend::Cuda).outcome;
-        let devices = outcome.devices()?;
-        if !unified_too && devices.iter().any(|d| d.kind == DeviceKind::Integrated) {
-            return None;
-        }
-        devices.iter().filter_map(|d| d.memory_bytes).min()
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = unified_too;
-        None
-    }
-}
-
-/// Says once per process that a memory declaration counts as one unit for want of a budget.
-#[cold]
-fn no_budget_notice(bytes: u64) {
-    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        crate::notice::line(&format!(
-            "a test declared {} of GPU memory, but no memory budget is known, so memory \
-             declarations count as one permit unit; set {} (e.g. 64GiB, or 90% of the device \
-             memory the CUDA probe reports)",
-            crate::config::format_bytes(bytes),
-            crate::config::GPU_MEMORY_VAR
-        ));
-    }
-}
-
 fn thread_label() -> String {
     let t = std::thread::current();
     match t.name() {
@@ -1357,72 +858,5 @@ fn detected_gpus() -> usize {
     #[cfg(not(feature = "cuda"))]
     {
         1
-    }
-}
-
-#[cfg(all(test, not(loom)))]
-mod tests {
-    use super::Budget;
-
-    #[test]
-    fn memory_to_units_without_a_division_matches_div_ceil() {
-        // `limit` below `per_gpu`: inside an inherited permit of fewer units than N.
-        let check = |bytes: u64, need: u64, per_gpu: usize, limit: usize| {
-            let exact = (need as u128 * per_gpu as u128).div_ceil(bytes as u128) as u64;
-            let budget = Budget::new(bytes, per_gpu, limit);
-            let at = format!("{need} of {bytes} at N = {per_gpu}, limit {limit}");
-            assert_eq!(budget.units(need), exact, "{at}");
-            let units = exact.max(1);
-            let servable = need <= bytes && units <= limit as u64;
-            match budget.inline_units(need) {
-                Some(inline) => {
-                    assert!(servable, "{at}: served inline but refused when checked");
-                    assert_eq!(inline as u64, units, "{at}");
-                }
-                // Only a declaration whose conversion overflows (or `u64::MAX` bytes) is left
-                // to the checked path although it would be served.
-                None => assert!(
-                    !servable || need.checked_mul(per_gpu as u64).is_none() || need == u64::MAX,
-                    "{at}: servable but not inline"
-                ),
-            }
-        };
-        let mut seed = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for _ in 0..200_000 {
-            let bytes = (next() >> (next() % 64)).max(1);
-            let need = next() >> (next() % 64);
-            let per_gpu = (next() % 1024 + 1) as usize;
-            let limit = if next() % 2 == 0 {
-                per_gpu
-            } else {
-                (next() % per_gpu as u64 + 1) as usize
-            };
-            check(bytes, need, per_gpu, limit);
-        }
-        for bytes in [1, 2, 3, 7, 1 << 30, 80_000_000_000, u64::MAX / 3, u64::MAX] {
-            for need in [
-                0,
-                1,
-                bytes / 2,
-                bytes / 2 + 1,
-                bytes - 1,
-                bytes,
-                bytes.saturating_add(1),
-                u64::MAX / 1024,
-                u64::MAX,
-            ] {
-                for per_gpu in [1, 2, 3, 8, 1024] {
-                    for limit in [1, (per_gpu / 2).max(1), per_gpu] {
-                        check(bytes, need, per_gpu, limit);
-                    }
-                }
-            }
-        }
     }
 }

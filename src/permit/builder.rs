@@ -1,0 +1,179 @@
+//! [`PoolBuilder`]: a pool's N, GPUs, slot directory, deadlines, budget and trace.
+
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use super::inherited::Inherited;
+use super::local::LocalPool;
+use super::pool::{PermitPool, PoolInner};
+use super::seat::Seat;
+use crate::config::SlotDir;
+use crate::host::{HostError, HostSlots, Layout};
+use crate::trace::Tracer;
+
+/// Configures a [`PermitPool`].
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct PoolBuilder {
+    pub(super) concurrency: usize,
+    pub(super) gpus: usize,
+    pub(super) slot_dir: Option<SlotDir>,
+    pub(super) timeout: Duration,
+    pub(super) hold_timeout: Option<Duration>,
+    pub(super) trace: Option<PathBuf>,
+    pub(super) memory_budget: Option<crate::config::MemoryBudget>,
+    pub(super) probe_budget: bool,
+}
+
+impl PoolBuilder {
+    /// Permits per GPU (at least 1); on a one-GPU pool, per host.
+    ///
+    /// # Panics
+    ///
+    /// If `n` is 0.
+    pub fn concurrency(mut self, n: usize) -> Self {
+        assert!(n >= 1, "a permit pool needs at least one permit");
+        self.concurrency = n;
+        self
+    }
+
+    /// GPUs the pool spans (default 1): it holds `concurrency x gpus` permits, and each
+    /// permit's [`device`](crate::GpuTestPermit::device) is its host slot modulo `gpus`, so no GPU
+    /// gets more than `concurrency` of them.
+    ///
+    /// # Panics
+    ///
+    /// If `gpus` is 0.
+    pub fn gpus(mut self, gpus: usize) -> Self {
+        assert!(gpus >= 1, "a permit pool spans at least one GPU");
+        self.gpus = gpus;
+        self
+    }
+
+    pub(super) fn capacity(&self) -> usize {
+        self.concurrency
+            .checked_mul(self.gpus)
+            .expect("gpu-test-permit: permits x GPUs overflows")
+    }
+
+    /// Keeps host slots in `dir` (shared with every process using the same directory).
+    pub fn slot_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.slot_dir = Some(SlotDir::Explicit(dir.as_ref().to_path_buf()));
+        self
+    }
+
+    /// Limits this process only: no host slots. Other processes are not counted.
+    pub fn in_process_only(mut self) -> Self {
+        self.slot_dir = None;
+        self
+    }
+
+    /// The deadline of [`PermitPool::acquire`] and [`PermitPool::acquire_exclusive`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The hold deadline: a permit of this pool held longer than `deadline` makes the process
+    /// print what is known (holders, since when, the N in force) and abort, so that a test
+    /// stuck in a wedged driver fails the run instead of hanging it
+    /// (`GPU_TEST_PERMIT_HOLD_TIMEOUT` for the global pool; off by default). A process that
+    /// ends the holder its own way sets a handler instead: [`on_hold_timeout`](crate::on_hold_timeout).
+    pub fn hold_timeout(mut self, deadline: Duration) -> Self {
+        self.hold_timeout = Some(deadline);
+        self
+    }
+
+    /// The GPU memory of one GPU that permits budget (`GPU_TEST_PERMIT_GPU_MEMORY` for the
+    /// global pool): a request declaring `bytes` ([`PermitPool::acquire_memory`]) takes
+    /// `ceil(bytes / (budget / N))` of the GPU's N units. Without a budget, such a request
+    /// takes one unit (and says so once).
+    ///
+    /// # Panics
+    ///
+    /// If `bytes` is 0.
+    pub fn memory_budget(mut self, bytes: u64) -> Self {
+        assert!(bytes >= 1, "a memory budget is at least one byte");
+        self.memory_budget = Some(crate::config::MemoryBudget::Bytes(bytes));
+        self
+    }
+
+    /// Appends wait and hold spans to `path` (see [`trace`](crate::trace)).
+    pub fn trace(mut self, path: impl AsRef<Path>) -> Self {
+        self.trace = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// Creates the pool. Opening the slot directory happens here; if it fails, the error is
+    /// returned.
+    ///
+    /// # Errors
+    ///
+    /// [`HostError`] when the slot directory is unusable or insecure.
+    pub fn build(mut self) -> Result<PermitPool, HostError> {
+        let wanted = Layout {
+            per_gpu: self.concurrency,
+            gpus: self.gpus,
+        };
+        let host = match &self.slot_dir {
+            None => None,
+            Some(dir) => {
+                let dir = dir.path().map_err(HostError::Directory)?;
+                Some(HostSlots::open(&dir, wanted)?)
+            }
+        };
+        // Processes sharing a directory share its layout (see `host`).
+        if let Some(layout) = host.as_ref().map(HostSlots::layout) {
+            self.concurrency = layout.per_gpu;
+            self.gpus = layout.gpus;
+        }
+        Ok(self.finish(host, None, None))
+    }
+
+    pub(super) fn finish(
+        self,
+        host: Option<HostSlots>,
+        host_error: Option<HostError>,
+        inherited: Option<Inherited>,
+    ) -> PermitPool {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let tracer = self.trace.as_ref().and_then(|p| match Tracer::open(p) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                crate::notice::line(&format!(
+                    "cannot open trace file {} ({e}); tracing is off",
+                    p.display()
+                ));
+                None
+            }
+        });
+        // A pool whose every acquisition fails with `host_error` never seats a permit: it
+        // gets none, however large the layout that was refused (a layout refused for want of
+        // descriptors may be a million units).
+        let seats = if host_error.is_some() {
+            0
+        } else {
+            self.capacity()
+        };
+        PermitPool {
+            inner: NonNull::from(Box::leak(Box::new(PoolInner {
+                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                local: LocalPool::new(self.capacity()),
+                seats: (0..seats).map(|_| Seat::new()).collect(),
+                gpus: self.gpus,
+                per_gpu: self.concurrency,
+                host,
+                host_error,
+                timeout: self.timeout,
+                hold_timeout: self.hold_timeout,
+                tracer,
+                inherited,
+                budget_source: self.memory_budget,
+                budget: OnceLock::new(),
+                probe_budget: self.probe_budget,
+            }))),
+        }
+    }
+}

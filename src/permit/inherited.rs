@@ -1,0 +1,48 @@
+//! A permit inherited from a parent process, as a pool works inside it.
+
+/// A permit inherited from a parent process (`gpu-test-permit run`). The pool's host slots are
+/// those of the directory in which every process inside that permit shares its units
+/// ([`crate::host::share_dir`]), so that all of them together hold at most what the parent
+/// holds.
+pub(super) struct Inherited {
+    /// The parent's permit, as it was passed.
+    pub(super) permit: crate::config::InheritedPermit,
+    /// This process's descriptors of the parent's slot descriptions (they keep the slots
+    /// locked while this process lives).
+    _files: Vec<std::fs::File>,
+}
+
+impl Inherited {
+    /// The parent's `permit`, kept locked through this process's `files`.
+    pub(super) fn new(
+        permit: crate::config::InheritedPermit,
+        files: Vec<std::fs::File>,
+    ) -> Inherited {
+        Inherited {
+            permit,
+            _files: files,
+        }
+    }
+
+    /// The parent's slot that shared slot `index` stands for: the one at that position for a
+    /// shared permit, the same slot for an exclusive one (whose layout the shared slots copy).
+    pub(super) fn parent_slot(&self, index: usize) -> usize {
+        if self.permit.exclusive {
+            index
+        } else {
+            self.permit.slots.get(index).map_or(index, |s| s.index)
+        }
+    }
+
+    /// The GPU shared slot `index` is for, as the parent numbers its GPUs.
+    pub(super) fn gpu_of(&self, index: usize) -> usize {
+        if self.permit.exclusive {
+            index % self.permit.gpus.max(1)
+        } else {
+            self.permit
+                .slots
+                .first()
+                .map_or(0, |s| self.permit.gpu_of(s))
+        }
+    }
+}
