@@ -212,8 +212,14 @@ fn the_readme_shows_the_snippets_the_tool_prints() {
     }
 }
 
+/// README.md and the guide it links to (docs/guide.md), where the recipes are in full.
 fn readme() -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap()
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    ["README.md", "docs/guide.md"]
+        .iter()
+        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The example suite's own target directory: the one of the `cargo test` running this is
