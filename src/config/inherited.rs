@@ -1,0 +1,242 @@
+//! The permit a parent process passes on ([`INHERITED_VAR`](crate::config::INHERITED_VAR)): its value's format, parsed and
+//! written.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use super::vars::MAX_CONCURRENCY;
+
+/// A permit held by a parent process for this one: what [`INHERITED_VAR`](crate::config::INHERITED_VAR) carries.
+///
+/// The parent (`gpu-test-permit run`) holds host slots and passes their open file descriptions
+/// to the command it starts, as descriptors without close-on-exec, so that the command and
+/// everything it starts share them: a `flock` lock belongs to the open file description, and
+/// the slot stays locked while any process holding it lives, the parent killed with SIGKILL
+/// included. The variable names those descriptors and what they must be:
+///
+/// ```text
+/// GPU_TEST_PERMIT_INHERITED=1:<per_gpu>x<gpus>:<shared|exclusive>:<slot>=<fd>/<dev>/<ino>[@<gpu>][,...]:<dir>
+/// ```
+///
+/// `1` is the format's version; `<per_gpu>x<gpus>` the GPUs and the permits per GPU that units
+/// are counted in (memory declarations are converted with this N); then, per slot held, its
+/// index in the slot directory `<dir>` (last, so that it may contain `:`), the descriptor number
+/// in this process, the device and inode of the slot file, and the GPU it is for when that is
+/// not `<slot> % <gpus>`. A process trusts it only after checking each descriptor: open, the
+/// same file (device and inode) as `<dir>/gpu0.slot<i>`, and that file locked through that very
+/// description.
+///
+/// The processes that work inside one inherited permit share its units through slot files of
+/// their own, in a directory beside the parent's slots (`<dir>/gpu0.slot<first>.inside-<uid>`): at most
+/// as many units as the parent holds are held by all of them together. A process among them
+/// that passes its own permit on (a `gpu-test-permit run` inside another) names the slots of
+/// that directory, with their GPUs.
+///
+/// ```
+/// use gpu_test_permit::config::InheritedPermit;
+///
+/// let v = "1:2x1:shared:1=7/2049/131/:/tmp/gpu-test-permit-1000";
+/// assert!(InheritedPermit::parse(v.as_ref()).is_err()); // a malformed slot
+/// let v = "1:2x1:shared:1=7/2049/131:/tmp/slots:a";
+/// let p = InheritedPermit::parse(v.as_ref()).unwrap();
+/// assert_eq!((p.slots[0].index, p.slots[0].fd), (1, 7));
+/// assert_eq!(p.dir, std::path::Path::new("/tmp/slots:a"));
+/// assert_eq!(p.to_os_string(), v);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InheritedPermit {
+    /// Permits per GPU in the slot directory.
+    pub per_gpu: usize,
+    /// GPUs the slot directory serves.
+    pub gpus: usize,
+    /// Whether the parent holds every slot.
+    pub exclusive: bool,
+    /// The slots held, by index: as many as a shared permit's units, all of one GPU; every
+    /// slot for an exclusive one.
+    pub slots: Vec<InheritedSlot>,
+    /// The slot directory.
+    pub dir: PathBuf,
+}
+
+/// One slot of an [`InheritedPermit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct InheritedSlot {
+    /// The slot's index (`gpu0.slot<index>`).
+    pub index: usize,
+    /// The descriptor, in the receiving process, of an open file description holding its lock.
+    pub fd: u64,
+    /// The slot file's device number.
+    pub dev: u64,
+    /// The slot file's inode number.
+    pub ino: u64,
+    /// The GPU the slot is for, when that is not its index modulo the GPUs (a slot of the
+    /// directory in which the processes inside a permit share it).
+    pub gpu: Option<usize>,
+}
+
+impl InheritedSlot {
+    /// A slot held through descriptor `fd` of file `(dev, ino)`.
+    pub fn new(index: usize, fd: u64, dev: u64, ino: u64) -> InheritedSlot {
+        InheritedSlot {
+            index,
+            fd,
+            dev,
+            ino,
+            gpu: None,
+        }
+    }
+
+    /// The same slot, for GPU `gpu`.
+    pub fn on_gpu(mut self, gpu: usize) -> InheritedSlot {
+        self.gpu = Some(gpu);
+        self
+    }
+}
+
+impl InheritedPermit {
+    /// A permit of `slots` in `dir`, laid out as `per_gpu` x `gpus`.
+    pub fn new(
+        per_gpu: usize,
+        gpus: usize,
+        exclusive: bool,
+        slots: Vec<InheritedSlot>,
+        dir: PathBuf,
+    ) -> InheritedPermit {
+        InheritedPermit {
+            per_gpu,
+            gpus,
+            exclusive,
+            slots,
+            dir,
+        }
+    }
+
+    /// Parses the value of [`INHERITED_VAR`](crate::config::INHERITED_VAR).
+    ///
+    /// # Errors
+    ///
+    /// What is wrong with it, completing "GPU_TEST_PERMIT_INHERITED='...' ...".
+    pub fn parse(raw: &std::ffi::OsStr) -> Result<InheritedPermit, String> {
+        let bytes = raw.as_encoded_bytes();
+        // The directory follows the fourth `:` and may contain more of them.
+        let Some(split) = bytes
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| **b == b':')
+            .nth(3)
+            .map(|(i, _)| i)
+        else {
+            return Err("has fewer than five `:`-separated fields".into());
+        };
+        let head = std::str::from_utf8(&bytes[..split]).map_err(|_| "is not valid UTF-8")?;
+        // SAFETY: the tail comes from `as_encoded_bytes` of one `OsStr`, split right after an
+        // ASCII `:`, as `from_encoded_bytes_unchecked` requires.
+        let dir = unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(&bytes[split + 1..]) };
+        let fields: Vec<&str> = head.split(':').collect();
+        let [version, layout, kind, slots] = fields[..] else {
+            return Err("has fewer than five `:`-separated fields".into());
+        };
+        if version != "1" {
+            return Err(format!("has format version {version}, not 1"));
+        }
+        let count = |s: &str| {
+            s.parse::<usize>()
+                .ok()
+                .filter(|n| (1..=MAX_CONCURRENCY).contains(n))
+        };
+        let (per_gpu, gpus) = layout
+            .split_once('x')
+            .and_then(|(n, g)| Some((count(n)?, count(g)?)))
+            .ok_or_else(|| format!("has layout `{layout}`, not <per_gpu>x<gpus>"))?;
+        let exclusive = match kind {
+            "shared" => false,
+            "exclusive" => true,
+            _ => return Err(format!("has kind `{kind}`, not shared or exclusive")),
+        };
+        let slot = |s: &str| -> Option<InheritedSlot> {
+            let (index, rest) = s.split_once('=')?;
+            let (rest, gpu) = match rest.split_once('@') {
+                Some((rest, gpu)) => (rest, Some(gpu.parse::<usize>().ok()?)),
+                None => (rest, None),
+            };
+            let mut ids = rest.split('/').map(|n| n.parse::<u64>().ok());
+            let (fd, dev, ino) = (ids.next()??, ids.next()??, ids.next()??);
+            if ids.next().is_some() {
+                return None;
+            }
+            let slot = InheritedSlot::new(index.parse().ok()?, fd, dev, ino);
+            Some(match gpu {
+                Some(g) => slot.on_gpu(g),
+                None => slot,
+            })
+        };
+        let slots = slots
+            .split(',')
+            .map(|s| {
+                slot(s)
+                    .ok_or_else(|| format!("has slot `{s}`, not <slot>=<fd>/<dev>/<ino>[@<gpu>]"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let total = per_gpu.saturating_mul(gpus);
+        let gpu_of = |s: &InheritedSlot| s.gpu.unwrap_or(s.index % gpus);
+        let fits = if exclusive {
+            slots.iter().map(|s| s.index).eq(0..total)
+                && slots.iter().all(|s| gpu_of(s) == s.index % gpus)
+        } else {
+            // A weighted permit: 1 to N distinct slots, all of one GPU.
+            let mut indices: Vec<usize> = slots.iter().map(|s| s.index).collect();
+            indices.sort_unstable();
+            indices.dedup();
+            indices.len() == slots.len()
+                && slots.len() <= per_gpu
+                && slots
+                    .iter()
+                    .all(|s| s.index < total && gpu_of(s) == gpu_of(&slots[0]))
+        };
+        if !fits {
+            return Err(format!(
+                "holds slots that do not fit a {kind} permit of {per_gpu}x{gpus}"
+            ));
+        }
+        let dir = PathBuf::from(dir);
+        if !dir.is_absolute() {
+            return Err("names a slot directory that is not an absolute path".into());
+        }
+        Ok(InheritedPermit::new(per_gpu, gpus, exclusive, slots, dir))
+    }
+
+    /// The GPU slot `slot` of this permit is for.
+    pub fn gpu_of(&self, slot: &InheritedSlot) -> usize {
+        slot.gpu.unwrap_or(slot.index % self.gpus.max(1))
+    }
+
+    /// The value of [`INHERITED_VAR`](crate::config::INHERITED_VAR) that [`parse`](Self::parse) reads back.
+    pub fn to_os_string(&self) -> OsString {
+        let slots: Vec<String> = self
+            .slots
+            .iter()
+            .map(|s| {
+                let gpu = match s.gpu {
+                    Some(g) if g != s.index % self.gpus.max(1) => format!("@{g}"),
+                    _ => String::new(),
+                };
+                format!("{}={}/{}/{}{gpu}", s.index, s.fd, s.dev, s.ino)
+            })
+            .collect();
+        let kind = if self.exclusive {
+            "exclusive"
+        } else {
+            "shared"
+        };
+        let mut out = OsString::from(format!(
+            "1:{}x{}:{kind}:{}:",
+            self.per_gpu,
+            self.gpus,
+            slots.join(",")
+        ));
+        out.push(&self.dir);
+        out
+    }
+}

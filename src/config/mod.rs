@@ -1,0 +1,468 @@
+//! Every environment variable the crate reads, parsed and validated in one place.
+//!
+//! [`Config::from_env`] reads the process environment once (see [`Config::global`]); a bad value
+//! never panics and never silently changes meaning. Surrounding whitespace is ignored in numbers,
+//! durations and words (`"2 "` is 2), not in paths. Values with a safe fallback (a number, a
+//! duration) produce a [`ConfigWarning`] naming the variable, the bad value and the value used
+//! instead. Values where a guess would be dangerous (the slot directory, which decides which
+//! processes share a cap) are kept as errors and reported when a permit is first requested.
+//!
+//! # The variables
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024) | 2 |
+//! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit: `90`, `90s`, `1500ms`, `10m`, `1h` | 10m |
+//! | `GPU_TEST_PERMIT_HOLD_TIMEOUT` | longest a permit may be held; past it the process prints who holds permits, since when and the N in force, records the hang, and aborts (a wedged driver becomes a failure, not a hung run; `gpu-test-permit run` instead ends its command, then exits with 124); keep it below nextest's `slow-timeout` termination | off |
+//! | `GPU_TEST_PERMIT_DIR` | absolute path of the host slot directory (share it between users or containers) | `/tmp/gpu-test-permit-<uid>` |
+//! | `GPU_TEST_PERMIT_TRACE` | file to append wait and hold spans to (Chrome trace events; Perfetto opens it) | off |
+//! | `GPU_TEST_PERMIT_REQUIRE` | backends whose absence fails instead of skips: `none`, `any`, `cuda`, `wgpu`, `cuda,wgpu` | `none` |
+//! | `GPU_TEST_PERMIT_PROBE_TIMEOUT` | deadline for one backend's probe child | 10s |
+//! | `GPU_TEST_PERMIT_PROBE` | `child`, or `in-process` to probe inside the test process (faster, unprotected) | `child` |
+//! | `GPU_TEST_PERMIT_SKIP_LOG` | file to append one line per skipped test to | off |
+//! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1), a count (`4`: GPUs 0 to 3), or a list of GPU ids (`0,2,3`; one GPU: `3,`) that permit device k maps to, as the process numbers its CUDA devices (after `CUDA_VISIBLE_DEVICES`) | `auto` |
+//! | `GPU_TEST_PERMIT_GPU_MEMORY` | GPU memory per GPU that permits budget: a size (`64GiB`, `80GB`, `512MiB`, bytes) or a percentage of the smallest device memory the CUDA probe reports (`90%`); a permit declaring memory ([`acquire_memory`](crate::acquire_memory)) takes `ceil(bytes / (budget / N))` permit units. On unified-memory devices (GB10) set a size: the probe does not derive one | CUDA device memory (discrete GPUs, feature `cuda`), else none |
+//! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
+//! | `GPU_TEST_PERMIT_INHERITED` | set by `gpu-test-permit run` for its command: the permit it holds, which the command and its descendants work inside instead of taking host slots (see [`InheritedPermit`]); not for setting by hand | unset |
+//! | `WGPU_ADAPTER_NAME` | wgpu's own: the wgpu fixture uses only adapters whose name contains this text (case-insensitive), as `wgpu::util::initialize_adapter_from_env` does; no match fails the test with the list of adapters | best adapter |
+//! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | the same for this crate's fixture only (your own `WGPU_ADAPTER_NAME` code is not affected); wins over `WGPU_ADAPTER_NAME` when both are set | `WGPU_ADAPTER_NAME` |
+//! | `WGPU_POWER_PREF` | wgpu's own: `high` (discrete GPUs first), `low` (integrated first) or `none` (device type not considered: every adapter in wgpu's order); the order of the wgpu fixture's adapter choice | discrete, integrated, virtual, other, CPU |
+//! | `WGPU_BACKEND` | wgpu's own: when set, the probe and the fixture try exactly the backends it names | Vulkan, Metal, DX12, then GL |
+//!
+//! Durations are a whole number with an optional unit: `90`, `90s`, `1500ms`, `10m`, `1h`.
+//!
+//! # Where warnings show up
+//!
+//! A warning is worth nothing if nobody sees it, and both test runners hide a passing test's
+//! output, so [`Config::global`] reports each process's warnings three ways:
+//!
+//! - **Standard error, once per process, one line each.** The lines are written to the
+//!   `std::io::stderr()` handle directly, not with `eprintln!`, which `cargo test` (libtest)
+//!   captures and shows only for failing tests: under `cargo test` they appear in the terminal
+//!   even when every test passes. `cargo nextest` captures the whole process's output and shows
+//!   it for failures only (or with `--success-output immediate`).
+//! - **A record of the nextest run.** Under nextest ([`NextestEnv::run_id`] set), the first test
+//!   process with warnings writes them to `config-warnings.log` in the slot directory, headed by
+//!   the run id; later processes of the same run add only lines not yet there, and a new run
+//!   with warnings replaces the file. `gpu-test-permit config` prints the configuration the
+//!   current environment gives and the warnings of the last recorded run.
+//! - **Failures, on request.** With [`STRICT_VAR`]`=1` the warnings are errors: every call of
+//!   [`Config::global`] (so every permit, probe and skip decision) panics with them, which fails
+//!   the test under either runner and shows the message where failures are shown. Set it on CI.
+//!
+//! ```
+//! use gpu_test_permit::config::{Config, CONCURRENCY_VAR};
+//!
+//! let cfg = Config::from_lookup(|name| (name == CONCURRENCY_VAR).then(|| "abc".into()));
+//! assert_eq!(cfg.concurrency.get(), 2);
+//! assert_eq!(
+//!     cfg.warnings[0].to_string(),
+//!     "REALIZAR_GPU_TEST_CONCURRENCY='abc' is not a whole number; using 2"
+//! );
+//! let cfg = Config::from_lookup(|name| (name == CONCURRENCY_VAR).then(|| " 3 ".into()));
+//! assert_eq!((cfg.concurrency.get(), cfg.warnings.len()), (3, 0));
+//! ```
+
+mod inherited;
+mod nextest;
+mod parse;
+mod values;
+mod vars;
+mod warnings;
+
+use std::ffi::OsString;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+pub use inherited::{InheritedPermit, InheritedSlot};
+pub use nextest::NextestEnv;
+pub use parse::{
+    RequireError, ValueError, parse_concurrency, parse_duration, parse_gpus, parse_memory,
+};
+pub use values::{
+    AdapterName, ConfigWarning, Gpus, MemoryBudget, PowerPref, SlotDir, default_slot_dir,
+    format_bytes,
+};
+pub use vars::*;
+pub use warnings::{RecordedWarnings, recorded_warnings};
+
+use parse::{parse_dir, utf8};
+use values::warning;
+use warnings::record_warnings;
+
+/// The typed, validated configuration.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Config {
+    /// Permits per GPU, from [`CONCURRENCY_VAR`].
+    pub concurrency: NonZeroUsize,
+    /// Wait deadline, from [`TIMEOUT_VAR`].
+    pub timeout: Duration,
+    /// Hold deadline, from [`HOLD_TIMEOUT_VAR`]; `None` is off.
+    pub hold_timeout: Option<Duration>,
+    /// Slot directory, from [`DIR_VAR`].
+    pub slot_dir: SlotDir,
+    /// Trace file, from [`TRACE_VAR`].
+    pub trace: Option<PathBuf>,
+    /// Required backends, from [`REQUIRE_VAR`]; an invalid value is kept as its error message
+    /// and fails every GPU test, because guessing could turn a requirement off.
+    pub require: Result<crate::backend::Policy, RequireError>,
+    /// Probe child deadline, from [`PROBE_TIMEOUT_VAR`].
+    pub probe_timeout: Duration,
+    /// Where probes run, from [`PROBE_VAR`].
+    pub probe_mode: crate::backend::ProbeMode,
+    /// Skip ledger, from [`SKIP_LOG_VAR`].
+    pub skip_log: Option<PathBuf>,
+    /// How many GPUs the permits span, from [`GPUS_VAR`]: the count, or the length of the
+    /// list; `None` is `auto`.
+    pub gpus: Option<NonZeroUsize>,
+    /// The GPU ids [`GPUS_VAR`] lists, when it is a list: permit device k is GPU
+    /// `gpu_list[k]`. `None` for `auto` and a count (device k is GPU k). See
+    /// [`Config::gpu_ids`].
+    pub gpu_list: Option<Vec<usize>>,
+    /// The wgpu adapter to pin, from [`WGPU_ADAPTER_VAR`] or else [`WGPU_ADAPTER_NAME_VAR`]
+    /// (blank counts as unset).
+    pub wgpu_adapter: Option<AdapterName>,
+    /// The order of the wgpu fixture's adapter choice, from [`WGPU_POWER_PREF_VAR`]; `None`
+    /// when unset (the fixture's own order).
+    pub wgpu_power: Option<PowerPref>,
+    /// What `cargo nextest` told this process, when it runs under nextest.
+    pub nextest: Option<NextestEnv>,
+    /// Whether warnings are failures, from [`STRICT_VAR`].
+    pub strict: bool,
+    /// The per-GPU memory budget, from [`GPU_MEMORY_VAR`]; `None` when unset (or rejected).
+    pub gpu_memory: Option<MemoryBudget>,
+    /// The permit a parent holds for this process, from [`INHERITED_VAR`]: `None` when unset,
+    /// the reason when it cannot be parsed (the pool then says so once and takes permits as
+    /// usual).
+    pub inherited: Option<Result<InheritedPermit, String>>,
+    /// One entry per variable whose value was rejected and replaced.
+    pub warnings: Vec<ConfigWarning>,
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Config {
+        Config::from_lookup(|name| std::env::var_os(name))
+    }
+
+    /// The configuration of this process, read from the environment on first use. Its warnings
+    /// are reported then, once: on standard error, and under nextest in the run's record (see
+    /// the module docs).
+    ///
+    /// # Panics
+    ///
+    /// With [`STRICT_VAR`] set and any warning, on every call (except while the thread is
+    /// already panicking), with the message of [`Config::strict_failure`].
+    pub fn global() -> &'static Config {
+        static GLOBAL: OnceLock<Config> = OnceLock::new();
+        let cfg = GLOBAL.get_or_init(|| {
+            let cfg = Config::from_env();
+            cfg.report_warnings();
+            cfg
+        });
+        if let Some(msg) = cfg.strict_failure()
+            && !std::thread::panicking()
+        {
+            panic!("gpu-test-permit: {msg}");
+        }
+        cfg
+    }
+
+    /// With [`STRICT_VAR`] set and any warning: the message that fails the test.
+    pub fn strict_failure(&self) -> Option<String> {
+        if !self.strict || self.warnings.is_empty() {
+            return None;
+        }
+        let mut msg = format!(
+            "{STRICT_VAR} is set, so configuration warnings are errors; fix \
+             these variables or unset {STRICT_VAR}:"
+        );
+        for w in &self.warnings {
+            msg.push_str("\n  ");
+            msg.push_str(&w.to_string());
+        }
+        Some(msg)
+    }
+
+    /// The slot directory this configuration names, or its error.
+    pub fn slot_dir_path(&self) -> Result<PathBuf, String> {
+        self.slot_dir.path()
+    }
+
+    /// The GPU ids of a pool spanning `gpus` GPUs, in permit-device order: permit device k is
+    /// GPU `gpu_ids(gpus)[k]`. The list [`GPUS_VAR`] names, else `0..gpus` (a count or
+    /// `auto`; pass the pool's [`gpus`](crate::PermitPool::gpus), which knows what `auto`
+    /// found).
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{Config, GPUS_VAR};
+    ///
+    /// let cfg = Config::from_lookup(|name| (name == GPUS_VAR).then(|| "0,2,3".into()));
+    /// assert_eq!(cfg.gpus.map(|n| n.get()), Some(3));
+    /// assert_eq!(cfg.gpu_ids(3), [0, 2, 3]);
+    /// assert_eq!(Config::from_lookup(|_| None).gpu_ids(2), [0, 1]);
+    /// ```
+    pub fn gpu_ids(&self, gpus: usize) -> Vec<usize> {
+        self.gpu_list.clone().unwrap_or_else(|| (0..gpus).collect())
+    }
+
+    /// The GPU id of permit device `device`: its entry in the list [`GPUS_VAR`] names (taken
+    /// modulo the list's length), else `device` itself.
+    pub fn gpu_id(&self, device: usize) -> usize {
+        match &self.gpu_list {
+            Some(ids) if !ids.is_empty() => ids[device % ids.len()],
+            _ => device,
+        }
+    }
+
+    fn report_warnings(&self) {
+        if self.warnings.is_empty() {
+            return;
+        }
+        let text: String = self
+            .warnings
+            .iter()
+            .map(|w| format!("gpu-test-permit: {w}\n"))
+            .collect();
+        crate::notice::text(&text);
+        let Some(run_id) = self.nextest.as_ref().and_then(|n| n.run_id.as_deref()) else {
+            return;
+        };
+        let Ok(dir) = self.slot_dir_path() else {
+            return; // refused with its own message at the first permit
+        };
+        if let Err(e) = record_warnings(&dir, run_id, &self.warnings) {
+            crate::notice::line(&format!(
+                "cannot record the configuration warnings in {}: {e}",
+                dir.join(WARNINGS_FILE).display()
+            ));
+        }
+    }
+
+    /// Builds a configuration from any lookup function (for tests and tools); `lookup` returns
+    /// `None` for an unset variable.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Config {
+        let mut warnings = Vec::new();
+        let concurrency = match lookup(CONCURRENCY_VAR) {
+            None => NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap(),
+            Some(raw) => parse_concurrency(&raw).unwrap_or_else(|problem| {
+                warnings.push(warning(CONCURRENCY_VAR, &raw, problem, DEFAULT_CONCURRENCY));
+                NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap()
+            }),
+        };
+        let timeout = match lookup(TIMEOUT_VAR) {
+            None => DEFAULT_TIMEOUT,
+            Some(raw) => parse_duration(&raw).unwrap_or_else(|problem| {
+                let using = format!("{}s", DEFAULT_TIMEOUT.as_secs());
+                warnings.push(warning(TIMEOUT_VAR, &raw, problem, using));
+                DEFAULT_TIMEOUT
+            }),
+        };
+        let hold_timeout = match lookup(HOLD_TIMEOUT_VAR) {
+            None => None,
+            Some(raw) if raw.to_str().map(str::trim) == Some("off") => None,
+            Some(raw) => parse_duration(&raw)
+                .map_err(|problem| warnings.push(warning(HOLD_TIMEOUT_VAR, &raw, problem, "off")))
+                .ok(),
+        };
+        let slot_dir = match lookup(DIR_VAR) {
+            None => SlotDir::Default,
+            Some(raw) => match parse_dir(&raw) {
+                Ok(p) => SlotDir::Explicit(p),
+                Err(problem) => SlotDir::Invalid(format!(
+                    "{DIR_VAR}='{}' {problem}; set it to an absolute directory path shared by \
+                     every process that uses the GPU, or unset it",
+                    raw.to_string_lossy()
+                )),
+            },
+        };
+        let trace = match lookup(TRACE_VAR) {
+            None => None,
+            Some(raw) if raw.is_empty() => {
+                warnings.push(warning(TRACE_VAR, &raw, "is empty", "no trace"));
+                None
+            }
+            Some(raw) => Some(PathBuf::from(raw)),
+        };
+        let require = match lookup(REQUIRE_VAR) {
+            None => Ok(crate::backend::Policy::none()),
+            Some(raw) => utf8(&raw)
+                .and_then(|s| {
+                    s.parse::<crate::backend::Policy>()
+                        .map_err(ValueError::Policy)
+                })
+                .map_err(|problem| RequireError {
+                    value: raw.to_string_lossy().into_owned(),
+                    problem,
+                }),
+        };
+        let probe_timeout = match lookup(PROBE_TIMEOUT_VAR) {
+            None => DEFAULT_PROBE_TIMEOUT,
+            Some(raw) => parse_duration(&raw).unwrap_or_else(|problem| {
+                let using = format!("{}s", DEFAULT_PROBE_TIMEOUT.as_secs());
+                warnings.push(warning(PROBE_TIMEOUT_VAR, &raw, problem, using));
+                DEFAULT_PROBE_TIMEOUT
+            }),
+        };
+        let probe_mode = match lookup(PROBE_VAR) {
+            None => crate::backend::ProbeMode::Child,
+            Some(raw) => match raw.to_str().map(str::trim) {
+                Some("child") => crate::backend::ProbeMode::Child,
+                Some("in-process") => crate::backend::ProbeMode::InProcess,
+                _ => {
+                    let problem = "is not child or in-process";
+                    warnings.push(warning(PROBE_VAR, &raw, problem, "child"));
+                    crate::backend::ProbeMode::Child
+                }
+            },
+        };
+        let skip_log = match lookup(SKIP_LOG_VAR) {
+            None => None,
+            Some(raw) if raw.is_empty() => {
+                warnings.push(warning(SKIP_LOG_VAR, &raw, "is empty", "no skip log"));
+                None
+            }
+            Some(raw) => Some(PathBuf::from(raw)),
+        };
+        let (gpus, gpu_list) = match lookup(GPUS_VAR).map(|raw| (parse_gpus(&raw), raw)) {
+            None | Some((Ok(Gpus::Auto), _)) => (None, None),
+            Some((Ok(Gpus::Count(n)), _)) => (Some(n), None),
+            Some((Ok(Gpus::List(ids)), _)) => (NonZeroUsize::new(ids.len()), Some(ids)),
+            Some((Err(problem), raw)) => {
+                warnings.push(warning(GPUS_VAR, &raw, problem, "auto"));
+                (None, None)
+            }
+        };
+        let nextest = NextestEnv::from_lookup(&lookup, &mut warnings);
+        let strict = match lookup(STRICT_VAR) {
+            None => false,
+            Some(raw) => match raw
+                .to_str()
+                .map(|s| s.trim().to_ascii_lowercase())
+                .as_deref()
+            {
+                Some("1" | "true" | "yes" | "on") => true,
+                Some("" | "0" | "false" | "no" | "off") => false,
+                // Whoever set it meant something: a typo must not turn strictness off.
+                _ => {
+                    let problem = "is not 1, true, yes, on, 0, false, no or off";
+                    warnings.push(warning(STRICT_VAR, &raw, problem, "1"));
+                    true
+                }
+            },
+        };
+        let inherited = lookup(INHERITED_VAR).map(|raw| InheritedPermit::parse(&raw));
+        let wgpu_adapter = [WGPU_ADAPTER_VAR, WGPU_ADAPTER_NAME_VAR]
+            .into_iter()
+            .find_map(|var| {
+                let name = lookup(var)?.to_string_lossy().trim().to_string();
+                (!name.is_empty()).then_some(AdapterName { var, name })
+            });
+        let wgpu_power = lookup(WGPU_POWER_PREF_VAR).and_then(|raw| {
+            match raw
+                .to_str()
+                .map(|s| s.trim().to_ascii_lowercase())
+                .as_deref()
+            {
+                Some("low") => Some(PowerPref::Low),
+                Some("high") => Some(PowerPref::High),
+                Some("none") => Some(PowerPref::None),
+                _ => {
+                    let problem = "is not low, high or none";
+                    let using = "the fixture's own order";
+                    warnings.push(warning(WGPU_POWER_PREF_VAR, &raw, problem, using));
+                    None
+                }
+            }
+        });
+        let gpu_memory = lookup(GPU_MEMORY_VAR).and_then(|raw| {
+            parse_memory(&raw)
+                .map_err(|problem| {
+                    let using = "no memory budget (memory declarations count as one permit)";
+                    warnings.push(warning(GPU_MEMORY_VAR, &raw, problem, using));
+                })
+                .ok()
+        });
+        Config {
+            strict,
+            gpu_memory,
+            inherited,
+            wgpu_adapter,
+            wgpu_power,
+            gpu_list,
+            hold_timeout,
+            gpus,
+            concurrency,
+            timeout,
+            slot_dir,
+            trace,
+            require,
+            probe_timeout,
+            probe_mode,
+            skip_log,
+            nextest,
+            warnings,
+        }
+    }
+}
+
+/// Environment that changes what a probe finds, beside the machine itself: where drivers are
+/// loaded from, which devices are visible, which wgpu backends and Vulkan drivers are used.
+pub(crate) const PROBE_KEY_VARS: &[&str] = &[
+    "LD_LIBRARY_PATH",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "WGPU_BACKEND",
+    "WGPU_ADAPTER_NAME",
+    "WGPU_POWER_PREF",
+    "WGPU_GLES_MINOR_VERSION",
+    "VK_DRIVER_FILES",
+    "VK_ICD_FILENAMES",
+    "VK_ADD_DRIVER_FILES",
+    "VK_LOADER_DRIVERS_SELECT",
+    "VK_LOADER_DRIVERS_DISABLE",
+    "VK_INSTANCE_LAYERS",
+    "MESA_VK_DEVICE_SELECT",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "LIBGL_ALWAYS_SOFTWARE",
+    "__EGL_VENDOR_LIBRARY_FILENAMES",
+];
+
+/// The value of one of [`PROBE_KEY_VARS`] in this process.
+pub(crate) fn probe_key_var(name: &str) -> Option<OsString> {
+    debug_assert!(PROBE_KEY_VARS.contains(&name));
+    std::env::var_os(name)
+}
+
+/// The probe child's request, set by a probing parent for its child only (see
+/// `probe::child`); a process started any other way ignores and removes it.
+pub(crate) const PROBE_REQUEST_VAR: &str = "GPU_TEST_PERMIT_PROBE_CHILD";
+
+/// Whether [`PROBE_REQUEST_VAR`] is set.
+pub(crate) fn has_probe_request() -> bool {
+    std::env::var_os(PROBE_REQUEST_VAR).is_some()
+}
+
+/// Reads and removes [`PROBE_REQUEST_VAR`], so that nothing this process starts inherits it.
+///
+/// # Safety
+///
+/// No other thread may read or write the environment meanwhile (it runs in a constructor,
+/// before `main`).
+pub(crate) unsafe fn take_probe_request() -> Option<OsString> {
+    let raw = std::env::var_os(PROBE_REQUEST_VAR)?;
+    // SAFETY: the caller guarantees that no other thread uses the environment now.
+    unsafe { std::env::remove_var(PROBE_REQUEST_VAR) };
+    Some(raw)
+}
+
+/// Whether wgpu's own [`WGPU_BACKEND_VAR`] is set. Read afresh: the probe child asks before
+/// `main`, and a test may set it for the fixture.
+#[cfg(feature = "wgpu")]
+pub(crate) fn wgpu_backend_set() -> bool {
+    std::env::var_os(WGPU_BACKEND_VAR).is_some()
+}

@@ -1,0 +1,153 @@
+//! The typed values the variables parse into, and the warning a rejected value gives.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+
+/// Where the host slot files live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SlotDir {
+    /// [`DIR_VAR`](crate::config::DIR_VAR) is unset: the per-user default directory (see [`default_slot_dir`]).
+    Default,
+    /// [`DIR_VAR`](crate::config::DIR_VAR) names this absolute directory.
+    Explicit(PathBuf),
+    /// [`DIR_VAR`](crate::config::DIR_VAR) is set to something unusable; permits are refused with this message,
+    /// because falling back to another directory would silently split the cap.
+    Invalid(String),
+}
+
+impl SlotDir {
+    /// The directory: the [default](default_slot_dir) one, the one named, or why the named one
+    /// cannot be used.
+    pub fn path(&self) -> Result<PathBuf, String> {
+        match self {
+            SlotDir::Default => Ok(default_slot_dir()),
+            SlotDir::Explicit(p) => Ok(p.clone()),
+            SlotDir::Invalid(msg) => Err(msg.clone()),
+        }
+    }
+}
+
+/// A rejected environment value and the value used instead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigWarning {
+    /// The variable's name.
+    pub var: &'static str,
+    /// The rejected value, lossily converted to UTF-8.
+    pub value: String,
+    /// Why it was rejected.
+    pub problem: String,
+    /// What is used instead.
+    pub using: String,
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}='{}' {}; using {}",
+            self.var, self.value, self.problem, self.using
+        )
+    }
+}
+
+/// What [`GPU_MEMORY_VAR`](crate::config::GPU_MEMORY_VAR) says: see [`parse_memory`](crate::config::parse_memory).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MemoryBudget {
+    /// This many bytes per GPU.
+    Bytes(u64),
+    /// This percentage (above 0, at most 100) of the smallest device memory the probe reports.
+    Percent(f64),
+}
+
+impl fmt::Display for MemoryBudget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemoryBudget::Bytes(b) => f.write_str(&format_bytes(*b)),
+            MemoryBudget::Percent(p) => write!(f, "{p}% of the device memory"),
+        }
+    }
+}
+
+/// `bytes` in the largest binary unit that keeps one decimal meaningful: `512 MiB`, `1.5 GiB`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 || value.fract() == 0.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// What [`GPUS_VAR`](crate::config::GPUS_VAR) says: see [`parse_gpus`](crate::config::parse_gpus).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gpus {
+    /// `auto`: as many GPUs as the probe finds.
+    Auto,
+    /// A count n: GPUs 0 to n - 1.
+    Count(NonZeroUsize),
+    /// These GPU ids, distinct, in this order: permit device k is the k-th.
+    List(Vec<usize>),
+}
+
+/// The wgpu adapter the fixture is pinned to: a case-insensitive part of its name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterName {
+    /// The variable it came from ([`WGPU_ADAPTER_VAR`](crate::config::WGPU_ADAPTER_VAR) or [`WGPU_ADAPTER_NAME_VAR`](crate::config::WGPU_ADAPTER_NAME_VAR)), for
+    /// messages.
+    pub var: &'static str,
+    /// The text, trimmed, never empty.
+    pub name: String,
+}
+
+/// [`WGPU_POWER_PREF_VAR`](crate::config::WGPU_POWER_PREF_VAR): how the wgpu fixture orders adapters by device type, as wgpu's
+/// `PowerPreference` does in `request_adapter`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PowerPref {
+    /// `none`: the device type is not considered; every adapter, in wgpu's order.
+    None,
+    /// `low`: integrated GPUs, then discrete, other, virtual, CPU.
+    Low,
+    /// `high`: discrete GPUs, then integrated, other, virtual, CPU.
+    High,
+}
+
+pub(super) fn warning(
+    var: &'static str,
+    raw: &OsString,
+    problem: impl Into<String>,
+    using: impl ToString,
+) -> ConfigWarning {
+    ConfigWarning {
+        var,
+        value: raw.to_string_lossy().into_owned(),
+        problem: problem.into(),
+        using: using.to_string(),
+    }
+}
+
+/// The per-user default slot directory: `/tmp/gpu-test-permit-<uid>` on Unix, and
+/// `%TEMP%\gpu-test-permit` elsewhere.
+///
+/// Every process of a user must land on the same directory, or they do not share the cap, so the
+/// choice depends only on what exists in `/tmp`, never on the environment: not `$TMPDIR`, which
+/// CI systems often set per job, and not `$XDG_RUNTIME_DIR` (`/run/user/<uid>`), which processes
+/// outside a login session (services, cron, `sudo -u`) lack and which is deleted with its slot
+/// files at the user's last logout while tests may still run.
+///
+/// Any local user can create `/tmp/gpu-test-permit-<uid>` first. When another user (not root)
+/// owns it, the first of `/tmp/gpu-test-permit-<uid>-1` ... `-16` that this user owns is used,
+/// else the first that does not exist yet (created 0700 at the first permit). Every process of
+/// the user picks the same one, and the first call in a process prints one line naming the
+/// owner and the directory used. When all are taken, permits fail with an error naming the
+/// owner; set [`DIR_VAR`](crate::config::DIR_VAR) then. The choice is made once per process.
+pub fn default_slot_dir() -> PathBuf {
+    crate::sys::default_slot_dir()
+}

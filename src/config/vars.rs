@@ -1,0 +1,73 @@
+//! The variables' names, defaults and limits: the constants of the module docs' table.
+
+use std::time::Duration;
+
+/// Permits per GPU (on a one-GPU host: per host). At least 1.
+pub const CONCURRENCY_VAR: &str = "REALIZAR_GPU_TEST_CONCURRENCY";
+/// Longest wait for a permit before the wait fails with holder diagnostics.
+pub const TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_TIMEOUT";
+/// Longest a permit may be held: past it the process prints what it knows (who holds permits,
+/// since when, the N in force) and aborts, so a test stuck in a wedged driver fails the run
+/// with a diagnosis instead of hanging it. `off` (the default) or a duration.
+pub const HOLD_TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_HOLD_TIMEOUT";
+/// Directory of the host slot files.
+pub const DIR_VAR: &str = "GPU_TEST_PERMIT_DIR";
+/// File that wait and hold spans are appended to, as Chrome trace-event JSON.
+pub const TRACE_VAR: &str = "GPU_TEST_PERMIT_TRACE";
+/// Backends whose absence fails a GPU test instead of skipping it: `none`, `any`, `cuda`,
+/// `wgpu` or a comma-separated list. An unknown word fails every GPU test.
+pub const REQUIRE_VAR: &str = "GPU_TEST_PERMIT_REQUIRE";
+/// Deadline for one backend probe child.
+pub const PROBE_TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_PROBE_TIMEOUT";
+/// `in-process` probes backends inside the test process instead of a child (`child`).
+pub const PROBE_VAR: &str = "GPU_TEST_PERMIT_PROBE";
+/// File that every skip line is appended to.
+pub const SKIP_LOG_VAR: &str = "GPU_TEST_PERMIT_SKIP_LOG";
+/// GPUs the host's permits span: `auto` (CUDA devices the probe finds when the crate is built
+/// with `cuda`, else 1), a count, or a comma-separated list of GPU ids (`0,2,3`; a single GPU
+/// as `3,`). Each GPU gets [`CONCURRENCY_VAR`] permits; see [`Gpus`](crate::config::Gpus).
+pub const GPUS_VAR: &str = "GPU_TEST_PERMIT_GPUS";
+/// GPU memory per GPU that permits budget: a size with a unit (`64GiB`, `80GB`, `512MiB`, or
+/// plain bytes) or a percentage (`90%`) of the smallest device memory the CUDA probe reports.
+/// See [`MemoryBudget`](crate::config::MemoryBudget).
+pub const GPU_MEMORY_VAR: &str = "GPU_TEST_PERMIT_GPU_MEMORY";
+/// `1` (or `true`, `yes`, `on`) turns configuration warnings into failures: [`Config::global`](crate::config::Config::global)
+/// panics with them. `0`, `false`, `no`, `off` or unset: warnings only.
+pub const STRICT_VAR: &str = "GPU_TEST_PERMIT_STRICT_CONFIG";
+/// Set by `gpu-test-permit run` (and [`GpuTestPermit::pass_to`](crate::GpuTestPermit::pass_to))
+/// for the command it starts: the permit held for it, as an [`InheritedPermit`](crate::config::InheritedPermit). A process that
+/// finds a valid one takes none of the host's slots; its permits come out of the inherited
+/// one, shared with the other processes working inside it.
+pub const INHERITED_VAR: &str = "GPU_TEST_PERMIT_INHERITED";
+/// The file in the slot directory where the test processes of a `cargo nextest` run record
+/// their configuration warnings (see the module docs).
+#[doc(hidden)] // the `config` command's
+pub const WARNINGS_FILE: &str = "config-warnings.log";
+/// Probe deadline when [`PROBE_TIMEOUT_VAR`] is not set.
+pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pins the wgpu fixture to adapters whose name contains this text (case-insensitive): this
+/// crate's own form of [`WGPU_ADAPTER_NAME_VAR`], which it overrides when both are set, for
+/// pinning the fixture without changing what your own wgpu code picks.
+pub const WGPU_ADAPTER_VAR: &str = "GPU_TEST_PERMIT_WGPU_ADAPTER";
+/// wgpu's own adapter choice (`wgpu::util::initialize_adapter_from_env`): a case-insensitive
+/// part of the adapter's name. The wgpu fixture honours it.
+pub const WGPU_ADAPTER_NAME_VAR: &str = "WGPU_ADAPTER_NAME";
+/// wgpu's own power preference (`wgpu::PowerPreference::from_env`): `low`, `high` or `none`.
+/// The wgpu fixture orders adapters by it.
+pub const WGPU_POWER_PREF_VAR: &str = "WGPU_POWER_PREF";
+/// wgpu's own variable choosing its backends; when set, the probe and the fixture try exactly
+/// those (see `InstanceDescriptor::from_env` in wgpu).
+pub const WGPU_BACKEND_VAR: &str = "WGPU_BACKEND";
+
+/// Permits per GPU when [`CONCURRENCY_VAR`] is not set.
+pub const DEFAULT_CONCURRENCY: usize = 2;
+/// Largest accepted [`CONCURRENCY_VAR`]; larger values are almost certainly a typo.
+pub const MAX_CONCURRENCY: usize = 1024;
+
+/// The largest size [`parse_memory`](crate::config::parse_memory) takes, in bytes: 1 PiB, far beyond any GPU (and the most
+/// a trace event may declare).
+pub const MAX_MEMORY: u64 = 1 << 50;
+
+/// Wait deadline when [`TIMEOUT_VAR`] is not set.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
