@@ -37,14 +37,25 @@ pub fn driver_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// Compiles the C file `src` into the shared library `lib`.
+/// Compiles the C file `src` into the shared library `lib` with `cc`, or with the compiler (and
+/// arguments) in `STUB_CC`: a cross compiler when the tests run under an emulator for another
+/// architecture. Not `CC`, which would also reach the build scripts of a cross build.
 pub fn compile(src: &Path, lib: &Path) {
-    let out = Command::new("cc")
+    let cc = std::env::var("STUB_CC").unwrap_or_default();
+    let mut cc = cc.split_whitespace();
+    let program = cc.next().unwrap_or("cc");
+    let out = Command::new(program)
+        .args(cc)
         .args(["-shared", "-fPIC", "-O1", "-o"])
         .arg(lib)
         .arg(src)
         .output()
-        .unwrap_or_else(|e| panic!("running cc to build {}: {e} (install gcc)", src.display()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "running {program} to build {}: {e} (install gcc)",
+                src.display()
+            )
+        });
     assert!(
         out.status.success(),
         "building {} failed:\n{}",
