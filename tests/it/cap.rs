@@ -97,15 +97,16 @@ fn cap_client() {
         return;
     };
     let env = client_env();
-    let pool = PermitPool::builder()
-        .concurrency(env.n)
-        .slot_dir(&env.dir)
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let pool = crate::util::pool(&env.dir, env.n);
     match role.as_str() {
-        "cycle" => {
-            let grants = cycle(&pool, &env, Duration::from_micros(200));
+        // One unit at a time, held for 200 µs or, as a light test beside heavy ones, 200 ms.
+        "cycle" | "light" => {
+            let hold = if role == "light" {
+                Duration::from_millis(200)
+            } else {
+                Duration::from_micros(200)
+            };
+            let grants = cycle(&pool, &env, hold);
             println!("grants {grants}");
         }
         // One thread holds a unit throughout, one takes and returns another in a loop, six
@@ -412,25 +413,7 @@ fn a_heavy_request_behind_a_stopped_head_is_protected_from_light_newcomers() {
     let gauge = dir.path().join("gauge");
     let slots = dir.path().join("slots");
     let lights: Vec<_> = (0..6)
-        .map(|_| {
-            let mut c = Command::new(std::env::current_exe().unwrap());
-            crate::util::clear_permit_env(&mut c);
-            c.args([
-                "--exact",
-                "cap::light_client",
-                "--nocapture",
-                "--include-ignored",
-            ])
-            .env(ROLE, "light")
-            .env(DIR, &slots)
-            .env(GAUGE, &gauge)
-            .env(N, "4")
-            .env(SECS, "30")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-        })
+        .map(|_| client("light", &slots, &gauge, 4, 30.0))
         .collect();
     let heavy = {
         let mut c = cli(&slots, 4);
@@ -464,26 +447,6 @@ fn a_heavy_request_behind_a_stopped_head_is_protected_from_light_newcomers() {
         served && status3.success(),
         "the 3-unit request starved: {err3}"
     );
-}
-
-/// A light client of [`a_heavy_request_behind_a_stopped_head_is_protected_from_light_newcomers`]:
-/// one unit for 200 ms, over and over, through the host slots.
-#[test]
-#[ignore = "a child of the tests in this module"]
-fn light_client() {
-    if std::env::var(ROLE).as_deref() != Ok("light") {
-        return;
-    }
-    let env = client_env();
-    let pool = PermitPool::builder()
-        .concurrency(env.n)
-        .slot_dir(&env.dir)
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    // Ends when the test kills the heavy request; bounded by SECS in any case.
-    let grants = cycle(&pool, &env, Duration::from_millis(200));
-    println!("grants {grants}");
 }
 
 /// `status` and a timed-out wait say how long a slot has been held, not how long its holder
