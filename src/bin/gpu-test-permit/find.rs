@@ -201,6 +201,7 @@ impl WorkDir {
                 "gpu-test-permit-find-{}-{attempt}",
                 std::process::id()
             ));
+            #[cfg_attr(not(unix), allow(unused_mut))]
             let mut builder = std::fs::DirBuilder::new();
             #[cfg(unix)]
             std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);

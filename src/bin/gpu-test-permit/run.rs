@@ -219,6 +219,18 @@ fn exit_like(status: ExitStatus) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// How the command ended (from either platform's `sys::Forwarder::run`).
+struct Ended {
+    status: ExitStatus,
+    pid: u32,
+    /// The hold timeout, where the permit was held past the hold deadline.
+    late: Option<gpu_test_permit::HoldTimeout>,
+    /// Whether it was sent SIGKILL for that.
+    killed: bool,
+    /// Whether it led a process group of its own.
+    own_group: bool,
+}
+
 #[cfg(unix)]
 mod sys {
     //! Signal forwarding. The forwarded signals are blocked in every thread (the mask is set
@@ -235,7 +247,9 @@ mod sys {
     //! late) keeps the handler, the forwarder and the waiting thread in step.
 
     use std::io;
-    use std::process::{Child, Command, ExitStatus};
+    use std::process::{Child, Command};
+
+    use super::Ended;
     use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
     use std::time::Instant;
 
@@ -311,18 +325,6 @@ mod sys {
                     .0;
             }
         }
-    }
-
-    /// How the command ended.
-    pub(super) struct Ended {
-        pub(super) status: ExitStatus,
-        pub(super) pid: u32,
-        /// The hold timeout, where the permit was held past the hold deadline.
-        pub(super) late: Option<HoldTimeout>,
-        /// Whether it was sent SIGKILL for that.
-        pub(super) killed: bool,
-        /// Whether it led a process group of its own.
-        pub(super) own_group: bool,
     }
 
     pub(super) struct Forwarder {
@@ -535,20 +537,13 @@ mod sys {
     //! alone) once the permit is held past the hold deadline.
 
     use std::io;
-    use std::process::{Command, ExitStatus};
+    use std::process::Command;
     use std::sync::{Arc, Mutex, PoisonError};
     use std::time::Duration;
 
     use gpu_test_permit::HoldTimeout;
 
-    /// How the command ended.
-    pub(super) struct Ended {
-        pub(super) status: ExitStatus,
-        pub(super) pid: u32,
-        pub(super) late: Option<HoldTimeout>,
-        pub(super) killed: bool,
-        pub(super) own_group: bool,
-    }
+    use super::Ended;
 
     pub(super) struct Forwarder {
         late: Arc<Mutex<Option<HoldTimeout>>>,
