@@ -499,4 +499,32 @@ mod shared_units {
         let (ok, out) = run(dir.path(), 1, &[], &mut child("plain"));
         assert!(ok && out.contains("acquired [0]"), "{out}");
     }
+
+    /// Should this user's own directory for the permit be in use with another layout (a
+    /// process of another tree left in it, or a forged one), a process refuses rather than
+    /// work in more units than the parent holds. Stand-in: a layout of 3 slots, locked as its
+    /// users keep it, where run holds 1.
+    #[test]
+    fn a_share_directory_serving_another_layout_is_refused() {
+        let dir = tempdir();
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let share = dir.path().join(format!("gpu0.slot0.inside-{uid}"));
+        std::fs::create_dir(&share).unwrap();
+        std::fs::set_permissions(&share, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let mut record = br#"{"v":1,"per_gpu":3,"gpus":1}"#.to_vec();
+        record.push(b'\n');
+        record.resize(256, b' ');
+        std::fs::write(share.join("gpu0.layout"), &record).unwrap();
+        let layout = std::fs::File::open(share.join("gpu0.layout")).unwrap();
+        layout.lock_shared().unwrap();
+        let (ok, out) = run(dir.path(), 1, &[], &mut child("plain"));
+        assert!(ok, "{out}");
+        assert!(
+            out.contains("refused: the directory") && out.contains("serves"),
+            "{out}"
+        );
+        drop(layout);
+    }
 }
