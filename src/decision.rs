@@ -147,6 +147,7 @@ fn decide_with_others(
 /// }
 /// ```
 pub fn check(backend: Backend) -> Decision {
+    crate::runs::tally::gpu_test(&crate::nextest::current_test_name());
     let policy = match &Config::global().require {
         Ok(p) => p,
         Err(e) => return Decision::Fail(e.to_string()),
@@ -172,9 +173,15 @@ pub fn skip_line(test: &str, backend: Backend, reason: &str) -> String {
 /// Reports a skip of the running test: prints [`skip_line`] on standard error and appends it
 /// to `GPU_TEST_PERMIT_SKIP_LOG` when that is set (one `O_APPEND` write, so lines from
 /// concurrent test processes never interleave). The test name comes from
-/// [`nextest::current_test_name`](crate::nextest::current_test_name).
+/// [`nextest::current_test_name`](crate::nextest::current_test_name). Under nextest the skip is
+/// also recorded for the run ([`runs`](crate::runs)), so that `gpu-test-permit junit` can
+/// mark it skipped in the JUnit report; under `cargo test` the binary counts it in the line it
+/// prints at exit ([`runs::tally`](crate::runs::tally)).
 pub fn report_skip(backend: Backend, reason: &str) {
-    let line = skip_line(&crate::nextest::current_test_name(), backend, reason);
+    let test = crate::nextest::current_test_name();
+    let line = skip_line(&test, backend, reason);
+    crate::runs::tally::skipped(&test, format!("backend={backend}: {}", reason));
+    crate::runs::record_skip(&backend.to_string(), reason);
     crate::notice::text(&format!("{line}\n"));
     if let Some(path) = &Config::global().skip_log {
         let appended = std::fs::OpenOptions::new()

@@ -68,22 +68,28 @@ pub const TRUSTED_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Appends `record` to `dir`'s record (best effort: the process may be about to abort).
 pub(crate) fn record_hang(dir: &Path, record: &HangRecord) {
+    append_kept(dir, HANGS_FILE, record, HANGS_KEPT);
+}
+
+/// Appends `record` as a JSON line to `dir/name` under the file's lock, keeping the newest
+/// `kept` lines (best effort).
+pub(crate) fn append_kept(dir: &Path, name: &str, record: &impl Serialize, kept: usize) {
     let Ok(line) = serde_json::to_string(record) else {
         return;
     };
-    let path = dir.join(HANGS_FILE);
+    let path = dir.join(name);
     let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
         return;
     };
     if file.lock().is_err() {
         return;
     }
-    let mut kept: Vec<String> = read(&file)
+    let mut lines: Vec<String> = read(&file)
         .map(|text| text.lines().map(str::to_string).collect())
         .unwrap_or_default();
-    kept.push(line);
-    let start = kept.len().saturating_sub(HANGS_KEPT);
-    let text: String = kept[start..].iter().map(|l| format!("{l}\n")).collect();
+    lines.push(line);
+    let start = lines.len().saturating_sub(kept);
+    let text: String = lines[start..].iter().map(|l| format!("{l}\n")).collect();
     if sys::write_at(&file, text.as_bytes(), 0).is_ok() {
         let _ = file.set_len(text.len() as u64);
     }
@@ -96,10 +102,10 @@ fn read(file: &File) -> Option<String> {
     Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// The hangs recorded in `dir`, oldest first (none when there is no record; unreadable lines
-/// are skipped).
-pub fn recorded_hangs(dir: &Path) -> Vec<HangRecord> {
-    let Ok(file) = sys::open_regular_for_reading(&dir.join(HANGS_FILE)) else {
+/// The records of `dir/name`, oldest first (none when there is no file; unreadable lines are
+/// skipped).
+pub(crate) fn read_kept<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Vec<T> {
+    let Ok(file) = sys::open_regular_for_reading(&dir.join(name)) else {
         return Vec::new();
     };
     read(&file)
@@ -109,6 +115,12 @@ pub fn recorded_hangs(dir: &Path) -> Vec<HangRecord> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The hangs recorded in `dir`, oldest first (none when there is no record; unreadable lines
+/// are skipped).
+pub fn recorded_hangs(dir: &Path) -> Vec<HangRecord> {
+    read_kept(dir, HANGS_FILE)
 }
 
 /// What a host's hang records say about N at one moment: see [`advice`].

@@ -78,6 +78,7 @@ mod notice;
 mod permit;
 mod permitted;
 pub mod probe;
+pub mod runs;
 mod sync;
 mod sys;
 pub mod trace;

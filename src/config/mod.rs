@@ -20,6 +20,7 @@
 //! | `GPU_TEST_PERMIT_PROBE_TIMEOUT` | deadline for one backend's probe child | 10s |
 //! | `GPU_TEST_PERMIT_PROBE` | `child`, or `in-process` to probe inside the test process (faster, unprotected) | `child` |
 //! | `GPU_TEST_PERMIT_SKIP_LOG` | file to append one line per skipped test to | off |
+//! | `GPU_TEST_PERMIT_RETRY` | a test's permits on a nextest retry (`NEXTEST_ATTEMPT` > 1): `alone` (exclusive: the retry has the GPU to itself) or `same` (as asked) | `alone` |
 //! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1), a count (`4`: GPUs 0 to 3), or a list of GPU ids (`0,2,3`; one GPU: `3,`) that permit device k maps to, as the process numbers its CUDA devices (after `CUDA_VISIBLE_DEVICES`) | `auto` |
 //! | `GPU_TEST_PERMIT_GPU_MEMORY` | GPU memory per GPU that permits budget: a size (`64GiB`, `80GB`, `512MiB`, bytes) or a percentage of the smallest device memory the CUDA probe reports (`90%`); a permit declaring memory ([`acquire_memory`](crate::acquire_memory)) takes `ceil(bytes / (budget / N))` permit units. On unified-memory devices (GB10) set a size: the probe does not derive one | CUDA device memory (discrete GPUs, feature `cuda`), else none |
 //! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
@@ -82,8 +83,8 @@ pub use parse::{
     RequireError, ValueError, parse_concurrency, parse_duration, parse_gpus, parse_memory,
 };
 pub use values::{
-    AdapterName, ConfigWarning, Gpus, MemoryBudget, PowerPref, SlotDir, default_slot_dir,
-    format_bytes,
+    AdapterName, ConfigWarning, Gpus, MemoryBudget, PowerPref, RetryMode, SlotDir,
+    default_slot_dir, format_bytes,
 };
 pub use vars::*;
 pub use warnings::{RecordedWarnings, recorded_warnings};
@@ -115,6 +116,8 @@ pub struct Config {
     pub probe_mode: crate::backend::ProbeMode,
     /// Skip ledger, from [`SKIP_LOG_VAR`].
     pub skip_log: Option<PathBuf>,
+    /// A retried test's permits, from [`RETRY_VAR`].
+    pub retry: RetryMode,
     /// How many GPUs the permits span, from [`GPUS_VAR`]: the count, or the length of the
     /// list; `None` is `auto`.
     pub gpus: Option<NonZeroUsize>,
@@ -327,6 +330,21 @@ impl Config {
             }
             Some(raw) => Some(PathBuf::from(raw)),
         };
+        let retry = match lookup(RETRY_VAR) {
+            None => RetryMode::Alone,
+            Some(raw) => match raw
+                .to_str()
+                .map(|s| s.trim().to_ascii_lowercase())
+                .as_deref()
+            {
+                Some("alone") => RetryMode::Alone,
+                Some("same") => RetryMode::Same,
+                _ => {
+                    warnings.push(warning(RETRY_VAR, &raw, "is not alone or same", "alone"));
+                    RetryMode::Alone
+                }
+            },
+        };
         let (gpus, gpu_list) = match lookup(GPUS_VAR).map(|raw| (parse_gpus(&raw), raw)) {
             None | Some((Ok(Gpus::Auto), _)) => (None, None),
             Some((Ok(Gpus::Count(n)), _)) => (Some(n), None),
@@ -403,6 +421,7 @@ impl Config {
             probe_timeout,
             probe_mode,
             skip_log,
+            retry,
             nextest,
             warnings,
         }

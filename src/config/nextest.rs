@@ -20,6 +20,22 @@ pub struct NextestEnv {
     pub global_slot: Option<u64>,
     /// `NEXTEST_TEST_NAME` (recent nextest versions).
     pub test_name: Option<String>,
+    /// `NEXTEST_BINARY_ID` (recent nextest versions): the test binary, as the JUnit report's
+    /// `<testsuite name>` and `<testcase classname>` name it.
+    pub binary_id: Option<String>,
+    /// `NEXTEST_ATTEMPT`: which attempt of the test this process is, 1 for the first; above 1
+    /// the test failed before and nextest retries it (`--retries`; nextest 0.9.138 and later).
+    pub attempt: Option<u32>,
+    /// `NEXTEST_TOTAL_ATTEMPTS`: the attempts the test has in all (1 + retries).
+    pub total_attempts: Option<u32>,
+}
+
+impl NextestEnv {
+    /// Whether this process reruns a test that failed before: [`attempt`](Self::attempt) is
+    /// above 1.
+    pub fn is_retry(&self) -> bool {
+        self.attempt.is_some_and(|a| a > 1)
+    }
 }
 
 impl NextestEnv {
@@ -50,6 +66,18 @@ impl NextestEnv {
         };
         let group_slot = slot("NEXTEST_TEST_GROUP_SLOT");
         let global_slot = slot("NEXTEST_TEST_GLOBAL_SLOT");
+        let mut count = |var: &'static str| -> Option<u32> {
+            let raw = lookup(var)?;
+            match raw.to_string_lossy().trim().parse() {
+                Ok(n) if n >= 1 => Some(n),
+                _ => {
+                    warnings.push(warning(var, &raw, "is not an attempt number", "attempt 1"));
+                    None
+                }
+            }
+        };
+        let attempt = count("NEXTEST_ATTEMPT");
+        let total_attempts = count("NEXTEST_TOTAL_ATTEMPTS");
         Some(NextestEnv {
             process_per_test: mode.as_deref() == Some("process-per-test"),
             run_id,
@@ -57,6 +85,9 @@ impl NextestEnv {
             group_slot,
             global_slot,
             test_name: text("NEXTEST_TEST_NAME").filter(|n| !n.is_empty()),
+            binary_id: text("NEXTEST_BINARY_ID").filter(|n| !n.is_empty()),
+            attempt,
+            total_attempts,
         })
     }
 }

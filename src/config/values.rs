@@ -119,6 +119,18 @@ pub enum PowerPref {
     High,
 }
 
+/// [`RETRY_VAR`](crate::config::RETRY_VAR): what a test's permit is on a retry (nextest's
+/// `NEXTEST_ATTEMPT` above 1).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RetryMode {
+    /// `alone`: the retry's permits are exclusive, so the test reruns with the GPU to itself
+    /// and a failure that only contention caused passes.
+    #[default]
+    Alone,
+    /// `same`: a retry takes the permits it asks for, as the first attempt did.
+    Same,
+}
+
 pub(super) fn warning(
     var: &'static str,
     raw: &OsString,

@@ -23,6 +23,10 @@ pub const PROBE_TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_PROBE_TIMEOUT";
 pub const PROBE_VAR: &str = "GPU_TEST_PERMIT_PROBE";
 /// File that every skip line is appended to.
 pub const SKIP_LOG_VAR: &str = "GPU_TEST_PERMIT_SKIP_LOG";
+/// What a test's permits are when nextest retries it (`NEXTEST_ATTEMPT` above 1): `alone` (the
+/// default) makes them exclusive, so the retry has the GPU to itself; `same` keeps them as
+/// asked. See [`RetryMode`](crate::config::RetryMode).
+pub const RETRY_VAR: &str = "GPU_TEST_PERMIT_RETRY";
 /// GPUs the host's permits span: `auto` (CUDA devices the probe finds when the crate is built
 /// with `cuda`, else 1), a count, or a comma-separated list of GPU ids (`0,2,3`; a single GPU
 /// as `3,`). Each GPU gets [`CONCURRENCY_VAR`] permits; see [`Gpus`](crate::config::Gpus).

@@ -74,6 +74,29 @@ pub(super) struct PoolInner {
     pub(super) probe_budget: bool,
 }
 
+/// Whether this process is a retry of a test that must run alone: nextest's attempt is above 1
+/// and `GPU_TEST_PERMIT_RETRY` is `alone` (the default). Said once, on standard error.
+fn retry_alone() -> bool {
+    static ALONE: OnceLock<bool> = OnceLock::new();
+    *ALONE.get_or_init(|| {
+        let cfg = Config::global();
+        let Some(n) = cfg.nextest.as_ref().filter(|n| n.is_retry()) else {
+            return false;
+        };
+        if cfg.retry != crate::config::RetryMode::Alone {
+            return false;
+        }
+        crate::notice::line(&format!(
+            "attempt {} of {}: this test's permits are exclusive, so it reruns with the GPU to \
+             itself ({}=same keeps them as asked)",
+            n.attempt.unwrap_or(2),
+            n.total_attempts.unwrap_or(0),
+            crate::config::RETRY_VAR
+        ));
+        true
+    })
+}
+
 /// The process-wide pool ([`PermitPool::global`]).
 static GLOBAL: OnceLock<PermitPool> = OnceLock::new();
 
@@ -617,10 +640,16 @@ impl PermitPool {
 
     /// Takes a permit this thread does not hold yet.
     #[inline(never)]
-    fn acquire_new(&self, want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
+    fn acquire_new(&self, mut want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
         let inner = self.inner();
         if let Some(e) = &inner.host_error {
             return Err(AcquireError::Host(e.clone()));
+        }
+        // A retried test reruns with the GPU to itself (`GPU_TEST_PERMIT_RETRY`); inside an
+        // inherited permit, whoever passed it on has decided.
+        let alone = !want.exclusive && inner.inherited.is_none() && retry_alone();
+        if alone {
+            want.exclusive = true;
         }
         if inner.inherited.is_none() {
             crate::nextest::hint_once(inner.local.capacity());
@@ -646,7 +675,9 @@ impl PermitPool {
                 test: crate::nextest::current_test_name(),
                 thread: thread_label(),
                 since_wall: SystemTime::now(),
+                run_hold: 0,
             };
+            crate::runs::tally::gpu_test(&d.test);
             if let Some(host) = &inner.host {
                 let start = waited_since.unwrap_or_else(Instant::now);
                 let record = HolderRecord {
@@ -663,6 +694,18 @@ impl PermitPool {
                     Ok(got) => {
                         slots = got;
                         d.since_wall = SystemTime::now();
+                        if inner.inherited.is_none() {
+                            d.run_hold = crate::runs::granted(
+                                host.dir(),
+                                crate::runs::Granted {
+                                    units,
+                                    exclusive,
+                                    per_gpu: inner.per_gpu,
+                                    gpus: inner.gpus,
+                                    alone,
+                                },
+                            );
+                        }
                     }
                     Err(e) => {
                         let freed = inner.local.release(units);

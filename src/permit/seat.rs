@@ -395,6 +395,8 @@ pub(super) struct Detail {
     pub(super) test: String,
     pub(super) thread: String,
     pub(super) since_wall: SystemTime,
+    /// The number the run records know the permit by (0: not recorded).
+    pub(super) run_hold: u64,
 }
 
 impl Seat {
@@ -499,6 +501,9 @@ impl PoolInner {
             let end = pool.tracer.as_ref().map(|_| SystemTime::now());
             if let Some(host) = &pool.host {
                 host.release(&slots);
+                if let Some(d) = detail.as_ref().filter(|d| d.run_hold != 0) {
+                    crate::runs::released(host.dir(), d.run_hold);
+                }
             }
             if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {
                 let ts = crate::clock::unix_micros(d.since_wall);

@@ -81,6 +81,8 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     }
     export_devices(&permit, &mut cmd)?;
     let ended = signals.run(&mut cmd).map_err(cannot_run)?;
+    // The run's records say how the command ended (a test's failure, for `report`).
+    gpu_test_permit::runs::set_command_outcome(ended.status.code(), signal_of(&ended.status));
     drop(permit);
     let Some(late) = ended.late else {
         return Ok(exit_like(ended.status));
@@ -199,6 +201,20 @@ fn pass_through(
         }
     }
     false
+}
+
+/// The signal that ended the command, where there are signals.
+fn signal_of(status: &ExitStatus) -> Option<i32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        status.signal()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = status;
+        None
+    }
 }
 
 /// Ends this process the way `status` ended the command, or returns the exit code to use.

@@ -1,0 +1,102 @@
+//! The host's casualty record: tests that failed beside others at some N and passed alone,
+//! one JSON line each in the slot directory's `gpu0.casualties`, the newest 64 kept. A retry
+//! that passes alone appends its own; the trace's advice on N reads them as it reads hangs,
+//! for the tests they name.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use super::read::read_run;
+use super::summary::summarize;
+
+const CASUALTIES_FILE: &str = "gpu0.casualties";
+const CASUALTIES_KEPT: usize = 64;
+
+/// A test that failed while others held permits and passed alone on a retry, as recorded in
+/// the slot directory's `gpu0.casualties`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CasualtyRecord {
+    /// When the retry passed, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// The run (nextest's run id).
+    pub run: String,
+    /// The test binary.
+    pub binary: String,
+    /// The test.
+    pub test: String,
+    /// Permits per GPU when it failed.
+    pub per_gpu: usize,
+    /// GPUs the permits spanned when it failed.
+    pub gpus: usize,
+    /// The most units other tests held at once beside it.
+    pub units_beside: usize,
+    /// The tests that held permits beside it (binary and name), the first few.
+    pub beside: Vec<String>,
+}
+
+impl CasualtyRecord {
+    /// The N it failed at: permits per GPU times GPUs.
+    pub fn n(&self) -> usize {
+        self.per_gpu.saturating_mul(self.gpus)
+    }
+}
+
+/// The casualties recorded in `dir`, oldest first (unreadable lines are skipped).
+pub fn recorded_casualties(dir: &Path) -> Vec<CasualtyRecord> {
+    crate::hangs::read_kept(dir, CASUALTIES_FILE)
+}
+
+/// After a retry's permit `hold` was returned without a failure: if the test failed beside
+/// others in an earlier attempt and this attempt had the GPU to itself, records the casualty
+/// (once per process).
+pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if DONE.load(Ordering::Relaxed) {
+        return;
+    }
+    let Ok(Some(records)) = read_run(dir, run) else {
+        return;
+    };
+    let (binary, test) = super::write::current_test();
+    let pid = std::process::id();
+    // Only this process's own grant makes it the retry that passed.
+    let mine = records
+        .records
+        .iter()
+        .any(|r| matches!(r, super::RunRecord::Grant(g) if g.pid == pid && g.hold == hold));
+    if !mine {
+        return;
+    }
+    let summary = summarize(&records);
+    let Some(c) = summary
+        .casualties
+        .iter()
+        .find(|c| c.key.binary == binary && c.key.test == test)
+    else {
+        return;
+    };
+    if DONE.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let record = CasualtyRecord {
+        unix_ms: crate::clock::now_unix_ms(),
+        run: run.to_string(),
+        binary,
+        test,
+        per_gpu: c.per_gpu,
+        gpus: c.gpus,
+        units_beside: c.units_beside,
+        beside: c.beside.iter().take(8).map(ToString::to_string).collect(),
+    };
+    crate::hangs::append_kept(dir, CASUALTIES_FILE, &record, CASUALTIES_KEPT);
+    crate::notice::line(&format!(
+        "{} failed at N = {} beside {} and passed alone: a contention casualty \
+         (`gpu-test-permit report` lists the run's)",
+        record.test,
+        record.n(),
+        record.beside.join(", ")
+    ));
+}

@@ -1,0 +1,106 @@
+//! Run records: what happened to each GPU test of a test run, so that the run's report can
+//! say it — tests that skipped at run time, which every Rust runner shows as passed, and
+//! tests that failed beside others and passed alone on a retry.
+//!
+//! Under `cargo nextest` (`NEXTEST_RUN_ID` set) every test process appends to one file per run
+//! in the slot directory, `gpu0.run.<run id>`, one JSON line per event ([`RunRecord`]):
+//!
+//! - a **skip** ([`require_backend!`](crate::require_backend) or a fixture found no device);
+//! - a **grant** of a host-wide permit, with the test, its attempt (nextest's
+//!   `NEXTEST_ATTEMPT`), its units and the N in force;
+//! - a **release**, with how the test stood then ([`Outcome`]: panicking means failed;
+//!   `gpu-test-permit run` records its command's exit).
+//!
+//! Each line is written with one write under the file's lock, so lines of the run's
+//! processes never interleave; a process that dies mid-hold leaves a grant without a release.
+//! The newest 32 runs' files are kept. Writing is best effort: a record that cannot be
+//! written is said once on standard error and never fails a test.
+//!
+//! Reading: [`read_run`] and [`last_run`] give a run's records, [`summarize`] what they say
+//! ([`RunSummary`]: skips, contention casualties, the peak), which `gpu-test-permit report`
+//! prints and `gpu-test-permit junit` writes into nextest's JUnit report.
+//!
+//! A **contention casualty** is a test that failed while other tests held permits and then,
+//! retried with the GPU to itself (`GPU_TEST_PERMIT_RETRY=alone`, the default), passed. The
+//! retry that passes records it in the slot directory's `gpu0.casualties`
+//! ([`recorded_casualties`]), which the trace's advice on N reads as it reads hangs.
+//!
+//! Outside nextest nothing is written; under `cargo test` a test binary that skipped GPU tests
+//! says so in one line at exit instead ([`tally`]).
+
+mod casualty;
+mod read;
+mod record;
+mod summary;
+pub mod tally;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+pub use casualty::{CasualtyRecord, recorded_casualties};
+pub use read::{RecordedRun, RunRecords, RunsError, last_run, read_run, recorded_runs};
+pub use record::{GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
+pub use summary::{Casualty, RunSummary, SkippedTest, TestKey, Unreleased, summarize};
+#[doc(hidden)]
+pub use write::set_command_outcome;
+pub(crate) use write::{Granted, granted, record_skip, released};
+
+/// The names of run files start with this.
+pub(crate) const FILE_PREFIX: &str = "gpu0.run.";
+/// Runs whose files are kept.
+pub(crate) const RUNS_KEPT: usize = 32;
+
+/// The file name of run `run`: the run id where it is a safe file name (nextest's are UUIDs),
+/// else a hash of it.
+pub(crate) fn file_name(run: &str) -> String {
+    let safe = !run.is_empty()
+        && run.len() <= 100
+        && run
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && !run.starts_with('.');
+    if safe {
+        format!("{FILE_PREFIX}{run}")
+    } else {
+        // FNV-1a, 64 bits: stable across builds and platforms.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in run.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{FILE_PREFIX}h{h:016x}")
+    }
+}
+
+/// The run files in `dir` and when each was last written.
+pub(crate) fn run_files(dir: &Path) -> Vec<(PathBuf, SystemTime)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(FILE_PREFIX))
+        .filter_map(|e| {
+            let meta = e.metadata().ok()?;
+            meta.is_file()
+                .then(|| (e.path(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_ids_that_are_not_safe_file_names_are_hashed() {
+        let uuid = "0b21430d-56d4-438d-b4b6-b0d0e0ead151";
+        assert_eq!(file_name(uuid), format!("gpu0.run.{uuid}"));
+        for bad in ["../x", "", ".hidden", "a/b", "a b", &"x".repeat(101)] {
+            let name = file_name(bad);
+            assert!(name.starts_with("gpu0.run.h"), "{bad:?} -> {name}");
+            assert_eq!(name.len(), "gpu0.run.h".len() + 16);
+        }
+        assert_ne!(file_name("a/b"), file_name("a/c"));
+    }
+}

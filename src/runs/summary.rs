@@ -1,0 +1,354 @@
+//! What a run's records say: the tests that skipped, the contention casualties, the permits
+//! never returned, the peak.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::read::RunRecords;
+use super::record::{GrantRecord, Outcome, RunRecord};
+
+/// A test, as nextest's JUnit report names it: `classname` (the binary id) and `name`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TestKey {
+    /// The test binary (`NEXTEST_BINARY_ID`).
+    pub binary: String,
+    /// The test's name.
+    pub test: String,
+}
+
+impl std::fmt::Display for TestKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.binary, self.test)
+    }
+}
+
+/// A test whose last attempt skipped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SkippedTest {
+    /// The test.
+    pub key: TestKey,
+    /// The backend that had no device.
+    pub backend: String,
+    /// Why.
+    pub reason: String,
+    /// The attempt that skipped.
+    pub attempt: u32,
+}
+
+impl SkippedTest {
+    /// The skip as one line: `backend=<backend>: <reason>`.
+    pub fn message(&self) -> String {
+        format!("backend={}: {}", self.backend, self.reason)
+    }
+}
+
+/// A test that failed while other tests held permits, and passed when retried alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Casualty {
+    /// The test.
+    pub key: TestKey,
+    /// The attempt that failed beside others (the last such).
+    pub failed_attempt: u32,
+    /// The attempt that passed alone.
+    pub passed_attempt: u32,
+    /// Permits per GPU when it failed.
+    pub per_gpu: usize,
+    /// GPUs the permits spanned when it failed.
+    pub gpus: usize,
+    /// The most units other tests held at once while it held its permit.
+    pub units_beside: usize,
+    /// The tests that held permits while it did, in the order they first did.
+    pub beside: Vec<TestKey>,
+}
+
+impl Casualty {
+    /// The N it failed at: permits per GPU times GPUs.
+    pub fn n(&self) -> usize {
+        self.per_gpu.saturating_mul(self.gpus)
+    }
+}
+
+/// A permit granted and never returned: its process died holding it (a crash, an abort, a
+/// hold deadline, a kill), or still holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Unreleased {
+    /// The test.
+    pub key: TestKey,
+    /// Its attempt.
+    pub attempt: u32,
+    /// The process.
+    pub pid: u32,
+    /// When it was granted, microseconds since the Unix epoch.
+    pub granted_us: u64,
+}
+
+/// What a run's records say ([`summarize`]).
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct RunSummary {
+    /// The run id.
+    pub run_id: String,
+    /// Tests that took a permit or skipped.
+    pub gpu_tests: usize,
+    /// Tests that took a permit in some attempt.
+    pub tests_with_permits: usize,
+    /// Permits granted.
+    pub permits: usize,
+    /// Tests whose last attempt skipped, in the order of their skips.
+    pub skipped: Vec<SkippedTest>,
+    /// Tests that failed beside others and passed alone.
+    pub casualties: Vec<Casualty>,
+    /// Tests that were retried (nextest ran more than one attempt), with their last attempt.
+    pub retried: Vec<(TestKey, u32)>,
+    /// Permits never returned.
+    pub unreleased: Vec<Unreleased>,
+    /// The most units held at once.
+    pub peak_units: usize,
+    /// The layouts in force, `(per_gpu, gpus)`, as the grants recorded them.
+    pub layouts: Vec<(usize, usize)>,
+    /// The first and last record's time, microseconds since the Unix epoch.
+    pub span_us: Option<(u64, u64)>,
+    /// Lines of the file that were not records of this run.
+    pub unreadable: usize,
+}
+
+/// One permit's life, as the records tell it.
+#[derive(Clone, Debug)]
+struct Hold<'a> {
+    grant: &'a GrantRecord,
+    /// When it was returned; for a permit never returned, the test's next attempt or the
+    /// run's last record, whichever comes first.
+    end_us: u64,
+    outcome: Option<Outcome>,
+}
+
+/// Summarizes a run's records.
+pub fn summarize(run: &RunRecords) -> RunSummary {
+    let mut s = RunSummary {
+        run_id: run.run_id.clone(),
+        unreadable: run.unreadable,
+        ..RunSummary::default()
+    };
+    let records = &run.records;
+    let first = records.iter().map(RunRecord::unix_us).min();
+    let last = records.iter().map(RunRecord::unix_us).max();
+    s.span_us = first.zip(last);
+    let last_us = last.unwrap_or(0);
+
+    // Releases by (pid, hold); a pid reused later in the run releases after its own grant.
+    let mut releases: HashMap<(u32, u64), Vec<(u64, Outcome)>> = HashMap::new();
+    // Each test's attempts: the last one, and when each began (its first record).
+    let mut last_attempt: BTreeMap<TestKey, u32> = BTreeMap::new();
+    let mut attempt_start: HashMap<(TestKey, u32), u64> = HashMap::new();
+    let mut skips: BTreeMap<TestKey, SkippedTest> = BTreeMap::new();
+    let mut skip_order: Vec<TestKey> = Vec::new();
+    for r in records {
+        let (key, attempt, at) = match r {
+            RunRecord::Release(rel) => {
+                releases
+                    .entry((rel.pid, rel.hold))
+                    .or_default()
+                    .push((rel.unix_us, rel.outcome));
+                continue;
+            }
+            RunRecord::Grant(g) => (key_of(&g.binary, &g.test), g.attempt, g.unix_us),
+            RunRecord::Skip(k) => {
+                let key = key_of(&k.binary, &k.test);
+                if !skips.contains_key(&key) {
+                    skip_order.push(key.clone());
+                }
+                skips.insert(
+                    key.clone(),
+                    SkippedTest {
+                        key: key.clone(),
+                        backend: k.backend.clone(),
+                        reason: k.reason.clone(),
+                        attempt: k.attempt,
+                    },
+                );
+                (key, k.attempt, k.unix_us)
+            }
+        };
+        let e = last_attempt.entry(key.clone()).or_insert(attempt);
+        *e = (*e).max(attempt);
+        let start = attempt_start.entry((key, attempt)).or_insert(at);
+        *start = (*start).min(at);
+    }
+    s.gpu_tests = last_attempt.len();
+    s.retried = last_attempt
+        .iter()
+        .filter(|(_, a)| **a > 1)
+        .map(|(k, a)| (k.clone(), *a))
+        .collect();
+    // A skip counts where it was the test's last attempt.
+    s.skipped = skip_order
+        .into_iter()
+        .filter_map(|k| {
+            let skip = skips.remove(&k)?;
+            (last_attempt.get(&k) == Some(&skip.attempt)).then_some(skip)
+        })
+        .collect();
+
+    let mut holds: Vec<Hold<'_>> = Vec::new();
+    let mut layouts = BTreeSet::new();
+    let mut with_permits = BTreeSet::new();
+    for r in records {
+        let RunRecord::Grant(g) = r else { continue };
+        layouts.insert((g.per_gpu, g.gpus));
+        let key = key_of(&g.binary, &g.test);
+        let release = releases
+            .get(&(g.pid, g.hold))
+            .and_then(|v| {
+                v.iter()
+                    .filter(|(at, _)| *at >= g.unix_us)
+                    .min_by_key(|(at, _)| *at)
+            })
+            .copied();
+        let (end_us, outcome) = match release {
+            Some((at, outcome)) => (at, Some(outcome)),
+            None => {
+                let next = attempt_start
+                    .get(&(key.clone(), g.attempt + 1))
+                    .copied()
+                    .unwrap_or(last_us);
+                s.unreleased.push(Unreleased {
+                    key: key.clone(),
+                    attempt: g.attempt,
+                    pid: g.pid,
+                    granted_us: g.unix_us,
+                });
+                (next.max(g.unix_us), None)
+            }
+        };
+        with_permits.insert(key);
+        holds.push(Hold {
+            grant: g,
+            end_us,
+            outcome,
+        });
+    }
+    s.permits = holds.len();
+    s.tests_with_permits = with_permits.len();
+    s.layouts = layouts.into_iter().collect();
+    s.peak_units = peak(&holds);
+    s.casualties = casualties(&holds, &last_attempt);
+    s
+}
+
+fn key_of(binary: &str, test: &str) -> TestKey {
+    TestKey {
+        binary: binary.to_string(),
+        test: test.to_string(),
+    }
+}
+
+/// The most units held at once.
+fn peak(holds: &[Hold<'_>]) -> usize {
+    let mut edges: Vec<(u64, i64)> = Vec::with_capacity(holds.len() * 2);
+    for h in holds {
+        let units = h.grant.units_taken() as i64;
+        edges.push((h.grant.unix_us, units));
+        edges.push((h.end_us, -units));
+    }
+    // Releases before grants at the same moment.
+    edges.sort_unstable();
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+/// Whether two holds overlapped in time (touching ends do not).
+fn overlap(a: &Hold<'_>, b: &Hold<'_>) -> bool {
+    a.grant.unix_us < b.end_us && b.grant.unix_us < a.end_us
+}
+
+/// The most units `others` held at once while `h` was held.
+fn most_beside(h: &Hold<'_>, others: &[&Hold<'_>]) -> usize {
+    let mut edges: Vec<(u64, i64)> = Vec::new();
+    for o in others {
+        let units = o.grant.units_taken() as i64;
+        edges.push((o.grant.unix_us.max(h.grant.unix_us), units));
+        edges.push((o.end_us.min(h.end_us), -units));
+    }
+    edges.sort_unstable();
+    let (mut now, mut most) = (0i64, 0i64);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most as usize
+}
+
+fn casualties(holds: &[Hold<'_>], last_attempt: &BTreeMap<TestKey, u32>) -> Vec<Casualty> {
+    let mut by_test: BTreeMap<TestKey, Vec<&Hold<'_>>> = BTreeMap::new();
+    for h in holds {
+        by_test
+            .entry(key_of(&h.grant.binary, &h.grant.test))
+            .or_default()
+            .push(h);
+    }
+    let mut out = Vec::new();
+    for (key, mine) in &by_test {
+        let Some(&last) = last_attempt.get(key) else {
+            continue;
+        };
+        if last < 2 {
+            continue;
+        }
+        let others = |h: &Hold<'_>| -> Vec<&Hold<'_>> {
+            holds
+                .iter()
+                .filter(|o| {
+                    (o.grant.pid, o.grant.hold) != (h.grant.pid, h.grant.hold)
+                        && (o.grant.binary != key.binary || o.grant.test != key.test)
+                        && overlap(h, o)
+                })
+                .collect()
+        };
+        // The last attempt passed, and alone: every permit of it returned without a failure,
+        // none beside another test's.
+        let last_holds: Vec<&&Hold<'_>> = mine.iter().filter(|h| h.grant.attempt == last).collect();
+        let passed_alone = !last_holds.is_empty()
+            && last_holds
+                .iter()
+                .all(|h| h.outcome.is_some_and(|o| !o.failed()) && others(h).is_empty());
+        if !passed_alone {
+            continue;
+        }
+        // The latest earlier attempt (each failed, or nextest would not have retried) that
+        // held its permit beside others.
+        let failed = mine
+            .iter()
+            .filter(|h| h.grant.attempt < last)
+            .filter_map(|h| {
+                let beside = others(h);
+                (!beside.is_empty()).then_some((*h, beside))
+            })
+            .max_by_key(|(h, _)| (h.grant.attempt, h.grant.unix_us));
+        let Some((h, beside)) = failed else { continue };
+        let mut names: Vec<TestKey> = Vec::new();
+        let mut sorted = beside.clone();
+        sorted.sort_by_key(|o| o.grant.unix_us);
+        for o in &sorted {
+            let k = key_of(&o.grant.binary, &o.grant.test);
+            if !names.contains(&k) {
+                names.push(k);
+            }
+        }
+        out.push(Casualty {
+            key: key.clone(),
+            failed_attempt: h.grant.attempt,
+            passed_attempt: last,
+            per_gpu: h.grant.per_gpu,
+            gpus: h.grant.gpus,
+            units_beside: most_beside(h, &beside),
+            beside: names,
+        });
+    }
+    out
+}

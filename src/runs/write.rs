@@ -1,0 +1,252 @@
+//! Writing records: one line each, appended under the file's lock, so that lines from the
+//! run's processes never interleave; best effort, as a record must never fail a test.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use super::record::{GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
+use super::{FILE_PREFIX, RUNS_KEPT, file_name, run_files};
+use crate::config::Config;
+use crate::sys;
+
+/// Longest test name, binary id or reason written; longer ones are cut (at a character).
+const LONGEST_TEXT: usize = 2048;
+
+/// The open record files of this process, one per directory (almost always one).
+static OPEN: parking_lot::Mutex<Vec<(PathBuf, File)>> = parking_lot::Mutex::new(Vec::new());
+/// Said once: records cannot be written.
+static WARNED: AtomicBool = AtomicBool::new(false);
+/// Numbers the permits of this process for their records.
+static NEXT_HOLD: AtomicU64 = AtomicU64::new(1);
+/// How `gpu-test-permit run`'s command ended ([`set_command_outcome`]): 0 while unknown, else
+/// [`EXITED`] or [`SIGNALLED`] in the high half and the code or signal in the low half.
+static COMMAND_OUTCOME: AtomicU64 = AtomicU64::new(0);
+const EXITED: u64 = 1 << 32;
+const SIGNALLED: u64 = 2 << 32;
+
+/// The run this process belongs to: nextest's `NEXTEST_RUN_ID`. Outside nextest nothing is
+/// recorded.
+fn run_id() -> Option<&'static str> {
+    Config::global()
+        .nextest
+        .as_ref()?
+        .run_id
+        .as_deref()
+        .filter(|r| !r.is_empty())
+}
+
+/// The test binary and the test, as nextest's JUnit report names them: `NEXTEST_BINARY_ID`
+/// and `NEXTEST_TEST_NAME`, else the executable's name without cargo's hash and the test's
+/// thread name.
+pub(crate) fn current_test() -> (String, String) {
+    let binary = Config::global()
+        .nextest
+        .as_ref()
+        .and_then(|n| n.binary_id.clone())
+        .unwrap_or_else(binary_from_exe);
+    (cut(binary), cut(crate::nextest::current_test_name()))
+}
+
+fn binary_from_exe() -> String {
+    let Some(stem) = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+    else {
+        return "?".into();
+    };
+    // cargo names test executables `<crate>-<16 hex digits>`.
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            name.to_string()
+        }
+        _ => stem,
+    }
+}
+
+fn cut(mut text: String) -> String {
+    if text.len() > LONGEST_TEXT {
+        let mut end = LONGEST_TEXT;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+fn attempts() -> (u32, u32) {
+    let n = Config::global().nextest.as_ref();
+    let attempt = n.and_then(|n| n.attempt).unwrap_or(1);
+    let total = n
+        .and_then(|n| n.total_attempts)
+        .unwrap_or(attempt)
+        .max(attempt);
+    (attempt, total)
+}
+
+/// Appends `record` to the run's file in `dir`.
+pub(crate) fn append(dir: &Path, record: &RunRecord) {
+    let Ok(mut line) = serde_json::to_string(record) else {
+        return;
+    };
+    line.push('\n');
+    let mut open = OPEN.lock();
+    let index = match open.iter().position(|(d, _)| d == dir) {
+        Some(i) => i,
+        None => match open_run_file(dir, record.run()) {
+            Ok(file) => {
+                open.push((dir.to_path_buf(), file));
+                open.len() - 1
+            }
+            Err(e) => return warn(dir, &e),
+        },
+    };
+    let file = &open[index].1;
+    let written = file.lock().and_then(|()| {
+        let end = file.metadata()?.len();
+        let w = sys::write_at(file, line.as_bytes(), end);
+        let _ = file.unlock();
+        w
+    });
+    if let Err(e) = written {
+        warn(dir, &e);
+    }
+}
+
+fn warn(dir: &Path, e: &std::io::Error) {
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        crate::notice::line(&format!(
+            "cannot record this test's skips and permits in {} ({e}); `gpu-test-permit junit` \
+             and `report` will not know of them",
+            dir.display()
+        ));
+    }
+}
+
+/// Opens (creating) the run's file; a process that creates it removes all but the newest
+/// [`RUNS_KEPT`] runs' files of this user.
+fn open_run_file(dir: &Path, run: &str) -> std::io::Result<File> {
+    let path = dir.join(file_name(run));
+    let file = sys::open_lock_file(&path, sys::is_shared_dir(dir))?;
+    if file.metadata()?.len() == 0 {
+        prune(dir, &path);
+    }
+    Ok(file)
+}
+
+/// Removes the oldest run files beyond [`RUNS_KEPT`] (best effort: another user's files in a
+/// shared directory stay).
+fn prune(dir: &Path, keep: &Path) {
+    let mut files = run_files(dir);
+    if files.len() <= RUNS_KEPT {
+        return;
+    }
+    // Newest first.
+    files.sort_by(|a, b| b.1.cmp(&a.1));
+    for (path, _) in files.into_iter().skip(RUNS_KEPT) {
+        if path != keep
+            && path
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(FILE_PREFIX))
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Records a skip of the running test, when it runs under nextest.
+pub(crate) fn record_skip(backend: &str, reason: &str) {
+    let Some(run) = run_id() else { return };
+    let Ok(dir) = Config::global().slot_dir_path() else {
+        return;
+    };
+    let (binary, test) = current_test();
+    let record = RunRecord::Skip(SkipRecord {
+        run: run.to_string(),
+        unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
+        pid: std::process::id(),
+        binary,
+        test,
+        attempt: attempts().0,
+        backend: backend.to_string(),
+        reason: cut(reason.to_string()),
+    });
+    append(&dir, &record);
+}
+
+/// What a permit's grant records: see [`granted`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Granted {
+    pub(crate) units: usize,
+    pub(crate) exclusive: bool,
+    pub(crate) per_gpu: usize,
+    pub(crate) gpus: usize,
+    pub(crate) alone: bool,
+}
+
+/// Records a permit granted to the running test in slot directory `dir`, when it runs under
+/// nextest; returns the number its release is recorded under (0: not recorded).
+pub(crate) fn granted(dir: &Path, g: Granted) -> u64 {
+    let Some(run) = run_id() else { return 0 };
+    let hold = NEXT_HOLD.fetch_add(1, Ordering::Relaxed);
+    let (binary, test) = current_test();
+    let (attempt, total_attempts) = attempts();
+    let record = RunRecord::Grant(GrantRecord {
+        run: run.to_string(),
+        unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
+        pid: std::process::id(),
+        hold,
+        binary,
+        test,
+        attempt,
+        total_attempts,
+        units: g.units,
+        exclusive: g.exclusive,
+        per_gpu: g.per_gpu,
+        gpus: g.gpus,
+        alone: g.alone,
+    });
+    append(dir, &record);
+    hold
+}
+
+/// Records the return of permit `hold` (from [`granted`]): panicking, the test failed; under
+/// `gpu-test-permit run`, as its command ended.
+pub(crate) fn released(dir: &Path, hold: u64) {
+    let Some(run) = run_id() else { return };
+    let outcome = if std::thread::panicking() {
+        Outcome::Panicked
+    } else {
+        let value = COMMAND_OUTCOME.load(Ordering::Relaxed);
+        let low = value as u32 as i32;
+        match value & !u64::from(u32::MAX) {
+            EXITED => Outcome::Exited(low),
+            SIGNALLED => Outcome::Signal(low),
+            _ => Outcome::Passed,
+        }
+    };
+    let record = RunRecord::Release(ReleaseRecord {
+        run: run.to_string(),
+        unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
+        pid: std::process::id(),
+        hold,
+        outcome,
+    });
+    append(dir, &record);
+    if !outcome.failed() && attempts().0 > 1 {
+        super::casualty::after_passing_retry(dir, run, hold);
+    }
+}
+
+/// Tells the records how `gpu-test-permit run`'s command ended: its exit code, or the signal
+/// that ended it. The permit's release record then carries it.
+#[doc(hidden)]
+pub fn set_command_outcome(code: Option<i32>, signal: Option<i32>) {
+    let value = match (code, signal) {
+        (Some(code), _) => EXITED | u64::from(code as u32),
+        (None, Some(sig)) => SIGNALLED | u64::from(sig as u32),
+        (None, None) => return,
+    };
+    COMMAND_OUTCOME.store(value, Ordering::Relaxed);
+}
