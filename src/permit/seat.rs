@@ -500,9 +500,15 @@ impl PoolInner {
             }
             let end = pool.tracer.as_ref().map(|_| SystemTime::now());
             if let Some(host) = &pool.host {
+                // Stamped before the slots are free, so that no record shows this permit
+                // beside the next holder of its slots.
+                let recorded = detail
+                    .as_ref()
+                    .filter(|d| d.run_hold != 0)
+                    .map(|d| (d.run_hold, SystemTime::now()));
                 host.release(&slots);
-                if let Some(d) = detail.as_ref().filter(|d| d.run_hold != 0) {
-                    crate::runs::released(host.dir(), d.run_hold);
+                if let Some((hold, at)) = recorded {
+                    crate::runs::released(host.dir(), hold, at);
                 }
             }
             if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {

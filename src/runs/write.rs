@@ -127,6 +127,8 @@ fn warn(dir: &Path, e: &std::io::Error) {
 /// Opens (creating) the run's file; a process that creates it removes all but the newest
 /// [`RUNS_KEPT`] runs' files of this user.
 fn open_run_file(dir: &Path, run: &str) -> std::io::Result<File> {
+    // A test that skips before any permit is taken may be the first to use the directory.
+    sys::prepare_dir(dir).map_err(std::io::Error::other)?;
     let path = dir.join(file_name(run));
     let file = sys::open_lock_file(&path, sys::is_shared_dir(dir))?;
     if file.metadata()?.len() == 0 {
@@ -186,7 +188,8 @@ pub(crate) struct Granted {
 }
 
 /// Records a permit granted to the running test in slot directory `dir`, when it runs under
-/// nextest; returns the number its release is recorded under (0: not recorded).
+/// nextest; returns the number its release is recorded under (0: not recorded). Called once
+/// the slots are held, so the record's time is never before the grant.
 pub(crate) fn granted(dir: &Path, g: Granted) -> u64 {
     let Some(run) = run_id() else { return 0 };
     let hold = NEXT_HOLD.fetch_add(1, Ordering::Relaxed);
@@ -211,9 +214,9 @@ pub(crate) fn granted(dir: &Path, g: Granted) -> u64 {
     hold
 }
 
-/// Records the return of permit `hold` (from [`granted`]): panicking, the test failed; under
-/// `gpu-test-permit run`, as its command ended.
-pub(crate) fn released(dir: &Path, hold: u64) {
+/// Records the return of permit `hold` (from [`granted`]) at `at`: panicking, the test failed;
+/// under `gpu-test-permit run`, as its command ended.
+pub(crate) fn released(dir: &Path, hold: u64, at: std::time::SystemTime) {
     let Some(run) = run_id() else { return };
     let outcome = if std::thread::panicking() {
         Outcome::Panicked
@@ -228,7 +231,7 @@ pub(crate) fn released(dir: &Path, hold: u64) {
     };
     let record = RunRecord::Release(ReleaseRecord {
         run: run.to_string(),
-        unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
+        unix_us: crate::clock::unix_micros(at),
         pid: std::process::id(),
         hold,
         outcome,

@@ -14,6 +14,7 @@ mod find;
 mod probe;
 mod report;
 mod run;
+mod runs;
 
 /// A command: its arguments, what runs it, and whether it reads the global configuration.
 struct Command {
@@ -114,6 +115,23 @@ static COMMANDS: &[Command] = &[
             operands: Operands::One("FILE"),
         },
         run: report::trace,
+        checks_config: false,
+    },
+    Command {
+        spec: Spec {
+            name: "report",
+            synopsis: "[--run-id ID] [--dir DIR] [--fail-on-casualty]",
+            about: "what the records of a cargo nextest run say: its GPU tests, those that skipped\n\
+                    and why, contention casualties (failed while other tests held permits, then\n\
+                    passed alone on a retry) with the tests beside them, permits never returned,\n\
+                    hangs, the peak and the N in force; the last run recorded in the slot directory,\n\
+                    or run ID. With --fail-on-casualty, exit 1 when a test passed only alone",
+            flags: &["--fail-on-casualty"],
+            options: &["--run-id", "--dir"],
+            lists: &[],
+            operands: Operands::None,
+        },
+        run: runs::report,
         checks_config: false,
     },
     Command {

@@ -61,7 +61,7 @@ fn permits_by_record(slots: &[SlotStatus]) -> Vec<(&HolderRecord, Vec<usize>)> {
 /// made safe for a terminal: control characters, which could clear the screen, move the cursor
 /// or start a forged line, and bidirectional overrides, which reorder what is shown, are
 /// escaped the way Rust writes them (`\r`, `\u{1b}`).
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         if c.is_control()
@@ -75,7 +75,7 @@ fn printable(text: &str) -> String {
     out
 }
 
-fn printable_path(path: &Path) -> String {
+pub(crate) fn printable_path(path: &Path) -> String {
     printable(&path.to_string_lossy())
 }
 

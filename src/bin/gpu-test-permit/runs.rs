@@ -1,0 +1,193 @@
+//! `report`: what a nextest run's records say about its GPU tests — run, skipped (with
+//! reasons), contention casualties (with who they ran beside), permits never returned, hangs,
+//! the peak and the N in force.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use gpu_test_permit::config::Config;
+use gpu_test_permit::host::recorded_hangs;
+use gpu_test_permit::runs::{RunSummary, TestKey, last_run, read_run, recorded_runs, summarize};
+
+use crate::args::Args;
+use crate::report::{printable, printable_path};
+
+/// `report [--run-id ID] [--dir DIR] [--fail-on-casualty]`.
+pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
+    let dir = match args.value("--dir") {
+        Some(dir) => PathBuf::from(dir),
+        None => Config::global().slot_dir_path()?,
+    };
+    let records = match args.value("--run-id") {
+        Some(id) => {
+            let id = id.to_string_lossy();
+            read_run(&dir, &id)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| {
+                    let known: Vec<String> = recorded_runs(&dir)
+                        .into_iter()
+                        .rev()
+                        .take(5)
+                        .map(|r| r.run_id)
+                        .collect();
+                    format!(
+                        "no records of run {} in {}{}",
+                        printable(&id),
+                        printable_path(&dir),
+                        if known.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; the latest recorded: {}", known.join(", "))
+                        }
+                    )
+                })?
+        }
+        None => last_run(&dir).map_err(|e| e.to_string())?.ok_or_else(|| {
+            format!(
+                "no run recorded in {} (test processes record their run under cargo nextest, \
+                 in the slot directory their environment names)",
+                printable_path(&dir)
+            )
+        })?,
+    };
+    let s = summarize(&records);
+    print!("{}", render(&s, &dir, &records.path));
+    if records.truncated {
+        eprintln!(
+            "gpu-test-permit: {} is larger than the most that is read; its end was left out",
+            printable_path(&records.path)
+        );
+    }
+    if args.flag("--fail-on-casualty") && !s.casualties.is_empty() {
+        eprintln!(
+            "gpu-test-permit: {} test{} passed only alone (--fail-on-casualty)",
+            s.casualties.len(),
+            if s.casualties.len() == 1 { "" } else { "s" }
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn name(k: &TestKey) -> String {
+    printable(&k.to_string())
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The report's text.
+fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let secs = s
+        .span_us
+        .map(|(a, b)| b.saturating_sub(a) as f64 / 1e6)
+        .unwrap_or(0.0);
+    let _ = writeln!(
+        out,
+        "run {} ({}): {} that took permits or skipped, {} granted, over {secs:.1} s",
+        printable(&s.run_id),
+        printable_path(path),
+        plural(s.gpu_tests, "GPU test", "GPU tests"),
+        plural(s.permits, "permit", "permits"),
+    );
+    let layouts: Vec<String> = s
+        .layouts
+        .iter()
+        .map(|(n, g)| format!("N = {n} per GPU x {}", plural(*g, "GPU", "GPUs")))
+        .collect();
+    if !layouts.is_empty() {
+        let _ = writeln!(
+            out,
+            "in force: {}; peak {} held at once",
+            layouts.join(", then "),
+            plural(s.peak_units, "unit", "units")
+        );
+    }
+    if s.unreadable > 0 {
+        let _ = writeln!(
+            out,
+            "({} of the file left out: not records of this run)",
+            plural(s.unreadable, "line", "lines")
+        );
+    }
+    let _ = writeln!(out, "\nskipped: {}", s.skipped.len());
+    for k in &s.skipped {
+        let _ = writeln!(out, "  {}: {}", name(&k.key), printable(&k.message()));
+    }
+    let _ = writeln!(
+        out,
+        "\ncontention casualties: {} (failed while other tests held permits, then passed \
+         alone)",
+        s.casualties.len()
+    );
+    for c in &s.casualties {
+        let beside: Vec<String> = c.beside.iter().map(name).collect();
+        let _ = writeln!(
+            out,
+            "  {}: failed at attempt {} at N = {} beside {} ({} held beside it at most); \
+             passed alone at attempt {}",
+            name(&c.key),
+            c.failed_attempt,
+            c.n(),
+            beside.join(", "),
+            plural(c.units_beside, "unit", "units"),
+            c.passed_attempt
+        );
+    }
+    let other_retries: Vec<&(TestKey, u32)> = s
+        .retried
+        .iter()
+        .filter(|(k, _)| !s.casualties.iter().any(|c| &c.key == k))
+        .collect();
+    if !other_retries.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nretried, not casualties: {} (failed alone too, failed in their last attempt, \
+             or were not retried alone)",
+            other_retries.len()
+        );
+        for (k, attempts) in other_retries {
+            let _ = writeln!(out, "  {}: {attempts} attempts", name(k));
+        }
+    }
+    if !s.unreleased.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nnever returned: {} (the process died holding it: a crash, an abort, a hold \
+             deadline, a kill; or it still holds it)",
+            plural(s.unreleased.len(), "permit", "permits")
+        );
+        for u in &s.unreleased {
+            let _ = writeln!(
+                out,
+                "  {} attempt {} (pid {})",
+                name(&u.key),
+                u.attempt,
+                u.pid
+            );
+        }
+    }
+    if let Some((first, last)) = s.span_us {
+        let (from, to) = (first / 1000, last / 1000 + 1000);
+        let hangs: Vec<_> = recorded_hangs(dir)
+            .into_iter()
+            .filter(|h| h.unix_ms >= from && h.unix_ms <= to)
+            .collect();
+        if !hangs.is_empty() {
+            let _ = writeln!(out, "\nhangs (held past GPU_TEST_PERMIT_HOLD_TIMEOUT):");
+            for h in hangs {
+                let _ = writeln!(
+                    out,
+                    "  {}: held {:.1} s at N = {}",
+                    printable(&h.test),
+                    h.held_ms as f64 / 1000.0,
+                    h.n()
+                );
+            }
+        }
+    }
+    out
+}
