@@ -352,3 +352,162 @@ fn casualties(holds: &[Hold<'_>], last_attempt: &BTreeMap<TestKey, u32>) -> Vec<
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runs::record::{ReleaseRecord, SkipRecord};
+
+    const RUN: &str = "r";
+
+    fn grant(pid: u32, test: &str, attempt: u32, at: u64, exclusive: bool) -> RunRecord {
+        RunRecord::Grant(GrantRecord {
+            run: RUN.into(),
+            unix_us: at,
+            pid,
+            hold: 1,
+            binary: "b".into(),
+            test: test.into(),
+            attempt,
+            total_attempts: 2,
+            units: if exclusive { 2 } else { 1 },
+            exclusive,
+            per_gpu: 2,
+            gpus: 1,
+            alone: exclusive,
+        })
+    }
+
+    fn release(pid: u32, at: u64, outcome: Outcome) -> RunRecord {
+        RunRecord::Release(ReleaseRecord {
+            run: RUN.into(),
+            unix_us: at,
+            pid,
+            hold: 1,
+            outcome,
+        })
+    }
+
+    fn skip(pid: u32, test: &str, attempt: u32, at: u64) -> RunRecord {
+        RunRecord::Skip(SkipRecord {
+            run: RUN.into(),
+            unix_us: at,
+            pid,
+            binary: "b".into(),
+            test: test.into(),
+            attempt,
+            backend: "cuda".into(),
+            reason: "not installed".into(),
+        })
+    }
+
+    fn summary(records: Vec<RunRecord>) -> RunSummary {
+        summarize(&RunRecords {
+            run_id: RUN.into(),
+            records,
+            ..RunRecords::default()
+        })
+    }
+
+    fn casualty_names(s: &RunSummary) -> Vec<&str> {
+        s.casualties.iter().map(|c| c.key.test.as_str()).collect()
+    }
+
+    #[test]
+    fn a_test_that_failed_beside_another_and_passed_alone_is_a_casualty() {
+        let s = summary(vec![
+            grant(1, "other", 1, 0, false),
+            grant(2, "t", 1, 10, false),
+            release(2, 20, Outcome::Panicked),
+            release(1, 30, Outcome::Passed),
+            grant(3, "t", 2, 40, true),
+            release(3, 50, Outcome::Passed),
+        ]);
+        assert_eq!(casualty_names(&s), ["t"]);
+        let c = &s.casualties[0];
+        assert_eq!((c.failed_attempt, c.passed_attempt, c.n(), c.units_beside), (1, 2, 2, 1));
+        assert_eq!(c.beside[0].test, "other");
+        assert_eq!(s.peak_units, 2);
+        assert_eq!(s.retried.len(), 1);
+    }
+
+    #[test]
+    fn failing_alone_or_failing_last_or_meeting_only_afterwards_is_no_casualty() {
+        let cases = [
+            // Failed with nobody beside it: an ordinary flaky test.
+            vec![
+                grant(2, "t", 1, 10, false),
+                release(2, 20, Outcome::Panicked),
+                grant(1, "other", 1, 20, false),
+                release(1, 30, Outcome::Passed),
+                grant(3, "t", 2, 40, true),
+                release(3, 50, Outcome::Passed),
+            ],
+            // Failed beside another and failed alone too.
+            vec![
+                grant(1, "other", 1, 0, false),
+                grant(2, "t", 1, 10, false),
+                release(2, 20, Outcome::Panicked),
+                release(1, 30, Outcome::Passed),
+                grant(3, "t", 2, 40, true),
+                release(3, 50, Outcome::Panicked),
+            ],
+            // The retry passed, but beside another (GPU_TEST_PERMIT_RETRY=same).
+            vec![
+                grant(1, "other", 1, 0, false),
+                grant(2, "t", 1, 10, false),
+                release(2, 20, Outcome::Panicked),
+                grant(3, "t", 2, 25, false),
+                release(3, 28, Outcome::Passed),
+                release(1, 30, Outcome::Passed),
+            ],
+            // The retry skipped.
+            vec![
+                grant(1, "other", 1, 0, false),
+                grant(2, "t", 1, 10, false),
+                release(2, 20, Outcome::Panicked),
+                release(1, 30, Outcome::Passed),
+                skip(3, "t", 2, 40),
+            ],
+        ];
+        for (i, records) in cases.into_iter().enumerate() {
+            let s = summary(records);
+            assert!(s.casualties.is_empty(), "case {i}: {s:#?}");
+            assert_eq!(s.retried.len(), 1, "case {i}");
+        }
+    }
+
+    #[test]
+    fn a_process_that_died_holding_its_permit_is_unreleased_and_can_be_a_casualty() {
+        // Attempt 1 crashed (no release) while another held a permit; the retry passed alone.
+        let s = summary(vec![
+            grant(1, "other", 1, 0, false),
+            grant(2, "t", 1, 10, false),
+            release(1, 30, Outcome::Passed),
+            grant(3, "t", 2, 40, true),
+            release(3, 50, Outcome::Passed),
+        ]);
+        assert_eq!(s.unreleased.len(), 1);
+        assert_eq!(s.unreleased[0].pid, 2);
+        assert_eq!(casualty_names(&s), ["t"]);
+        // Its hold ends where the next attempt begins: the peak does not count it beside it.
+        assert_eq!(s.peak_units, 2);
+    }
+
+    #[test]
+    fn a_skip_counts_where_it_was_the_last_attempt_and_a_reused_pid_releases_its_own_grant() {
+        let s = summary(vec![
+            skip(1, "s", 1, 0),
+            grant(2, "t", 1, 10, false),
+            release(2, 20, Outcome::Passed),
+            // pid 2 again, later in the run.
+            grant(2, "u", 1, 30, false),
+            release(2, 40, Outcome::Passed),
+        ]);
+        assert_eq!(s.skipped.len(), 1);
+        assert_eq!(s.skipped[0].message(), "backend=cuda: not installed");
+        assert!(s.unreleased.is_empty());
+        assert_eq!((s.gpu_tests, s.tests_with_permits, s.permits), (3, 2, 2));
+        assert_eq!(s.peak_units, 1);
+    }
+}

@@ -27,6 +27,7 @@ mod stub;
 #[cfg(unix)]
 mod third_party;
 mod trace;
+mod truth;
 mod util;
 mod weighted;
 mod weighted_processes;

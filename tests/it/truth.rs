@@ -1,0 +1,388 @@
+//! Runs that tell the truth: the run records of a real `cargo nextest` run of
+//! `fixtures/truth-suite` with retries (skips, contention casualties), the line a test binary
+//! prints under `cargo test`, retries that take the GPU alone, and `run`'s records.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use gpu_test_permit::runs::{Outcome, RunRecord, last_run, recorded_casualties, summarize};
+
+use crate::recipes::have_nextest;
+use crate::util::{clear_permit_env, cli, tempdir};
+
+const SKIPPED: [&str; 2] = ["cuda_graph_replays", "cuda_kernel_matches_cpu"];
+const CASUALTIES: [&str; 2] = ["contended_reduce", "contended_upload"];
+const BINARY: &str = "gpu-test-permit-truth-suite::suite";
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    clear_permit_env(&mut c);
+    c.current_dir(env!("CARGO_MANIFEST_DIR"));
+    c
+}
+
+fn suite_target() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("truth-suite")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A nextest run of the truth suite with one retry and a JUnit report; returns the slot
+/// directory, the JUnit file and the run's output.
+pub(crate) fn nextest_run(work: &Path, extra: &[&str]) -> (PathBuf, PathBuf, Output) {
+    let shared = work.join("shared");
+    let slots = work.join("slots");
+    std::fs::create_dir_all(&shared).unwrap();
+    let config = work.join("nextest.toml");
+    std::fs::write(
+        &config,
+        "[profile.truth]\nretries = 1\n[profile.truth.junit]\npath = \"junit.xml\"\n",
+    )
+    .unwrap();
+    let out = cargo()
+        .args([
+            "nextest",
+            "run",
+            "--offline",
+            "-p",
+            "gpu-test-permit-truth-suite",
+        ])
+        .arg("--config-file")
+        .arg(&config)
+        .args([
+            "--profile",
+            "truth",
+            "--test-threads",
+            "8",
+            "--status-level",
+            "fail",
+        ])
+        .arg("--target-dir")
+        .arg(suite_target())
+        .args(extra)
+        .env("TRUTH_SUITE_DIR", &shared)
+        .env("GPU_TEST_PERMIT_DIR", &slots)
+        .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
+        .output()
+        .unwrap();
+    let junit = suite_target().join("nextest/truth/junit.xml");
+    (slots, junit, out)
+}
+
+#[test]
+fn a_nextest_run_with_retries_records_its_skips_and_names_its_contention_casualties() {
+    if !have_nextest() {
+        return;
+    }
+    let work = tempdir();
+    let (slots, _junit, out) = nextest_run(work.path(), &[]);
+    let all = text(&out);
+    // The contended tests failed beside others, passed alone: flaky, and the run passes.
+    assert!(out.status.success(), "{all}");
+    for t in CASUALTIES {
+        assert!(
+            all.lines()
+                .any(|l| l.contains("FLAKY 2/2") && l.contains(t)),
+            "{all}"
+        );
+    }
+    let records = last_run(&slots).unwrap().expect("the run is recorded");
+    let s = summarize(&records);
+    let mut skipped: Vec<&str> = s.skipped.iter().map(|k| k.key.test.as_str()).collect();
+    skipped.sort();
+    assert_eq!(skipped, SKIPPED);
+    assert!(
+        s.skipped
+            .iter()
+            .all(|k| k.key.binary == BINARY && k.backend == "cuda")
+    );
+    let mut casualties: Vec<&str> = s.casualties.iter().map(|c| c.key.test.as_str()).collect();
+    casualties.sort();
+    assert_eq!(casualties, CASUALTIES, "{s:#?}");
+    for c in &s.casualties {
+        assert_eq!((c.failed_attempt, c.passed_attempt, c.n()), (1, 2, 2));
+        assert!(!c.beside.is_empty() && !c.beside.contains(&c.key));
+    }
+    assert!(
+        s.peak_units <= 2,
+        "the records show more units than N at once: {s:#?}"
+    );
+    assert!(s.unreleased.is_empty(), "{s:#?}");
+    // Each retry had the GPU to itself: exclusive, and said why.
+    let retries: Vec<_> = records
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            RunRecord::Grant(g) if g.attempt == 2 => Some(g),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries.len(), 2);
+    assert!(
+        retries
+            .iter()
+            .all(|g| g.exclusive && g.alone && g.units == 2)
+    );
+    // The passing retries recorded themselves for the trace's advice.
+    let mut recorded: Vec<String> = recorded_casualties(&slots)
+        .into_iter()
+        .map(|c| c.test)
+        .collect();
+    recorded.sort();
+    assert_eq!(recorded, CASUALTIES);
+
+    // `report` names them, and --fail-on-casualty fails on them.
+    let report = cli(&slots, 2).arg("report").output().unwrap();
+    let said = text(&report);
+    assert!(report.status.success(), "{said}");
+    assert!(
+        said.contains("skipped: 2") && said.contains("contention casualties: 2"),
+        "{said}"
+    );
+    for t in CASUALTIES {
+        assert!(
+            said.lines()
+                .any(|l| l.contains(t) && l.contains("failed at attempt 1 at N = 2 beside")),
+            "{said}"
+        );
+    }
+    let strict = cli(&slots, 2)
+        .args(["report", "--fail-on-casualty"])
+        .output()
+        .unwrap();
+    assert_eq!(strict.status.code(), Some(1), "{}", text(&strict));
+    let by_id = cli(&slots, 2)
+        .args(["report", "--run-id", &records.run_id])
+        .output()
+        .unwrap();
+    assert_eq!(by_id.stdout, report.stdout);
+}
+
+#[test]
+fn with_retry_same_a_retry_takes_the_permit_it_asks_for() {
+    if !have_nextest() {
+        return;
+    }
+    let work = tempdir();
+    let shared = work.path().join("shared");
+    let slots = work.path().join("slots");
+    std::fs::create_dir_all(&shared).unwrap();
+    // The contended tests alone, N = 2: they meet each other in the first attempt; under
+    // `same` the retries meet each other again and fail again.
+    let out = cargo()
+        .args([
+            "nextest",
+            "run",
+            "--offline",
+            "-p",
+            "gpu-test-permit-truth-suite",
+        ])
+        .args(["--retries", "1", "--test-threads", "8", "--no-fail-fast"])
+        .arg("--target-dir")
+        .arg(suite_target())
+        .args(["-E", "test(/contended|long_render/)"])
+        .env("TRUTH_SUITE_DIR", &shared)
+        .env("GPU_TEST_PERMIT_DIR", &slots)
+        .env("GPU_TEST_PERMIT_RETRY", "same")
+        .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
+        .output()
+        .unwrap();
+    let records = last_run(&slots).unwrap().expect("the run is recorded");
+    let grants: Vec<_> = records
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            RunRecord::Grant(g) => Some(g),
+            _ => None,
+        })
+        .collect();
+    assert!(grants.iter().any(|g| g.attempt == 2), "{}", text(&out));
+    assert!(
+        grants
+            .iter()
+            .all(|g| !g.alone && !g.exclusive && g.units == 1),
+        "{grants:#?}"
+    );
+}
+
+#[test]
+fn under_cargo_test_a_binary_says_at_exit_how_many_gpu_tests_skipped() {
+    let work = tempdir();
+    let shared = work.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    let out = cargo()
+        .args([
+            "test",
+            "--offline",
+            "-p",
+            "gpu-test-permit-truth-suite",
+            "--test",
+            "suite",
+        ])
+        .arg("--target-dir")
+        .arg(suite_target())
+        .args(["--", "cuda_", "quick_clear", "cpu_adds"])
+        .env("TRUTH_SUITE_DIR", &shared)
+        .env("GPU_TEST_PERMIT_DIR", work.path().join("slots"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}", text(&out));
+    // libtest counts the skips as passes ...
+    assert!(stdout.contains("test result: ok. 4 passed"), "{stdout}");
+    // ... and the binary says what they were, once, on the real standard error.
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("GPU tests skipped in this binary"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with(
+            "gpu-test-permit: 2 of 3 GPU tests skipped in this binary (backend=cuda: cuda not built"
+        ),
+        "{}",
+        lines[0]
+    );
+    // Nothing is recorded outside nextest.
+    let slots = work.path().join("slots");
+    assert!(!slots.exists() || last_run(&slots).unwrap().is_none());
+}
+
+/// The environment nextest gives attempt `attempt` of test `t` of run `run`.
+fn as_nextest(c: &mut Command, run: &str, t: &str, attempt: u32) {
+    c.env("NEXTEST_RUN_ID", run)
+        .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+        .env("NEXTEST_BINARY_ID", "suite::bin")
+        .env("NEXTEST_TEST_NAME", t)
+        .env("NEXTEST_ATTEMPT", attempt.to_string())
+        .env("NEXTEST_TOTAL_ATTEMPTS", "2")
+        .env("NEXTEST_TEST_GROUP", "gpu");
+}
+
+#[test]
+fn a_retry_holds_every_unit_unless_retry_is_same() {
+    let dir = tempdir();
+    for (attempt, retry, says) in [
+        (1, None, " units=1 slots=0\n"),
+        (2, None, " units=3 slots=0,1,2\n"),
+        (2, Some("alone"), " units=3 slots=0,1,2\n"),
+        (2, Some("same"), " units=1 slots=0\n"),
+    ] {
+        let mut c = cli(dir.path(), 3);
+        as_nextest(&mut c, "r1", "t", attempt);
+        if let Some(r) = retry {
+            c.env("GPU_TEST_PERMIT_RETRY", r);
+        }
+        let out = c.args(["hold", "--for", "1ms"]).output().unwrap();
+        let held = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(held.contains(says), "attempt {attempt} {retry:?}: {held}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.contains("reruns with the GPU to itself"),
+            says.contains("units=3"),
+            "{stderr}"
+        );
+    }
+    // A weighted request is made exclusive too.
+    let mut c = cli(dir.path(), 3);
+    as_nextest(&mut c, "r1", "t", 2);
+    let out = c
+        .args(["hold", "--units", "2", "--for", "1ms"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(" units=3 "),
+        "{}",
+        text(&out)
+    );
+    // A bad value falls back to alone, and says so.
+    let mut c = cli(dir.path(), 3);
+    as_nextest(&mut c, "r1", "t", 2);
+    let out = c
+        .env("GPU_TEST_PERMIT_RETRY", "solo")
+        .args(["hold", "--for", "1ms"])
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert!(all.contains(" units=3 "), "{all}");
+    assert!(
+        all.contains("GPU_TEST_PERMIT_RETRY='solo' is not alone or same; using alone"),
+        "{all}"
+    );
+}
+
+#[test]
+fn run_records_how_its_command_ended_and_a_retry_under_run_takes_the_gpu_alone() {
+    let dir = tempdir();
+    for (attempt, code) in [(1, "3"), (2, "0")] {
+        let mut c = cli(dir.path(), 2);
+        as_nextest(&mut c, "r2", "flaky_under_run", attempt);
+        let out = c
+            .args(["run", "--", "sh", "-c", &format!("exit {code}")])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(code.parse().unwrap()),
+            "{}",
+            text(&out)
+        );
+    }
+    // A command ended by a signal.
+    let mut c = cli(dir.path(), 2);
+    as_nextest(&mut c, "r2", "killed_under_run", 1);
+    let _ = c
+        .args(["run", "--", "sh", "-c", "kill -9 $$"])
+        .output()
+        .unwrap();
+    let records = last_run(dir.path()).unwrap().unwrap();
+    let outcomes: Vec<Outcome> = records
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            RunRecord::Release(r) => Some(r.outcome),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [Outcome::Exited(3), Outcome::Exited(0), Outcome::Signal(9)]
+    );
+    let grants: Vec<(u32, bool, usize)> = records
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            RunRecord::Grant(g) => Some((g.attempt, g.exclusive, g.units)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(grants, [(1, false, 1), (2, true, 2), (1, false, 1)]);
+    // Failed at attempt 1 with nobody beside: flaky, not a casualty.
+    let s = summarize(&records);
+    assert!(s.casualties.is_empty(), "{s:#?}");
+    assert_eq!(s.retried.len(), 1);
+}
+
+#[test]
+fn skips_are_recorded_where_no_permit_was_ever_taken() {
+    if !have_nextest() {
+        return;
+    }
+    // Only the skipping tests: the first record of the run creates the slot directory.
+    let work = tempdir();
+    let (slots, _, out) = nextest_run(work.path(), &["-E", "test(/^cuda_/)"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let s = summarize(&last_run(&slots).unwrap().expect("the run is recorded"));
+    let mut skipped: Vec<&str> = s.skipped.iter().map(|k| k.key.test.as_str()).collect();
+    skipped.sort();
+    assert_eq!(skipped, SKIPPED);
+    assert_eq!(s.permits, 0);
+}
