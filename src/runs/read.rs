@@ -144,7 +144,7 @@ pub fn recorded_runs(dir: &Path) -> Vec<RecordedRun> {
             })
         })
         .collect();
-    runs.sort_by(|a, b| a.modified.cmp(&b.modified));
+    runs.sort_by_key(|r| r.modified);
     runs
 }
 

@@ -55,7 +55,7 @@ pub fn tally() -> Tally {
             None => reasons.push((reason.clone(), 1)),
         }
     }
-    reasons.sort_by(|a, b| b.1.cmp(&a.1));
+    reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
     Tally {
         gpu_tests: tests.len(),
         skipped: tests.values().filter(|r| r.is_some()).count(),

@@ -145,7 +145,7 @@ fn prune(dir: &Path, keep: &Path) {
         return;
     }
     // Newest first.
-    files.sort_by(|a, b| b.1.cmp(&a.1));
+    files.sort_by_key(|f| std::cmp::Reverse(f.1));
     for (path, _) in files.into_iter().skip(RUNS_KEPT) {
         if path != keep
             && path
