@@ -425,7 +425,10 @@ mod tests {
         ]);
         assert_eq!(casualty_names(&s), ["t"]);
         let c = &s.casualties[0];
-        assert_eq!((c.failed_attempt, c.passed_attempt, c.n(), c.units_beside), (1, 2, 2, 1));
+        assert_eq!(
+            (c.failed_attempt, c.passed_attempt, c.n(), c.units_beside),
+            (1, 2, 2, 1)
+        );
         assert_eq!(c.beside[0].test, "other");
         assert_eq!(s.peak_units, 2);
         assert_eq!(s.retried.len(), 1);

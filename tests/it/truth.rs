@@ -386,3 +386,75 @@ fn skips_are_recorded_where_no_permit_was_ever_taken() {
     assert_eq!(skipped, SKIPPED);
     assert_eq!(s.permits, 0);
 }
+
+#[test]
+fn the_trace_advises_no_n_at_which_one_of_its_tests_was_a_casualty() {
+    let dir = tempdir();
+    let trace = dir.path().join("trace.json");
+    let slots = dir.path().join("slots");
+    for t in ["gpu_a", "gpu_b"] {
+        let mut c = cli(&slots, 2);
+        as_nextest(&mut c, "r4", t, 1);
+        let out = c
+            .env("GPU_TEST_PERMIT_TRACE", &trace)
+            .args(["hold", "--for", "20ms"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let trace_text = || {
+        let out = cli(&slots, 2).arg("trace").arg(&trace).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(!trace_text().contains("CONTENTION CASUALTY"));
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let record = |test: &str, n: usize| {
+        format!(
+            "{{\"unix_ms\":{now_ms},\"run\":\"r0\",\"binary\":\"suite::bin\",\"test\":\"{test}\",\
+             \"per_gpu\":{n},\"gpus\":1,\"units_beside\":1,\"beside\":[\"suite::bin gpu_c\"]}}\n"
+        )
+    };
+    // A casualty of a test this trace does not hold rules nothing out.
+    std::fs::write(slots.join("gpu0.casualties"), record("gpu_elsewhere", 2)).unwrap();
+    let text_without = trace_text();
+    assert!(
+        !text_without.contains("CONTENTION CASUALTY"),
+        "{text_without}"
+    );
+    assert!(!text_without.contains("not advised"), "{text_without}");
+    // One of this trace's tests failed at N = 2 beside another and passed alone.
+    std::fs::write(
+        slots.join("gpu0.casualties"),
+        record("gpu_elsewhere", 2) + &record("gpu_b", 2) + "not json\n",
+    )
+    .unwrap();
+    let said = trace_text();
+    assert!(
+        said.contains(
+            "CONTENTION CASUALTY: test `gpu_b` failed at N = 2 beside suite::bin gpu_c and passed \
+             alone (run r0)"
+        ),
+        "{said}"
+    );
+    let row = said
+        .lines()
+        .find(|l| l.trim_start().starts_with("N = 2 "))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        row.contains("(not advised: `gpu_b` failed at N = 2 beside others and passed alone)"),
+        "{row}"
+    );
+    let suggestion = said
+        .lines()
+        .find(|l| l.starts_with("suggested N"))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(suggestion.starts_with("suggested N = 1"), "{suggestion}");
+    assert!(
+        suggestion.contains("`gpu_b` failed there beside others"),
+        "{suggestion}"
+    );
+}

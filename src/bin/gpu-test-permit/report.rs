@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpu_test_permit::config::Config;
 use gpu_test_permit::host::{HolderRecord, SlotStatus, recorded_hangs, status as host_status};
+use gpu_test_permit::runs::{CasualtyRecord, recorded_casualties};
 use gpu_test_permit::trace::{
     SkippedLine, Slowdown, SlowdownBasis, Summary, read_trace, split_runs, summarize_with, timeline,
 };
@@ -285,6 +286,34 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
             .as_millis() as u64,
     );
     let hung_at = advice.hung_at;
+    // Tests of this trace that failed beside others at some N and passed alone: that N is too
+    // high for them on this host (weaker than a hang: only for the tests they name).
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    let casualties: Vec<CasualtyRecord> = Config::global()
+        .slot_dir_path()
+        .map(|dir| recorded_casualties(&dir))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| {
+            now_ms.saturating_sub(c.unix_ms)
+                <= gpu_test_permit::hangs::TRUSTED_FOR.as_millis() as u64
+                && s.tests.iter().any(|t| t.test == c.test)
+        })
+        .collect();
+    for c in &casualties {
+        println!(
+            "CONTENTION CASUALTY: test `{}` failed at N = {} beside {} and passed alone (run {})",
+            printable(&c.test),
+            c.n(),
+            printable(&c.beside.join(", ")),
+            printable(&c.run)
+        );
+    }
+    let casualty = casualties.iter().min_by_key(|c| c.n());
+    let casualty_at = casualty.map(CasualtyRecord::n);
     println!(
         "estimated span with other N:\n  {:<8} {:>18}   model (range)",
         "", "fixed hold times"
@@ -304,6 +333,11 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
             mark.push_str(&format!(
                 "  (not advised: a permit hung at N = {h} on this host)"
             ));
+        } else if let (Some(at), Some(c)) = (casualty_at.filter(|at| n >= at), casualty) {
+            mark.push_str(&format!(
+                "  (not advised: `{}` failed at N = {at} beside others and passed alone)",
+                printable(&c.test)
+            ));
         } else if let Some(old) = advice.too_old.filter(|o| *n >= o.n) {
             mark.push_str(&format!(
                 "  (a permit hung at N = {} on {}, too old to rule N = {n} out)",
@@ -314,7 +348,7 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         let row = format!("  N = {n:<4} {:>15.1} ms   {model:<34}{mark}", ms(*span));
         println!("{}", row.trim_end());
     }
-    print_suggestion(&s, hung_at);
+    print_suggestion(&s, hung_at, casualty);
     match max_peak {
         Some(max) if s.peak > max => {
             eprintln!("peak concurrency {} is above {max}", s.peak);
@@ -353,17 +387,25 @@ fn print_skipped(path: &Path, skipped: &[SkippedLine]) {
 
 /// The smallest N whose model estimate is within 5 % of the fastest, below any N that hung on
 /// this host: more permits than that buy little time and load the GPU (and its driver) more.
-fn print_suggestion(s: &Summary, hung_at: Option<usize>) {
+fn print_suggestion(s: &Summary, hung_at: Option<usize>, casualty: Option<&CasualtyRecord>) {
+    let casualty_at = casualty.map(CasualtyRecord::n);
     let allowed: Vec<_> = s
         .predicted
         .iter()
-        .filter(|p| hung_at.is_none_or(|h| p.n < h))
+        .filter(|p| hung_at.is_none_or(|h| p.n < h) && casualty_at.is_none_or(|c| p.n < c))
         .collect();
     let Some(best) = allowed.iter().min_by_key(|p| p.span_us) else {
         if let Some(h) = hung_at {
             println!(
                 "suggested N: none: a permit hung at N = {h} on this host; fix or avoid what \
                  hung (GPU_TEST_PERMIT_HOLD_TIMEOUT names the test) before choosing N"
+            );
+        } else if let Some(c) = casualty {
+            println!(
+                "suggested N: none: `{}` failed at N = {} beside others and passed alone; \
+                 give it more of the GPU (a weight, or a memory declaration) or run it alone",
+                printable(&c.test),
+                c.n()
             );
         }
         return;
@@ -383,6 +425,13 @@ fn print_suggestion(s: &Summary, hung_at: Option<usize>) {
     if let Some(h) = hung_at {
         line.push_str(&format!(
             "; N = {h} and above left out, a permit hung there"
+        ));
+    }
+    if let Some(c) = casualty.filter(|c| hung_at.is_none_or(|h| c.n() < h)) {
+        line.push_str(&format!(
+            "; N = {} and above left out, `{}` failed there beside others and passed alone",
+            c.n(),
+            printable(&c.test)
         ));
     }
     if s.slowdown.basis == SlowdownBasis::NotIdentified {
