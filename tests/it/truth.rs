@@ -458,3 +458,94 @@ fn the_trace_advises_no_n_at_which_one_of_its_tests_was_a_casualty() {
         "{suggestion}"
     );
 }
+
+#[test]
+fn report_reads_around_lines_that_are_not_records_and_refuses_what_is_not_a_file() {
+    let dir = tempdir();
+    let run = "5a5a5a5a-0000-4000-8000-000000000000";
+    let path = dir.path().join(format!("gpu0.run.{run}"));
+    let skip = |test: &str, run: &str| {
+        format!(
+            "{{\"kind\":\"skip\",\"run\":\"{run}\",\"unix_us\":1,\"pid\":1,\"binary\":\"b\",\
+             \"test\":\"{test}\",\"attempt\":1,\"backend\":\"cuda\",\"reason\":\"not installed\"}}\n"
+        )
+    };
+    let mut text = skip("kept", run);
+    text.push_str("not json at all\n");
+    text.push_str(&format!("{}\n", "x".repeat(200_000))); // longer than any record
+    text.push_str(&skip("other_run", "another-run"));
+    text.push_str("{\"kind\":\"launch\",\"run\":\"5a5a\"}\n"); // a kind no version writes
+    text.push_str(&skip("\\u001b[2Jforged", run)); // JSON for ESC
+    text.push_str("{\"kind\":\"skip\",\"run\""); // cut short by a full disk
+    std::fs::write(&path, text).unwrap();
+    let out = cli(dir.path(), 2).arg("report").output().unwrap();
+    let said = text_of(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("skipped: 2"), "{said}");
+    assert!(
+        said.contains("b kept: backend=cuda: not installed"),
+        "{said}"
+    );
+    // Control characters from the file are shown escaped, never sent to the terminal.
+    assert!(
+        said.contains("\\u{1b}[2Jforged") && !said.contains('\u{1b}'),
+        "{said}"
+    );
+    assert!(said.contains("(5 lines of the file left out"), "{said}");
+
+    // A FIFO where the run file would be: refused at once, never waited on.
+    #[cfg(unix)]
+    {
+        let fifo_dir = tempdir();
+        let fifo = fifo_dir.path().join(format!("gpu0.run.{run}"));
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let start = std::time::Instant::now();
+        let out = cli(fifo_dir.path(), 2)
+            .args(["report", "--run-id", run])
+            .output()
+            .unwrap();
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(out.status.code(), Some(2), "{}", text_of(&out));
+        assert!(
+            text_of(&out).contains("not a regular file but a FIFO"),
+            "{}",
+            text_of(&out)
+        );
+        // A test process of that run records nothing there, and is not held up.
+        let mut c = cli(fifo_dir.path(), 2);
+        as_nextest(&mut c, run, "t", 1);
+        let out = c.args(["hold", "--for", "1ms"]).output().unwrap();
+        assert!(out.status.success(), "{}", text_of(&out));
+        assert!(
+            text_of(&out).contains("cannot record this test's skips and permits"),
+            "{}",
+            text_of(&out)
+        );
+    }
+
+    // No run at all, and an unknown run id: clear messages, exit 2.
+    let empty = tempdir();
+    let out = cli(empty.path(), 2).arg("report").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text_of(&out).contains("no run recorded in"),
+        "{}",
+        text_of(&out)
+    );
+    let out = cli(dir.path(), 2)
+        .args(["report", "--run-id", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text_of(&out).contains(&format!("no records of run nope in"))
+            && text_of(&out).contains(run),
+        "{}",
+        text_of(&out)
+    );
+}
+
+fn text_of(out: &Output) -> String {
+    text(out)
+}
