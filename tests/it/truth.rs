@@ -539,8 +539,7 @@ fn report_reads_around_lines_that_are_not_records_and_refuses_what_is_not_a_file
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text_of(&out).contains(&format!("no records of run nope in"))
-            && text_of(&out).contains(run),
+        text_of(&out).contains("no records of run nope in") && text_of(&out).contains(run),
         "{}",
         text_of(&out)
     );
