@@ -81,7 +81,9 @@ pub(crate) fn append_kept(dir: &Path, name: &str, record: &impl Serialize, kept:
     let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
         return;
     };
-    if file.lock().is_err() {
+    // A process stopped with the lock must not hold up the one recording (which may be about
+    // to abort, or a test that passed).
+    if !crate::runs::lock_within(&file, std::time::Duration::from_millis(500)) {
         return;
     }
     let mut lines: Vec<String> = read(&file)

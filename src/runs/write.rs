@@ -103,14 +103,46 @@ pub(crate) fn append(dir: &Path, record: &RunRecord) {
         },
     };
     let file = &open[index].1;
-    let written = file.lock().and_then(|()| {
-        let end = file.metadata()?.len();
-        let w = sys::write_at(file, line.as_bytes(), end);
-        let _ = file.unlock();
-        w
+    // A writer stopped (or frozen) with the lock must not stop the run's other tests: the
+    // lock is waited for briefly, then the record is dropped.
+    if !lock_within(file, LOCK_PATIENCE) {
+        return warn(
+            dir,
+            &std::io::Error::other("another process has held the run file's lock for over 200 ms"),
+        );
+    }
+    let written = file.metadata().and_then(|meta| {
+        if meta.len() > MAX_FILE {
+            return Err(std::io::Error::other(format!(
+                "the run's file has grown past {} MiB",
+                MAX_FILE >> 20
+            )));
+        }
+        sys::write_at(file, line.as_bytes(), meta.len())
     });
+    let _ = file.unlock();
     if let Err(e) = written {
         warn(dir, &e);
+    }
+}
+
+/// The longest a record waits for the run file's lock.
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200);
+/// The largest a run's file grows: past it, records are dropped (a test that takes permits in
+/// a loop must not fill the disk).
+const MAX_FILE: u64 = 256 << 20;
+
+/// Takes `file`'s exclusive lock within `patience`.
+pub(crate) fn lock_within(file: &File, patience: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return true,
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < patience => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(_) => return false,
+        }
     }
 }
 

@@ -548,3 +548,40 @@ fn report_reads_around_lines_that_are_not_records_and_refuses_what_is_not_a_file
 fn text_of(out: &Output) -> String {
     text(out)
 }
+
+#[test]
+fn a_process_stopped_with_the_run_files_lock_holds_up_no_test() {
+    let dir = tempdir();
+    let run = "6b6b6b6b-0000-4000-8000-000000000000";
+    // As a test process stopped (SIGSTOP, a frozen cgroup) in the middle of writing a record.
+    let path = dir.path().join(format!("gpu0.run.{run}"));
+    std::fs::write(&path, b"").unwrap();
+    let held = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    held.lock().unwrap();
+    let mut c = cli(dir.path(), 2);
+    as_nextest(&mut c, run, "t", 1);
+    let start = std::time::Instant::now();
+    let out = c.args(["hold", "--for", "1ms"]).output().unwrap();
+    let took = start.elapsed();
+    assert!(out.status.success(), "{}", text(&out));
+    // The grant's record and the release's each wait 200 ms at most.
+    assert!(took < std::time::Duration::from_secs(3), "{took:?}");
+    assert!(
+        text(&out).contains("held the run file's lock for over 200 ms"),
+        "{}",
+        text(&out)
+    );
+    drop(held);
+    // Once it is free, records are written again.
+    let mut c = cli(dir.path(), 2);
+    as_nextest(&mut c, run, "t2", 1);
+    assert!(
+        c.args(["hold", "--for", "1ms"])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let s = summarize(&last_run(dir.path()).unwrap().unwrap());
+    assert_eq!(s.permits, 1);
+}
