@@ -83,7 +83,7 @@ pub(crate) fn append_kept(dir: &Path, name: &str, record: &impl Serialize, kept:
     };
     // A process stopped with the lock must not hold up the one recording (which may be about
     // to abort, or a test that passed).
-    if !crate::runs::lock_within(&file, std::time::Duration::from_millis(500)) {
+    if !sys::lock_within(&file, std::time::Duration::from_millis(500)) {
         return;
     }
     let mut lines: Vec<String> = read(&file)

@@ -66,7 +66,7 @@ impl<T> Permitted<T> {
     ///
     /// As [`crate::acquire`].
     pub fn new(build: impl FnOnce() -> T) -> Permitted<T> {
-        Permitted::with_permit(crate::acquire(), build)
+        Permitted::with_permit(crate::permit::acquire(), build)
     }
 
     /// Takes an exclusive permit ([`crate::acquire_exclusive`]), then builds the value.
@@ -75,7 +75,7 @@ impl<T> Permitted<T> {
     ///
     /// As [`crate::acquire_exclusive`].
     pub fn new_exclusive(build: impl FnOnce() -> T) -> Permitted<T> {
-        Permitted::with_permit(crate::acquire_exclusive(), build)
+        Permitted::with_permit(crate::permit::acquire_exclusive(), build)
     }
 
     /// Builds the value under an existing permit.

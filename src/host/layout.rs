@@ -116,8 +116,18 @@ pub(super) fn agree_on_layout(
                 // Nobody else uses the directory: its layout is ours to set, and the memory
                 // budget of its last users goes with them.
                 forget_budget(dir);
-                let written = fd_budget(dir, wanted)
-                    .and_then(|()| sys::write_at(file, &wanted.encode(), 0).map_err(io_err(path)));
+                // Already ours (the usual case: the last users wanted the same): nothing to
+                // write, and the descriptor budget is checked before the slots are opened.
+                let mut buf = [0u8; LAYOUT_LEN];
+                let already = sys::read_at_start(file, &mut buf)
+                    .is_ok_and(|n| Layout::decode(&buf[..n]) == Ok(Some(wanted)));
+                let written = if already {
+                    Ok(())
+                } else {
+                    fd_budget(dir, wanted).and_then(|()| {
+                        sys::write_at(file, &wanted.encode(), 0).map_err(io_err(path))
+                    })
+                };
                 // Not atomic: another process may set its layout in between; read it again
                 // under the shared lock below.
                 let _ = file.unlock();

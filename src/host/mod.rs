@@ -76,7 +76,7 @@ pub use status::{HostStatus, QueueHead, SkippedFile, SlotStatus, status};
 use error::io_err;
 use layout::{agree_on_layout, fd_budget};
 use lock::is_locked_at;
-use queue::{RECHECK, Waiting, Watch, head_liveness, sweep_wait_files, wait_entries};
+use queue::{RECHECK, Waiting, Watch, head_liveness, wait_entries};
 use record::{RECORD_LEN, read_record, read_start};
 
 // The hang record lives in `crate::hangs`; its public paths here stay.
@@ -177,7 +177,6 @@ impl HostSlots {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        sweep_wait_files(dir);
         Ok(HostSlots {
             dir: dir.to_path_buf(),
             layout,

@@ -108,7 +108,8 @@ impl std::fmt::Display for Liveness {
 }
 
 /// Removes wait files whose process is gone (unlocked ones). The global pool of a process is
-/// never dropped, so its wait file outlives it.
+/// never dropped, so its wait file outlives it. Run by a process before its first wait in the
+/// directory: only waiters read wait files.
 pub(super) fn sweep_wait_files(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -237,6 +238,10 @@ impl Waiting {
             self.file = None;
         }
         if self.file.is_none() {
+            // The first wait of this process in `dir`: clear the leftovers of dead waiters
+            // first. Here rather than at every open of the directory, so that a process that
+            // never waits (most test processes) never scans it.
+            sweep_wait_files(dir);
             let path = dir.join(format!("{WAIT_PREFIX}{}", std::process::id()));
             for _ in 0..3 {
                 let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {

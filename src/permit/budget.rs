@@ -1,33 +1,5 @@
 //! Memory declarations turned into units: one GPU's budget and the conversion.
 
-use super::pool::PoolInner;
-
-impl PoolInner {
-    /// The per-GPU memory budget (resolved once; a percentage or no setting asks the CUDA
-    /// probe).
-    pub(super) fn memory_budget(&self) -> Option<Budget> {
-        *self.budget.get_or_init(|| {
-            let own = match self.budget_source {
-                Some(crate::config::MemoryBudget::Bytes(b)) => Some(b),
-                Some(crate::config::MemoryBudget::Percent(p)) => {
-                    probed_memory(true).map(|m| (m as f64 * p / 100.0) as u64)
-                }
-                // The global pool only: a pool from the builder has the budget it was given.
-                None if self.probe_budget => probed_memory(false),
-                None => None,
-            }
-            .filter(|&b| b > 0);
-            // Processes sharing host slots convert with one budget, as they share one N.
-            let agreed = match &self.host {
-                Some(host) => host.agree_on_budget(own),
-                None => own,
-            };
-            let (limit, _) = self.unit_limit();
-            agreed.map(|bytes| Budget::new(bytes, self.units_per_gpu(), limit))
-        })
-    }
-}
-
 /// One GPU's memory budget, with what turns a declaration into units without a division,
 /// worked out once per pool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,7 +84,7 @@ impl Budget {
 /// The smallest device memory the CUDA probe reports, in bytes; `None` without the `cuda`
 /// feature, without CUDA devices, or (unless `unified_too`) when a device shares its memory
 /// with the CPU: there the budget is what the user says it is.
-fn probed_memory(unified_too: bool) -> Option<u64> {
+pub(super) fn probed_memory(unified_too: bool) -> Option<u64> {
     #[cfg(feature = "cuda")]
     {
         use crate::probe::{Backend, DeviceKind};

@@ -6,8 +6,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::inherited::Inherited;
+use super::inner::PoolInner;
 use super::local::LocalPool;
-use super::pool::{PermitPool, PoolInner};
+use super::pool::PermitPool;
 use super::seat::Seat;
 use crate::config::SlotDir;
 use crate::host::{HostError, HostSlots, Layout};
@@ -174,6 +175,22 @@ impl PoolBuilder {
                 budget: OnceLock::new(),
                 probe_budget: self.probe_budget,
             }))),
+        }
+    }
+}
+
+impl PermitPool {
+    /// A builder with the defaults: N = 2, the default slot directory, a 10-minute deadline.
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder {
+            concurrency: crate::config::DEFAULT_CONCURRENCY,
+            gpus: 1,
+            slot_dir: Some(SlotDir::Default),
+            timeout: crate::config::DEFAULT_TIMEOUT,
+            hold_timeout: None,
+            trace: None,
+            memory_budget: None,
+            probe_budget: false,
         }
     }
 }

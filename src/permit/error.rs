@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::PermitKind;
+use super::want::{PermitKind, Refused};
 use crate::config::INHERITED_VAR;
 use crate::host::HostError;
 
@@ -362,5 +362,24 @@ fn sized(exclusive: bool, units: usize) -> String {
         format!(" {units}-unit")
     } else {
         String::new()
+    }
+}
+
+impl From<Refused> for AcquireError {
+    #[cold]
+    fn from(refused: Refused) -> AcquireError {
+        match refused {
+            Refused::TooLarge {
+                asked,
+                limit,
+                inherited,
+            } => AcquireError::TooLarge {
+                asked,
+                per_gpu: limit,
+                inherited,
+            },
+            Refused::Memory { asked, budget } => AcquireError::MemoryTooLarge { asked, budget },
+            Refused::ExclusiveInside { held } => AcquireError::ExclusiveInsideShared { held },
+        }
     }
 }

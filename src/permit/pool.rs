@@ -1,28 +1,24 @@
-//! The pool of permits, its builder, and the acquisition paths.
+//! The pool's public face ([`PermitPool`]): the handle that owns the shared state, its
+//! accessors, and the acquisition paths (nested, checked, new). The builder, the global pool
+//! and requests add their constructors in files of their own above this one.
 
 use std::fmt;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::budget::{Budget, no_budget_notice};
-use super::builder::PoolBuilder;
-use super::inherited::Inherited;
-use super::local::{Deadline, LocalPool, LocalTimeout};
-use super::request::{PermitRequest, Refused, Want};
+use super::budget::no_budget_notice;
+use super::error::AcquireError;
+use super::guard::{GpuTestPermit, Nested};
+use super::inner::PoolInner;
+use super::local::{Deadline, LocalTimeout};
 use super::seat::{
-    Detail, GUARD_BITS, GUARDS, GpuTestPermit, NO_MEMORY, NO_SLOT, Nested, Seat, ThreadPermit,
-    with_thread_permits,
+    Detail, GUARD_BITS, GUARDS, NO_MEMORY, NO_SLOT, ThreadPermit, with_thread_permits,
 };
-use super::{AcquireError, Holder, PermitKind, WaitTimeout, Waiter};
+use super::want::{PermitKind, Refused, Want};
 use crate::clock::unix_ms;
-use crate::config::{Config, INHERITED_VAR, SlotDir};
-use crate::host::{
-    Blockers, HolderRecord, HostError, HostSlots, HostWaitError, InheritError, Layout,
-};
+use crate::host::{HolderRecord, HostWaitError};
 use crate::sync::Ordering;
-use crate::trace::{TraceArgs, TraceEvent, Tracer};
 
 /// A pool of GPU permits: N per GPU host, shared by the threads of this process and, through
 /// host slots, by every process using the same slot directory.
@@ -48,38 +44,12 @@ pub struct PermitPool {
     pub(super) inner: NonNull<PoolInner>,
 }
 
-pub(super) struct PoolInner {
-    pub(super) id: u64,
-    pub(super) local: LocalPool,
-    pub(super) seats: Box<[Seat]>,
-    pub(super) host: Option<HostSlots>,
-    /// Why the global pool has no host slots: every acquisition fails with it.
-    pub(super) host_error: Option<HostError>,
-    pub(super) timeout: Duration,
-    /// See [`PoolBuilder::hold_timeout`].
-    pub(super) hold_timeout: Option<Duration>,
-    pub(super) tracer: Option<Tracer>,
-    /// GPUs the permits span; a permit's device is its slot modulo this.
-    pub(super) gpus: usize,
-    /// Permits per GPU, N: the capacity over the GPUs.
-    pub(super) per_gpu: usize,
-    /// The permit a parent holds for this process, when the pool works inside it.
-    pub(super) inherited: Option<Inherited>,
-    /// Where the per-GPU memory budget comes from.
-    pub(super) budget_source: Option<crate::config::MemoryBudget>,
-    /// The per-GPU memory budget, resolved at the first request that declares memory (a
-    /// percentage needs the probe), with what turns declarations into units.
-    pub(super) budget: OnceLock<Option<Budget>>,
-    /// Without a configured budget, ask the probe (the global pool only).
-    pub(super) probe_budget: bool,
-}
-
 /// Whether this process is a retry of a test that must run alone: nextest's attempt is above 1
 /// and `GPU_TEST_PERMIT_RETRY` is `alone` (the default). Said once, on standard error.
 fn retry_alone() -> bool {
-    static ALONE: OnceLock<bool> = OnceLock::new();
+    static ALONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ALONE.get_or_init(|| {
-        let cfg = Config::global();
+        let cfg = crate::config::Config::global();
         let Some(n) = cfg.nextest.as_ref().filter(|n| n.is_retry()) else {
             return false;
         };
@@ -95,92 +65,6 @@ fn retry_alone() -> bool {
         ));
         true
     })
-}
-
-/// The process-wide pool ([`PermitPool::global`]).
-static GLOBAL: OnceLock<PermitPool> = OnceLock::new();
-
-impl PoolInner {
-    /// N per GPU and the GPUs, as this pool counts them.
-    pub(super) fn layout(&self) -> Layout {
-        Layout {
-            per_gpu: self.per_gpu,
-            gpus: self.gpus,
-        }
-    }
-
-    /// Units of one GPU as N counts them; inside an inherited permit, N of the parent's slot
-    /// directory (memory is converted with it).
-    pub(super) fn units_per_gpu(&self) -> usize {
-        match &self.inherited {
-            Some(inherited) => inherited.permit.per_gpu,
-            None => self.per_gpu,
-        }
-    }
-
-    /// The most units one permit of this pool can hold, and whether an inherited permit is what
-    /// sets it (the units a shared parent permit holds; N otherwise: an exclusive parent
-    /// holds N on each GPU, and one request's units come from one GPU).
-    pub(super) fn unit_limit(&self) -> (usize, bool) {
-        match &self.inherited {
-            Some(inherited) if !inherited.permit.exclusive => (inherited.permit.slots.len(), true),
-            Some(inherited) => (inherited.permit.per_gpu, true),
-            None => (self.per_gpu, false),
-        }
-    }
-
-    /// The units of a memory request that needs neither checks nor a first resolution of the
-    /// budget: it asks for 1 unit and is not exclusive, the budget is resolved, and the
-    /// declaration is one the budget serves inline ([`Budget::inline_units`]). `None`: the
-    /// request goes to [`PermitPool::resolve`].
-    #[inline(always)]
-    fn inline_memory_units(&self, want: Want) -> Option<usize> {
-        let bytes = want.memory?;
-        if want.exclusive || want.units != 1 {
-            return None;
-        }
-        self.budget.get()?.as_ref()?.inline_units(bytes)
-    }
-
-    /// Whether permits record names and wall-clock times (for host records or the trace).
-    pub(super) fn detailed(&self) -> bool {
-        self.host.is_some() || self.tracer.is_some()
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn event(
-        &self,
-        name: &str,
-        ts: u64,
-        dur: u64,
-        detail: &Detail,
-        slots: Vec<usize>,
-        exclusive: bool,
-        units: usize,
-        memory: Option<u64>,
-    ) -> TraceEvent {
-        TraceEvent {
-            name: name.into(),
-            cat: "gpu-test-permit".into(),
-            ph: "X".into(),
-            ts,
-            dur,
-            pid: std::process::id(),
-            tid: crate::sys::thread_number(),
-            args: TraceArgs {
-                test: detail.test.clone(),
-                thread: detail.thread.clone(),
-                slots,
-                exclusive,
-                capacity: self.local.capacity(),
-                units,
-                gpus: self.gpus,
-                memory,
-                memory_used: None,
-                memory_budget: self.budget.get().copied().flatten().map(|b| b.bytes),
-            },
-        }
-    }
 }
 
 impl fmt::Debug for PermitPool {
@@ -200,11 +84,6 @@ unsafe impl Send for PermitPool {}
 // SAFETY: as above.
 unsafe impl Sync for PermitPool {}
 
-const _: () = {
-    const fn send_sync<T: Send + Sync>() {}
-    send_sync::<PoolInner>();
-};
-
 impl Drop for PermitPool {
     fn drop(&mut self) {
         // Permits may outlive the pool handle: then the last of them frees the pool.
@@ -217,126 +96,9 @@ impl Drop for PermitPool {
 }
 
 impl PermitPool {
-    fn inner(&self) -> &PoolInner {
+    pub(super) fn inner(&self) -> &PoolInner {
         // SAFETY: the pool is freed only after this handle is dropped.
         unsafe { self.inner.as_ref() }
-    }
-
-    /// A builder with the defaults: N = 2, the default slot directory, a 10-minute deadline.
-    pub fn builder() -> PoolBuilder {
-        PoolBuilder {
-            concurrency: crate::config::DEFAULT_CONCURRENCY,
-            gpus: 1,
-            slot_dir: Some(SlotDir::Default),
-            timeout: crate::config::DEFAULT_TIMEOUT,
-            hold_timeout: None,
-            trace: None,
-            memory_budget: None,
-            probe_budget: false,
-        }
-    }
-
-    /// The process-wide pool, configured from the environment ([`Config::global`]) on first
-    /// use. If its slot directory is unusable, every acquisition fails with that error.
-    #[inline]
-    pub fn global() -> &'static PermitPool {
-        // Inline: once set up, one load and a branch on every `gpu_test_permit::acquire()`.
-        match GLOBAL.get() {
-            Some(pool) => pool,
-            None => PermitPool::global_first(),
-        }
-    }
-
-    /// Sets up [`global`](Self::global) on first use. Out of line: it runs once.
-    #[cold]
-    #[inline(never)]
-    fn global_first() -> &'static PermitPool {
-        GLOBAL.get_or_init(|| {
-            let cfg = Config::global();
-            if let Some(inherited) = &cfg.inherited {
-                let ignored = |why: &str| {
-                    crate::notice::line(&format!(
-                        "ignoring the permit inherited through {INHERITED_VAR}: it {why}; this \
-                         process takes permits from the host slots as usual"
-                    ))
-                };
-                match inherited {
-                    Err(why) => ignored(why),
-                    Ok(permit) => match crate::host::adopt_inherited(permit) {
-                        Ok(files) => {
-                            return PermitPool::inside(Inherited::new(permit.clone(), files), cfg);
-                        }
-                        Err(InheritError::Leftover(why)) => ignored(&why),
-                        Err(InheritError::Unusable(why)) => {
-                            let error = HostError::Inherited(format!(
-                                "the permit inherited through {INHERITED_VAR} {why}"
-                            ));
-                            return PermitPool::builder()
-                                .timeout(cfg.timeout)
-                                .in_process_only()
-                                .finish(None, Some(error), None);
-                        }
-                    },
-                }
-            }
-            let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
-            let mut b = PermitPool::builder()
-                .concurrency(cfg.concurrency.get())
-                .gpus(gpus)
-                .timeout(cfg.timeout);
-            b.slot_dir = Some(cfg.slot_dir.clone());
-            b.trace = cfg.trace.clone();
-            b.hold_timeout = cfg.hold_timeout;
-            b.memory_budget = cfg.gpu_memory;
-            b.probe_budget = true;
-            match b.clone().build() {
-                Ok(pool) => pool,
-                Err(e) => b.in_process_only().finish(None, Some(e), None),
-            }
-        })
-    }
-
-    /// The global pool of a process started inside a parent's permit: its host slots are
-    /// those every process inside the permit shares ([`crate::host::share_dir`]), as many as
-    /// the parent holds. Not traced: the parent's own span covers its command.
-    fn inside(inherited: Inherited, cfg: &Config) -> PermitPool {
-        let layout = crate::host::share_layout(&inherited.permit);
-        let dir = crate::host::share_dir(&inherited.permit);
-        let mut b = PermitPool::builder()
-            .concurrency(layout.per_gpu)
-            .gpus(layout.gpus)
-            .in_process_only()
-            .timeout(cfg.timeout);
-        b.hold_timeout = cfg.hold_timeout;
-        b.memory_budget = cfg.gpu_memory;
-        b.probe_budget = true;
-        let host = HostSlots::open(&dir, layout).and_then(|host| {
-            if let Some(other) = crate::host::other_share_dir_in_use(&inherited.permit) {
-                Err(HostError::Inherited(format!(
-                    "processes of another user work inside the permit inherited through \
-                     {INHERITED_VAR} now ({} is in use), and each user's processes would \
-                     share its units apart from the others': run the processes inside one \
-                     permit as one user",
-                    other.display()
-                )))
-            } else if host.layout() == layout {
-                Ok(host)
-            } else {
-                // Only a process of another tree could have set it: never work in more units
-                // than the parent holds.
-                Err(HostError::Inherited(format!(
-                    "the directory {} in which the processes inside the permit inherited \
-                     through {INHERITED_VAR} share it serves {}, not the permit's {layout}; \
-                     remove it once no process uses it",
-                    dir.display(),
-                    host.layout()
-                )))
-            }
-        });
-        match host {
-            Ok(host) => b.finish(Some(host), None, Some(inherited)),
-            Err(e) => b.finish(None, Some(e), Some(inherited)),
-        }
     }
 
     /// Permits per GPU (N).
@@ -405,33 +167,6 @@ impl PermitPool {
     /// As [`acquire_memory`](crate::acquire_memory).
     pub fn acquire_memory(&self, bytes: u64) -> GpuTestPermit {
         self.request().memory(bytes).acquire()
-    }
-
-    /// A request to build: units, memory, exclusive, then how long to wait.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use gpu_test_permit::PermitPool;
-    ///
-    /// let pool = PermitPool::builder()
-    ///     .concurrency(8)
-    ///     .memory_budget(64 << 30)
-    ///     .in_process_only()
-    ///     .build()?;
-    /// // 20 GiB of a 64 GiB GPU with N = 8: 3 of its 8 units (8 GiB each).
-    /// let big = pool.request().memory(20 << 30).acquire_for(Duration::from_secs(60))?;
-    /// assert_eq!(big.units(), 3);
-    /// // Nested requests of at most 3 units on this thread use it.
-    /// assert!(pool.acquire_weighted(2).is_nested());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn request(&self) -> PermitRequest<'_> {
-        self.request_for(Want::ONE)
-    }
-
-    /// A request for `want`, built elsewhere (the fixtures' `GpuNeed`).
-    pub(crate) fn request_for(&self, want: Want) -> PermitRequest<'_> {
-        PermitRequest { pool: self, want }
     }
 
     /// Takes a shared permit, waiting at most `timeout`.
@@ -664,7 +399,7 @@ impl PermitPool {
             Err(LocalTimeout { since }) => {
                 return Err(match wait {
                     Deadline::Now => AcquireError::WouldBlock,
-                    _ => self.timeout_error(want, since),
+                    _ => inner.timeout_error(want, since),
                 });
             }
         };
@@ -714,7 +449,7 @@ impl PermitPool {
                             HostWaitError::TimedOut if matches!(wait, Deadline::Now) => {
                                 AcquireError::WouldBlock
                             }
-                            HostWaitError::TimedOut => self.timeout_error(want, start),
+                            HostWaitError::TimedOut => inner.timeout_error(want, start),
                             HostWaitError::Failed(e) => AcquireError::Host(e),
                         });
                     }
@@ -775,108 +510,6 @@ impl PermitPool {
             nested: Nested::No,
         })
     }
-
-    fn timeout_error(&self, want: Want, asked: Instant) -> AcquireError {
-        let test = crate::nextest::current_test_name();
-        let inner = self.inner();
-        // Whether the wait ended in this process's queue or at the host slots, the slots say
-        // who is in the way.
-        let blockers = inner
-            .host
-            .as_ref()
-            .map_or_else(Blockers::default, HostSlots::blockers);
-        let pid = std::process::id();
-        let now_ms = unix_ms(SystemTime::now());
-        let since = |ms: u64| Duration::from_millis(now_ms.saturating_sub(ms));
-        // Host records cover every process, this one included; seats add this process's
-        // holders without a record (a pool without host slots).
-        // A permit of k units wrote its record into each of its k slots: list it once.
-        let mut holders: Vec<Holder> = count_equal(blockers.holders)
-            .into_iter()
-            .map(|(r, slots)| Holder {
-                held_for: since(r.since_unix_ms),
-                stopped: r.pid != pid && crate::sys::process_is_stopped(r.pid),
-                exited: r.pid != pid && !crate::sys::process_is_visible(r.pid),
-                units: r.units.max(slots),
-                test: r.test,
-                thread: r.thread,
-                pid: r.pid,
-                exclusive: r.exclusive,
-                recorded: true,
-            })
-            .collect();
-        // Slots locked without a record, by owner (0: not known here).
-        let unrecorded = count_equal(blockers.unrecorded.into_iter().map(|o| o.unwrap_or(0)));
-        holders.extend(unrecorded.into_iter().map(|(owner, slots)| Holder {
-            test: String::new(),
-            thread: String::new(),
-            pid: owner,
-            held_for: Duration::ZERO,
-            exclusive: false,
-            units: slots,
-            stopped: owner != 0 && owner != pid && crate::sys::process_is_stopped(owner),
-            exited: owner != 0 && owner != pid && !crate::sys::process_is_visible(owner),
-            recorded: false,
-        }));
-        if inner.host.is_none() {
-            for seat in inner
-                .seats
-                .iter()
-                .filter(|s| s.claimed.load(Ordering::Acquire))
-            {
-                let thread = crate::sys::thread_name(seat.thread.load(Ordering::Relaxed));
-                holders.push(Holder {
-                    test: thread.clone(),
-                    thread,
-                    pid,
-                    held_for: crate::sys::coarse_elapsed(seat.since.load(Ordering::Relaxed)),
-                    exclusive: seat.exclusive.load(Ordering::Relaxed),
-                    units: seat.units.load(Ordering::Relaxed),
-                    stopped: false,
-                    exited: false,
-                    recorded: true,
-                });
-            }
-        }
-        let waiters = blockers
-            .waiting
-            .into_iter()
-            .map(|w| Waiter {
-                waiting_for: since(w.record.since_unix_ms),
-                test: w.record.test,
-                thread: w.record.thread,
-                pid: w.record.pid,
-                exclusive: w.record.exclusive,
-                units: w.record.units,
-                head: w.head,
-                stopped: w.liveness == crate::host::Liveness::Stopped,
-                liveness: w.liveness,
-            })
-            .collect();
-        AcquireError::Timeout(Box::new(WaitTimeout {
-            waited: asked.elapsed(),
-            kind: want.kind(),
-            units: want.held_units(inner.local.capacity()),
-            test,
-            concurrency: inner.layout().per_gpu,
-            capacity: inner.local.capacity(),
-            holders,
-            waiters,
-            queued_here: inner.local.queued(),
-        }))
-    }
-}
-
-/// The distinct items of `items`, in the order first seen, each with how many times it came.
-fn count_equal<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<(T, usize)> {
-    let mut out: Vec<(T, usize)> = Vec::new();
-    for item in items {
-        match out.iter_mut().find(|(seen, _)| *seen == item) {
-            Some((_, n)) => *n += 1,
-            None => out.push((item, 1)),
-        }
-    }
-    out
 }
 
 fn thread_label() -> String {
@@ -884,22 +517,5 @@ fn thread_label() -> String {
     match t.name() {
         Some(n) => n.to_string(),
         None => format!("{:?}", t.id()),
-    }
-}
-
-/// GPUs of this host as far as the probe knows: the CUDA devices when the crate is built with
-/// `cuda` and the probe finds some, else 1 (wgpu lists one GPU under several APIs, so its
-/// adapters are no count of GPUs; set `GPU_TEST_PERMIT_GPUS` on multi-GPU wgpu hosts).
-fn detected_gpus() -> usize {
-    #[cfg(feature = "cuda")]
-    {
-        crate::probe::probe(crate::probe::Backend::Cuda)
-            .outcome
-            .devices()
-            .map_or(1, |d| d.len().max(1))
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        1
     }
 }

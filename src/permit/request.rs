@@ -3,89 +3,11 @@
 
 use std::time::{Duration, Instant};
 
+use super::error::AcquireError;
+use super::guard::GpuTestPermit;
 use super::local::Deadline;
 use super::pool::PermitPool;
-use super::{AcquireError, GpuTestPermit, PermitKind};
-
-/// Why [`PermitPool::resolve`] refused a request: small, so that the check's result stays in
-/// registers; the error is made from it only when a request is refused.
-#[derive(Clone, Copy, Debug)]
-pub(super) enum Refused {
-    TooLarge {
-        asked: usize,
-        limit: usize,
-        inherited: bool,
-    },
-    Memory {
-        asked: u64,
-        budget: u64,
-    },
-    ExclusiveInside {
-        held: usize,
-    },
-}
-
-impl From<Refused> for AcquireError {
-    #[cold]
-    fn from(refused: Refused) -> AcquireError {
-        match refused {
-            Refused::TooLarge {
-                asked,
-                limit,
-                inherited,
-            } => AcquireError::TooLarge {
-                asked,
-                per_gpu: limit,
-                inherited,
-            },
-            Refused::Memory { asked, budget } => AcquireError::MemoryTooLarge { asked, budget },
-            Refused::ExclusiveInside { held } => AcquireError::ExclusiveInsideShared { held },
-        }
-    }
-}
-
-/// What a request asks for ([`PermitRequest`], and the fixtures' `GpuNeed`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Want {
-    /// Units on one GPU (ignored when exclusive).
-    pub(crate) units: usize,
-    pub(crate) exclusive: bool,
-    /// Declared GPU memory, bytes.
-    pub(crate) memory: Option<u64>,
-}
-
-impl Want {
-    pub(crate) const ONE: Want = Want {
-        units: 1,
-        exclusive: false,
-        memory: None,
-    };
-    pub(super) const EXCLUSIVE: Want = Want {
-        units: 1,
-        exclusive: true,
-        memory: None,
-    };
-
-    pub(super) fn of(kind: PermitKind) -> Want {
-        match kind {
-            PermitKind::Shared => Want::ONE,
-            PermitKind::Exclusive => Want::EXCLUSIVE,
-        }
-    }
-
-    /// Units the request takes from a pool of `capacity`: all of them when exclusive.
-    pub(super) fn held_units(&self, capacity: usize) -> usize {
-        if self.exclusive { capacity } else { self.units }
-    }
-
-    pub(super) fn kind(&self) -> PermitKind {
-        if self.exclusive {
-            PermitKind::Exclusive
-        } else {
-            PermitKind::Shared
-        }
-    }
-}
+use super::want::Want;
 
 /// A permit request being built: see [`PermitPool::request`].
 #[derive(Debug, Clone, Copy)]
@@ -161,5 +83,34 @@ impl PermitRequest<'_> {
     pub fn acquire_until(self, deadline: Option<Instant>) -> Result<GpuTestPermit, AcquireError> {
         self.pool
             .acquire_inner(self.want, deadline.map_or(Deadline::Never, Deadline::At))
+    }
+}
+
+impl PermitPool {
+    /// A request to build: units, memory, exclusive, then how long to wait.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder()
+    ///     .concurrency(8)
+    ///     .memory_budget(64 << 30)
+    ///     .in_process_only()
+    ///     .build()?;
+    /// // 20 GiB of a 64 GiB GPU with N = 8: 3 of its 8 units (8 GiB each).
+    /// let big = pool.request().memory(20 << 30).acquire_for(Duration::from_secs(60))?;
+    /// assert_eq!(big.units(), 3);
+    /// // Nested requests of at most 3 units on this thread use it.
+    /// assert!(pool.acquire_weighted(2).is_nested());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn request(&self) -> PermitRequest<'_> {
+        self.request_for(Want::ONE)
+    }
+
+    /// A request for `want`, built elsewhere (the fixtures' `GpuNeed`).
+    pub(crate) fn request_for(&self, want: Want) -> PermitRequest<'_> {
+        PermitRequest { pool: self, want }
     }
 }

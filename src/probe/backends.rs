@@ -1,6 +1,7 @@
 //! The probes themselves, run in the probe child (or in-process when asked).
 
-use super::{Backend, ProbeOutcome};
+use super::outcome::ProbeOutcome;
+use crate::backend::Backend;
 
 /// Probes `backend` in this process, turning a panic into [`ProbeOutcome::Error`].
 pub(super) fn probe_here_catching(backend: Backend) -> ProbeOutcome {
@@ -34,7 +35,7 @@ mod cuda {
     // Codes are named from a static table, not by `cuGetErrorName`: formatting cudarc's
     // `DriverError` calls into the driver, which may be absent or broken.
     use crate::cuda_codes::DriverCode;
-    use crate::probe::{Device, DeviceKind, ProbeOutcome};
+    use crate::probe::outcome::{Device, DeviceKind, ProbeOutcome};
 
     pub(super) fn probe() -> ProbeOutcome {
         // SAFETY: only asks the dynamic loader for the driver library under its usual names;
@@ -125,7 +126,7 @@ mod cuda {
 
 #[cfg(feature = "wgpu")]
 mod wgpu_probe {
-    use crate::probe::{Device, DeviceKind, ProbeOutcome};
+    use crate::probe::outcome::{Device, DeviceKind, ProbeOutcome};
 
     pub(super) fn probe() -> ProbeOutcome {
         // The backends the fixture uses, in its order, stopping at the first tier with an

@@ -21,9 +21,13 @@ use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
-use super::{
-    Backend, ProbeMode, ProbeOptions, ProbeOutcome, ProbeReport, ProbeSource, child, probe_with,
-};
+use super::child::inside_probe_child;
+use super::fresh::probe_with;
+use super::options::ProbeOptions;
+use super::outcome::ProbeOutcome;
+use super::report::{ProbeReport, ProbeSource};
+use super::spawn::START_FAILED;
+use crate::backend::{Backend, ProbeMode};
 use crate::config::Config;
 
 const FORMAT: &str = "gpu-test-permit-probe-cache";
@@ -68,7 +72,7 @@ impl CacheFile {
 fn is_transient(outcome: &ProbeOutcome) -> bool {
     match outcome {
         ProbeOutcome::TimedOut { .. } => true,
-        ProbeOutcome::Error { detail } => detail.starts_with(child::START_FAILED),
+        ProbeOutcome::Error { detail } => detail.starts_with(START_FAILED),
         _ => false,
     }
 }
@@ -101,7 +105,7 @@ fn key(opts: &ProbeOptions) -> String {
 /// Probes through the run cache when running under `cargo nextest`, else directly.
 pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) -> ProbeReport {
     // A probe child (a constructor calling the probe) must not answer for the whole run.
-    if !backend.is_built() || child::inside_probe_child() {
+    if !backend.is_built() || inside_probe_child() {
         return probe_with(backend, opts);
     }
     let Some(run_id) = cfg.nextest.as_ref().and_then(|n| n.run_id.as_deref()) else {
@@ -356,6 +360,37 @@ fn remove_old_files(dir: &Path) {
     }
 }
 
+impl ProbeReport {
+    /// For a broken outcome (crash, hang, error, malformed answer) that came from the run
+    /// cache: says so, and how to get a fresh probe. Skip and failure reasons end with it, so
+    /// nobody hunts a driver bug in a test process that never probed.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::{probe, Backend};
+    ///
+    /// let report = probe(Backend::Cuda);
+    /// if let Some(note) = report.run_cache_note() {
+    ///     println!("{report} ({note})");
+    /// }
+    /// ```
+    pub fn run_cache_note(&self) -> Option<String> {
+        let path = self.run_cache.as_ref()?;
+        if !self.outcome.is_broken() {
+            return None;
+        }
+        let attempts = match self.outcome {
+            ProbeOutcome::TimedOut { .. } => {
+                format!(" after {} timed-out attempts", TIMEOUT_ATTEMPTS)
+            }
+            _ => String::new(),
+        };
+        Some(format!(
+            "this result comes from the run cache {}, written by an earlier test process of              this nextest run{attempts}; delete that file, or start a new run, for a fresh probe",
+            path.display()
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,7 +501,7 @@ mod tests {
             stderr_tail: String::new(),
         };
         let unstarted = || ProbeOutcome::Error {
-            detail: format!("{}: out of processes", child::START_FAILED),
+            detail: format!("{}: out of processes", START_FAILED),
         };
         let crashed = || ProbeOutcome::Crashed {
             signal: Some(11),

@@ -44,7 +44,7 @@ pub use record::{GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
 pub use summary::{Casualty, RunSummary, SkippedTest, TestKey, Unreleased, summarize};
 #[doc(hidden)]
 pub use write::set_command_outcome;
-pub(crate) use write::{Granted, granted, lock_within, record_skip, released};
+pub(crate) use write::{Granted, granted, record_skip, released};
 
 /// The names of run files start with this.
 pub(crate) const FILE_PREFIX: &str = "gpu0.run.";

@@ -105,7 +105,7 @@ pub(crate) fn append(dir: &Path, record: &RunRecord) {
     let file = &open[index].1;
     // A writer stopped (or frozen) with the lock must not stop the run's other tests: the
     // lock is waited for briefly, then the record is dropped.
-    if !lock_within(file, LOCK_PATIENCE) {
+    if !sys::lock_within(file, LOCK_PATIENCE) {
         return warn(
             dir,
             &std::io::Error::other("another process has held the run file's lock for over 200 ms"),
@@ -131,20 +131,6 @@ const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(200)
 /// The largest a run's file grows: past it, records are dropped (a test that takes permits in
 /// a loop must not fill the disk).
 const MAX_FILE: u64 = 256 << 20;
-
-/// Takes `file`'s exclusive lock within `patience`.
-pub(crate) fn lock_within(file: &File, patience: std::time::Duration) -> bool {
-    let start = std::time::Instant::now();
-    loop {
-        match file.try_lock() {
-            Ok(()) => return true,
-            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < patience => {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            Err(_) => return false,
-        }
-    }
-}
 
 fn warn(dir: &Path, e: &std::io::Error) {
     if !WARNED.swap(true, Ordering::Relaxed) {

@@ -301,6 +301,20 @@ pub(crate) fn is_shared_dir(dir: &Path) -> bool {
     os::is_shared_dir(dir)
 }
 
+/// Takes `file`'s exclusive lock within `patience`.
+pub(crate) fn lock_within(file: &File, patience: std::time::Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return true,
+            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < patience => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(_) => return false,
+        }
+    }
+}
+
 /// Writes `buf` at `offset` without moving a shared cursor.
 pub(crate) fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
     os::write_at(file, buf, offset)

@@ -387,8 +387,13 @@ mod processes {
         let stale = dir.path().join(format!("gpu0.wait.{dead_pid}"));
         let alive = dir.path().join(format!("gpu0.wait.{live_pid}"));
         assert!(stale.exists() && alive.exists());
-        // Any process that opens the directory sweeps the leftovers.
-        let _pool = crate::util::pool(dir.path(), 1);
+        // A process that opens the directory leaves them; its first wait sweeps them.
+        let pool = crate::util::pool(dir.path(), 1);
+        assert!(stale.exists(), "opening the directory scanned it");
+        assert!(matches!(
+            pool.try_acquire_for(Duration::from_millis(200)),
+            Err(AcquireError::Timeout(_))
+        ));
         assert!(!stale.exists(), "a dead process's wait file was left");
         assert!(alive.exists(), "a live waiter's file was removed");
         drop(live);

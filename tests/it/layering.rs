@@ -251,14 +251,101 @@ fn only_config_reads_the_environment() {
 }
 
 /// Within a module folder split into files (`src/host/`, `src/trace/`, `src/config/`), the files below
-/// `mod.rs` point only sideways and down: each names its siblings (`super::<file>::...`),
-/// never the folder's own items above it, and the files form no cycle. `mod.rs` sits on top
-/// and uses them all.
+/// `mod.rs` point only sideways and down: each names its siblings (`super::<file>::...` or
+/// `crate::<folder>::<file>::...`), never the folder's own items above it, and the files form
+/// no cycle. `mod.rs` sits on top and uses them all.
 #[test]
 fn the_files_of_the_host_trace_and_config_folders_form_layers_without_cycles() {
     for folder in ["host", "trace", "config"] {
         folder_layers(folder);
     }
+}
+
+/// The same for the permit pool, the probe and the fixtures: the pool's inner state sits below
+/// the guards and the pool's public face, the probe child's protocol below both of its sides.
+#[test]
+fn the_files_of_the_permit_probe_and_fixture_folders_form_layers_without_cycles() {
+    for folder in ["permit", "probe", "fixture"] {
+        folder_layers(folder);
+    }
+}
+
+/// Below the crate root, code names items by the module that defines them
+/// (`crate::permit::GpuTestPermit`), never by the root's re-exports (`crate::GpuTestPermit`):
+/// the root is the top layer, and a re-export hides which module a file depends on. Exported
+/// macros (`$crate::...`) name root paths, as their users see them, and are not counted.
+#[test]
+fn no_module_below_the_root_uses_a_root_re_export() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let mut reexports = BTreeSet::new();
+    for part in lib.replace('\n', " ").split("pub use ").skip(1) {
+        let stmt = part.split(';').next().unwrap();
+        let Some((_, rest)) = stmt.split_once("::") else {
+            continue;
+        };
+        let names = rest.trim().trim_start_matches('{').trim_end_matches('}');
+        reexports.extend(
+            names
+                .split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty() && n != "*"),
+        );
+    }
+    assert!(reexports.contains("GpuTestPermit"), "{reexports:?}");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| **f != src.join("lib.rs")) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for name in crate_paths(&text) {
+            if reexports.contains(&name) {
+                found.push(format!("{}: crate::{name}", f.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "name these by their defining module:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The first segment of every `crate::` path in code (comments and `$crate::` left out),
+/// `use crate::{a, b::c}` groups included.
+fn crate_paths(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("crate::") {
+        let after = &rest[at + "crate::".len()..];
+        let macro_path = rest[..at].ends_with('$');
+        rest = after;
+        if macro_path {
+            continue;
+        }
+        let mut names = Vec::new();
+        if let Some(group) = after.strip_prefix('{') {
+            let inner = group.split('}').next().unwrap();
+            names.extend(inner.split(',').map(str::trim));
+        } else {
+            names.push(after);
+        }
+        for n in names {
+            let head: String = n
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !head.is_empty() {
+                out.push(head);
+            }
+        }
+    }
+    out
 }
 
 fn folder_layers(folder: &str) {
@@ -274,25 +361,57 @@ fn folder_layers(folder: &str) {
         .collect();
     assert!(files.len() >= 4, "{folder}: {files:?}");
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut problems = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(dir.join(format!("{file}.rs"))).unwrap();
-        // The file's own tests may reach up.
-        let code = text.split("#[cfg(test)]").next().unwrap();
+        // Code only (a doc link is no dependency), and the file's own tests may reach up.
+        let code: String = text
+            .split("mod tests {")
+            .next()
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
         let edges = g.entry(file.clone()).or_default();
-        for part in code.split("super::").skip(1) {
+        let own = format!("crate::{folder}::");
+        let parts = code
+            .split("super::")
+            .skip(1)
+            .chain(code.split(own.as_str()).skip(1));
+        let mut names = Vec::new();
+        for part in parts {
+            match part.strip_prefix('{') {
+                // `use super::{a::X, Y}`
+                Some(group) => names.extend(group.split('}').next().unwrap().split(',')),
+                None => names.push(part),
+            }
+        }
+        for part in names {
             let name: String = part
+                .trim()
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_')
                 .collect();
-            assert!(
-                files.contains(&name),
-                "src/{folder}/{file}.rs reaches up to `super::{name}`: name the sibling file it \
-                 comes from"
-            );
-            if &name != file {
+            if name.is_empty() {
+                continue;
+            }
+            if !files.contains(&name) {
+                problems.push(format!(
+                    "src/{folder}/{file}.rs reaches up to `{name}` of the folder's own items: \
+                     name the sibling file it comes from"
+                ));
+            } else if &name != file {
                 edges.insert(name);
             }
         }
     }
-    assert_eq!(find_cycle(&g), None, "{folder}: {g:?}");
+    if let Some(cycle) = find_cycle(&g) {
+        problems.push(format!("the files form a cycle: {}", cycle.join(" -> ")));
+    }
+    assert!(
+        problems.is_empty(),
+        "{folder}:\n{}\n{g:?}",
+        problems.join("\n")
+    );
 }

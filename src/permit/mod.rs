@@ -1,31 +1,46 @@
 //! GPU test permits: a counting semaphore per GPU host, reentrant per thread, held by RAII guards.
 //!
-//! - [`pool`](PermitPool): the pool, its builder and the acquisition paths (in process, then
-//!   the host slots of [`crate::host`]);
-//! - `seat`: where a held permit keeps its state, the guards and the unsafe code that frees a
-//!   pool only after its last permit is back;
-//! - `local`: the in-process FIFO semaphore;
-//! - `error`: why a permit could not be had, and who was in the way;
-//! - `watchdog`: the hold deadline, and what happens to a permit held past it.
+//! Files, top to bottom (each uses only those below it):
+//!
+//! | file | what |
+//! |---|---|
+//! | `global`, `builder`, `request` | constructors: the process-wide pool from the environment, [`PoolBuilder`], [`PermitRequest`] |
+//! | `pool` | [`PermitPool`]'s public face and the acquisition paths: nested, checked, new |
+//! | `guard` | [`GpuTestPermit`] and [`EnteredPermit`]; the how-it-works of seats, guards and freeing the pool |
+//! | `diagnosis` | who was in the way when a wait timed out |
+//! | `inner` | the shared state every guard points at; claiming a seat, releasing a permit |
+//! | `seat`, `budget`, `local`, `inherited`, `watchdog` | a permit's state, memory to units, the in-process FIFO semaphore, a parent's permit, the hold deadline |
+//! | `error`, `want` | why a permit could not be had; what a request asks for |
+//!
+//! A request flows down: `pool` checks it (`want`, `budget`), serves it nested from a seat
+//! this thread holds, or waits in `local` and then at the host slots of [`crate::host`],
+//! claims a seat in `inner` and returns a guard; the last guard's drop returns the seat, the
+//! host slots and the units through `inner`.
 
 mod budget;
 mod builder;
+mod diagnosis;
 mod error;
+mod global;
+mod guard;
 mod inherited;
+mod inner;
 mod local;
 mod pool;
 mod request;
 mod seat;
+mod want;
 mod watchdog;
 
 use std::time::Duration;
 
 pub use builder::PoolBuilder;
 pub use error::{AcquireError, Holder, WaitTimeout, Waiter};
+pub use guard::{EnteredPermit, GpuTestPermit};
 pub use pool::PermitPool;
 pub use request::PermitRequest;
-pub(crate) use request::Want;
-pub use seat::{EnteredPermit, GpuTestPermit};
+pub use want::PermitKind;
+pub(crate) use want::Want;
 pub use watchdog::{HoldTimeout, on_hold_timeout};
 
 /// Takes a shared GPU permit from the [global pool](PermitPool::global), waiting for one as long
@@ -154,13 +169,4 @@ pub fn acquire_memory(bytes: u64) -> GpuTestPermit {
 /// ```
 pub fn try_acquire_for(timeout: Duration) -> Result<GpuTestPermit, AcquireError> {
     PermitPool::global().try_acquire_for(timeout)
-}
-
-/// Whether a permit is one of N or all of them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum PermitKind {
-    /// One of the pool's N permits.
-    Shared,
-    /// All N permits at once.
-    Exclusive,
 }

@@ -1,0 +1,116 @@
+//! Who was in the way when a wait timed out: the host's holders and waiters, and this
+//! process's own holders, gathered into [`WaitTimeout`].
+
+use std::time::{Duration, Instant, SystemTime};
+
+use super::error::{AcquireError, Holder, WaitTimeout, Waiter};
+use super::inner::PoolInner;
+use super::want::Want;
+use crate::clock::unix_ms;
+use crate::host::{Blockers, HostSlots};
+use crate::sync::Ordering;
+
+impl PoolInner {
+    /// The error of a wait for `want` that began at `asked` and timed out.
+    pub(super) fn timeout_error(&self, want: Want, asked: Instant) -> AcquireError {
+        let test = crate::nextest::current_test_name();
+        let inner = self;
+        // Whether the wait ended in this process's queue or at the host slots, the slots say
+        // who is in the way.
+        let blockers = inner
+            .host
+            .as_ref()
+            .map_or_else(Blockers::default, HostSlots::blockers);
+        let pid = std::process::id();
+        let now_ms = unix_ms(SystemTime::now());
+        let since = |ms: u64| Duration::from_millis(now_ms.saturating_sub(ms));
+        // Host records cover every process, this one included; seats add this process's
+        // holders without a record (a pool without host slots).
+        // A permit of k units wrote its record into each of its k slots: list it once.
+        let mut holders: Vec<Holder> = count_equal(blockers.holders)
+            .into_iter()
+            .map(|(r, slots)| Holder {
+                held_for: since(r.since_unix_ms),
+                stopped: r.pid != pid && crate::sys::process_is_stopped(r.pid),
+                exited: r.pid != pid && !crate::sys::process_is_visible(r.pid),
+                units: r.units.max(slots),
+                test: r.test,
+                thread: r.thread,
+                pid: r.pid,
+                exclusive: r.exclusive,
+                recorded: true,
+            })
+            .collect();
+        // Slots locked without a record, by owner (0: not known here).
+        let unrecorded = count_equal(blockers.unrecorded.into_iter().map(|o| o.unwrap_or(0)));
+        holders.extend(unrecorded.into_iter().map(|(owner, slots)| Holder {
+            test: String::new(),
+            thread: String::new(),
+            pid: owner,
+            held_for: Duration::ZERO,
+            exclusive: false,
+            units: slots,
+            stopped: owner != 0 && owner != pid && crate::sys::process_is_stopped(owner),
+            exited: owner != 0 && owner != pid && !crate::sys::process_is_visible(owner),
+            recorded: false,
+        }));
+        if inner.host.is_none() {
+            for seat in inner
+                .seats
+                .iter()
+                .filter(|s| s.claimed.load(Ordering::Acquire))
+            {
+                let thread = crate::sys::thread_name(seat.thread.load(Ordering::Relaxed));
+                holders.push(Holder {
+                    test: thread.clone(),
+                    thread,
+                    pid,
+                    held_for: crate::sys::coarse_elapsed(seat.since.load(Ordering::Relaxed)),
+                    exclusive: seat.exclusive.load(Ordering::Relaxed),
+                    units: seat.units.load(Ordering::Relaxed),
+                    stopped: false,
+                    exited: false,
+                    recorded: true,
+                });
+            }
+        }
+        let waiters = blockers
+            .waiting
+            .into_iter()
+            .map(|w| Waiter {
+                waiting_for: since(w.record.since_unix_ms),
+                test: w.record.test,
+                thread: w.record.thread,
+                pid: w.record.pid,
+                exclusive: w.record.exclusive,
+                units: w.record.units,
+                head: w.head,
+                stopped: w.liveness == crate::host::Liveness::Stopped,
+                liveness: w.liveness,
+            })
+            .collect();
+        AcquireError::Timeout(Box::new(WaitTimeout {
+            waited: asked.elapsed(),
+            kind: want.kind(),
+            units: want.held_units(inner.local.capacity()),
+            test,
+            concurrency: inner.layout().per_gpu,
+            capacity: inner.local.capacity(),
+            holders,
+            waiters,
+            queued_here: inner.local.queued(),
+        }))
+    }
+}
+
+/// The distinct items of `items`, in the order first seen, each with how many times it came.
+fn count_equal<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<(T, usize)> {
+    let mut out: Vec<(T, usize)> = Vec::new();
+    for item in items {
+        match out.iter_mut().find(|(seen, _)| *seen == item) {
+            Some((_, n)) => *n += 1,
+            None => out.push((item, 1)),
+        }
+    }
+    out
+}

@@ -1,0 +1,258 @@
+//! The pool's shared state ([`PoolInner`]): what the pool handle, its permits and its builder
+//! all point at, with what the acquisition and release paths read and write in it. Below the
+//! guards and the pool's public face; it knows neither.
+
+use std::ptr::NonNull;
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
+
+use super::budget::{Budget, probed_memory};
+use super::inherited::Inherited;
+use super::local::LocalPool;
+use super::seat::{Detail, GUARD_BITS, NO_SLOT, Seat};
+use super::want::Want;
+use crate::host::{HostError, HostSlots, Layout};
+use crate::sync::Ordering;
+use crate::trace::{TraceArgs, TraceEvent, Tracer};
+
+pub(super) struct PoolInner {
+    pub(super) id: u64,
+    pub(super) local: LocalPool,
+    pub(super) seats: Box<[Seat]>,
+    pub(super) host: Option<HostSlots>,
+    /// Why the global pool has no host slots: every acquisition fails with it.
+    pub(super) host_error: Option<HostError>,
+    pub(super) timeout: Duration,
+    /// See [`PoolBuilder::hold_timeout`].
+    pub(super) hold_timeout: Option<Duration>,
+    pub(super) tracer: Option<Tracer>,
+    /// GPUs the permits span; a permit's device is its slot modulo this.
+    pub(super) gpus: usize,
+    /// Permits per GPU, N: the capacity over the GPUs.
+    pub(super) per_gpu: usize,
+    /// The permit a parent holds for this process, when the pool works inside it.
+    pub(super) inherited: Option<Inherited>,
+    /// Where the per-GPU memory budget comes from.
+    pub(super) budget_source: Option<crate::config::MemoryBudget>,
+    /// The per-GPU memory budget, resolved at the first request that declares memory (a
+    /// percentage needs the probe), with what turns declarations into units.
+    pub(super) budget: OnceLock<Option<Budget>>,
+    /// Without a configured budget, ask the probe (the global pool only).
+    pub(super) probe_budget: bool,
+}
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<PoolInner>();
+};
+
+impl PoolInner {
+    /// N per GPU and the GPUs, as this pool counts them.
+    pub(super) fn layout(&self) -> Layout {
+        Layout {
+            per_gpu: self.per_gpu,
+            gpus: self.gpus,
+        }
+    }
+
+    /// Units of one GPU as N counts them; inside an inherited permit, N of the parent's slot
+    /// directory (memory is converted with it).
+    pub(super) fn units_per_gpu(&self) -> usize {
+        match &self.inherited {
+            Some(inherited) => inherited.permit.per_gpu,
+            None => self.per_gpu,
+        }
+    }
+
+    /// The most units one permit of this pool can hold, and whether an inherited permit is what
+    /// sets it (the units a shared parent permit holds; N otherwise: an exclusive parent
+    /// holds N on each GPU, and one request's units come from one GPU).
+    pub(super) fn unit_limit(&self) -> (usize, bool) {
+        match &self.inherited {
+            Some(inherited) if !inherited.permit.exclusive => (inherited.permit.slots.len(), true),
+            Some(inherited) => (inherited.permit.per_gpu, true),
+            None => (self.per_gpu, false),
+        }
+    }
+
+    /// The units of a memory request that needs neither checks nor a first resolution of the
+    /// budget: it asks for 1 unit and is not exclusive, the budget is resolved, and the
+    /// declaration is one the budget serves inline ([`Budget::inline_units`]). `None`: the
+    /// request goes to [`PermitPool::resolve`].
+    #[inline(always)]
+    pub(super) fn inline_memory_units(&self, want: Want) -> Option<usize> {
+        let bytes = want.memory?;
+        if want.exclusive || want.units != 1 {
+            return None;
+        }
+        self.budget.get()?.as_ref()?.inline_units(bytes)
+    }
+
+    /// Whether permits record names and wall-clock times (for host records or the trace).
+    pub(super) fn detailed(&self) -> bool {
+        self.host.is_some() || self.tracer.is_some()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn event(
+        &self,
+        name: &str,
+        ts: u64,
+        dur: u64,
+        detail: &Detail,
+        slots: Vec<usize>,
+        exclusive: bool,
+        units: usize,
+        memory: Option<u64>,
+    ) -> TraceEvent {
+        TraceEvent {
+            name: name.into(),
+            cat: "gpu-test-permit".into(),
+            ph: "X".into(),
+            ts,
+            dur,
+            pid: std::process::id(),
+            tid: crate::sys::thread_number(),
+            args: TraceArgs {
+                test: detail.test.clone(),
+                thread: detail.thread.clone(),
+                slots,
+                exclusive,
+                capacity: self.local.capacity(),
+                units,
+                gpus: self.gpus,
+                memory,
+                memory_used: None,
+                memory_budget: self.budget.get().copied().flatten().map(|b| b.bytes),
+            },
+        }
+    }
+}
+
+impl PoolInner {
+    /// The per-GPU memory budget (resolved once; a percentage or no setting asks the CUDA
+    /// probe).
+    pub(super) fn memory_budget(&self) -> Option<Budget> {
+        *self.budget.get_or_init(|| {
+            let own = match self.budget_source {
+                Some(crate::config::MemoryBudget::Bytes(b)) => Some(b),
+                Some(crate::config::MemoryBudget::Percent(p)) => {
+                    probed_memory(true).map(|m| (m as f64 * p / 100.0) as u64)
+                }
+                // The global pool only: a pool from the builder has the budget it was given.
+                None if self.probe_budget => probed_memory(false),
+                None => None,
+            }
+            .filter(|&b| b > 0);
+            // Processes sharing host slots convert with one budget, as they share one N.
+            let agreed = match &self.host {
+                Some(host) => host.agree_on_budget(own),
+                None => own,
+            };
+            let (limit, _) = self.unit_limit();
+            agreed.map(|bytes| Budget::new(bytes, self.units_per_gpu(), limit))
+        })
+    }
+}
+
+impl PoolInner {
+    /// The host slots held by the permit in `seat` (see [`GpuTestPermit::slots`]).
+    pub(super) fn held_slots(&self, seat: usize) -> Vec<usize> {
+        let s = &self.seats[seat];
+        let first = s.first_slot.load(Ordering::Relaxed);
+        if first == NO_SLOT {
+            Vec::new()
+        } else if s.exclusive.load(Ordering::Relaxed) {
+            (0..self.local.capacity()).collect()
+        } else if s.units.load(Ordering::Relaxed) == 1 {
+            vec![first]
+        } else {
+            s.slots.lock().clone()
+        }
+    }
+
+    /// Claims a free seat for a permit that holds its units. Returns the seat and its
+    /// generation.
+    pub(super) fn claim_seat(&self) -> (usize, u64) {
+        loop {
+            for (i, seat) in self.seats.iter().enumerate() {
+                if seat
+                    .claimed
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    let generation = (seat.word.load(Ordering::Relaxed) >> GUARD_BITS) + 1;
+                    seat.word
+                        .store(generation << GUARD_BITS | 1, Ordering::Release);
+                    return (i, generation);
+                }
+            }
+            // Unreachable by counting (N seats, at most N permits hold units); a releasing
+            // permit frees its seat before its units, so this only waits out that window.
+            crate::sync::yield_now();
+        }
+    }
+
+    /// Returns the permit in `seat`, whose last guard just dropped; frees the pool if its
+    /// handle is gone and this was its last permit.
+    ///
+    /// # Safety
+    ///
+    /// `this` points to a live pool, `seat` holds a permit whose last guard is gone, and the
+    /// caller does not touch the pool afterwards.
+    pub(super) unsafe fn release(this: NonNull<PoolInner>, seat: usize) {
+        {
+            // SAFETY: the permit's units are out, so the pool is alive until they are returned.
+            let pool = unsafe { this.as_ref() };
+            let s = &pool.seats[seat];
+            let exclusive = s.exclusive.load(Ordering::Relaxed);
+            let units = s.units.load(Ordering::Relaxed);
+            let slots = pool.held_slots(seat);
+            let memory = s.declared_memory();
+            let used = match s.memory_used.swap(0, Ordering::Relaxed) {
+                0 => None,
+                bytes => Some(bytes),
+            };
+            let detail = if pool.detailed() {
+                s.detail.lock().take()
+            } else {
+                None
+            };
+            let watch = match pool.hold_timeout {
+                Some(_) => s.watch.swap(0, Ordering::Relaxed),
+                None => 0,
+            };
+            // Read everything first: once unclaimed, the seat belongs to the next permit.
+            s.claimed.store(false, Ordering::Release);
+            if watch != 0 {
+                super::watchdog::unwatch(watch);
+            }
+            let end = pool.tracer.as_ref().map(|_| SystemTime::now());
+            if let Some(host) = &pool.host {
+                // Stamped before the slots are free, so that no record shows this permit
+                // beside the next holder of its slots.
+                let recorded = detail
+                    .as_ref()
+                    .filter(|d| d.run_hold != 0)
+                    .map(|d| (d.run_hold, SystemTime::now()));
+                host.release(&slots);
+                if let Some((hold, at)) = recorded {
+                    crate::runs::released(host.dir(), hold, at);
+                }
+            }
+            if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {
+                let ts = crate::clock::unix_micros(d.since_wall);
+                let dur = crate::clock::unix_micros(end).saturating_sub(ts);
+                let mut event = pool.event("hold", ts, dur, d, slots, exclusive, units, memory);
+                event.args.memory_used = used;
+                t.write(&event);
+            }
+            // The last touch of the pool: once the units are back, a closed pool may go.
+            if pool.local.release(units) {
+                // SAFETY: the pool's handle is gone and this release was the last thing it
+                // waited for; nothing else can reach it. It was allocated as a `Box`.
+                drop(unsafe { Box::from_raw(this.as_ptr()) });
+            }
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! What a probe found out: [`ProbeOutcome`], with the [`Device`]s of a backend that has some.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What kind of device an adapter is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceKind {
+    /// A GPU with its own memory.
+    Discrete,
+    /// A GPU sharing memory with the CPU.
+    Integrated,
+    /// A software implementation on the CPU, such as Mesa's lavapipe or llvmpipe.
+    Cpu,
+    /// A virtual or hosted GPU.
+    Virtual,
+    /// Anything else, or unknown.
+    Other,
+}
+
+impl fmt::Display for DeviceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceKind::Discrete => "discrete",
+            DeviceKind::Integrated => "integrated",
+            DeviceKind::Cpu => "cpu",
+            DeviceKind::Virtual => "virtual",
+            DeviceKind::Other => "other",
+        })
+    }
+}
+
+/// One device a backend found.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Device {
+    /// Position in the backend's enumeration (the CUDA ordinal for CUDA).
+    pub index: u32,
+    /// The name the driver gives, e.g. `NVIDIA GB10` or `llvmpipe (LLVM 15.0.6, 256 bits)`.
+    pub name: String,
+    /// The API the device is reached through: `cuda`, or wgpu's backend (`vulkan`, `metal`,
+    /// `dx12`, `gl`).
+    pub api: String,
+    /// Discrete, integrated, CPU, ...
+    pub kind: DeviceKind,
+    /// The driver and its version as far as the backend says, e.g. `12.8` or `llvmpipe Mesa 22.3.6`.
+    pub driver: Option<String>,
+    /// Total device memory in bytes, where the backend reports it (CUDA does, wgpu does not).
+    pub memory_bytes: Option<u64>,
+}
+
+/// What a probe found out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ProbeOutcome {
+    /// The backend works and has these devices (never empty).
+    Devices {
+        /// The devices, in the backend's order.
+        devices: Vec<Device>,
+    },
+    /// The backend's driver is installed but reports no device.
+    NoDevices {
+        /// What the driver said.
+        detail: String,
+    },
+    /// The backend's driver library is not installed.
+    NotInstalled {
+        /// What was looked for.
+        detail: String,
+    },
+    /// This build of the crate lacks the backend's cargo feature.
+    NotBuilt,
+    /// The driver returned an error.
+    Error {
+        /// The error, with the driver's numeric code where there is one.
+        detail: String,
+    },
+    /// The probe child died: killed by a signal or exited with a failure status before answering.
+    Crashed {
+        /// The signal that killed it (Unix), e.g. 11 for SIGSEGV.
+        signal: Option<i32>,
+        /// Its exit status, when it exited.
+        exit_code: Option<i32>,
+        /// The end of what it wrote to standard error (the driver's last words).
+        stderr_tail: String,
+    },
+    /// The probe child passed its deadline and was killed.
+    TimedOut {
+        /// The deadline it passed.
+        #[serde(with = "millis", rename = "after_ms")]
+        after: Duration,
+        /// The end of what it wrote to standard error.
+        stderr_tail: String,
+    },
+    /// The probe child's answer could not be understood.
+    Malformed {
+        /// What was wrong with it.
+        detail: String,
+        /// The end of what it wrote to standard error.
+        stderr_tail: String,
+    },
+}
+
+impl ProbeOutcome {
+    /// The devices, when the backend has any.
+    pub fn devices(&self) -> Option<&[Device]> {
+        match self {
+            ProbeOutcome::Devices { devices } => Some(devices),
+            _ => None,
+        }
+    }
+
+    /// Whether the backend has at least one device.
+    pub fn has_devices(&self) -> bool {
+        self.devices().is_some_and(|d| !d.is_empty())
+    }
+
+    /// Whether the probe itself went wrong (crash, hang, error, malformed answer), as opposed
+    /// to a clean answer of "devices", "no devices", "not installed" or "not built". A broken
+    /// probe means a broken driver, which deserves attention even where the backend is optional.
+    pub fn is_broken(&self) -> bool {
+        matches!(
+            self,
+            ProbeOutcome::Error { .. }
+                | ProbeOutcome::Crashed { .. }
+                | ProbeOutcome::TimedOut { .. }
+                | ProbeOutcome::Malformed { .. }
+        )
+    }
+}
+
+impl fmt::Display for ProbeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn tail(f: &mut fmt::Formatter<'_>, t: &str) -> fmt::Result {
+            let t = t.trim();
+            if t.is_empty() {
+                Ok(())
+            } else {
+                write!(f, "; its stderr ended with: {}", t.replace('\n', " | "))
+            }
+        }
+        match self {
+            ProbeOutcome::Devices { devices } => {
+                let n = devices.len();
+                write!(f, "{n} device{}", if n == 1 { "" } else { "s" })?;
+                for (i, d) in devices.iter().enumerate() {
+                    f.write_str(if i == 0 { ": " } else { "; " })?;
+                    write!(f, "{} [{}, {}", d.name, d.api, d.kind)?;
+                    if let Some(drv) = &d.driver {
+                        write!(f, ", driver {drv}")?;
+                    }
+                    if let Some(m) = d.memory_bytes {
+                        write!(f, ", {:.1} GiB", m as f64 / (1u64 << 30) as f64)?;
+                    }
+                    f.write_str("]")?;
+                }
+                Ok(())
+            }
+            ProbeOutcome::NoDevices { detail } => write!(f, "no devices ({detail})"),
+            ProbeOutcome::NotInstalled { detail } => write!(f, "not installed ({detail})"),
+            ProbeOutcome::NotBuilt => f.write_str(
+                "not built: gpu-test-permit was compiled without this backend's feature",
+            ),
+            ProbeOutcome::Error { detail } => write!(f, "driver error: {detail}"),
+            ProbeOutcome::Crashed {
+                signal,
+                exit_code,
+                stderr_tail,
+            } => {
+                match (signal, exit_code) {
+                    (Some(s), _) => write!(
+                        f,
+                        "the probe child crashed with signal {s}{}",
+                        signal_name(*s)
+                            .map(|n| format!(" ({n})"))
+                            .unwrap_or_default()
+                    )?,
+                    (None, Some(c)) => {
+                        write!(f, "the probe child exited with status {c} before answering")?
+                    }
+                    (None, None) => f.write_str("the probe child died before answering")?,
+                }
+                tail(f, stderr_tail)
+            }
+            ProbeOutcome::TimedOut { after, stderr_tail } => {
+                write!(
+                    f,
+                    "the probe child did not answer within {} ms and was killed (a hung \
+                     driver; raise GPU_TEST_PERMIT_PROBE_TIMEOUT if it is just slow)",
+                    after.as_millis()
+                )?;
+                tail(f, stderr_tail)
+            }
+            ProbeOutcome::Malformed {
+                detail,
+                stderr_tail,
+            } => {
+                write!(f, "malformed probe answer: {detail}")?;
+                tail(f, stderr_tail)
+            }
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> Option<&'static str> {
+    Some(match sig {
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        15 => "SIGTERM",
+        _ => return None,
+    })
+}
+
+pub(super) mod millis {
+    //! Durations as whole milliseconds in JSON, readable by people and tools.
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(in crate::probe) fn serialize<S: Serializer>(
+        d: &Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64() * 1000.0)
+    }
+
+    pub(in crate::probe) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Duration, D::Error> {
+        let ms = f64::deserialize(d)?;
+        // Out of range (negative, not finite, past `Duration::MAX`) is an error, not a panic.
+        Duration::try_from_secs_f64(ms / 1000.0).map_err(|_| {
+            serde::de::Error::custom(format!(
+                "{ms} ms is not a duration (a non-negative number of milliseconds)"
+            ))
+        })
+    }
+}
