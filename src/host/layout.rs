@@ -186,8 +186,18 @@ pub(super) fn agree_on_layout(
 /// Makes sure this process may open the files of `layout` (raising the soft descriptor limit
 /// where the hard one allows), before any of them is created.
 pub(super) fn fd_budget(dir: &Path, layout: Layout) -> Result<(), HostError> {
+    fd_budget_counted(dir, layout, sys::Counted::IfTight)
+}
+
+/// [`fd_budget`], counting the descriptors open as `counted` says: [`sys::Counted::Exhausted`]
+/// explains an EMFILE met while opening the slots.
+pub(super) fn fd_budget_counted(
+    dir: &Path,
+    layout: Layout,
+    counted: sys::Counted,
+) -> Result<(), HostError> {
     let needed = layout.slots().saturating_add(FIXED_FILES);
-    sys::ensure_descriptors(needed).map_err(|limits| {
+    sys::ensure_descriptors(needed, counted).map_err(|limits| {
         HostError::Descriptors(format!(
             "{layout} needs {needed} open files in every process using slot directory {}, but \
              this process may open only {} more (descriptor limit {}, hard limit {}); lower \

@@ -74,7 +74,7 @@ pub(crate) use record::escape_controls;
 pub use status::{HostStatus, QueueHead, SkippedFile, SlotStatus, status};
 
 use error::io_err;
-use layout::{agree_on_layout, fd_budget};
+use layout::{agree_on_layout, fd_budget, fd_budget_counted};
 use lock::is_locked_at;
 use queue::{RECHECK, Waiting, Watch, head_liveness, wait_entries};
 use record::{RECORD_LEN, read_record, read_start};
@@ -145,17 +145,33 @@ impl HostSlots {
     /// first. The slots opened follow the directory's recorded layout, which is `wanted` unless
     /// another process using the directory set a different one (see [`HostSlots::layout`]).
     pub(crate) fn open(dir: &Path, wanted: Layout) -> Result<HostSlots, HostError> {
-        sys::prepare_dir(dir).map_err(HostError::Directory)?;
+        // Where the layout file is there already (a directory used before), opening it
+        // read-write below tests what the write test would.
+        let used_before = std::fs::symlink_metadata(dir.join("gpu0.layout"))
+            .is_ok_and(|m| m.file_type().is_file());
+        sys::prepare_dir_with(dir, !used_before).map_err(HostError::Directory)?;
         let shared = sys::is_shared_dir(dir);
+        let layout_wanted = std::cell::Cell::new(wanted);
         let open = |name: &str| -> Result<(PathBuf, File), HostError> {
             let path = dir.join(name);
-            let file = sys::open_lock_file(&path, shared).map_err(io_err(&path))?;
+            let file = match sys::open_lock_file(&path, shared) {
+                // Out of descriptors (more open than the budget's uncounted spare): count
+                // them, raise the soft limit where the hard one allows and try again, or say
+                // how many the layout needs and the limits, as a layout refused up front would.
+                Err(e) if sys::is_too_many_open_files(&e) => {
+                    fd_budget_counted(dir, layout_wanted.get(), sys::Counted::Exhausted)?;
+                    sys::open_lock_file(&path, shared)
+                }
+                opened => opened,
+            }
+            .map_err(io_err(&path))?;
             Ok((path, file))
         };
         let (layout_path, layout_file) = open("gpu0.layout")?;
         // The descriptor budget is checked before any slot file is made: a layout that cannot
         // be opened must leave nothing behind.
         let layout = agree_on_layout(dir, &layout_path, &layout_file, wanted)?;
+        layout_wanted.set(layout);
         fd_budget(dir, layout)?;
         if layout != wanted {
             crate::notice::line(&format!(

@@ -128,6 +128,13 @@ pub(crate) fn thread_name(number: u64) -> String {
 /// set, owned by this user or root or shared with this user through a group (see the module
 /// docs), and writable by this user.
 pub(crate) fn prepare_dir(dir: &Path) -> Result<(), String> {
+    prepare_dir_with(dir, true)
+}
+
+/// [`prepare_dir`], with the write test (a file created and removed) only if `write_test`:
+/// a directory whose slot files exist was writable when they were made, and opening them
+/// read-write is the test that matters then.
+pub(crate) fn prepare_dir_with(dir: &Path, write_test: bool) -> Result<(), String> {
     match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             if let Some(parent) = dir.parent() {
@@ -174,7 +181,10 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<(), String> {
         ));
     }
     os::check_owner_and_mode(dir, &meta)?;
-    check_writable(dir)
+    if write_test {
+        check_writable(dir)?;
+    }
+    Ok(())
 }
 
 /// Writability is checked by creating the slot files too; this probe gives the clearer message.
@@ -399,8 +409,24 @@ const DESCRIPTORS_ESTIMATE: u64 = 64;
 /// Makes room for `needed` more open files in this process: raises the soft descriptor limit
 /// (up to the hard one) when the files open now plus `needed` and some headroom would pass it.
 /// Where there is no such limit (not on Unix), there is always room.
-pub(crate) fn ensure_descriptors(needed: usize) -> Result<(), DescriptorLimits> {
-    os::ensure_descriptors(needed, kernel::open_descriptors)
+pub(crate) fn ensure_descriptors(needed: usize, counted: Counted) -> Result<(), DescriptorLimits> {
+    os::ensure_descriptors(needed, counted, kernel::open_descriptors)
+}
+
+/// Whether [`ensure_descriptors`] counts the descriptors open now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Counted {
+    /// Only where the limit is within 1024 of what is needed: elsewhere a process would need
+    /// over a thousand files open to run out, and opening reports EMFILE.
+    IfTight,
+    /// None: opening a file just failed with EMFILE, so every descriptor up to the soft limit
+    /// is taken (counting them would need a descriptor too).
+    Exhausted,
+}
+
+/// Whether `e` is "too many open files" (this process's descriptor limit).
+pub(crate) fn is_too_many_open_files(e: &io::Error) -> bool {
+    os::is_too_many_open_files(e)
 }
 
 /// The device and inode that name a pipe (the same for both of its ends); `(0, 0)` where pipes

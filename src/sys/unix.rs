@@ -7,7 +7,7 @@ use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt,
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 
-use super::DescriptorLimits;
+use super::{Counted, DescriptorLimits};
 
 pub(super) fn default_slot_dir() -> PathBuf {
     static CHOSEN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
@@ -311,6 +311,7 @@ pub(super) fn same_file(path: &Path, file: &File) -> bool {
 /// `open_descriptors` counts the descriptors open in this process now (or estimates them).
 pub(super) fn ensure_descriptors(
     needed: usize,
+    counted: Counted,
     open_descriptors: fn() -> u64,
 ) -> Result<(), DescriptorLimits> {
     /// Left free for the program itself (its test, the GPU driver, pipes).
@@ -323,8 +324,11 @@ pub(super) fn ensure_descriptors(
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Ok(()); // unknown: let opening the files tell
     }
-    let open = open_descriptors();
-    let want = open.saturating_add(needed as u64).saturating_add(HEADROOM);
+    /// Where the limit leaves this many to spare beyond the files needed and the headroom,
+    /// the open descriptors are not counted (counting reads `/proc/self/fd`, the largest part
+    /// of a test process's set-up): a process with more than that open finds out from the
+    /// kernel's EMFILE instead, which the slot directory's opening reports with the count.
+    const UNCOUNTED_SPARE: u64 = 1024;
     // `rlim_t` is narrower than u64 on some targets.
     #[allow(clippy::unnecessary_cast)]
     let (soft, hard, infinity) = (
@@ -333,7 +337,18 @@ pub(super) fn ensure_descriptors(
         libc::RLIM_INFINITY as u64,
     );
     let unlimited = |v: u64| v == infinity;
-    if unlimited(soft) || want <= soft {
+    let least = (needed as u64).saturating_add(HEADROOM);
+    if unlimited(soft)
+        || (counted == Counted::IfTight && least.saturating_add(UNCOUNTED_SPARE) <= soft)
+    {
+        return Ok(());
+    }
+    let open = match counted {
+        Counted::Exhausted => soft,
+        Counted::IfTight => open_descriptors(),
+    };
+    let want = open.saturating_add(least);
+    if want <= soft {
         return Ok(());
     }
     if unlimited(hard) || want <= hard {
@@ -556,4 +571,8 @@ mod tests {
         std::os::unix::fs::chown(&dir, Some(other), None).unwrap();
         assert_eq!(choose_private_dir(base, "d", me), (base.join("d"), None));
     }
+}
+
+pub(super) fn is_too_many_open_files(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EMFILE)
 }

@@ -83,6 +83,7 @@ pub(super) fn same_file(_path: &Path, _file: &File) -> bool {
 
 pub(super) fn ensure_descriptors(
     _needed: usize,
+    _counted: super::Counted,
     _open_descriptors: fn() -> u64,
 ) -> Result<(), DescriptorLimits> {
     Ok(())
@@ -156,4 +157,8 @@ pub(super) fn library_symbol(
 /// Not told here: every process counts as visible.
 pub(super) fn process_is_visible(_pid: u32) -> bool {
     true
+}
+
+pub(super) fn is_too_many_open_files(_e: &io::Error) -> bool {
+    false
 }

@@ -497,6 +497,58 @@ mod processes {
         assert!(String::from_utf8_lossy(&out.stdout).starts_with("held"));
     }
 
+    /// `hold` started with all but 8 of its descriptors taken (the limit far above what N = 8
+    /// needs, so the budget does not count them up front): opening the slots meets EMFILE,
+    /// which is explained as a refused layout is, or cured by raising the soft limit.
+    #[test]
+    fn a_process_out_of_descriptors_while_opening_the_slots_is_told_why_or_raises_its_limit() {
+        use std::os::unix::process::CommandExt;
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: valid out-pointer.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+        let soft: u64 = 1200;
+        for hard in [soft, 4096] {
+            if (lim.rlim_max as u64) < hard {
+                eprintln!("skipped hard = {hard}: the hard limit is {}", lim.rlim_max);
+                continue;
+            }
+            let dir = tempdir();
+            let mut c = cli(dir.path(), 8);
+            c.args(["hold", "--for", "1ms"]).stdin(Stdio::null());
+            // SAFETY: between fork and exec only async-signal-safe calls (setrlimit, dup2).
+            unsafe {
+                c.pre_exec(move || {
+                    let l = libc::rlimit {
+                        rlim_cur: soft as libc::rlim_t,
+                        rlim_max: hard as libc::rlim_t,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    for fd in 3..(soft as i32 - 8) {
+                        libc::dup2(2, fd);
+                    }
+                    Ok(())
+                });
+            }
+            let out = c.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            if hard == soft {
+                assert!(!out.status.success(), "{err}");
+                assert!(
+                    err.contains("needs 12 open files") && err.contains("ulimit -n"),
+                    "{err}"
+                );
+            } else {
+                assert!(out.status.success(), "{err}");
+                assert!(String::from_utf8_lossy(&out.stdout).starts_with("held"));
+            }
+        }
+    }
+
     const NO_WATCH_CHILD: &str = "GTP_NO_WATCH_CHILD_DIR";
 
     /// Runs in a child of this test binary: with every descriptor taken, no change watch can
