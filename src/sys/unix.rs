@@ -521,6 +521,10 @@ pub(super) fn library_symbol(
     std::ptr::NonNull::new(unsafe { libc::dlsym(library.as_ptr(), symbol.as_ptr()) })
 }
 
+pub(super) fn is_too_many_open_files(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EMFILE)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -571,8 +575,4 @@ mod tests {
         std::os::unix::fs::chown(&dir, Some(other), None).unwrap();
         assert_eq!(choose_private_dir(base, "d", me), (base.join("d"), None));
     }
-}
-
-pub(super) fn is_too_many_open_files(e: &io::Error) -> bool {
-    e.raw_os_error() == Some(libc::EMFILE)
 }
