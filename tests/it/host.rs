@@ -511,7 +511,7 @@ mod processes {
         unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
         let soft: u64 = 1200;
         for hard in [soft, 4096] {
-            if (lim.rlim_max as u64) < hard {
+            if lim.rlim_max < hard {
                 eprintln!("skipped hard = {hard}: the hard limit is {}", lim.rlim_max);
                 continue;
             }
