@@ -6,6 +6,7 @@ use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use quick_xml::reader::Reader;
+
 /// Where in a report: the byte, and its line and column (both from 1; the column counts
 /// bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,9 +6,6 @@ use std::path::{Path, PathBuf};
 
 use super::JunitError;
 use super::error::{Failure, io_error};
-// ---------------------------------------------------------------------------------------------
-// Input, output and failures.
-// ---------------------------------------------------------------------------------------------
 
 /// A report opened for a pass: its byte order mark, which quick-xml skips without counting
 /// it in its positions, apart.

@@ -4,6 +4,7 @@ use std::ops::Range;
 
 use super::walk::parse_count;
 use super::{JunitErrorKind, Skip};
+
 /// The attributes of start tag `tag` (`<name a="1" b='2'>`, or `.../>`), as the byte ranges
 /// of each key and value (between the quotes). The tag has passed quick-xml's checks: a
 /// malformed one only ends the list early.

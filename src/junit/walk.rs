@@ -1,4 +1,10 @@
 //! The two passes over a report.
+//!
+//! [`plan`] walks the report once and decides which testcases (by their number in document
+//! order) get `<skipped>`, and how many each suite (by its number) gains. [`rewrite`] walks it
+//! again, copying the bytes read through unchanged ([`Tee`]) but for the start tags of the
+//! suites that gain and of the marked testcases. Both keep a [`Document`] of where they are,
+//! and check it the same way, so they number the suites and testcases alike.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -12,14 +18,6 @@ use super::error::{Failure, xml_failure};
 use super::file::{Input, Tee};
 use super::tag::{add_skipped, mark};
 use super::{JunitErrorKind, Left, Marked, Skip};
-// ---------------------------------------------------------------------------------------------
-// The two passes.
-//
-// `plan` walks the report once and decides: which testcases (by their number in document
-// order) get `<skipped>`, and how many each suite (by its number) gains. `rewrite` walks it
-// again, copying the bytes it read through unchanged (`Tee`) but for the start tags of the
-// suites and the marked testcases. Both keep the same `Walk` of where they are.
-// ---------------------------------------------------------------------------------------------
 
 /// The skips by (binary, test).
 pub(super) struct SkipIndex<'a> {
@@ -449,10 +447,6 @@ pub(super) fn rewrite<R: Read, W: Write>(
     }
     Ok(())
 }
-
-// ---------------------------------------------------------------------------------------------
-// Tags: attributes read, counts patched, `<skipped>` written.
-// ---------------------------------------------------------------------------------------------
 
 /// The value of attribute `name` of `e` (at byte `at`), entities resolved.
 pub(super) fn attribute(
