@@ -73,6 +73,7 @@ pub mod devices;
 mod fixture;
 pub mod hangs;
 pub mod host;
+pub mod junit;
 pub mod nextest;
 mod notice;
 mod permit;

@@ -16,6 +16,7 @@ mod holders;
 mod host;
 mod in_process;
 mod inherit;
+mod junit;
 mod layering;
 mod permit;
 mod platform;

@@ -11,6 +11,7 @@ use crate::args::{Args, Operands, Parsed, Spec};
 
 mod args;
 mod find;
+mod junit;
 mod probe;
 mod report;
 mod run;
@@ -133,6 +134,25 @@ static COMMANDS: &[Command] = &[
         },
         run: runs::report,
         checks_config: false,
+    },
+    Command {
+        spec: Spec {
+            name: "junit",
+            synopsis: "FILE [-o OUT] [--fail-on-skip] [--run-id ID]",
+            about: "rewrite nextest's JUnit report FILE (in place, or into OUT) so that each test\n\
+                    that skipped at run time is a <testcase> with <skipped message=\"backend=...\">\n\
+                    and the skipped counts of its <testsuite> and of <testsuites> agree; the skips\n\
+                    are the records of the run in the slot directory: the run of the report's uuid,\n\
+                    else run ID, else the last run recorded. A report with no records or no skips\n\
+                    is left unchanged. Exits 1 when a marked test's backend is required by\n\
+                    GPU_TEST_PERMIT_REQUIRE, and with --fail-on-skip when any test is marked",
+            flags: &["--fail-on-skip"],
+            options: &["-o", "--run-id"],
+            lists: &[],
+            operands: Operands::One("FILE"),
+        },
+        run: junit::main,
+        checks_config: true,
     },
     Command {
         spec: Spec {
