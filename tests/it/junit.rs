@@ -77,17 +77,17 @@ fn report(uuid: Option<&str>, suites: &[(&str, &[&str])]) -> String {
 
 /// What a report says, parsed.
 #[derive(Debug, Default, PartialEq, Eq)]
-struct Parsed {
+pub(crate) struct Parsed {
     /// The root's `skipped` and `tests`.
-    root: (Option<u64>, Option<u64>),
+    pub(crate) root: (Option<u64>, Option<u64>),
     /// Per suite: `skipped`, `tests`.
-    suites: BTreeMap<String, (Option<u64>, Option<u64>)>,
+    pub(crate) suites: BTreeMap<String, (Option<u64>, Option<u64>)>,
     /// The testcases with `<skipped>`, by (classname, name), with its message.
-    skipped: BTreeMap<(String, String), String>,
-    testcases: usize,
+    pub(crate) skipped: BTreeMap<(String, String), String>,
+    pub(crate) testcases: usize,
 }
 
-fn parse(xml: &str) -> Parsed {
+pub(crate) fn parse(xml: &str) -> Parsed {
     let mut reader = Reader::from_str(xml);
     let mut p = Parsed::default();
     let mut case: Option<(String, String)> = None;

@@ -40,9 +40,15 @@ pub(crate) fn nextest_run(work: &Path, extra: &[&str]) -> (PathBuf, PathBuf, Out
     let slots = work.join("slots");
     std::fs::create_dir_all(&shared).unwrap();
     let config = work.join("nextest.toml");
+    // A store of its own, so that runs side by side do not share a report.
+    let store = work.join("store");
     std::fs::write(
         &config,
-        "[profile.truth]\nretries = 1\n[profile.truth.junit]\npath = \"junit.xml\"\n",
+        format!(
+            "[store]\ndir = {:?}\n[profile.truth]\nretries = 1\n[profile.truth.junit]\n\
+             path = \"junit.xml\"\n",
+            store.to_str().unwrap()
+        ),
     )
     .unwrap();
     let out = cargo()
@@ -71,7 +77,7 @@ pub(crate) fn nextest_run(work: &Path, extra: &[&str]) -> (PathBuf, PathBuf, Out
         .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
         .output()
         .unwrap();
-    let junit = suite_target().join("nextest/truth/junit.xml");
+    let junit = store.join("truth/junit.xml");
     (slots, junit, out)
 }
 
@@ -81,7 +87,7 @@ fn a_nextest_run_with_retries_records_its_skips_and_names_its_contention_casualt
         return;
     }
     let work = tempdir();
-    let (slots, _junit, out) = nextest_run(work.path(), &[]);
+    let (slots, junit, out) = nextest_run(work.path(), &[]);
     let all = text(&out);
     // The contended tests failed beside others, passed alone: flaky, and the run passes.
     assert!(out.status.success(), "{all}");
@@ -162,6 +168,53 @@ fn a_nextest_run_with_retries_records_its_skips_and_names_its_contention_casualt
         .output()
         .unwrap();
     assert_eq!(by_id.stdout, report.stdout);
+
+    // nextest's JUnit report, rewritten: exactly the skipped tests are marked, the counts agree,
+    // the contended tests stay passed (flaky).
+    let before = std::fs::read_to_string(&junit).unwrap();
+    let parsed_before = crate::junit::parse(&before);
+    assert_eq!(parsed_before.root, (Some(0), Some(7)), "{before}");
+    assert!(parsed_before.skipped.is_empty());
+    let rewritten = work.path().join("junit-rewritten.xml");
+    let out = cli(&slots, 2)
+        .arg("junit")
+        .arg(&junit)
+        .arg("-o")
+        .arg(&rewritten)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let after = crate::junit::parse(&std::fs::read_to_string(&rewritten).unwrap());
+    let marked: Vec<(&str, &str)> = after
+        .skipped
+        .keys()
+        .map(|(b, t)| (b.as_str(), t.as_str()))
+        .collect();
+    assert_eq!(marked, SKIPPED.map(|t| (BINARY, t)), "{after:#?}");
+    assert!(
+        after
+            .skipped
+            .values()
+            .all(|m| m.starts_with("backend=cuda: cuda not built"))
+    );
+    assert_eq!(after.root, (Some(2), Some(7)));
+    assert_eq!(after.suites[BINARY], (Some(2), Some(7)));
+    assert_eq!(after.testcases, 7);
+    assert_eq!(
+        std::fs::read_to_string(&junit).unwrap(),
+        before,
+        "-o leaves FILE as it was"
+    );
+    // Where CUDA is required, its skips fail the step.
+    let out = cli(&slots, 2)
+        .env("GPU_TEST_PERMIT_REQUIRE", "cuda")
+        .arg("junit")
+        .arg(&junit)
+        .arg("-o")
+        .arg(work.path().join("required.xml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
 }
 
 #[test]
