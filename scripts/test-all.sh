@@ -58,10 +58,29 @@ trap 'rm -rf "$traces"' EXIT
 GPU_TEST_PERMIT_GPU_MEMORY=256MiB GPU_TEST_PERMIT_TRACE="$traces/cargo-test.json" \
     cargo test -p gpu-test-permit-example-suite --all-features -q
 GPU_TEST_PERMIT_GPU_MEMORY=256MiB GPU_TEST_PERMIT_TRACE="$traces/nextest.json" \
+    GPU_TEST_PERMIT_SKIP_LOG="$traces/skips.log" \
     cargo nextest run -p gpu-test-permit-example-suite --all-features --status-level fail
+# Its JUnit report as CI would show it: every test that skipped at run time (here the CUDA tests
+# where there is no CUDA driver) marked skipped, as many as the skip log counts, none passed.
+gtp() { cargo run -q --all-features --bin gpu-test-permit -- "$@"; }
+gtp junit target/nextest/default/junit.xml -o "$traces/junit.xml"
+gtp report
+skips=$(grep -c . "$traces/skips.log" || true)
+marked=$(grep -c '<skipped message="backend=' "$traces/junit.xml" || true)
+echo "== example suite JUnit report: $marked tests marked skipped, $skips skips logged"
+[ "$marked" -eq "$skips" ] || { echo "the JUnit report marks $marked skips, the log has $skips"; exit 1; }
+grep -q "<testsuites [^>]*skipped=\"$skips\"" "$traces/junit.xml" ||
+    { echo "the report's skipped count is not $skips"; exit 1; }
+# Without a CUDA device (`probe` exits 1 where CUDA is required and absent), every CUDA test.
+if ! GPU_TEST_PERMIT_REQUIRE=cuda gtp probe cuda >/dev/null 2>&1; then
+    cuda_tests=$(grep -c '^fn ' example-suite/tests/cuda.rs)
+    cuda_marked=$(grep -c '<skipped message="backend=cuda' "$traces/junit.xml" || true)
+    [ "$cuda_marked" -eq "$cuda_tests" ] ||
+        { echo "without CUDA, $cuda_marked of $cuda_tests CUDA tests are marked skipped"; exit 1; }
+fi
 for t in cargo-test nextest; do
     echo "== example suite trace ($t)"
-    cargo run -q --all-features --bin gpu-test-permit -- trace "$traces/$t.json" --max-peak "$n" |
+    gtp trace "$traces/$t.json" --max-peak "$n" |
         tail -n 12
 done
 
