@@ -66,6 +66,7 @@ fn main() {
                 .env("NEXTEST_EXECUTION_MODE", "process-per-test")
                 .env("NEXTEST_RUN_ID", "process-cost-bench")
                 .env("NEXTEST_TEST_NAME", format!("trivial_{i}"))
+                .env("NEXTEST_BINARY_ID", "bench::process_cost")
                 .stderr(std::process::Stdio::null());
             for (k, v) in extra {
                 cmd.env(k, v);
