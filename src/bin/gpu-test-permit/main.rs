@@ -1,21 +1,22 @@
 //! `gpu-test-permit`: command-line tools around the permit pool.
 
 use std::ffi::OsString;
-use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use gpu_test_permit::config::Config;
-use gpu_test_permit::probe::ProbeMode;
 
 use crate::args::{Args, Operands, Parsed, Spec};
 
 mod args;
+mod config;
 mod find;
+mod hold;
 mod junit;
 mod probe;
 mod report;
 mod run;
 mod runs;
+mod snippet;
 
 /// A command: its arguments, what runs it, and whether it reads the global configuration.
 struct Command {
@@ -60,7 +61,7 @@ static COMMANDS: &[Command] = &[
             lists: &[],
             operands: Operands::None,
         },
-        run: hold,
+        run: hold::hold,
         checks_config: true,
     },
     Command {
@@ -165,7 +166,7 @@ static COMMANDS: &[Command] = &[
             lists: &[],
             operands: Operands::None,
         },
-        run: config,
+        run: config::config,
         checks_config: false,
     },
     Command {
@@ -185,7 +186,7 @@ static COMMANDS: &[Command] = &[
             lists: &[],
             operands: Operands::None,
         },
-        run: nextest_snippet,
+        run: snippet::nextest_snippet,
         checks_config: true,
     },
     Command {
@@ -295,76 +296,6 @@ fn help(args: &Args) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `nextest-snippet`: the test group, sized to all the permits the host has (N per GPU times
-/// the GPUs), and how heavy tests tell nextest their weight. Computed from the configuration,
-/// not from a pool: printing text creates no slot files.
-fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
-    use gpu_test_permit::nextest;
-    let cfg = Config::global();
-    let per_gpu = cfg.concurrency.get();
-    let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
-    let n = per_gpu.saturating_mul(gpus);
-    let text = match (args.flag("--runner"), args.flag("--wrapper")) {
-        (true, true) => return Err(args.error("give --runner or --wrapper, not both")),
-        // The runner is one command for every test: their permits are all of one unit.
-        (true, false) => nextest::runner_snippet(n),
-        (false, true) => nextest::wrapper_snippet(n) + &weights_snippet(per_gpu, true),
-        (false, false) => nextest::group_snippet(n) + &weights_snippet(per_gpu, false),
-    };
-    print!("{text}");
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The GPUs of `GPU_TEST_PERMIT_GPUS=auto`, as the global pool counts them: the CUDA devices
-/// the probe finds (in a child process), at least one.
-fn detected_gpus() -> usize {
-    #[cfg(feature = "cuda")]
-    {
-        gpu_test_permit::probe::probe(gpu_test_permit::probe::Backend::Cuda)
-            .outcome
-            .devices()
-            .map_or(1, |d| d.len().max(1))
-    }
-    #[cfg(not(feature = "cuda"))]
-    {
-        1
-    }
-}
-
-/// The commented override that gives heavy tests their weight in the `gpu` test group:
-/// `threads-required` counts against the group's `max-threads`, so nextest starts no more
-/// units than the permits have, and a heavy test's process does not start only to wait.
-/// Both overrides put their tests in the same group, so their order does not matter. Empty
-/// where N = 1 (every permit is a whole GPU).
-fn weights_snippet(per_gpu: usize, wrapper: bool) -> String {
-    if per_gpu < 2 {
-        return String::new();
-    }
-    let k = per_gpu.div_ceil(2).max(2);
-    let how = if wrapper {
-        format!(
-            "# Under the wrapper, they need one of their own that holds the units, with\n\
-             # `command = 'gpu-test-permit run --units {k} --'` and a filter kept apart from\n\
-             # the gpu-permit script's.\n"
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        "
-# Heavy tests: a test that takes a permit of k units counts as k tests
-# (acquire_weighted(k), acquire_memory(bytes), `gpu-test-permit run --units k`). Tell nextest
-# with `threads-required = k` in the group, so that it starts no more units than there are
-# permits (k is at most N = {per_gpu}, one GPU's units); e.g. for tests of {k} units:
-# [[profile.default.overrides]]
-# filter = 'test(/heavy_/)'
-# test-group = '{group}'
-# threads-required = {k}
-{how}",
-        group = gpu_test_permit::nextest::GROUP
-    )
-}
-
 /// Fails before the command does anything when the configuration is rejected under
 /// `GPU_TEST_PERMIT_STRICT_CONFIG` (instead of the library's panic).
 fn strict_check() -> Result<(), String> {
@@ -372,210 +303,4 @@ fn strict_check() -> Result<(), String> {
         Some(msg) => Err(msg),
         None => Ok(()),
     }
-}
-
-/// `config`: the configuration of this environment and the warnings of the last nextest run.
-fn config(_: &Args) -> Result<ExitCode, String> {
-    let cfg = Config::from_env();
-    let or_off = |p: &Option<std::path::PathBuf>| {
-        p.as_ref()
-            .map_or_else(|| "off".to_string(), |p| p.display().to_string())
-    };
-    use gpu_test_permit::config as c;
-    let rows = [
-        (c::CONCURRENCY_VAR, cfg.concurrency.to_string()),
-        (
-            c::GPUS_VAR,
-            cfg.gpus.map_or_else(|| "auto".into(), |g| g.to_string()),
-        ),
-        (
-            c::GPU_MEMORY_VAR,
-            cfg.gpu_memory.map_or_else(
-                || "unset (the CUDA probe's device memory on discrete GPUs, else none)".into(),
-                |m| m.to_string(),
-            ),
-        ),
-        (c::TIMEOUT_VAR, format!("{:?}", cfg.timeout)),
-        (
-            c::DIR_VAR,
-            cfg.slot_dir_path()
-                .map_or_else(|e| format!("invalid: {e}"), |p| p.display().to_string()),
-        ),
-        (
-            c::REQUIRE_VAR,
-            cfg.require
-                .as_ref()
-                .map_or_else(|e| format!("invalid: {e}"), |p| p.to_string()),
-        ),
-        (c::PROBE_TIMEOUT_VAR, format!("{:?}", cfg.probe_timeout)),
-        (
-            c::PROBE_VAR,
-            match cfg.probe_mode {
-                ProbeMode::Child => "child",
-                ProbeMode::InProcess => "in-process",
-            }
-            .to_string(),
-        ),
-        (c::TRACE_VAR, or_off(&cfg.trace)),
-        (c::SKIP_LOG_VAR, or_off(&cfg.skip_log)),
-        (c::STRICT_VAR, (cfg.strict as u8).to_string()),
-        (
-            c::INHERITED_VAR,
-            match &cfg.inherited {
-                None => "unset".to_string(),
-                Some(Ok(p)) => format!(
-                    "{} permit on slot(s) {} of {}",
-                    if p.exclusive { "exclusive" } else { "shared" },
-                    p.slots
-                        .iter()
-                        .map(|s| s.index.to_string())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                    p.dir.display()
-                ),
-                Some(Err(e)) => format!("invalid: {e}"),
-            },
-        ),
-    ];
-    println!("configuration from this environment:");
-    for (var, value) in rows {
-        println!("  {var:<31} {value}");
-    }
-    if cfg.warnings.is_empty() {
-        println!("warnings: none");
-    } else {
-        println!("warnings:");
-        for w in &cfg.warnings {
-            println!("  {w}");
-        }
-    }
-    let Ok(dir) = cfg.slot_dir_path() else {
-        return Ok(ExitCode::SUCCESS);
-    };
-    let file = dir.join(c::WARNINGS_FILE);
-    match c::recorded_warnings(&dir) {
-        Ok(None) => println!(
-            "no cargo nextest run recorded configuration warnings in {}",
-            file.display()
-        ),
-        Ok(Some(r)) => {
-            println!(
-                "configuration warnings of cargo nextest run {} (recorded {} ago in {}):",
-                r.run_id,
-                report::ago(r.recorded_unix_ms),
-                file.display()
-            );
-            for line in &r.lines {
-                println!("  {line}");
-            }
-        }
-        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The permit `hold` and `run` ask for: `--exclusive`, `--units K`, `--memory SIZE` (both
-/// of the last two: the larger counts), or one unit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Ask {
-    exclusive: bool,
-    units: Option<usize>,
-    memory: Option<u64>,
-}
-
-impl Ask {
-    /// Reads `--exclusive`, `--units K` and `--memory SIZE`.
-    ///
-    /// # Errors
-    ///
-    /// A value that is not a whole number of units or a size (a percentage is a budget, not a
-    /// request), and `--exclusive` with either of the others.
-    pub(crate) fn from_args(args: &Args) -> Result<Ask, String> {
-        use gpu_test_permit::config::{MemoryBudget, ValueError, parse_concurrency, parse_memory};
-        let units = args.parsed_value("--units", |v| parse_concurrency(&v.into()))?;
-        let memory = args.parsed_value("--memory", |v| match parse_memory(&v.into()) {
-            Ok(MemoryBudget::Bytes(b)) => Ok(b),
-            // A budget may be a share of the device memory; a request is an amount.
-            Ok(MemoryBudget::Percent(_)) => Err(
-                "is a percentage; give the memory the command needs as a size like 24GiB, \
-                 80GB or 512MiB (only the budget, GPU_TEST_PERMIT_GPU_MEMORY, may be a \
-                 percentage)"
-                    .to_string(),
-            ),
-            Err(ValueError::MemoryOutOfRange) => Err("must be a size above zero".to_string()),
-            Err(ValueError::NotMemory) => {
-                Err("is not a size like 24GiB, 80GB or 512MiB".to_string())
-            }
-            Err(e) => Err(e.to_string()),
-        })?;
-        let exclusive = args.flag("--exclusive");
-        if exclusive && (units.is_some() || memory.is_some()) {
-            let other = if units.is_some() {
-                "--units"
-            } else {
-                "--memory"
-            };
-            return Err(args.error(format_args!(
-                "--exclusive takes every unit; give it or {other}, not both"
-            )));
-        }
-        Ok(Ask {
-            exclusive,
-            units: units.map(|u| u.get()),
-            memory,
-        })
-    }
-}
-
-/// Takes the permit `ask` describes from the global pool, waiting up to its deadline.
-pub(crate) fn take(ask: Ask) -> Result<gpu_test_permit::GpuTestPermit, String> {
-    let pool = gpu_test_permit::PermitPool::global();
-    let mut request = pool.request();
-    if ask.exclusive {
-        request = request.exclusive();
-    }
-    if let Some(units) = ask.units {
-        request = request.units(units);
-    }
-    if let Some(bytes) = ask.memory {
-        request = request.memory(bytes);
-    }
-    request
-        .acquire_for(pool.timeout())
-        .map_err(|e| e.to_string())
-}
-
-fn hold(args: &Args) -> Result<ExitCode, String> {
-    let ask = Ask::from_args(args)?;
-    let duration = args.parsed_value("--for", |v| {
-        gpu_test_permit::config::parse_duration(&v.into())
-    })?;
-    if duration.is_some() {
-        // A hold of a set length is what was asked for, not a hang: it ends on time whatever
-        // the hold deadline says. (Held until standard input closes, it is watched as a test.)
-        let _ = gpu_test_permit::on_hold_timeout(|_| {});
-    }
-    let permit = take(ask)?;
-    let slots: Vec<String> = permit.slots().iter().map(|s| s.to_string()).collect();
-    let mut out = std::io::stdout().lock();
-    writeln!(
-        out,
-        "held pid={} units={} slots={}",
-        std::process::id(),
-        permit.units(),
-        slots.join(",")
-    )
-    .and_then(|()| out.flush())
-    .map_err(|e| e.to_string())?;
-    drop(out);
-    match duration {
-        Some(d) => std::thread::sleep(d),
-        None => {
-            let mut sink = Vec::new();
-            let _ = std::io::stdin().read_to_end(&mut sink);
-        }
-    }
-    drop(permit);
-    println!("released");
-    Ok(ExitCode::SUCCESS)
 }

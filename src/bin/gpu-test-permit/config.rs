@@ -1,0 +1,117 @@
+//! `config`: the configuration this environment gives, and the warnings a nextest run recorded.
+
+use std::process::ExitCode;
+
+use gpu_test_permit::config::Config;
+use gpu_test_permit::probe::ProbeMode;
+
+use crate::args::Args;
+use crate::report;
+
+/// `config`: the configuration of this environment and the warnings of the last nextest run.
+pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
+    let cfg = Config::from_env();
+    let or_off = |p: &Option<std::path::PathBuf>| {
+        p.as_ref()
+            .map_or_else(|| "off".to_string(), |p| p.display().to_string())
+    };
+    use gpu_test_permit::config as c;
+    let rows = [
+        (c::CONCURRENCY_VAR, cfg.concurrency.to_string()),
+        (
+            c::GPUS_VAR,
+            cfg.gpus.map_or_else(|| "auto".into(), |g| g.to_string()),
+        ),
+        (
+            c::GPU_MEMORY_VAR,
+            cfg.gpu_memory.map_or_else(
+                || "unset (the CUDA probe's device memory on discrete GPUs, else none)".into(),
+                |m| m.to_string(),
+            ),
+        ),
+        (c::TIMEOUT_VAR, format!("{:?}", cfg.timeout)),
+        (
+            c::DIR_VAR,
+            cfg.slot_dir_path()
+                .map_or_else(|e| format!("invalid: {e}"), |p| p.display().to_string()),
+        ),
+        (
+            c::REQUIRE_VAR,
+            cfg.require
+                .as_ref()
+                .map_or_else(|e| format!("invalid: {e}"), |p| p.to_string()),
+        ),
+        (c::PROBE_TIMEOUT_VAR, format!("{:?}", cfg.probe_timeout)),
+        (
+            c::PROBE_VAR,
+            match cfg.probe_mode {
+                ProbeMode::Child => "child",
+                ProbeMode::InProcess => "in-process",
+            }
+            .to_string(),
+        ),
+        (c::TRACE_VAR, or_off(&cfg.trace)),
+        (c::SKIP_LOG_VAR, or_off(&cfg.skip_log)),
+        (
+            c::RETRY_VAR,
+            match cfg.retry {
+                c::RetryMode::Alone => "alone (a nextest retry holds every unit)",
+                c::RetryMode::Same => "same (a nextest retry holds what it asks for)",
+            }
+            .to_string(),
+        ),
+        (c::STRICT_VAR, (cfg.strict as u8).to_string()),
+        (
+            c::INHERITED_VAR,
+            match &cfg.inherited {
+                None => "unset".to_string(),
+                Some(Ok(p)) => format!(
+                    "{} permit on slot(s) {} of {}",
+                    if p.exclusive { "exclusive" } else { "shared" },
+                    p.slots
+                        .iter()
+                        .map(|s| s.index.to_string())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    p.dir.display()
+                ),
+                Some(Err(e)) => format!("invalid: {e}"),
+            },
+        ),
+    ];
+    println!("configuration from this environment:");
+    for (var, value) in rows {
+        println!("  {var:<31} {value}");
+    }
+    if cfg.warnings.is_empty() {
+        println!("warnings: none");
+    } else {
+        println!("warnings:");
+        for w in &cfg.warnings {
+            println!("  {w}");
+        }
+    }
+    let Ok(dir) = cfg.slot_dir_path() else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let file = dir.join(c::WARNINGS_FILE);
+    match c::recorded_warnings(&dir) {
+        Ok(None) => println!(
+            "no cargo nextest run recorded configuration warnings in {}",
+            file.display()
+        ),
+        Ok(Some(r)) => {
+            println!(
+                "configuration warnings of cargo nextest run {} (recorded {} ago in {}):",
+                r.run_id,
+                report::ago(r.recorded_unix_ms),
+                file.display()
+            );
+            for line in &r.lines {
+                println!("  {line}");
+            }
+        }
+        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,77 @@
+//! `nextest-snippet`: the nextest tool config file for this host's permits.
+
+use std::process::ExitCode;
+
+use gpu_test_permit::config::Config;
+
+use crate::args::Args;
+
+/// `nextest-snippet`: the test group, sized to all the permits the host has (N per GPU times
+/// the GPUs), and how heavy tests tell nextest their weight. Computed from the configuration,
+/// not from a pool: printing text creates no slot files.
+pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
+    use gpu_test_permit::nextest;
+    let cfg = Config::global();
+    let per_gpu = cfg.concurrency.get();
+    let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
+    let n = per_gpu.saturating_mul(gpus);
+    let text = match (args.flag("--runner"), args.flag("--wrapper")) {
+        (true, true) => return Err(args.error("give --runner or --wrapper, not both")),
+        // The runner is one command for every test: their permits are all of one unit.
+        (true, false) => nextest::runner_snippet(n),
+        (false, true) => nextest::wrapper_snippet(n) + &weights_snippet(per_gpu, true),
+        (false, false) => nextest::group_snippet(n) + &weights_snippet(per_gpu, false),
+    };
+    print!("{text}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The GPUs of `GPU_TEST_PERMIT_GPUS=auto`, as the global pool counts them: the CUDA devices
+/// the probe finds (in a child process), at least one.
+fn detected_gpus() -> usize {
+    #[cfg(feature = "cuda")]
+    {
+        gpu_test_permit::probe::probe(gpu_test_permit::probe::Backend::Cuda)
+            .outcome
+            .devices()
+            .map_or(1, |d| d.len().max(1))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        1
+    }
+}
+
+/// The commented override that gives heavy tests their weight in the `gpu` test group:
+/// `threads-required` counts against the group's `max-threads`, so nextest starts no more
+/// units than the permits have, and a heavy test's process does not start only to wait.
+/// Both overrides put their tests in the same group, so their order does not matter. Empty
+/// where N = 1 (every permit is a whole GPU).
+fn weights_snippet(per_gpu: usize, wrapper: bool) -> String {
+    if per_gpu < 2 {
+        return String::new();
+    }
+    let k = per_gpu.div_ceil(2).max(2);
+    let how = if wrapper {
+        format!(
+            "# Under the wrapper, they need one of their own that holds the units, with\n\
+             # `command = 'gpu-test-permit run --units {k} --'` and a filter kept apart from\n\
+             # the gpu-permit script's.\n"
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "
+# Heavy tests: a test that takes a permit of k units counts as k tests
+# (acquire_weighted(k), acquire_memory(bytes), `gpu-test-permit run --units k`). Tell nextest
+# with `threads-required = k` in the group, so that it starts no more units than there are
+# permits (k is at most N = {per_gpu}, one GPU's units); e.g. for tests of {k} units:
+# [[profile.default.overrides]]
+# filter = 'test(/heavy_/)'
+# test-group = '{group}'
+# threads-required = {k}
+{how}",
+        group = gpu_test_permit::nextest::GROUP
+    )
+}
