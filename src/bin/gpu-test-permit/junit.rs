@@ -14,7 +14,7 @@ use crate::report::{printable, printable_path};
 /// The most tests a note lists by name.
 const LISTED: usize = 10;
 
-/// `junit FILE [-o OUT] [--fail-on-skip] [--run-id ID]`.
+/// `junit FILE [-o OUT] [--fail-on-skip] [--run-id ID] [--dir DIR]`.
 pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     // Exactly one operand: the parser checked. The file name need not be UTF-8.
     let report = Path::new(&args.operands()[0]);
@@ -22,7 +22,10 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
         .value("-o")
         .map_or_else(|| report.to_path_buf(), PathBuf::from);
     let file = printable_path(report);
-    let dir = Config::global().slot_dir_path()?;
+    let dir = match args.value("--dir") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => Config::global().slot_dir_path()?,
+    };
     let (records, taken) = find_run(args, report, &dir)?;
     let records = match records {
         Ok(records) => records,

@@ -139,16 +139,17 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "junit",
-            synopsis: "FILE [-o OUT] [--fail-on-skip] [--run-id ID]",
+            synopsis: "FILE [-o OUT] [--fail-on-skip] [--run-id ID] [--dir DIR]",
             about: "rewrite nextest's JUnit report FILE (in place, or into OUT) so that each test\n\
                     that skipped at run time is a <testcase> with <skipped message=\"backend=...\">\n\
                     and the skipped counts of its <testsuite> and of <testsuites> agree; the skips\n\
-                    are the records of the run in the slot directory: the run of the report's uuid,\n\
-                    else run ID, else the last run recorded. A report with no records or no skips\n\
-                    is left unchanged. Exits 1 when a marked test's backend is required by\n\
-                    GPU_TEST_PERMIT_REQUIRE, and with --fail-on-skip when any test is marked",
+                    are the records of the run in the slot directory (or DIR): the run of the\n\
+                    report's uuid, else run ID, else the last run recorded. A report with no\n\
+                    records or no skips is left unchanged. Exits 1 when a marked test's backend is\n\
+                    required by GPU_TEST_PERMIT_REQUIRE, and with --fail-on-skip when any test is\n\
+                    marked",
             flags: &["--fail-on-skip"],
-            options: &["-o", "--run-id"],
+            options: &["-o", "--run-id", "--dir"],
             lists: &[],
             operands: Operands::One("FILE"),
         },
