@@ -205,6 +205,23 @@ fn a_nextest_run_with_retries_records_its_skips_and_names_its_contention_casualt
         before,
         "-o leaves FILE as it was"
     );
+    // The records of another directory than the environment names, with --dir.
+    let elsewhere = tempdir();
+    let from_dir = work.path().join("from-dir.xml");
+    let out = cli(elsewhere.path(), 2)
+        .arg("junit")
+        .arg(&junit)
+        .arg("--dir")
+        .arg(&slots)
+        .arg("-o")
+        .arg(&from_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        crate::junit::parse(&std::fs::read_to_string(&from_dir).unwrap()).skipped,
+        after.skipped
+    );
     // Where CUDA is required, its skips fail the step.
     let out = cli(&slots, 2)
         .env("GPU_TEST_PERMIT_REQUIRE", "cuda")
