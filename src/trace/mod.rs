@@ -16,6 +16,22 @@
 //! use (a line cut short by a full disk, events no pool writes), [`read_events`] the events or
 //! an error naming the first such line; [`summarize`] says what they tell about choosing N.
 //!
+//! Files, top to bottom (each uses only those below it):
+//!
+//! | file | what |
+//! |---|---|
+//! | `summary`, `timeline` | [`summarize`]: waits, holds, utilisation, the what-if and the model's estimates for other N, memory advice; [`timeline`]: a trace drawn as text |
+//! | `read` | [`read_trace`], [`read_events`]: a trace file's events and the lines it could not use |
+//! | `replay` | a run's requests replayed on a pool of another size: each hold as long as it was ([`replay_fixed`]), or event by event under the model ([`predict`]) |
+//! | `fit` | [`Slowdown::fit`]: the least-squares fit of the model to a trace's holds and its bootstrap range |
+//! | `requests` | a trace's requests as the fit and the replay read them: when each was made, the units held beside each hold, which release each followed; [`split_runs`] |
+//! | `model` | [`Slowdown`] and its curve `g(o)`, [`SlowdownBasis`], [`Prediction`] |
+//! | `event` | [`TraceEvent`] and the tracer that appends them to the file |
+//!
+//! Events flow up: a permit's tracer (`event`) appends them, `read` parses them back,
+//! `requests` turns their holds into requests, `fit` fits a [`Slowdown`] to those and `replay`
+//! plays them at other N; `summary` puts the what-if and the model's estimates together.
+//!
 //! # The slowdown model
 //!
 //! The what-if ([`Summary::what_if`]) replays a run's requests on a pool of another size, each
@@ -78,15 +94,20 @@
 //! BENCHMARKS.md ("What-if model").
 
 mod event;
+mod fit;
 mod model;
 mod read;
+mod replay;
+mod requests;
 mod summary;
 mod timeline;
 
 pub(crate) use event::Tracer;
 pub use event::{TraceArgs, TraceEvent};
-pub use model::{Prediction, Slowdown, SlowdownBasis, predict, replay_fixed, split_runs};
+pub use model::{Prediction, Slowdown, SlowdownBasis};
 pub use read::{SkippedLine, TraceFile, read_events, read_trace};
+pub use replay::{predict, replay_fixed};
+pub use requests::split_runs;
 pub use summary::{
     MODEL_MAX_N, MemoryAdvice, Summary, TestSummary, Unreleased, peak_concurrency, summarize,
     summarize_with,

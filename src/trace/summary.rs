@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 
 use super::event::TraceEvent;
-use super::model::{Prediction, Replayable, Slowdown};
+use super::model::{Prediction, Slowdown};
+use super::requests::Replayable;
 
 /// The largest number of permit units held at the same moment according to `events` (a
 /// weighted hold counts its `units`, an exclusive one `capacity`).

@@ -1,7 +1,7 @@
 //! A text timeline of a trace.
 
 use super::event::TraceEvent;
-use super::model::RequestTimes;
+use super::requests::RequestTimes;
 
 /// Renders the holds of a trace as a text timeline, one row per hold in the order they began:
 /// `.` while the request waited, `#` while it held the permit, `tick_ms` milliseconds a
