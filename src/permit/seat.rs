@@ -28,6 +28,7 @@ loom::thread_local! {
         std::cell::RefCell::new(Vec::new());
 }
 
+#[inline(always)]
 pub(super) fn with_thread_permits<R>(f: impl FnOnce(&mut Vec<ThreadPermit>) -> R) -> R {
     THREAD_PERMITS.with(|cell| f(&mut cell.borrow_mut()))
 }
