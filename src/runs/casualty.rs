@@ -13,6 +13,8 @@ use super::summary::summarize;
 
 const CASUALTIES_FILE: &str = "gpu0.casualties";
 const CASUALTIES_KEPT: usize = 64;
+/// The largest run file a passing retry reads to find out whether it is a casualty.
+const CASUALTY_READ_LIMIT: u64 = 64 << 20;
 
 /// A test that failed while others held permits and passed alone on a retry, as recorded in
 /// the slot directory's `gpu0.casualties`.
@@ -55,6 +57,14 @@ pub fn recorded_casualties(dir: &Path) -> Vec<CasualtyRecord> {
 pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
     static DONE: AtomicBool = AtomicBool::new(false);
     if DONE.load(Ordering::Relaxed) {
+        return;
+    }
+    // A test process reads the run's records only while they are of a size a run of tens of
+    // thousands of tests writes: a file grown past it (by a test in a loop, or by anyone who
+    // can write the directory) must not cost a passing test its memory.
+    let small = std::fs::symlink_metadata(dir.join(super::file_name(run)))
+        .is_ok_and(|m| m.len() <= CASUALTY_READ_LIMIT);
+    if !small {
         return;
     }
     let Ok(Some(records)) = read_run(dir, run) else {

@@ -655,3 +655,26 @@ fn a_process_stopped_with_the_run_files_lock_holds_up_no_test() {
     let s = summarize(&last_run(dir.path()).unwrap().unwrap());
     assert_eq!(s.permits, 1);
 }
+
+#[cfg(unix)]
+#[test]
+fn a_symbolic_link_planted_at_the_run_file_is_never_written_through() {
+    let dir = tempdir();
+    let run = "7c7c7c7c-0000-4000-8000-000000000000";
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, b"precious\n").unwrap();
+    let slots = dir.path().join("slots");
+    std::fs::create_dir(&slots).unwrap();
+    std::os::unix::fs::symlink(&victim, slots.join(format!("gpu0.run.{run}"))).unwrap();
+    let mut c = cli(&slots, 2);
+    as_nextest(&mut c, run, "t", 1);
+    let out = c.args(["hold", "--for", "1ms"]).output().unwrap();
+    // The permit is taken as ever; the records are not written, and it says so.
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("cannot record this test's skips and permits"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+}
