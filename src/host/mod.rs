@@ -19,7 +19,7 @@
 //! |---|---|---|---|---|
 //! | `gpu0.layout` | every process using the directory | shared, while it has the slots open; exclusive only to (re)write it when nobody else uses it | N per GPU and the GPUs | [`layout`](Layout) |
 //! | `gpu0.gate` | the head of the queue | exclusive, from its first failed try to its grant | the head's record | `take_turn` below |
-//! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; k at once, or none, for a k-unit permit | the holder's record, stamped at the grant | `try_take` below |
+//! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; k at once, or none, for a k-unit permit | the holder's record, stamped at the grant | `try_take`, `write_records` below |
 //! | `gpu0.wait.<pid>` | its process | exclusive, for the process's life | the waiting request's record and heartbeat (blank while none waits) | `queue.rs` |
 //! | `gpu0.notify` | nobody | written after every release | nothing: its change wakes the waiters | `queue.rs` |
 //! | `gpu0.budget` | a process reading or writing it | exclusive, for a read and perhaps a write | the memory budget its users convert with | `budget.rs` |
@@ -39,7 +39,8 @@
 //!    keeps its own;
 //! 5. lists itself in its wait file, renews its heartbeat, and sleeps until a change (inotify
 //!    on the slot files, the gate and `gpu0.notify`) or 25 ms, then goes back to 2;
-//! 6. once granted, leaves the list, lets go of the gate and wakes the others.
+//! 6. once granted, leaves the list, lets go of the gate and writes its record into its slots:
+//!    a change to files every waiter watches, which wakes them.
 //!
 //! Only the order among waiters is judged from records; the cap is the slot locks themselves,
 //! so no record, forged or stale, can put more than N holders on a GPU. A process needs one
@@ -288,7 +289,7 @@ impl HostSlots {
                 past_head = !defer;
             }
             if gate || past_head {
-                match self.try_take(units, exclusive, record) {
+                match self.try_take(units, exclusive) {
                     Ok(Some(got)) => break Ok(got),
                     Ok(None) => {}
                     Err(e) => break Err(e),
@@ -325,13 +326,31 @@ impl HostSlots {
                 }
                 return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
             }
-            // Wake whoever waits for the gate.
-            self.notify();
-        } else if was_listed {
-            // Waiters that let this request go first look again.
-            self.notify();
+        }
+        match &result {
+            // The holder's records, written now that the gate is free and this request off the
+            // list: each write is a change to a slot file every waiter watches, so it also
+            // wakes whoever waits for the gate or let this request go first.
+            Ok(got) => self.write_records(got, record),
+            // Wake whoever waits for the gate, or let this request go first.
+            Err(_) if gate || was_listed => self.notify(),
+            Err(_) => {}
         }
         result
+    }
+
+    /// Writes the holder's record into each of its slots, stamped with the grant: a holder's
+    /// record tells how long it has held its slots, not how long it waited for them.
+    fn write_records(&self, got: &[usize], record: &HolderRecord) {
+        let granted = HolderRecord {
+            since_unix_ms: crate::clock::now_unix_ms(),
+            ..record.clone()
+        };
+        let bytes = granted.encode();
+        for &i in got {
+            // A record is diagnostics only; failing to write one must not fail the test.
+            let _ = sys::write_at(&self.slots[i].file, &bytes, 0);
+        }
     }
 
     /// Takes `units` free slots now, all of them or none: any slots for an exclusive request
@@ -339,15 +358,15 @@ impl HostSlots {
     ///
     /// The slots are locked one by one and given back unless all of them are had; a process
     /// stopped in those microseconds keeps the ones it locked, as a stopped holder keeps its
-    /// permit, until it resumes or dies. Records are written only once all are taken (a record
-    /// written and blanked on every failed attempt would wake every waiter that watches the
-    /// slots, this one included), so such slots are locked without a record: a wait that
-    /// times out and [`status`] name their owner from `/proc/locks` on Linux.
+    /// permit, until it resumes or dies. Records are written only once all are taken, and only
+    /// after the gate is let go (a record written and blanked on every failed attempt would wake
+    /// every waiter that watches the slots, this one included), so such slots are locked
+    /// without a record for a moment: a wait that times out and [`status`] name their owner
+    /// from `/proc/locks` on Linux.
     fn try_take(
         &self,
         units: usize,
         exclusive: bool,
-        record: &HolderRecord,
     ) -> Result<Option<Vec<usize>>, HostWaitError> {
         let gpus = if exclusive || units == 1 {
             1
@@ -379,17 +398,7 @@ impl HostSlots {
                 self.unlock_unrecorded(&got);
                 continue;
             }
-            // Stamped with the grant: a holder's record tells how long it has held its slots,
-            // not how long it waited for them.
-            let granted = HolderRecord {
-                since_unix_ms: crate::clock::now_unix_ms(),
-                ..record.clone()
-            };
-            let bytes = granted.encode();
-            for &i in &got {
-                // A record is diagnostics only; failing to write one must not fail the test.
-                let _ = sys::write_at(&self.slots[i].file, &bytes, 0);
-            }
+            // The records are written by the caller, once the gate is free (`write_records`).
             return Ok(Some(got));
         }
         Ok(None)
