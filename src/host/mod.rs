@@ -363,11 +363,7 @@ impl HostSlots {
     /// every waiter that watches the slots, this one included), so such slots are locked
     /// without a record for a moment: a wait that times out and [`status`] name their owner
     /// from `/proc/locks` on Linux.
-    fn try_take(
-        &self,
-        units: usize,
-        exclusive: bool,
-    ) -> Result<Option<Vec<usize>>, HostWaitError> {
+    fn try_take(&self, units: usize, exclusive: bool) -> Result<Option<Vec<usize>>, HostWaitError> {
         let gpus = if exclusive || units == 1 {
             1
         } else {

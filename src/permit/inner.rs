@@ -124,6 +124,8 @@ impl PoolInner {
                 memory,
                 memory_used: None,
                 memory_budget: self.budget.get().copied().flatten().map(|b| b.bytes),
+                attempt: crate::runs::traced_attempt(),
+                failed: false,
             },
         }
     }
@@ -245,6 +247,7 @@ impl PoolInner {
                 let dur = crate::clock::unix_micros(end).saturating_sub(ts);
                 let mut event = pool.event("hold", ts, dur, d, slots, exclusive, units, memory);
                 event.args.memory_used = used;
+                event.args.failed = crate::runs::outcome_now().failed();
                 t.write(&event);
             }
             // The last touch of the pool: once the units are back, a closed pool may go.

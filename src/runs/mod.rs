@@ -33,6 +33,7 @@ mod read;
 mod record;
 mod summary;
 pub mod tally;
+mod trace;
 mod write;
 
 use std::path::{Path, PathBuf};
@@ -42,9 +43,10 @@ pub use casualty::{CasualtyRecord, recorded_casualties};
 pub use read::{RecordedRun, RunRecords, RunsError, last_run, read_run, recorded_runs};
 pub use record::{GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
 pub use summary::{Casualty, RunSummary, SkippedTest, TestKey, Unreleased, summarize};
+pub use trace::casualties_in_trace;
 #[doc(hidden)]
 pub use write::set_command_outcome;
-pub(crate) use write::{Granted, granted, record_skip, released};
+pub(crate) use write::{Granted, granted, outcome_now, record_skip, released, traced_attempt};
 
 /// The names of run files start with this.
 pub(crate) const FILE_PREFIX: &str = "gpu0.run.";

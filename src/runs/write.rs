@@ -241,17 +241,7 @@ pub(crate) fn granted(dir: &Path, g: Granted) -> u64 {
 /// under `gpu-test-permit run`, as its command ended.
 pub(crate) fn released(dir: &Path, hold: u64, at: std::time::SystemTime) {
     let Some(run) = run_id() else { return };
-    let outcome = if std::thread::panicking() {
-        Outcome::Panicked
-    } else {
-        let value = COMMAND_OUTCOME.load(Ordering::Relaxed);
-        let low = value as u32 as i32;
-        match value & !u64::from(u32::MAX) {
-            EXITED => Outcome::Exited(low),
-            SIGNALLED => Outcome::Signal(low),
-            _ => Outcome::Passed,
-        }
-    };
+    let outcome = outcome_now();
     let record = RunRecord::Release(ReleaseRecord {
         run: run.to_string(),
         unix_us: crate::clock::unix_micros(at),
@@ -263,6 +253,28 @@ pub(crate) fn released(dir: &Path, hold: u64, at: std::time::SystemTime) {
     if !outcome.failed() && attempts().0 > 1 {
         super::casualty::after_passing_retry(dir, run, hold);
     }
+}
+
+/// How the test stands as a permit is returned now: panicking, it failed; under
+/// `gpu-test-permit run`, as its command ended.
+pub(crate) fn outcome_now() -> Outcome {
+    if std::thread::panicking() {
+        return Outcome::Panicked;
+    }
+    let value = COMMAND_OUTCOME.load(Ordering::Relaxed);
+    let low = value as u32 as i32;
+    match value & !u64::from(u32::MAX) {
+        EXITED => Outcome::Exited(low),
+        SIGNALLED => Outcome::Signal(low),
+        _ => Outcome::Passed,
+    }
+}
+
+/// The attempt the trace's events carry: nextest's `NEXTEST_ATTEMPT` where the test has more
+/// than one (nextest runs with retries), else none.
+pub(crate) fn traced_attempt() -> Option<u32> {
+    let (attempt, total) = attempts();
+    (total > 1).then_some(attempt)
 }
 
 /// Tells the records how `gpu-test-permit run`'s command ended: its exit code, or the signal

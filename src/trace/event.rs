@@ -63,6 +63,14 @@ pub struct TraceArgs {
     /// The per-GPU memory budget in force, in bytes, when one was set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_budget: Option<u64>,
+    /// Which attempt of the test this was (nextest's `NEXTEST_ATTEMPT`), where nextest runs
+    /// with retries: 2 and above are retries of a test that failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// Whether the test had failed when it returned the permit (its thread was panicking, or
+    /// `gpu-test-permit run`'s command failed); hold events only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
 }
 
 impl TraceEvent {
@@ -77,7 +85,7 @@ impl TraceArgs {
     /// Permit units the permit took: `units`, or where an event lacks them (0: a trace of an
     /// earlier version, or an event not read by [`read_events`](crate::trace::read_events)), 1 or, for an exclusive
     /// permit, `capacity`.
-    pub(super) fn held_units(&self) -> usize {
+    pub(crate) fn held_units(&self) -> usize {
         match self.units {
             0 if self.exclusive => self.capacity.max(1),
             0 => 1,

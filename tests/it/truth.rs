@@ -74,6 +74,7 @@ pub(crate) fn nextest_run(work: &Path, extra: &[&str]) -> (PathBuf, PathBuf, Out
         .args(extra)
         .env("TRUTH_SUITE_DIR", &shared)
         .env("GPU_TEST_PERMIT_DIR", &slots)
+        .env("GPU_TEST_PERMIT_TRACE", work.join("trace.json"))
         .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
         .output()
         .unwrap();
@@ -168,6 +169,31 @@ fn a_nextest_run_with_retries_records_its_skips_and_names_its_contention_casualt
         .output()
         .unwrap();
     assert_eq!(by_id.stdout, report.stdout);
+
+    // The trace marks them by itself (read where no records are: another slot directory).
+    let elsewhere = tempdir();
+    let out = cli(elsewhere.path(), 2)
+        .arg("trace")
+        .arg(work.path().join("trace.json"))
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    let marked: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("CONTENTION CASUALTY: test `"))
+        .collect();
+    assert_eq!(marked.len(), 2, "{said}");
+    for t in CASUALTIES {
+        assert!(
+            marked
+                .iter()
+                .any(|l| l.contains(&format!("`{t}` failed at N = 2 beside"))
+                    && l.ends_with("and passed alone (in this trace)")),
+            "{said}"
+        );
+    }
+    assert!(said.contains("N = 2 and above left out"), "{said}");
 
     // nextest's JUnit report, rewritten: exactly the skipped tests are marked, the counts agree,
     // the contended tests stay passed (flaky).

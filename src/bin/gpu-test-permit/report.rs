@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use gpu_test_permit::config::Config;
 use gpu_test_permit::host::{HolderRecord, SlotStatus, recorded_hangs, status as host_status};
-use gpu_test_permit::runs::{CasualtyRecord, recorded_casualties};
+use gpu_test_permit::runs::{CasualtyRecord, casualties_in_trace, recorded_casualties};
 use gpu_test_permit::trace::{
     SkippedLine, Slowdown, SlowdownBasis, Summary, read_trace, split_runs, summarize_with, timeline,
 };
@@ -287,33 +287,55 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
     );
     let hung_at = advice.hung_at;
     // Tests of this trace that failed beside others at some N and passed alone: that N is too
-    // high for them on this host (weaker than a hang: only for the tests they name).
+    // high for them on this host (weaker than a hang: only for the tests they name). Found in
+    // the trace itself (its holds carry attempts and failures under nextest retries), and in
+    // the slot directory's records of such tests.
     let now_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_millis() as u64;
-    let casualties: Vec<CasualtyRecord> = Config::global()
-        .slot_dir_path()
-        .map(|dir| recorded_casualties(&dir))
-        .unwrap_or_default()
+    let mut casualties: Vec<Marked> = casualties_in_trace(&all)
         .into_iter()
-        .filter(|c| {
-            now_ms.saturating_sub(c.unix_ms)
-                <= gpu_test_permit::hangs::TRUSTED_FOR.as_millis() as u64
-                && s.tests.iter().any(|t| t.test == c.test)
+        .map(|c| Marked {
+            n: c.n(),
+            beside: c
+                .beside
+                .iter()
+                .map(|k| k.test.clone())
+                .collect::<Vec<_>>()
+                .join(", "),
+            test: c.key.test,
+            whence: "in this trace".to_string(),
         })
         .collect();
+    let recorded: Vec<CasualtyRecord> = Config::global()
+        .slot_dir_path()
+        .map(|dir| recorded_casualties(&dir))
+        .unwrap_or_default();
+    for c in recorded {
+        let recent = now_ms.saturating_sub(c.unix_ms)
+            <= gpu_test_permit::hangs::TRUSTED_FOR.as_millis() as u64;
+        let known = casualties.iter().any(|m| m.test == c.test && m.n == c.n());
+        if recent && !known && s.tests.iter().any(|t| t.test == c.test) {
+            casualties.push(Marked {
+                n: c.n(),
+                beside: c.beside.join(", "),
+                whence: format!("run {}", c.run),
+                test: c.test,
+            });
+        }
+    }
     for c in &casualties {
         println!(
-            "CONTENTION CASUALTY: test `{}` failed at N = {} beside {} and passed alone (run {})",
+            "CONTENTION CASUALTY: test `{}` failed at N = {} beside {} and passed alone ({})",
             printable(&c.test),
-            c.n(),
-            printable(&c.beside.join(", ")),
-            printable(&c.run)
+            c.n,
+            printable(&c.beside),
+            printable(&c.whence)
         );
     }
-    let casualty = casualties.iter().min_by_key(|c| c.n());
-    let casualty_at = casualty.map(CasualtyRecord::n);
+    let casualty = casualties.iter().min_by_key(|c| c.n);
+    let casualty_at = casualty.map(|c| c.n);
     println!(
         "estimated span with other N:\n  {:<8} {:>18}   model (range)",
         "", "fixed hold times"
@@ -385,10 +407,21 @@ fn print_skipped(path: &Path, skipped: &[SkippedLine]) {
     );
 }
 
+/// A contention casualty the trace command marks: from the trace itself, or recorded for one
+/// of its tests in the slot directory.
+struct Marked {
+    test: String,
+    n: usize,
+    /// The tests beside it, joined.
+    beside: String,
+    /// Where it was found: "in this trace", or "run <id>".
+    whence: String,
+}
+
 /// The smallest N whose model estimate is within 5 % of the fastest, below any N that hung on
 /// this host: more permits than that buy little time and load the GPU (and its driver) more.
-fn print_suggestion(s: &Summary, hung_at: Option<usize>, casualty: Option<&CasualtyRecord>) {
-    let casualty_at = casualty.map(CasualtyRecord::n);
+fn print_suggestion(s: &Summary, hung_at: Option<usize>, casualty: Option<&Marked>) {
+    let casualty_at = casualty.map(|c| c.n);
     let allowed: Vec<_> = s
         .predicted
         .iter()
@@ -405,7 +438,7 @@ fn print_suggestion(s: &Summary, hung_at: Option<usize>, casualty: Option<&Casua
                 "suggested N: none: `{}` failed at N = {} beside others and passed alone; \
                  give it more of the GPU (a weight, or a memory declaration) or run it alone",
                 printable(&c.test),
-                c.n()
+                c.n
             );
         }
         return;
@@ -427,10 +460,10 @@ fn print_suggestion(s: &Summary, hung_at: Option<usize>, casualty: Option<&Casua
             "; N = {h} and above left out, a permit hung there"
         ));
     }
-    if let Some(c) = casualty.filter(|c| hung_at.is_none_or(|h| c.n() < h)) {
+    if let Some(c) = casualty.filter(|c| hung_at.is_none_or(|h| c.n < h)) {
         line.push_str(&format!(
             "; N = {} and above left out, `{}` failed there beside others and passed alone",
-            c.n(),
+            c.n,
             printable(&c.test)
         ));
     }
