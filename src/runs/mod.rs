@@ -27,6 +27,27 @@
 //!
 //! Outside nextest nothing is written; under `cargo test` a test binary that skipped GPU tests
 //! says so in one line at exit instead ([`tally`]).
+//!
+//! ```
+//! use gpu_test_permit::runs::{last_run, summarize};
+//!
+//! # fn main() -> Result<(), gpu_test_permit::runs::RunsError> {
+//! let dir = gpu_test_permit::config::Config::from_env()
+//!     .slot_dir_path()
+//!     .expect("a usable slot directory");
+//! match last_run(&dir)? {
+//!     None => println!("no nextest run recorded in {}", dir.display()),
+//!     Some(run) => {
+//!         let s = summarize(&run);
+//!         println!("run {}: {} GPU tests, {} skipped", s.run_id, s.gpu_tests, s.skipped.len());
+//!         for c in &s.casualties {
+//!             println!("{} failed at N = {} beside {:?}", c.key, c.n(), c.beside);
+//!         }
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! ```
 
 mod casualty;
 mod read;
