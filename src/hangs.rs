@@ -1,11 +1,14 @@
 //! The host's hang record: permits held past the hold deadline (`GPU_TEST_PERMIT_HOLD_TIMEOUT`),
-//! one JSON line each in the slot directory's `gpu0.hangs`, the newest 64 kept.
+//! one JSON line each in `gpu0.hangs`, the newest 64 kept, in the slot directory's state
+//! directory (`GPU_TEST_PERMIT_STATE`; for the default slot directory, under `/tmp`, the
+//! user's `~/.local/state/gpu-test-permit`), so that a reboot, which a wedged GPU often needs,
+//! does not forget that an N hung.
 //! The watchdog (and `gpu-test-permit run`) append to it; the trace's what-if reads it, so that
 //! an N that hung on this host is not advised again — for [`TRUSTED_FOR`]: a driver update or a
 //! fixed test can make an old hang meaningless, so an old record is shown, not obeyed.
 
 use std::fs::File;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -66,9 +69,41 @@ const READ_LIMIT: usize = 1 << 20;
 /// its N out; should that N still hang, the next hang records it afresh.
 pub const TRUSTED_FOR: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// Appends `record` to `dir`'s record (best effort: the process may be about to abort).
+/// Appends `record` to the hang record of slot directory `dir`, in its state directory
+/// ([`record_dir`]; best effort: the process may be about to abort).
 pub(crate) fn record_hang(dir: &Path, record: &HangRecord) {
-    append_kept(dir, HANGS_FILE, record, HANGS_KEPT);
+    append_kept(&record_dir(dir), HANGS_FILE, record, HANGS_KEPT);
+}
+
+/// Where the records of slot directory `dir` that must outlive a reboot are written: its
+/// state directory ([`Config::state_dir_for`](crate::config::Config::state_dir_for)), made if
+/// missing; `dir` itself where that cannot be made (a home that cannot be written).
+pub(crate) fn record_dir(dir: &Path) -> PathBuf {
+    let state = crate::config::Config::global().state_dir_for(dir);
+    if state != dir && sys::prepare_dir(&state).is_err() {
+        return dir.to_path_buf();
+    }
+    state
+}
+
+/// The records in file `name` of slot directory `dir`: those of its state directory, and
+/// those in `dir` itself (written by earlier versions, or where the state directory could not
+/// be made), oldest first, each once.
+pub(crate) fn read_kept_for<T>(dir: &Path, name: &str, when: impl Fn(&T) -> u64) -> Vec<T>
+where
+    T: serde::de::DeserializeOwned + PartialEq,
+{
+    let state = crate::config::Config::global().state_dir_for(dir);
+    let mut all: Vec<T> = read_kept(&state, name);
+    if state != dir {
+        for r in read_kept::<T>(dir, name) {
+            if !all.contains(&r) {
+                all.push(r);
+            }
+        }
+    }
+    all.sort_by_key(|r| when(r));
+    all
 }
 
 /// Appends `record` as a JSON line to `dir/name` under the file's lock, keeping the newest
@@ -119,10 +154,12 @@ pub(crate) fn read_kept<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) 
         .unwrap_or_default()
 }
 
-/// The hangs recorded in `dir`, oldest first (none when there is no record; unreadable lines
-/// are skipped).
+/// The hangs recorded for slot directory `dir`, oldest first: in its state directory
+/// (`GPU_TEST_PERMIT_STATE`, see [`Config::state_dir_for`](crate::config::Config::state_dir_for)),
+/// which a reboot does not empty, and in `dir` itself (none when there is no record;
+/// unreadable lines are skipped).
 pub fn recorded_hangs(dir: &Path) -> Vec<HangRecord> {
-    read_kept(dir, HANGS_FILE)
+    read_kept_for(dir, HANGS_FILE, |r: &HangRecord| r.unix_ms)
 }
 
 /// What a host's hang records say about N at one moment: see [`advice`].

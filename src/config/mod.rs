@@ -15,6 +15,7 @@
 //! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit: `90`, `90s`, `1500ms`, `10m`, `1h` | 10m |
 //! | `GPU_TEST_PERMIT_HOLD_TIMEOUT` | longest a permit may be held; past it the process prints who holds permits, since when and the N in force, records the hang, and aborts (a wedged driver becomes a failure, not a hung run; `gpu-test-permit run` instead ends its command, then exits with 124); keep it below nextest's `slow-timeout` termination | off |
 //! | `GPU_TEST_PERMIT_DIR` | absolute path of the host slot directory (share it between users or containers) | `/tmp/gpu-test-permit-<uid>` |
+//! | `GPU_TEST_PERMIT_STATE` | absolute path of the directory for what must outlive a reboot: the records of hangs and contention casualties that rule an N out (a wedged GPU often needs a reboot, which empties `/tmp`) | `$XDG_STATE_HOME/gpu-test-permit` (else `~/.local/state/gpu-test-permit`) with the default slot directory; a `GPU_TEST_PERMIT_DIR` itself |
 //! | `GPU_TEST_PERMIT_TRACE` | file to append wait and hold spans to (Chrome trace events; Perfetto opens it) | off |
 //! | `GPU_TEST_PERMIT_REQUIRE` | backends whose absence fails instead of skips: `none`, `any`, `cuda`, `wgpu`, `cuda,wgpu` | `none` |
 //! | `GPU_TEST_PERMIT_PROBE_TIMEOUT` | deadline for one backend's probe child | 10s |
@@ -105,6 +106,11 @@ pub struct Config {
     pub hold_timeout: Option<Duration>,
     /// Slot directory, from [`DIR_VAR`].
     pub slot_dir: SlotDir,
+    /// The state directory [`STATE_VAR`] names, when it is set to an absolute path.
+    pub state_dir: Option<PathBuf>,
+    /// Where the per-user state goes by default: `$XDG_STATE_HOME` (absolute), else
+    /// `$HOME/.local/state`; `None` without either.
+    pub user_state_home: Option<PathBuf>,
     /// Trace file, from [`TRACE_VAR`].
     pub trace: Option<PathBuf>,
     /// Required backends, from [`REQUIRE_VAR`]; an invalid value is kept as its error message
@@ -195,6 +201,33 @@ impl Config {
         self.slot_dir.path()
     }
 
+    /// Where the records that must outlive a reboot (hangs, contention casualties) of slot
+    /// directory `slot_dir` are kept: the directory [`STATE_VAR`] names; else, for the
+    /// default slot directory (under `/tmp`, emptied by a reboot), `gpu-test-permit` in the
+    /// user's state directory (`$XDG_STATE_HOME`, else `~/.local/state`); else `slot_dir`
+    /// itself, which whoever named it chose and shares.
+    ///
+    /// ```
+    /// use std::path::{Path, PathBuf};
+    /// use gpu_test_permit::config::{default_slot_dir, Config};
+    ///
+    /// let cfg = Config::from_lookup(|name| (name == "HOME").then(|| "/home/ci".into()));
+    /// assert_eq!(
+    ///     cfg.state_dir_for(&default_slot_dir()),
+    ///     PathBuf::from("/home/ci/.local/state/gpu-test-permit")
+    /// );
+    /// assert_eq!(cfg.state_dir_for(Path::new("/srv/gpu-slots")), PathBuf::from("/srv/gpu-slots"));
+    /// ```
+    pub fn state_dir_for(&self, slot_dir: &std::path::Path) -> PathBuf {
+        if let Some(dir) = &self.state_dir {
+            return dir.clone();
+        }
+        match &self.user_state_home {
+            Some(home) if slot_dir == default_slot_dir() => home.join("gpu-test-permit"),
+            _ => slot_dir.to_path_buf(),
+        }
+    }
+
     /// The GPU ids of a pool spanning `gpus` GPUs, in permit-device order: permit device k is
     /// GPU `gpu_ids(gpus)[k]`. The list [`GPUS_VAR`] names, else `0..gpus` (a count or
     /// `auto`; pass the pool's [`gpus`](crate::PermitPool::gpus), which knows what `auto`
@@ -282,6 +315,26 @@ impl Config {
                 )),
             },
         };
+        let state_dir = lookup(STATE_VAR).and_then(|raw| {
+            let path = PathBuf::from(&raw);
+            if path.is_absolute() {
+                Some(path)
+            } else {
+                let problem = "is not an absolute path";
+                let using = "the default state directory";
+                warnings.push(warning(STATE_VAR, &raw, problem, using));
+                None
+            }
+        });
+        let user_state_home = lookup("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| {
+                lookup("HOME")
+                    .map(PathBuf::from)
+                    .filter(|p| p.is_absolute())
+                    .map(|home| home.join(".local").join("state"))
+            });
         let trace = match lookup(TRACE_VAR) {
             None => None,
             Some(raw) if raw.is_empty() => {
@@ -416,6 +469,8 @@ impl Config {
             concurrency,
             timeout,
             slot_dir,
+            state_dir,
+            user_state_home,
             trace,
             require,
             probe_timeout,

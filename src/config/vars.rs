@@ -12,6 +12,12 @@ pub const TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_TIMEOUT";
 pub const HOLD_TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_HOLD_TIMEOUT";
 /// Directory of the host slot files.
 pub const DIR_VAR: &str = "GPU_TEST_PERMIT_DIR";
+/// Directory of what the host must remember across reboots (the hang and contention-casualty
+/// records that rule an N out): an absolute path. Unset: `$XDG_STATE_HOME/gpu-test-permit`
+/// (else `~/.local/state/gpu-test-permit`) for the default slot directory, and a slot
+/// directory named by [`DIR_VAR`] itself (whoever shares it shares its records). See
+/// [`Config::state_dir_for`](crate::config::Config::state_dir_for).
+pub const STATE_VAR: &str = "GPU_TEST_PERMIT_STATE";
 /// File that wait and hold spans are appended to, as Chrome trace-event JSON.
 pub const TRACE_VAR: &str = "GPU_TEST_PERMIT_TRACE";
 /// Backends whose absence fails a GPU test instead of skipping it: `none`, `any`, `cuda`,

@@ -185,8 +185,9 @@ impl HoldTimeout {
         msg
     }
 
-    /// Appends the hang to its pool's slot directory (`gpu0.hangs`, see
-    /// [`crate::hangs`]), so that the trace's what-if does not advise this N on this host.
+    /// Appends the hang to the record of its pool's slot directory (`gpu0.hangs` in its state
+    /// directory, see [`crate::hangs`]), so that the trace's what-if does not advise this N on
+    /// this host, after a reboot too.
     /// Best effort; nothing where the pool has no slot directory.
     pub fn record(&self) {
         let Some(dir) = &self.slot_dir else {

@@ -1,5 +1,6 @@
 //! The host's casualty record: tests that failed beside others at some N and passed alone,
-//! one JSON line each in the slot directory's `gpu0.casualties`, the newest 64 kept. A retry
+//! one JSON line each in `gpu0.casualties`, the newest 64 kept, in the slot directory's state
+//! directory (where the hang record is). A retry
 //! that passes alone appends its own; the trace's advice on N reads them as it reads hangs,
 //! for the tests they name.
 
@@ -46,9 +47,11 @@ impl CasualtyRecord {
     }
 }
 
-/// The casualties recorded in `dir`, oldest first (unreadable lines are skipped).
+/// The casualties recorded for slot directory `dir`, oldest first: in its state directory, as
+/// [`recorded_hangs`](crate::hangs::recorded_hangs) reads hangs, and in `dir` itself
+/// (unreadable lines are skipped).
 pub fn recorded_casualties(dir: &Path) -> Vec<CasualtyRecord> {
-    crate::hangs::read_kept(dir, CASUALTIES_FILE)
+    crate::hangs::read_kept_for(dir, CASUALTIES_FILE, |r: &CasualtyRecord| r.unix_ms)
 }
 
 /// After a retry's permit `hold` was returned without a failure: if the test failed beside
@@ -101,7 +104,12 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
         units_beside: c.units_beside,
         beside: c.beside.iter().take(8).map(ToString::to_string).collect(),
     };
-    crate::hangs::append_kept(dir, CASUALTIES_FILE, &record, CASUALTIES_KEPT);
+    crate::hangs::append_kept(
+        &crate::hangs::record_dir(dir),
+        CASUALTIES_FILE,
+        &record,
+        CASUALTIES_KEPT,
+    );
     crate::notice::line(&format!(
         "{} failed at N = {} beside {} and passed alone: a contention casualty \
          (`gpu-test-permit report` lists the run's)",

@@ -22,8 +22,9 @@
 //!
 //! A **contention casualty** is a test that failed while other tests held permits and then,
 //! retried with the GPU to itself (`GPU_TEST_PERMIT_RETRY=alone`, the default), passed. The
-//! retry that passes records it in the slot directory's `gpu0.casualties`
-//! ([`recorded_casualties`]), which the trace's advice on N reads as it reads hangs.
+//! retry that passes records it in `gpu0.casualties` in the slot directory's state directory,
+//! beside the hang record ([`recorded_casualties`]), which the trace's advice on N reads as it
+//! reads hangs.
 //!
 //! Outside nextest nothing is written; under `cargo test` a test binary that skipped GPU tests
 //! says so in one line at exit instead ([`tally`]).

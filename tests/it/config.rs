@@ -616,3 +616,49 @@ fn a_memory_size_too_large_is_refused_as_too_large() {
         );
     }
 }
+
+#[test]
+fn the_state_directory_outlives_a_reboot_and_follows_a_named_slot_directory() {
+    use gpu_test_permit::config::{Config, STATE_VAR, default_slot_dir};
+    use std::path::{Path, PathBuf};
+    let env = |vars: &'static [(&'static str, &'static str)]| {
+        Config::from_lookup(move |name| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| (*v).into())
+        })
+    };
+    let default = default_slot_dir();
+    let named = Path::new("/srv/gpu-slots");
+    // XDG_STATE_HOME first, then HOME; for the default slot directory only.
+    let cfg = env(&[("XDG_STATE_HOME", "/x/state"), ("HOME", "/home/u")]);
+    assert_eq!(
+        cfg.state_dir_for(&default),
+        PathBuf::from("/x/state/gpu-test-permit")
+    );
+    assert_eq!(cfg.state_dir_for(named), named);
+    let cfg = env(&[("XDG_STATE_HOME", "relative"), ("HOME", "/home/u")]);
+    assert_eq!(
+        cfg.state_dir_for(&default),
+        PathBuf::from("/home/u/.local/state/gpu-test-permit")
+    );
+    // Neither: the slot directory itself.
+    assert_eq!(env(&[]).state_dir_for(&default), default);
+    // Named: for every slot directory.
+    let cfg = env(&[(STATE_VAR, "/var/lib/gpu-state"), ("HOME", "/home/u")]);
+    assert_eq!(
+        cfg.state_dir_for(&default),
+        PathBuf::from("/var/lib/gpu-state")
+    );
+    assert_eq!(
+        cfg.state_dir_for(named),
+        PathBuf::from("/var/lib/gpu-state")
+    );
+    // A relative path is refused with a warning, never taken relative to wherever a test runs.
+    let cfg = env(&[(STATE_VAR, "state"), ("HOME", "/home/u")]);
+    assert_eq!(cfg.state_dir, None);
+    assert_eq!(
+        cfg.warnings[0].to_string(),
+        "GPU_TEST_PERMIT_STATE='state' is not an absolute path; using the default state directory"
+    );
+}

@@ -261,3 +261,68 @@ fn the_trace_does_not_trust_a_hang_record_older_than_its_age_limit() {
     assert!(text.contains("suggested N = "), "{text}");
     assert!(!text.contains("suggested N: none"), "{text}");
 }
+
+/// The hang record is kept in the state directory, which a reboot does not empty: with the
+/// slot directory gone (as `/tmp` is after a reboot), the trace still advises no N at which a
+/// permit hung.
+#[test]
+fn a_hang_is_recorded_in_the_state_directory_and_outlives_the_slot_directory() {
+    let dir = tempdir();
+    let slots = dir.path().join("slots");
+    let state = dir.path().join("state");
+    let trace = dir.path().join("trace.json");
+    let with_state = |c: &mut Command| {
+        c.env("GPU_TEST_PERMIT_STATE", &state);
+    };
+    // A hang at N = 1.
+    let mut run = cli(&slots, 1);
+    with_state(&mut run);
+    let mut run = run
+        .env("GPU_TEST_PERMIT_HOLD_TIMEOUT", "1s")
+        .args(["run", "--", "sh", "-c", "echo $$; exec sleep 30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(run.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _reap = Reap(vec![line.trim().parse().unwrap()]);
+    let (status, err) = exit_within(&mut run, Duration::from_secs(15)).expect("run ended");
+    assert_eq!(status.code(), Some(HOLD_TIMEOUT_EXIT), "{err}");
+    assert!(
+        state.join("gpu0.hangs").is_file(),
+        "no hang record in the state directory"
+    );
+    assert!(
+        !slots.join("gpu0.hangs").exists(),
+        "the hang went to the slot directory"
+    );
+    // The slot directory is emptied, as a reboot empties /tmp; a trace at N = 1 and 2 later:
+    std::fs::remove_dir_all(&slots).unwrap();
+    for n in [1, 2] {
+        let mut hold = cli(&slots, n);
+        with_state(&mut hold);
+        let out = hold
+            .env("GPU_TEST_PERMIT_TRACE", &trace)
+            .args(["hold", "--for", "10ms"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let mut t = cli(&slots, 2);
+    with_state(&mut t);
+    let out = t.arg("trace").arg(&trace).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("(not advised: a permit hung at N = 1 on this host)"),
+        "{text}"
+    );
+    // Without the state directory the record is not found: it was never in the slot directory.
+    let out = cli(&slots, 2).arg("trace").arg(&trace).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("not advised"));
+}

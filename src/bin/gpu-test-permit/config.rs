@@ -50,6 +50,13 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
             }
             .to_string(),
         ),
+        (
+            c::STATE_VAR,
+            cfg.slot_dir_path().map_or_else(
+                |_| "(no usable slot directory)".to_string(),
+                |dir| cfg.state_dir_for(&dir).display().to_string(),
+            ),
+        ),
         (c::TRACE_VAR, or_off(&cfg.trace)),
         (c::SKIP_LOG_VAR, or_off(&cfg.skip_log)),
         (

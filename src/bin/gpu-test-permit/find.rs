@@ -19,7 +19,9 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
-use gpu_test_permit::config::{DIR_VAR, INHERITED_VAR, REQUIRE_VAR, SKIP_LOG_VAR, TRACE_VAR};
+use gpu_test_permit::config::{
+    DIR_VAR, INHERITED_VAR, REQUIRE_VAR, SKIP_LOG_VAR, STATE_VAR, TRACE_VAR,
+};
 use gpu_test_permit::nextest::{GROUP, TOOL};
 
 use crate::args::Args;
@@ -124,7 +126,8 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
 /// - CUDA and ROCm: `CUDA_VISIBLE_DEVICES=-1` (and the HIP and ROCr ones): the driver loads,
 ///   and has no device to show.
 /// - This crate: `GPU_TEST_PERMIT_REQUIRE=none`, so its tests skip, with their line, instead
-///   of failing; slots in `work`; no trace, skip log or inherited permit of the caller's.
+///   of failing; slots (and so the run's records) in `work`; no trace, skip log, state
+///   directory or inherited permit of the caller's.
 pub(crate) fn hide_gpu_drivers(cmd: &mut Command, work: &Path) {
     let none = work.join("no-such-driver.json");
     for var in [
@@ -141,6 +144,7 @@ pub(crate) fn hide_gpu_drivers(cmd: &mut Command, work: &Path) {
         "WAYLAND_DISPLAY",
         TRACE_VAR,
         SKIP_LOG_VAR,
+        STATE_VAR,
         INHERITED_VAR,
     ] {
         cmd.env_remove(var);
