@@ -57,6 +57,11 @@ impl HangRecord {
     pub fn n(&self) -> usize {
         self.per_gpu.saturating_mul(self.gpus)
     }
+
+    /// The day it was recorded, `YYYY-MM-DD` (UTC).
+    pub fn date(&self) -> String {
+        utc_date(self.unix_ms)
+    }
 }
 
 const HANGS_FILE: &str = "gpu0.hangs";
@@ -154,6 +159,40 @@ pub(crate) fn read_kept<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) 
         .unwrap_or_default()
 }
 
+/// Forgets the hang records of slot directory `dir` (in its state directory, and any in `dir`
+/// itself): after a driver update or a fixed test, an N that hung may be tried again. Each
+/// file is emptied under its lock, so a record being written meanwhile is either kept whole or
+/// forgotten whole. Returns how many records there were.
+///
+/// # Errors
+///
+/// A record file that exists but cannot be emptied (permissions, another user's file).
+pub fn forget_hangs(dir: &Path) -> std::io::Result<usize> {
+    let count = recorded_hangs(dir).len();
+    forget_kept(dir, HANGS_FILE)?;
+    Ok(count)
+}
+
+/// Empties file `name` in the state directory of slot directory `dir` and in `dir`.
+pub(crate) fn forget_kept(dir: &Path, name: &str) -> std::io::Result<()> {
+    let state = crate::config::Config::global().state_dir_for(dir);
+    for d in [state.as_path(), dir] {
+        let path = d.join(name);
+        if std::fs::symlink_metadata(&path).is_err() {
+            continue;
+        }
+        let file = sys::open_lock_file(&path, sys::is_shared_dir(d))?;
+        if !sys::lock_within(&file, std::time::Duration::from_secs(2)) {
+            return Err(std::io::Error::other(format!(
+                "{} is locked by another process",
+                path.display()
+            )));
+        }
+        file.set_len(0)?;
+    }
+    Ok(())
+}
+
 /// The hangs recorded for slot directory `dir`, oldest first: in its state directory
 /// (`GPU_TEST_PERMIT_STATE`, see [`Config::state_dir_for`](crate::config::Config::state_dir_for)),
 /// which a reboot does not empty, and in `dir` itself (none when there is no record;
@@ -216,7 +255,7 @@ pub fn advice(records: &[HangRecord], now_unix_ms: u64) -> HangAdvice {
 
 /// `unix_ms` as a UTC date, `YYYY-MM-DD` (the civil-from-days algorithm of Howard Hinnant's
 /// date library).
-fn utc_date(unix_ms: u64) -> String {
+pub(crate) fn utc_date(unix_ms: u64) -> String {
     let days = (unix_ms / 86_400_000) as i64;
     let z = days + 719_468;
     let era = z.div_euclid(146_097);

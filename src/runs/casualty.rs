@@ -45,6 +45,23 @@ impl CasualtyRecord {
     pub fn n(&self) -> usize {
         self.per_gpu.saturating_mul(self.gpus)
     }
+
+    /// The day it was recorded, `YYYY-MM-DD` (UTC).
+    pub fn date(&self) -> String {
+        crate::hangs::utc_date(self.unix_ms)
+    }
+}
+
+/// Forgets the casualty records of slot directory `dir`, as
+/// [`forget_hangs`](crate::hangs::forget_hangs) forgets hangs. Returns how many there were.
+///
+/// # Errors
+///
+/// A record file that exists but cannot be emptied.
+pub fn forget_casualties(dir: &Path) -> std::io::Result<usize> {
+    let count = recorded_casualties(dir).len();
+    crate::hangs::forget_kept(dir, CASUALTIES_FILE)?;
+    Ok(count)
 }
 
 /// The casualties recorded for slot directory `dir`, oldest first: in its state directory, as

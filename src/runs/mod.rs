@@ -61,7 +61,7 @@ mod write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-pub use casualty::{CasualtyRecord, recorded_casualties};
+pub use casualty::{CasualtyRecord, forget_casualties, recorded_casualties};
 pub use read::{RecordedRun, RunRecords, RunsError, last_run, read_run, recorded_runs};
 pub use record::{GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
 pub use summary::{Casualty, RunSummary, SkippedTest, TestKey, Unreleased, summarize};

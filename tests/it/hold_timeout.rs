@@ -325,4 +325,37 @@ fn a_hang_is_recorded_in_the_state_directory_and_outlives_the_slot_directory() {
     // Without the state directory the record is not found: it was never in the slot directory.
     let out = cli(&slots, 2).arg("trace").arg(&trace).output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("not advised"));
+
+    // `history` shows it and, asked to, forgets it: then N = 1 may be advised again.
+    let history = |extra: &[&str]| {
+        let mut c = cli(&slots, 2);
+        with_state(&mut c);
+        let out = c.arg("history").args(extra).output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let shown = history(&[]);
+    assert!(
+        shown.contains(&format!("in {}", state.display())),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("hangs (permits held past GPU_TEST_PERMIT_HOLD_TIMEOUT): 1")
+            && shown.contains("N = 1   `sh -c echo $$; exec sleep 30` held"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("the trace advises no N of 1 or more"),
+        "{shown}"
+    );
+    let forgot = history(&["--forget"]);
+    assert!(
+        forgot.contains("forgot 1 hang and 0 casualties"),
+        "{forgot}"
+    );
+    assert!(history(&[]).contains("hangs (permits held past GPU_TEST_PERMIT_HOLD_TIMEOUT): 0"));
+    let mut t = cli(&slots, 2);
+    with_state(&mut t);
+    let out = t.arg("trace").arg(&trace).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("not advised"));
 }

@@ -195,6 +195,24 @@ fn a_nextest_run_with_retries_records_its_skips_and_names_its_contention_casualt
     }
     assert!(said.contains("N = 2 and above left out"), "{said}");
 
+    // `history` lists the casualties the retries recorded, and forgets them when asked.
+    let out = cli(&slots, 2).arg("history").output().unwrap();
+    let said = text(&out);
+    assert!(
+        said.contains("contention casualties (failed beside other tests, passed alone): 2"),
+        "{said}"
+    );
+    let out = cli(&slots, 2)
+        .args(["history", "--forget"])
+        .output()
+        .unwrap();
+    assert!(
+        text(&out).contains("forgot 0 hangs and 2 casualties"),
+        "{}",
+        text(&out)
+    );
+    assert!(recorded_casualties(&slots).is_empty());
+
     // nextest's JUnit report, rewritten: exactly the skipped tests are marked, the counts agree,
     // the contended tests stay passed (flaky).
     let before = std::fs::read_to_string(&junit).unwrap();

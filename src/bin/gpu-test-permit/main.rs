@@ -10,6 +10,7 @@ use crate::args::{Args, Operands, Parsed, Spec};
 mod args;
 mod config;
 mod find;
+mod history;
 mod hold;
 mod junit;
 mod probe;
@@ -155,6 +156,22 @@ static COMMANDS: &[Command] = &[
         },
         run: junit::main,
         checks_config: true,
+    },
+    Command {
+        spec: Spec {
+            name: "history",
+            synopsis: "[--dir DIR] [--forget]",
+            about: "what this host remembers of N: the hangs and contention casualties recorded\n\
+                    for the slot directory (in its state directory, GPU_TEST_PERMIT_STATE, which a\n\
+                    reboot does not empty) and the N they rule out; with --forget, forget them\n\
+                    (after a driver update or a fixed test, every N may be advised again)",
+            flags: &["--forget"],
+            options: &["--dir"],
+            lists: &[],
+            operands: Operands::None,
+        },
+        run: history::history,
+        checks_config: false,
     },
     Command {
         spec: Spec {
