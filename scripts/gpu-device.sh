@@ -10,8 +10,9 @@
 #      (`it capture:: fixture:: probe::`), run directly and under nextest;
 #   3. the example suite at each N of GPU_VALIDATE_NS ("1 2 3 4 8"): its test binaries run
 #      directly, as `cargo test` runs them, GPU_VALIDATE_ROUNDS times (5), and `cargo nextest
-#      run --archive-file` once, with the test group's max-threads = N; each run traced and
-#      checked to have held at most N permits;
+#      run --archive-file --retries 1` once, with the test group's max-threads = N; each run
+#      traced and checked to have held at most N permits; `gpu-test-permit report` counts the
+#      nextest run's contention casualties (tests that failed beside others and passed alone);
 #   4. `gpu-test-permit trace` over each runner's traces: the measured memory the fixtures
 #      recorded (NVML's for CUDA), the summary and the estimate for other N.
 #
@@ -43,6 +44,9 @@ mkdir -p "$work/traces" "$work/skips" "$work/slots" "$work/tmp"
 chmod 700 "$work/slots"
 export GPU_TEST_PERMIT_HOLD_TIMEOUT=${GPU_TEST_PERMIT_HOLD_TIMEOUT:-120s}
 export GPU_TEST_PERMIT_STRICT_CONFIG=1
+# Hangs and contention casualties are recorded per N in each N's slot directory, where the
+# trace step below gathers them: not in the machine's state directory.
+unset GPU_TEST_PERMIT_STATE
 export NEXTEST_HIDE_PROGRESS_BAR=1 CARGO_TERM_COLOR=never
 # The stand-in drivers the probe and capture tests build, out of the tree that built the tests.
 export CARGO_TARGET_TMPDIR=$work/tmp
@@ -270,7 +274,7 @@ for n in $ns; do
         GPU_TEST_PERMIT_SKIP_LOG=$work/skips/nextest-N$n \
         timeout -k 10 "$run_timeout" "$nextest" nextest run --archive-file "$archive" \
         --workspace-remap "$ws" --config-file "$nextest_config" --no-fail-fast --status-level fail \
-        -E "$nextest_suite" >"$runlog" 2>&1 || rc=$?
+        --retries 1 -E "$nextest_suite" >"$runlog" 2>&1 || rc=$?
     wall=$(secs "$s" "$(now)")
     cat "$runlog" >>"$log"
     read -r p f <<<"$(nextest_counts "$runlog")"
@@ -278,7 +282,11 @@ for n in $ns; do
     if [ -s "$trace" ] && ! "$cli" trace "$trace" --max-peak "$n" >>"$log" 2>&1; then
         peak_ok=no
     fi
-    result="$p passed, $f failed, $(skips "nextest-N$n") skip lines; peak <= $n: $peak_ok"
+    # The run's records: a test that failed beside others and passed alone on its retry (which
+    # runs with the GPU to itself) is a contention casualty at this N.
+    casualties=$(GPU_TEST_PERMIT_DIR=$slots "$cli" report 2>&1 | tee -a "$log" |
+        sed -n 's/^contention casualties: \([0-9]*\).*/\1/p')
+    result="$p passed, $f failed, $(skips "nextest-N$n") skip lines; peak <= $n: $peak_ok; contention casualties (retried alone, passed): ${casualties:-?}"
     if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ] || [ "$peak_ok" != yes ]; then
         result="**FAIL** ($(why "$rc")): $result"
         fail
