@@ -98,10 +98,9 @@ pub(crate) fn read_kept_for<T>(dir: &Path, name: &str, when: impl Fn(&T) -> u64)
 where
     T: serde::de::DeserializeOwned + PartialEq,
 {
-    let state = crate::config::Config::global().state_dir_for(dir);
-    let mut all: Vec<T> = read_kept(&state, name);
-    if state != dir {
-        for r in read_kept::<T>(dir, name) {
+    let mut all: Vec<T> = Vec::new();
+    for d in kept_dirs(dir) {
+        for r in read_kept::<T>(&d, name) {
             if !all.contains(&r) {
                 all.push(r);
             }
@@ -109,6 +108,17 @@ where
     }
     all.sort_by_key(|r| when(r));
     all
+}
+
+/// The directories the records of slot directory `dir` are kept in: its state directory, then
+/// `dir` itself where that is another directory.
+fn kept_dirs(dir: &Path) -> Vec<PathBuf> {
+    let state = crate::config::Config::global().state_dir_for(dir);
+    if state == dir {
+        vec![state]
+    } else {
+        vec![state, dir.to_path_buf()]
+    }
 }
 
 /// Appends `record` as a JSON line to `dir/name` under the file's lock, keeping the newest
@@ -175,13 +185,12 @@ pub fn forget_hangs(dir: &Path) -> std::io::Result<usize> {
 
 /// Empties file `name` in the state directory of slot directory `dir` and in `dir`.
 pub(crate) fn forget_kept(dir: &Path, name: &str) -> std::io::Result<()> {
-    let state = crate::config::Config::global().state_dir_for(dir);
-    for d in [state.as_path(), dir] {
+    for d in kept_dirs(dir) {
         let path = d.join(name);
         if std::fs::symlink_metadata(&path).is_err() {
             continue;
         }
-        let file = sys::open_lock_file(&path, sys::is_shared_dir(d))?;
+        let file = sys::open_lock_file(&path, sys::is_shared_dir(&d))?;
         if !sys::lock_within(&file, std::time::Duration::from_secs(2)) {
             return Err(std::io::Error::other(format!(
                 "{} is locked by another process",

@@ -246,20 +246,11 @@ fn key_of(binary: &str, test: &str) -> TestKey {
 
 /// The most units held at once.
 fn peak(holds: &[Hold<'_>]) -> usize {
-    let mut edges: Vec<(u64, i64)> = Vec::with_capacity(holds.len() * 2);
-    for h in holds {
-        let units = h.grant.units_taken() as i64;
-        edges.push((h.grant.unix_us, units));
-        edges.push((h.end_us, -units));
-    }
-    // Releases before grants at the same moment.
-    edges.sort_unstable();
-    let (mut now, mut most) = (0i64, 0i64);
-    for (_, d) in edges {
-        now += d;
-        most = most.max(now);
-    }
-    most as usize
+    most_at_once(
+        holds
+            .iter()
+            .map(|h| (h.grant.unix_us, h.end_us, h.grant.units_taken())),
+    )
 }
 
 /// Whether two holds overlapped in time (touching ends do not).
@@ -269,12 +260,24 @@ fn overlap(a: &Hold<'_>, b: &Hold<'_>) -> bool {
 
 /// The most units `others` held at once while `h` was held.
 fn most_beside(h: &Hold<'_>, others: &[&Hold<'_>]) -> usize {
+    most_at_once(others.iter().map(|o| {
+        (
+            o.grant.unix_us.max(h.grant.unix_us),
+            o.end_us.min(h.end_us),
+            o.grant.units_taken(),
+        )
+    }))
+}
+
+/// The most units held at once by spans of `(from, to, units)`; a span that ends at the
+/// moment another begins is not beside it.
+fn most_at_once(spans: impl Iterator<Item = (u64, u64, usize)>) -> usize {
     let mut edges: Vec<(u64, i64)> = Vec::new();
-    for o in others {
-        let units = o.grant.units_taken() as i64;
-        edges.push((o.grant.unix_us.max(h.grant.unix_us), units));
-        edges.push((o.end_us.min(h.end_us), -units));
+    for (from, to, units) in spans {
+        edges.push((from, units as i64));
+        edges.push((to, -(units as i64)));
     }
+    // Releases before grants at the same moment.
     edges.sort_unstable();
     let (mut now, mut most) = (0i64, 0i64);
     for (_, d) in edges {
