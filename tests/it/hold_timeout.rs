@@ -49,7 +49,12 @@ impl Drop for Reap {
 /// `run -- sh -c SCRIPT` with a hold deadline of `deadline`, no terminal attached. The script
 /// prints pids on its first line, which are returned.
 fn run_sh(dir: &Path, deadline: &str, script: &str) -> (Child, Vec<libc::pid_t>) {
-    let mut run = cli(dir, 1)
+    run_sh_with(cli(dir, 1), deadline, script)
+}
+
+/// [`run_sh`] with the CLI command `cli` (its environment set up by the caller).
+fn run_sh_with(mut cli: Command, deadline: &str, script: &str) -> (Child, Vec<libc::pid_t>) {
+    let mut run = cli
         .env("GPU_TEST_PERMIT_HOLD_TIMEOUT", deadline)
         .args(["run", "--", "sh", "-c", script])
         .stdin(Stdio::null())
@@ -275,21 +280,10 @@ fn a_hang_is_recorded_in_the_state_directory_and_outlives_the_slot_directory() {
         c.env("GPU_TEST_PERMIT_STATE", &state);
     };
     // A hang at N = 1.
-    let mut run = cli(&slots, 1);
-    with_state(&mut run);
-    let mut run = run
-        .env("GPU_TEST_PERMIT_HOLD_TIMEOUT", "1s")
-        .args(["run", "--", "sh", "-c", "echo $$; exec sleep 30"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(run.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let _reap = Reap(vec![line.trim().parse().unwrap()]);
+    let mut c = cli(&slots, 1);
+    with_state(&mut c);
+    let (mut run, pids) = run_sh_with(c, "1s", "echo $$; exec sleep 30");
+    let _reap = Reap(pids);
     let (status, err) = exit_within(&mut run, Duration::from_secs(15)).expect("run ended");
     assert_eq!(status.code(), Some(HOLD_TIMEOUT_EXIT), "{err}");
     assert!(
@@ -358,4 +352,30 @@ fn a_hang_is_recorded_in_the_state_directory_and_outlives_the_slot_directory() {
     with_state(&mut t);
     let out = t.arg("trace").arg(&trace).output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("not advised"));
+}
+
+/// A process stopped while holding the hang record's lock (as in the middle of recording a
+/// hang) delays the next hang's `run` by half a second at most: that hang goes unrecorded,
+/// and `run` still ends its command and exits with 124.
+#[test]
+fn a_stopped_holder_of_the_hang_records_lock_holds_up_no_hang() {
+    let dir = tempdir();
+    std::fs::write(dir.path().join("gpu0.hangs"), b"").unwrap();
+    let held = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("gpu0.hangs"))
+        .unwrap();
+    held.lock().unwrap();
+    let started = Instant::now();
+    let (mut run, pids) = run_sh(dir.path(), "1s", "echo $$; exec sleep 30");
+    let _reap = Reap(pids);
+    let (status, err) = exit_within(&mut run, Duration::from_secs(15)).expect("run ended");
+    assert_eq!(status.code(), Some(HOLD_TIMEOUT_EXIT), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(held);
+    assert!(recorded_hangs(dir.path()).is_empty());
 }
