@@ -218,6 +218,14 @@ impl Args {
     }
 
     /// The operands, byte for byte.
+    /// The slot directory a command reads: `--dir DIR`, else the one the environment names.
+    pub(crate) fn slot_dir(&self) -> Result<std::path::PathBuf, String> {
+        match self.value("--dir") {
+            Some(dir) => Ok(std::path::PathBuf::from(dir)),
+            None => gpu_test_permit::config::Config::global().slot_dir_path(),
+        }
+    }
+
     pub(crate) fn operands(&self) -> &[OsString] {
         &self.operands
     }

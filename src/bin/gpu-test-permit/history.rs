@@ -1,7 +1,6 @@
 //! `history`: what this host remembers of N — the hangs and contention casualties recorded for
 //! the slot directory, in its state directory — and, with `--forget`, forgetting it.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -15,10 +14,7 @@ use crate::report::{printable, printable_path};
 /// `history [--dir DIR] [--forget]`.
 pub(crate) fn history(args: &Args) -> Result<ExitCode, String> {
     let cfg = Config::global();
-    let dir = match args.value("--dir") {
-        Some(dir) => PathBuf::from(dir),
-        None => cfg.slot_dir_path()?,
-    };
+    let dir = args.slot_dir()?;
     let state = cfg.state_dir_for(&dir);
     println!(
         "records of slot directory {} in {}",

@@ -22,10 +22,7 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
         .value("-o")
         .map_or_else(|| report.to_path_buf(), PathBuf::from);
     let file = printable_path(report);
-    let dir = match args.value("--dir") {
-        Some(dir) => std::path::PathBuf::from(dir),
-        None => Config::global().slot_dir_path()?,
-    };
+    let dir = args.slot_dir()?;
     let (records, taken) = find_run(args, report, &dir)?;
     let records = match records {
         Ok(records) => records,

@@ -1,6 +1,6 @@
 //! `status` and `trace`: what the permits are doing now, and what they did in a traced run.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -82,10 +82,7 @@ pub(crate) fn printable_path(path: &Path) -> String {
 
 /// `status [--dir DIR]`: who holds the slots of the configured directory, since when, who waits.
 pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
-    let dir = match args.value("--dir") {
-        Some(dir) => PathBuf::from(dir),
-        None => Config::global().slot_dir_path()?,
-    };
+    let dir = args.slot_dir()?;
     let s = host_status(&dir).map_err(|e| format!("cannot read {}: {e}", printable_path(&dir)))?;
     println!("slot directory {}", printable_path(&s.dir));
     if let Some(layout) = &s.layout {

@@ -2,10 +2,8 @@
 //! reasons), contention casualties (with who they ran beside), permits never returned, hangs,
 //! the peak and the N in force.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use gpu_test_permit::config::Config;
 use gpu_test_permit::host::recorded_hangs;
 use gpu_test_permit::runs::{RunSummary, TestKey, last_run, read_run, recorded_runs, summarize};
 
@@ -14,10 +12,7 @@ use crate::report::{printable, printable_path};
 
 /// `report [--run-id ID] [--dir DIR] [--fail-on-casualty]`.
 pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
-    let dir = match args.value("--dir") {
-        Some(dir) => PathBuf::from(dir),
-        None => Config::global().slot_dir_path()?,
-    };
+    let dir = args.slot_dir()?;
     let records = match args.value("--run-id") {
         Some(id) => {
             let id = id.to_string_lossy();
