@@ -37,6 +37,10 @@ pub struct HangRecord {
     /// The units the permit held (all of them for an exclusive permit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub units: Option<usize>,
+    /// The run it hung in (nextest's run id; with `REALIZAR_GPU_TEST_CONCURRENCY=auto`
+    /// outside nextest, the process's), which ties it to the GPU and driver that run used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
 }
 
 impl HangRecord {
@@ -50,6 +54,7 @@ impl HangRecord {
             held_ms: held.as_millis() as u64,
             pid: None,
             units: None,
+            run: None,
         }
     }
 
@@ -293,6 +298,7 @@ mod tests {
             held_ms: 1,
             pid: None,
             units: None,
+            run: None,
         }
     }
 

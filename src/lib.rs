@@ -89,6 +89,7 @@ pub mod runs;
 mod sync;
 mod sys;
 pub mod trace;
+pub mod tune;
 
 pub use fixture::{FixtureError, GpuNeed};
 pub use permit::{

@@ -11,7 +11,8 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024) | 2 |
+//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024), or `auto`: chosen at the start of each run from this host's history (see [`tune`](crate::tune)) | 2 |
+//! | `GPU_TEST_PERMIT_MAX_CONCURRENCY` | the most permits per GPU `auto` may choose | 4 |
 //! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit: `90`, `90s`, `1500ms`, `10m`, `1h` | 10m |
 //! | `GPU_TEST_PERMIT_HOLD_TIMEOUT` | longest a permit may be held; past it the process prints who holds permits, since when and the N in force, records the hang, and aborts (a wedged driver becomes a failure, not a hung run; `gpu-test-permit run` instead ends its command, then exits with 124); keep it below nextest's `slow-timeout` termination | off |
 //! | `GPU_TEST_PERMIT_DIR` | absolute path of the host slot directory (share it between users or containers) | `/tmp/gpu-test-permit-<uid>` |
@@ -98,8 +99,14 @@ use warnings::record_warnings;
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Config {
-    /// Permits per GPU, from [`CONCURRENCY_VAR`].
+    /// Permits per GPU, from [`CONCURRENCY_VAR`]; with `auto`, the seed (2, or the ceiling
+    /// when lower), which a pool with no slot directory uses.
     pub concurrency: NonZeroUsize,
+    /// [`CONCURRENCY_VAR`] is `auto`: the N of each run is chosen from this host's history
+    /// when its slot directory is laid out ([`tune`](crate::tune)).
+    pub auto_concurrency: bool,
+    /// The most permits per GPU `auto` may choose, from [`MAX_CONCURRENCY_VAR`].
+    pub max_concurrency: NonZeroUsize,
     /// Wait deadline, from [`TIMEOUT_VAR`].
     pub timeout: Duration,
     /// Hold deadline, from [`HOLD_TIMEOUT_VAR`]; `None` is off.
@@ -282,8 +289,27 @@ impl Config {
     /// `None` for an unset variable.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Config {
         let mut warnings = Vec::new();
+        let max_concurrency = match lookup(MAX_CONCURRENCY_VAR) {
+            None => NonZeroUsize::new(DEFAULT_MAX_CONCURRENCY).unwrap(),
+            Some(raw) => parse_concurrency(&raw).unwrap_or_else(|problem| {
+                let using = DEFAULT_MAX_CONCURRENCY;
+                warnings.push(warning(MAX_CONCURRENCY_VAR, &raw, problem, using));
+                NonZeroUsize::new(DEFAULT_MAX_CONCURRENCY).unwrap()
+            }),
+        };
+        let mut auto_concurrency = false;
         let concurrency = match lookup(CONCURRENCY_VAR) {
             None => NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap(),
+            Some(raw)
+                if raw
+                    .to_str()
+                    .is_some_and(|s| s.trim().eq_ignore_ascii_case("auto")) =>
+            {
+                auto_concurrency = true;
+                NonZeroUsize::new(DEFAULT_CONCURRENCY)
+                    .unwrap()
+                    .min(max_concurrency)
+            }
             Some(raw) => parse_concurrency(&raw).unwrap_or_else(|problem| {
                 warnings.push(warning(CONCURRENCY_VAR, &raw, problem, DEFAULT_CONCURRENCY));
                 NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap()
@@ -467,6 +493,8 @@ impl Config {
             hold_timeout,
             gpus,
             concurrency,
+            auto_concurrency,
+            max_concurrency,
             timeout,
             slot_dir,
             state_dir,

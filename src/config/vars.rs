@@ -2,8 +2,12 @@
 
 use std::time::Duration;
 
-/// Permits per GPU (on a one-GPU host: per host). At least 1.
+/// Permits per GPU (on a one-GPU host: per host). At least 1; or `auto`: chosen for each run
+/// from this host's history, up to [`MAX_CONCURRENCY_VAR`] (see [`tune`](crate::tune)).
 pub const CONCURRENCY_VAR: &str = "REALIZAR_GPU_TEST_CONCURRENCY";
+/// The most permits per GPU that [`CONCURRENCY_VAR`]`=auto` may choose: the ceiling the user
+/// trusts. Default [`DEFAULT_MAX_CONCURRENCY`].
+pub const MAX_CONCURRENCY_VAR: &str = "GPU_TEST_PERMIT_MAX_CONCURRENCY";
 /// Longest wait for a permit before the wait fails with holder diagnostics.
 pub const TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_TIMEOUT";
 /// Longest a permit may be held: past it the process prints what it knows (who holds permits,
@@ -72,6 +76,11 @@ pub const WGPU_BACKEND_VAR: &str = "WGPU_BACKEND";
 
 /// Permits per GPU when [`CONCURRENCY_VAR`] is not set.
 pub const DEFAULT_CONCURRENCY: usize = 2;
+/// The ceiling of [`CONCURRENCY_VAR`]`=auto` when [`MAX_CONCURRENCY_VAR`] is not set: twice the
+/// seed. Exploring past the seed costs at most one hung (or failing) run per step, and on the
+/// GPU this crate was made for (an NVIDIA GB10) 4 is the first N known to break; an owner who
+/// wants more sets the ceiling, one who will risk no failed run sets it to 2 or 3.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
 /// Largest accepted [`CONCURRENCY_VAR`]; larger values are almost certainly a typo.
 pub const MAX_CONCURRENCY: usize = 1024;
 

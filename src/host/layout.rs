@@ -60,20 +60,54 @@ struct LayoutRecord {
     v: u32,
     per_gpu: usize,
     gpus: usize,
+    /// The run whose `auto` choice this layout is (a key of at most 100 file-name bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    run: Option<String>,
+}
+
+/// The layout a process asks for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Want<'a> {
+    /// A fixed N: written where nobody uses the directory, adopted otherwise.
+    Fixed(Layout),
+    /// `auto`'s choice for run `run`: written where nobody uses the directory and no
+    /// process of the run has written one; adopted otherwise.
+    Auto { layout: Layout, run: &'a str },
+}
+
+impl Want<'_> {
+    pub(crate) fn layout(&self) -> Layout {
+        match self {
+            Want::Fixed(l) | Want::Auto { layout: l, .. } => *l,
+        }
+    }
+
+    fn run(&self) -> Option<&str> {
+        match self {
+            Want::Fixed(_) => None,
+            Want::Auto { run, .. } => Some(run),
+        }
+    }
 }
 
 impl Layout {
-    pub(super) fn encode(&self) -> Vec<u8> {
+    fn encode_for(&self, run: Option<&str>) -> Vec<u8> {
         let buf = serde_json::to_vec(&LayoutRecord {
             v: LAYOUT_VERSION,
             per_gpu: self.per_gpu,
             gpus: self.gpus,
+            run: run.map(str::to_string),
         })
         .expect("a layout always serialises");
         padded(buf, LAYOUT_LEN)
     }
 
     pub(super) fn decode(raw: &[u8]) -> Result<Option<Layout>, String> {
+        Ok(Layout::decode_tagged(raw)?.map(|(layout, _)| layout))
+    }
+
+    /// The layout and the run whose `auto` choice it is.
+    pub(super) fn decode_tagged(raw: &[u8]) -> Result<Option<(Layout, Option<String>)>, String> {
         let Some(text) = padded_text(raw)? else {
             return Ok(None);
         };
@@ -95,39 +129,68 @@ impl Layout {
         {
             return Err(format!("out-of-range layout {layout}"));
         }
-        Ok(Some(layout))
+        Ok(Some((layout, r.run)))
     }
 }
 
-/// Settles the layout of `dir` and leaves `file` locked shared. Returns the layout in force.
-/// `wanted` is written only where nobody else uses the directory, and only once
-/// [`fd_budget`] allows it.
+/// The run key a layout record keeps for run `run`: its record file's name without the
+/// prefix (safe, at most 100 bytes).
+pub(crate) fn run_key(run: &str) -> String {
+    crate::runs::file_name(run)
+        .trim_start_matches("gpu0.run.")
+        .to_string()
+}
+
+/// The layout recorded in `file` and its run, read without its lock (a hint: `agree_on_layout`
+/// decides).
+pub(super) fn peek(file: &File) -> Option<(Layout, Option<String>)> {
+    let mut buf = [0u8; LAYOUT_LEN];
+    let n = sys::read_at_start(file, &mut buf).ok()?;
+    Layout::decode_tagged(&buf[..n]).ok().flatten()
+}
+
+/// Settles the layout of `dir` and leaves `file` locked shared. Returns the layout in force,
+/// and whether this process wrote `want`'s `auto` choice. `want` is written only where nobody
+/// else uses the directory (and, for `auto`, no process of its run has written its choice),
+/// and only once [`fd_budget`] allows it.
 pub(super) fn agree_on_layout(
     dir: &Path,
     path: &Path,
     file: &File,
-    wanted: Layout,
-) -> Result<Layout, HostError> {
+    want: Want<'_>,
+) -> Result<(Layout, bool), HostError> {
     let give_up = Instant::now() + LAYOUT_WAIT;
     let mut pause = Duration::from_millis(1);
+    let wanted = want.layout();
+    let run = want.run().map(run_key);
+    let mut chose = false;
     loop {
         match file.try_lock() {
             Ok(()) => {
                 // Nobody else uses the directory: its layout is ours to set, and the memory
                 // budget of its last users goes with them.
                 forget_budget(dir);
-                // Already ours (the usual case: the last users wanted the same): nothing to
-                // write, and the descriptor budget is checked before the slots are opened.
+                // Already ours (the usual case: the last users wanted the same, or a process
+                // of this run chose): nothing to write, and the descriptor budget is checked
+                // before the slots are opened.
                 let mut buf = [0u8; LAYOUT_LEN];
-                let already = sys::read_at_start(file, &mut buf)
-                    .is_ok_and(|n| Layout::decode(&buf[..n]) == Ok(Some(wanted)));
+                let recorded = sys::read_at_start(file, &mut buf)
+                    .ok()
+                    .and_then(|n| Layout::decode_tagged(&buf[..n]).ok().flatten());
+                let already = match (&run, recorded) {
+                    (None, Some((layout, _))) => layout == wanted,
+                    (Some(run), Some((_, Some(theirs)))) => *run == theirs,
+                    _ => false,
+                };
                 let written = if already {
                     Ok(())
                 } else {
                     fd_budget(dir, wanted).and_then(|()| {
-                        sys::write_at(file, &wanted.encode(), 0).map_err(io_err(path))
+                        sys::write_at(file, &wanted.encode_for(run.as_deref()), 0)
+                            .map_err(io_err(path))
                     })
                 };
+                chose = run.is_some() && !already && written.is_ok();
                 // Not atomic: another process may set its layout in between; read it again
                 // under the shared lock below.
                 let _ = file.unlock();
@@ -141,7 +204,7 @@ pub(super) fn agree_on_layout(
                 let mut buf = vec![0u8; LAYOUT_LEN];
                 let n = sys::read_at_start(file, &mut buf).map_err(io_err(path))?;
                 match Layout::decode(&buf[..n]) {
-                    Ok(Some(layout)) => return Ok(layout),
+                    Ok(Some(layout)) => return Ok((layout, chose && layout == wanted)),
                     // Not written yet, by a process that failed or was killed before it
                     // wrote: the next round rewrites it if nobody else uses the directory.
                     Ok(None) => {

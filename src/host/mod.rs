@@ -75,7 +75,8 @@ pub(crate) use record::escape_controls;
 pub use status::{HostStatus, QueueHead, SkippedFile, SlotStatus, status};
 
 use error::io_err;
-use layout::{agree_on_layout, fd_budget, fd_budget_counted};
+pub(crate) use layout::Want;
+use layout::{agree_on_layout, fd_budget, fd_budget_counted, peek, run_key};
 use lock::is_locked_at;
 use queue::{RECHECK, Waiting, Watch, head_liveness, wait_entries};
 use record::{RECORD_LEN, read_record, read_start};
@@ -146,13 +147,48 @@ impl HostSlots {
     /// first. The slots opened follow the directory's recorded layout, which is `wanted` unless
     /// another process using the directory set a different one (see [`HostSlots::layout`]).
     pub(crate) fn open(dir: &Path, wanted: Layout) -> Result<HostSlots, HostError> {
+        Ok(HostSlots::open_with(dir, |_| Want::Fixed(wanted))?.0)
+    }
+
+    /// Opens the slots of `dir` with the N `auto` chooses for run `run`: adopted from the
+    /// directory where a process of the run chose already, else `choose()` (called before
+    /// any lock is taken: it may probe the GPU). Returns the slots, and the layout this process
+    /// chose and wrote, if it did.
+    pub(crate) fn open_auto(
+        dir: &Path,
+        gpus: usize,
+        run: &str,
+        choose: impl FnOnce() -> usize,
+    ) -> Result<(HostSlots, Option<Layout>), HostError> {
+        let key = run_key(run);
+        let (host, chose) = HostSlots::open_with(dir, |recorded| match recorded {
+            Some((layout, Some(theirs))) if theirs == key => Want::Auto { layout, run },
+            _ => Want::Auto {
+                layout: Layout {
+                    per_gpu: choose(),
+                    gpus,
+                },
+                run,
+            },
+        })?;
+        let layout = host.layout;
+        Ok((host, chose.then_some(layout)))
+    }
+
+    fn open_with<'a>(
+        dir: &Path,
+        want: impl FnOnce(Option<(Layout, Option<String>)>) -> Want<'a>,
+    ) -> Result<(HostSlots, bool), HostError> {
         // Where the layout file is there already (a directory used before), opening it
         // read-write below tests what the write test would.
         let used_before = std::fs::symlink_metadata(dir.join("gpu0.layout"))
             .is_ok_and(|m| m.file_type().is_file());
         sys::prepare_dir_with(dir, !used_before).map_err(HostError::Directory)?;
         let shared = sys::is_shared_dir(dir);
-        let layout_wanted = std::cell::Cell::new(wanted);
+        let layout_wanted = std::cell::Cell::new(Layout {
+            per_gpu: 1,
+            gpus: 1,
+        });
         let open = |name: &str| -> Result<(PathBuf, File), HostError> {
             let path = dir.join(name);
             let file = match sys::open_lock_file(&path, shared) {
@@ -169,12 +205,15 @@ impl HostSlots {
             Ok((path, file))
         };
         let (layout_path, layout_file) = open("gpu0.layout")?;
+        let want = want(peek(&layout_file));
+        let wanted = want.layout();
+        layout_wanted.set(wanted);
         // The descriptor budget is checked before any slot file is made: a layout that cannot
         // be opened must leave nothing behind.
-        let layout = agree_on_layout(dir, &layout_path, &layout_file, wanted)?;
+        let (layout, chose) = agree_on_layout(dir, &layout_path, &layout_file, want)?;
         layout_wanted.set(layout);
         fd_budget(dir, layout)?;
-        if layout != wanted {
+        if layout != wanted && matches!(want, Want::Fixed(_)) {
             crate::notice::line(&format!(
                 "slot directory {} serves {layout} (set by a process using it now); this process \
                  asked for {wanted} and uses the directory's layout, so that the cap holds. Give \
@@ -194,7 +233,7 @@ impl HostSlots {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(HostSlots {
+        let host = HostSlots {
             dir: dir.to_path_buf(),
             layout,
             _layout_file: layout_file,
@@ -205,7 +244,8 @@ impl HostSlots {
             slots,
             acquire_lock: parking_lot::Mutex::new(Waiting::default()),
             warned_corrupt: AtomicBool::new(false),
-        })
+        };
+        Ok((host, chose))
     }
 
     pub(crate) fn dir(&self) -> &Path {

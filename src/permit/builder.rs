@@ -26,6 +26,8 @@ pub struct PoolBuilder {
     pub(super) trace: Option<PathBuf>,
     pub(super) memory_budget: Option<crate::config::MemoryBudget>,
     pub(super) probe_budget: bool,
+    /// `REALIZAR_GPU_TEST_CONCURRENCY=auto`: N is chosen for the run ([`crate::tune`]).
+    pub(super) auto: bool,
 }
 
 impl PoolBuilder {
@@ -122,7 +124,10 @@ impl PoolBuilder {
             None => None,
             Some(dir) => {
                 let dir = dir.path().map_err(HostError::Directory)?;
-                Some(HostSlots::open(&dir, wanted)?)
+                match self.auto.then(crate::runs::run_id).flatten() {
+                    Some(run) => Some(open_auto(&dir, self.gpus, run)?),
+                    None => Some(HostSlots::open(&dir, wanted)?),
+                }
             }
         };
         // Processes sharing a directory share its layout (see `host`).
@@ -179,6 +184,24 @@ impl PoolBuilder {
     }
 }
 
+/// Opens the slots of `dir` with the N `auto` chooses for run `run`, and says the choice when
+/// this process made it.
+fn open_auto(dir: &Path, gpus: usize, run: &str) -> Result<HostSlots, HostError> {
+    let mut choice = None;
+    let (host, chose) = HostSlots::open_auto(dir, gpus, run, || {
+        let c = crate::tune::choose_now(dir, gpus, Some(run));
+        let n = c.per_gpu;
+        choice = Some(c);
+        n
+    })?;
+    if let (Some(layout), Some(mut c)) = (chose, choice) {
+        // Another process wrote between the choice and the lock: what is in force is said.
+        c.per_gpu = layout.per_gpu;
+        crate::tune::announce(dir, run, gpus, &c);
+    }
+    Ok(host)
+}
+
 impl PermitPool {
     /// A builder with the defaults: N = 2, the default slot directory, a 10-minute deadline.
     pub fn builder() -> PoolBuilder {
@@ -191,6 +214,7 @@ impl PermitPool {
             trace: None,
             memory_budget: None,
             probe_budget: false,
+            auto: false,
         }
     }
 }

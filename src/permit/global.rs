@@ -65,6 +65,7 @@ impl PermitPool {
             b.hold_timeout = cfg.hold_timeout;
             b.memory_budget = cfg.gpu_memory;
             b.probe_budget = true;
+            b.auto = cfg.auto_concurrency;
             match b.clone().build() {
                 Ok(pool) => pool,
                 Err(e) => b.in_process_only().finish(None, Some(e), None),

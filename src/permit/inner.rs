@@ -239,7 +239,7 @@ impl PoolInner {
                     .map(|d| (d.run_hold, SystemTime::now()));
                 host.release(&slots);
                 if let Some((hold, at)) = recorded {
-                    crate::runs::released(host.dir(), hold, at);
+                    crate::runs::released(host.dir(), hold, at, used);
                 }
             }
             if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {

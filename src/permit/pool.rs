@@ -451,6 +451,7 @@ impl PermitPool {
                                     per_gpu: inner.per_gpu,
                                     gpus: inner.gpus,
                                     alone,
+                                    waited: start.elapsed(),
                                 },
                             );
                         }

@@ -201,6 +201,7 @@ impl HoldTimeout {
         );
         record.pid = Some(self.pid);
         record.units = Some(self.units);
+        record.run = crate::runs::run_id().map(str::to_string);
         crate::hangs::record_hang(dir, &record);
     }
 }

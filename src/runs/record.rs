@@ -13,6 +13,8 @@ pub enum RunRecord {
     Grant(GrantRecord),
     /// A permit granted before was returned.
     Release(ReleaseRecord),
+    /// `REALIZAR_GPU_TEST_CONCURRENCY=auto` chose the run's N (see [`tune`](crate::tune)).
+    Choice(ChoiceRecord),
 }
 
 impl RunRecord {
@@ -22,6 +24,7 @@ impl RunRecord {
             RunRecord::Skip(r) => &r.run,
             RunRecord::Grant(r) => &r.run,
             RunRecord::Release(r) => &r.run,
+            RunRecord::Choice(r) => &r.run,
         }
     }
 
@@ -31,6 +34,7 @@ impl RunRecord {
             RunRecord::Skip(r) => r.unix_us,
             RunRecord::Grant(r) => r.unix_us,
             RunRecord::Release(r) => r.unix_us,
+            RunRecord::Choice(r) => r.unix_us,
         }
     }
 }
@@ -89,6 +93,10 @@ pub struct GrantRecord {
     /// (`GPU_TEST_PERMIT_RETRY=alone`).
     #[serde(default)]
     pub alone: bool,
+    /// How long the request waited for its permit, microseconds (0 in records written before
+    /// waits were kept).
+    #[serde(default)]
+    pub waited_us: u64,
 }
 
 impl GrantRecord {
@@ -116,6 +124,31 @@ pub struct ReleaseRecord {
     pub hold: u64,
     /// How the test stood when it returned the permit.
     pub outcome: Outcome,
+    /// The most GPU memory its fixture measured it to use, bytes, where the fixture could
+    /// measure it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_used: Option<u64>,
+}
+
+/// The N that `REALIZAR_GPU_TEST_CONCURRENCY=auto` chose for a run, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ChoiceRecord {
+    /// The run id.
+    pub run: String,
+    /// When it was chosen, microseconds since the Unix epoch.
+    pub unix_us: u64,
+    /// The process that chose it.
+    pub pid: u32,
+    /// Permits per GPU chosen.
+    pub per_gpu: usize,
+    /// GPUs the permits span.
+    pub gpus: usize,
+    /// The GPUs and driver the choice was made for, as the probe saw them ("" where the
+    /// crate was built without a backend or the probe found no device).
+    pub gpu: String,
+    /// Why, in one line.
+    pub why: String,
 }
 
 /// How a test stood when its permit was returned.

@@ -112,6 +112,9 @@ pub struct RunSummary {
     pub span_us: Option<(u64, u64)>,
     /// Lines of the file that were not records of this run.
     pub unreadable: usize,
+    /// The N `REALIZAR_GPU_TEST_CONCURRENCY=auto` chose for the run, and why (the last
+    /// choice recorded).
+    pub choice: Option<super::record::ChoiceRecord>,
 }
 
 /// One permit's life, as the records tell it.
@@ -154,6 +157,10 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
                 continue;
             }
             RunRecord::Grant(g) => (key_of(&g.binary, &g.test), g.attempt, g.unix_us),
+            RunRecord::Choice(c) => {
+                s.choice = Some(c.clone());
+                continue;
+            }
             RunRecord::Skip(k) => {
                 let key = key_of(&k.binary, &k.test);
                 if !skips.contains_key(&key) {
@@ -378,6 +385,7 @@ mod tests {
             per_gpu: 2,
             gpus: 1,
             alone: exclusive,
+            waited_us: 0,
         })
     }
 
@@ -388,6 +396,7 @@ mod tests {
             pid,
             hold: 1,
             outcome,
+            memory_used: None,
         })
     }
 

@@ -53,6 +53,7 @@ pub fn casualties_in_trace(events: &[TraceEvent]) -> Vec<Casualty> {
             per_gpu: a.capacity / gpus,
             gpus,
             alone: false,
+            waited_us: 0,
         }));
         records.push(RunRecord::Release(ReleaseRecord {
             run: String::new(),
@@ -64,6 +65,7 @@ pub fn casualties_in_trace(events: &[TraceEvent]) -> Vec<Casualty> {
             } else {
                 Outcome::Passed
             },
+            memory_used: a.memory_used,
         }));
     }
     summarize(&RunRecords {

@@ -25,15 +25,24 @@ static COMMAND_OUTCOME: AtomicU64 = AtomicU64::new(0);
 const EXITED: u64 = 1 << 32;
 const SIGNALLED: u64 = 2 << 32;
 
-/// The run this process belongs to: nextest's `NEXTEST_RUN_ID`. Outside nextest nothing is
-/// recorded.
-fn run_id() -> Option<&'static str> {
-    Config::global()
+/// The run this process belongs to: nextest's `NEXTEST_RUN_ID`; outside nextest, with
+/// `REALIZAR_GPU_TEST_CONCURRENCY=auto`, the process itself (`p<pid>-<start, ms>`), whose
+/// records are what `auto` learns from. Otherwise nothing is recorded.
+pub(crate) fn run_id() -> Option<&'static str> {
+    let cfg = Config::global();
+    let nextest = cfg
         .nextest
-        .as_ref()?
-        .run_id
-        .as_deref()
-        .filter(|r| !r.is_empty())
+        .as_ref()
+        .and_then(|n| n.run_id.as_deref())
+        .filter(|r| !r.is_empty());
+    if nextest.is_some() || !cfg.auto_concurrency {
+        return nextest;
+    }
+    static PROCESS_RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    Some(
+        PROCESS_RUN
+            .get_or_init(|| format!("p{}-{}", std::process::id(), crate::clock::now_unix_ms())),
+    )
 }
 
 /// The test binary and the test, as nextest's JUnit report names them: `NEXTEST_BINARY_ID`
@@ -208,6 +217,8 @@ pub(crate) struct Granted {
     pub(crate) per_gpu: usize,
     pub(crate) gpus: usize,
     pub(crate) alone: bool,
+    /// How long the request waited for it.
+    pub(crate) waited: std::time::Duration,
 }
 
 /// Records a permit granted to the running test in slot directory `dir`, when it runs under
@@ -232,6 +243,7 @@ pub(crate) fn granted(dir: &Path, g: Granted) -> u64 {
         per_gpu: g.per_gpu,
         gpus: g.gpus,
         alone: g.alone,
+        waited_us: g.waited.as_micros().min(u128::from(u64::MAX)) as u64,
     });
     append(dir, &record);
     hold
@@ -239,7 +251,7 @@ pub(crate) fn granted(dir: &Path, g: Granted) -> u64 {
 
 /// Records the return of permit `hold` (from [`granted`]) at `at`: panicking, the test failed;
 /// under `gpu-test-permit run`, as its command ended.
-pub(crate) fn released(dir: &Path, hold: u64, at: std::time::SystemTime) {
+pub(crate) fn released(dir: &Path, hold: u64, at: std::time::SystemTime, memory_used: Option<u64>) {
     let Some(run) = run_id() else { return };
     let outcome = outcome_now();
     let record = RunRecord::Release(ReleaseRecord {
@@ -248,6 +260,7 @@ pub(crate) fn released(dir: &Path, hold: u64, at: std::time::SystemTime) {
         pid: std::process::id(),
         hold,
         outcome,
+        memory_used,
     });
     append(dir, &record);
     if !outcome.failed() && attempts().0 > 1 {

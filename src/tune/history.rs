@@ -1,0 +1,349 @@
+//! The host's run history: one JSON line per run in `gpu0.history` (the newest
+//! [`HISTORY_KEPT`]), and each test's reference hold time in `gpu0.tests` (the newest
+//! [`TESTS_KEPT`] tests), both in the slot directory's state directory. Each file is read and
+//! replaced whole under its own lock, in one write; a line that is not a record (cut short,
+//! written by another version or another program) is ignored and said once.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::measure::{RunMeasure, measure};
+use crate::sys;
+
+/// The file of the run history.
+pub(crate) const HISTORY_FILE: &str = "gpu0.history";
+/// The file of the tests' reference hold times.
+pub(crate) const TESTS_FILE: &str = "gpu0.tests";
+/// Runs kept in the history: the newest.
+pub const HISTORY_KEPT: usize = 50;
+/// Tests whose reference hold time is kept: those seen most recently.
+pub const TESTS_KEPT: usize = 4096;
+/// Version of a history line; lines of another version are ignored.
+const VERSION: u32 = 1;
+/// The most of a history file that is read.
+const READ_LIMIT: usize = 8 << 20;
+/// How long a reader or writer waits for a file's lock; a process stopped holding it delays
+/// nothing longer.
+const LOCK_PATIENCE: Duration = Duration::from_millis(500);
+
+/// One run as the history keeps it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct HistoryEntry {
+    /// Version of the line's format.
+    pub v: u32,
+    /// The run id (as its record file is named).
+    pub run: String,
+    /// When its first permit was asked for, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// Permits per GPU in force.
+    pub per_gpu: usize,
+    /// GPUs the permits spanned.
+    pub gpus: usize,
+    /// Whether `auto` chose its N.
+    pub auto: bool,
+    /// The GPUs and driver, as the probe saw them when `auto` chose ("" where unknown: a run
+    /// with a fixed N, or no backend).
+    pub gpu: String,
+    /// Permits returned.
+    pub holds: usize,
+    /// From the first request to the last release, microseconds.
+    pub span_us: u64,
+    /// Time at least one permit was held, microseconds.
+    pub busy_us: u64,
+    /// Units times the time they were held, microseconds.
+    pub unit_us: u64,
+    /// The tests' work: each hold counted as its test's reference time (the shortest mean
+    /// hold it had in a run on record), microseconds.
+    pub work_us: u64,
+    /// Time at least one request waited for a permit, microseconds.
+    pub queued_us: u64,
+    /// The most units held at once.
+    pub peak: usize,
+    /// Permits never returned (a process died holding one).
+    pub unreturned: usize,
+    /// Permits returned by a failing test.
+    pub failed: usize,
+    /// Tests that failed beside others and passed alone.
+    pub casualties: usize,
+    /// Why `auto` chose its N.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// Bytes of the record file measured (measured again when it grew).
+    pub source_len: u64,
+}
+
+impl HistoryEntry {
+    /// The work the GPU did per unit of busy time, in tests' worth of work at once: `N` when
+    /// every permit was busy and holds took their reference time, less where the GPU slowed
+    /// them down or permits sat idle.
+    pub fn effective(&self) -> f64 {
+        self.work_us as f64 / self.busy_us.max(1) as f64
+    }
+
+    /// Units held at once while the GPU was busy, on average.
+    pub fn concurrency(&self) -> f64 {
+        self.unit_us as f64 / self.busy_us.max(1) as f64
+    }
+
+    /// The share of busy time during which some request waited for a permit.
+    pub fn waited(&self) -> f64 {
+        (self.queued_us as f64 / self.busy_us.max(1) as f64).min(1.0)
+    }
+
+    /// No permit was lost and no test was a contention casualty.
+    pub fn clean(&self) -> bool {
+        self.unreturned == 0 && self.casualties == 0
+    }
+
+    /// Clean, and large enough to say something about its N: at least two holds per
+    /// permit, and busy for a millisecond.
+    pub fn measurable(&self) -> bool {
+        self.clean()
+            && self.holds >= 2 * self.per_gpu.saturating_mul(self.gpus)
+            && self.busy_us >= 1_000
+            && self.work_us > 0
+    }
+
+    /// The day it ran, `YYYY-MM-DD` (UTC).
+    pub fn date(&self) -> String {
+        crate::hangs::utc_date(self.unix_ms)
+    }
+}
+
+/// A test's reference hold time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct TestRef {
+    test: String,
+    /// The shortest mean hold it had in one run, microseconds.
+    us: u64,
+    /// When it was last seen, milliseconds since the Unix epoch.
+    seen: u64,
+    /// The most GPU memory its fixture measured, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    mem: Option<u64>,
+}
+
+static WARNED: AtomicBool = AtomicBool::new(false);
+
+/// Reads the JSON lines of `file`: the records that parse, and how many lines did not.
+fn read_lines<T: serde::de::DeserializeOwned>(file: &File) -> (Vec<T>, usize) {
+    let mut buf = vec![0u8; READ_LIMIT];
+    let Ok(n) = sys::read_at_start(file, &mut buf) else {
+        return (Vec::new(), 0);
+    };
+    buf.truncate(n);
+    let text = String::from_utf8_lossy(&buf);
+    let mut bad = 0;
+    let records = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| match serde_json::from_str::<T>(l) {
+            Ok(r) => Some(r),
+            Err(_) => {
+                bad += 1;
+                None
+            }
+        })
+        .collect();
+    (records, bad)
+}
+
+fn say_ignored(path: &Path, bad: usize) {
+    if bad > 0 && !WARNED.swap(true, Ordering::Relaxed) {
+        crate::notice::line(&format!(
+            "ignoring {bad} line(s) of {} that are not records of this version (cut short or \
+             written by something else); `gpu-test-permit history --forget` empties it",
+            path.display()
+        ));
+    }
+}
+
+/// Replaces the content of `file` with `lines`, one write.
+fn replace(file: &File, lines: &[String]) {
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    if sys::write_at(file, text.as_bytes(), 0).is_ok() {
+        let _ = file.set_len(text.len() as u64);
+    }
+}
+
+/// The open, locked file `name` of directory `dir`; `None` when it cannot be had (said once
+/// by the caller's notice, or not at all: the history is never a reason to fail a test).
+fn open_locked(dir: &Path, name: &str, create: bool) -> Option<File> {
+    let path = dir.join(name);
+    // Reading only, the file is opened read-only: its lock is the open file's all the same.
+    let file = if create {
+        sys::open_lock_file(&path, sys::is_shared_dir(dir)).ok()?
+    } else {
+        sys::open_regular_for_reading(&path).ok()?
+    };
+    sys::lock_within(&file, LOCK_PATIENCE).then_some(file)
+}
+
+/// The history of slot directory `dir` as recorded (without measuring new runs), oldest
+/// first.
+pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
+    let state = crate::hangs::record_dir(dir);
+    let Some(file) = open_locked(&state, HISTORY_FILE, false) else {
+        return Vec::new();
+    };
+    let (mut entries, bad): (Vec<HistoryEntry>, usize) = read_lines(&file);
+    say_ignored(&state.join(HISTORY_FILE), bad);
+    entries.retain(|e| e.v == VERSION);
+    entries.sort_by_key(|e| e.unix_ms);
+    entries
+}
+
+/// Measures the runs recorded in slot directory `dir` that the history lacks, or that grew
+/// since they were measured (all but run `current`, still going), and adds them to the
+/// history in its state directory. Returns the history, oldest first.
+pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEntry> {
+    let state = crate::hangs::record_dir(dir);
+    let Some(file) = open_locked(&state, HISTORY_FILE, true) else {
+        return read_history(dir);
+    };
+    let (entries, bad): (Vec<HistoryEntry>, usize) = read_lines(&file);
+    say_ignored(&state.join(HISTORY_FILE), bad);
+    let mut entries: Vec<HistoryEntry> = entries.into_iter().filter(|e| e.v == VERSION).collect();
+    let current_key = current.map(|r| {
+        crate::runs::file_name(r)
+            .trim_start_matches("gpu0.run.")
+            .to_string()
+    });
+    let mut fresh: Vec<(String, u64, RunMeasure)> = Vec::new();
+    for run in crate::runs::recorded_runs(dir) {
+        if Some(&run.run_id) == current_key.as_ref() {
+            continue;
+        }
+        let path = dir.join(format!("gpu0.run.{}", run.run_id));
+        let Ok(len) = std::fs::symlink_metadata(&path).map(|m| m.len()) else {
+            continue;
+        };
+        if entries
+            .iter()
+            .any(|e| e.run == run.run_id && e.source_len == len)
+        {
+            continue;
+        }
+        let Ok(Some(records)) = crate::runs::read_run(dir, &run.run_id) else {
+            continue;
+        };
+        if let Some(m) = measure(&records) {
+            fresh.push((run.run_id, len, m));
+        }
+    }
+    if fresh.is_empty() {
+        entries.sort_by_key(|e| e.unix_ms);
+        return entries;
+    }
+    let refs = update_refs(&state, &fresh);
+    for (run, len, m) in fresh {
+        let work_us = m
+            .tests
+            .iter()
+            .map(|(test, t)| {
+                let mean = t.hold_us / t.count.max(1);
+                let r = refs.get(test).copied().unwrap_or(mean).min(mean);
+                r.saturating_mul(t.count)
+            })
+            .sum();
+        let entry = HistoryEntry {
+            v: VERSION,
+            run: run.clone(),
+            unix_ms: m.start_ms,
+            per_gpu: m.per_gpu,
+            gpus: m.gpus,
+            auto: m.choice.is_some(),
+            gpu: m.choice.as_ref().map(|c| c.gpu.clone()).unwrap_or_default(),
+            holds: m.holds,
+            span_us: m.span_us,
+            busy_us: m.busy_us,
+            unit_us: m.unit_us,
+            work_us,
+            queued_us: m.queued_us,
+            peak: m.peak,
+            unreturned: m.unreturned,
+            failed: m.failed,
+            casualties: m.casualties,
+            why: m.choice.map(|c| c.why),
+            source_len: len,
+        };
+        entries.retain(|e| e.run != run);
+        entries.push(entry);
+    }
+    entries.sort_by_key(|e| e.unix_ms);
+    let start = entries.len().saturating_sub(HISTORY_KEPT);
+    let entries = entries.split_off(start);
+    let lines: Vec<String> = entries
+        .iter()
+        .filter_map(|e| serde_json::to_string(e).ok())
+        .collect();
+    replace(&file, &lines);
+    entries
+}
+
+/// Updates the tests' reference hold times with `fresh` runs; returns them.
+fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<String, u64> {
+    let file = open_locked(state, TESTS_FILE, true);
+    let (old, bad): (Vec<TestRef>, usize) = file.as_ref().map(read_lines).unwrap_or_default();
+    say_ignored(&state.join(TESTS_FILE), bad);
+    let mut refs: HashMap<String, TestRef> = old.into_iter().map(|r| (r.test.clone(), r)).collect();
+    for (_, _, m) in fresh {
+        for (test, t) in &m.tests {
+            let mean = t.hold_us / t.count.max(1);
+            let r = refs.entry(test.clone()).or_insert(TestRef {
+                test: test.clone(),
+                us: mean,
+                seen: m.start_ms,
+                mem: None,
+            });
+            r.us = r.us.min(mean);
+            r.seen = r.seen.max(m.start_ms);
+            if let Some(bytes) = t.memory_used {
+                r.mem = Some(r.mem.map_or(bytes, |b| b.max(bytes)));
+            }
+        }
+    }
+    let mut kept: Vec<TestRef> = refs.into_values().collect();
+    kept.sort_by(|a, b| b.seen.cmp(&a.seen).then_with(|| a.test.cmp(&b.test)));
+    kept.truncate(TESTS_KEPT);
+    if let Some(file) = &file {
+        let lines: Vec<String> = kept
+            .iter()
+            .filter_map(|r| serde_json::to_string(r).ok())
+            .collect();
+        replace(file, &lines);
+    }
+    kept.into_iter().map(|r| (r.test, r.us)).collect()
+}
+
+/// Forgets the run history of slot directory `dir` and its tests' reference times. Returns
+/// how many runs there were.
+///
+/// # Errors
+///
+/// A history file that exists but cannot be emptied (permissions, a lock held).
+pub fn forget_history(dir: &Path) -> std::io::Result<usize> {
+    let count = read_history(dir).len();
+    let state = crate::hangs::record_dir(dir);
+    for name in [HISTORY_FILE, TESTS_FILE] {
+        let path: PathBuf = state.join(name);
+        if std::fs::symlink_metadata(&path).is_err() {
+            continue;
+        }
+        let file = sys::open_lock_file(&path, sys::is_shared_dir(&state))?;
+        if !sys::lock_within(&file, Duration::from_secs(2)) {
+            return Err(std::io::Error::other(format!(
+                "{} is locked by another process",
+                path.display()
+            )));
+        }
+        file.set_len(0)?;
+    }
+    Ok(count)
+}

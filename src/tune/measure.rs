@@ -1,0 +1,161 @@
+//! What one run's records measure: how busy the GPU was, how much work it did in that time,
+//! and how long tests waited for permits.
+
+use std::collections::HashMap;
+
+use crate::runs::{ChoiceRecord, RunRecord, RunRecords};
+
+/// A wait shorter than this is no wait: taking a free permit across processes costs
+/// microseconds.
+const WAIT_FLOOR_US: u64 = 1_000;
+
+/// One test's holds in a run: how many, and their time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TestHolds {
+    pub(crate) count: u64,
+    pub(crate) hold_us: u64,
+    /// The most memory its fixture measured, bytes.
+    pub(crate) memory_used: Option<u64>,
+}
+
+/// What a run's records measure (see the [module docs](super)).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct RunMeasure {
+    /// When its first permit was asked for, milliseconds since the Unix epoch.
+    pub(crate) start_ms: u64,
+    /// The layout most of its permits were granted under.
+    pub(crate) per_gpu: usize,
+    pub(crate) gpus: usize,
+    /// Permits returned (the holds measured).
+    pub(crate) holds: usize,
+    /// From the first request to the last release.
+    pub(crate) span_us: u64,
+    /// Time at least one permit was held.
+    pub(crate) busy_us: u64,
+    /// Units times the time they were held.
+    pub(crate) unit_us: u64,
+    /// Time at least one request waited (for 1 ms or more).
+    pub(crate) queued_us: u64,
+    /// The most units held at once.
+    pub(crate) peak: usize,
+    /// Permits never returned: their process died holding them.
+    pub(crate) unreturned: usize,
+    /// Permits returned by a failing test.
+    pub(crate) failed: usize,
+    /// Tests that failed beside others and passed alone.
+    pub(crate) casualties: usize,
+    /// Holds by test (binary and name).
+    pub(crate) tests: HashMap<String, TestHolds>,
+    /// The choice `auto` recorded for the run.
+    pub(crate) choice: Option<ChoiceRecord>,
+}
+
+/// Measures `run`: `None` when it granted no permit.
+pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
+    let mut releases: HashMap<(u32, u64), &crate::runs::ReleaseRecord> = HashMap::new();
+    let mut choice = None;
+    for r in &run.records {
+        match r {
+            RunRecord::Release(rel) => {
+                releases.entry((rel.pid, rel.hold)).or_insert(rel);
+            }
+            RunRecord::Choice(c) => choice = Some(c.clone()),
+            _ => {}
+        }
+    }
+    let mut m = RunMeasure {
+        choice,
+        ..RunMeasure::default()
+    };
+    let mut layouts: HashMap<(usize, usize), usize> = HashMap::new();
+    // (time, +units / -units) for holds, (time, +1 / -1) for waits.
+    let mut held: Vec<(u64, i64)> = Vec::new();
+    let mut waits: Vec<(u64, i64)> = Vec::new();
+    let mut first = u64::MAX;
+    let mut last = 0u64;
+    for r in &run.records {
+        let RunRecord::Grant(g) = r else { continue };
+        *layouts.entry((g.per_gpu, g.gpus)).or_default() += 1;
+        let asked = g.unix_us.saturating_sub(g.waited_us);
+        first = first.min(asked);
+        if g.waited_us >= WAIT_FLOOR_US {
+            waits.push((asked, 1));
+            waits.push((g.unix_us, -1));
+        }
+        let Some(rel) = releases.get(&(g.pid, g.hold)) else {
+            m.unreturned += 1;
+            continue;
+        };
+        let end = rel.unix_us.max(g.unix_us);
+        last = last.max(end);
+        let units = g.units_taken().max(1);
+        held.push((g.unix_us, units as i64));
+        held.push((end, -(units as i64)));
+        m.holds += 1;
+        m.unit_us = m
+            .unit_us
+            .saturating_add((end - g.unix_us).saturating_mul(units as u64));
+        if rel.outcome.failed() {
+            m.failed += 1;
+        }
+        let t = m
+            .tests
+            .entry(format!("{}::{}", g.binary, g.test))
+            .or_insert(TestHolds {
+                count: 0,
+                hold_us: 0,
+                memory_used: None,
+            });
+        t.count += 1;
+        t.hold_us = t.hold_us.saturating_add(end - g.unix_us);
+        if let Some(bytes) = rel.memory_used {
+            t.memory_used = Some(t.memory_used.map_or(bytes, |b| b.max(bytes)));
+        }
+    }
+    if first == u64::MAX {
+        return None;
+    }
+    let ((per_gpu, gpus), _) = layouts
+        .into_iter()
+        .max_by_key(|(layout, count)| (*count, *layout))?;
+    m.per_gpu = per_gpu;
+    m.gpus = gpus;
+    m.start_ms = first / 1000;
+    m.span_us = last.saturating_sub(first);
+    let (busy, peak) = sweep(&mut held);
+    m.busy_us = busy;
+    m.peak = peak;
+    m.queued_us = sweep(&mut waits).0;
+    m.casualties = crate::runs::summarize(run).casualties.len();
+    Some(m)
+}
+
+/// The time the running sum of `events` is above zero, and its largest value.
+fn sweep(events: &mut [(u64, i64)]) -> (u64, usize) {
+    // Ends before starts at the same moment: a permit handed on is not two at once.
+    events.sort_unstable();
+    let (mut level, mut peak, mut covered, mut since) = (0i64, 0i64, 0u64, 0u64);
+    for &(at, step) in events.iter() {
+        if level > 0 {
+            covered += at - since;
+        }
+        level += step;
+        peak = peak.max(level);
+        since = at;
+    }
+    (covered, peak.max(0) as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sweep_counts_covered_time_once_and_handovers_as_one() {
+        let mut e = vec![(0, 1), (10, -1), (5, 1), (20, -1), (20, 1), (30, -1)];
+        assert_eq!(sweep(&mut e), (30, 2));
+        let mut gap = vec![(0, 1), (10, -1), (15, 2), (25, -2)];
+        assert_eq!(sweep(&mut gap), (20, 2));
+        assert_eq!(sweep(&mut []), (0, 0));
+    }
+}
