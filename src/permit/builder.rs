@@ -120,12 +120,17 @@ impl PoolBuilder {
             per_gpu: self.concurrency,
             gpus: self.gpus,
         };
+        let mut chosen = None;
         let host = match &self.slot_dir {
             None => None,
             Some(dir) => {
                 let dir = dir.path().map_err(HostError::Directory)?;
                 match self.auto.then(crate::runs::run_id).flatten() {
-                    Some(run) => Some(open_auto(&dir, self.gpus, run)?),
+                    Some(run) => {
+                        let (host, choice) = open_auto(&dir, self.gpus, run)?;
+                        chosen = choice;
+                        Some(host)
+                    }
                     None => Some(HostSlots::open(&dir, wanted)?),
                 }
             }
@@ -135,7 +140,15 @@ impl PoolBuilder {
             self.concurrency = layout.per_gpu;
             self.gpus = layout.gpus;
         }
-        Ok(self.finish(host, None, None))
+        let pool = self.finish(host, None, None);
+        if let (Some(choice), Some(tracer)) = (chosen, &pool.inner().tracer) {
+            tracer.write(&crate::trace::TraceEvent::auto(
+                &choice.to_string(),
+                choice.per_gpu,
+                pool.gpus(),
+            ));
+        }
+        Ok(pool)
     }
 
     pub(super) fn finish(
@@ -185,8 +198,12 @@ impl PoolBuilder {
 }
 
 /// Opens the slots of `dir` with the N `auto` chooses for run `run`, and says the choice when
-/// this process made it.
-fn open_auto(dir: &Path, gpus: usize, run: &str) -> Result<HostSlots, HostError> {
+/// this process made it (and returns it, for the trace).
+fn open_auto(
+    dir: &Path,
+    gpus: usize,
+    run: &str,
+) -> Result<(HostSlots, Option<crate::tune::Choice>), HostError> {
     let mut choice = None;
     let (host, chose) = HostSlots::open_auto(dir, gpus, run, || {
         let c = crate::tune::choose_now(dir, gpus, Some(run));
@@ -194,12 +211,14 @@ fn open_auto(dir: &Path, gpus: usize, run: &str) -> Result<HostSlots, HostError>
         choice = Some(c);
         n
     })?;
-    if let (Some(layout), Some(mut c)) = (chose, choice) {
-        // Another process wrote between the choice and the lock: what is in force is said.
-        c.per_gpu = layout.per_gpu;
-        crate::tune::announce(dir, run, gpus, &c);
+    match (chose, choice) {
+        (Some(layout), Some(mut c)) => {
+            c.per_gpu = layout.per_gpu;
+            crate::tune::announce(dir, run, gpus, &c);
+            Ok((host, Some(c)))
+        }
+        _ => Ok((host, None)),
     }
-    Ok(host)
 }
 
 impl PermitPool {

@@ -74,6 +74,27 @@ pub struct TraceArgs {
 }
 
 impl TraceEvent {
+    /// The instant event that records `auto`'s choice of `per_gpu` x `gpus` permits, said in
+    /// `line`.
+    pub(crate) fn auto(line: &str, per_gpu: usize, gpus: usize) -> TraceEvent {
+        TraceEvent {
+            name: "auto".into(),
+            cat: "gpu-test-permit".into(),
+            ph: "i".into(),
+            ts: crate::clock::unix_micros(std::time::SystemTime::now()),
+            dur: 0,
+            pid: std::process::id(),
+            tid: crate::sys::thread_number(),
+            args: TraceArgs {
+                test: line.to_string(),
+                capacity: per_gpu.saturating_mul(gpus),
+                units: 1,
+                gpus,
+                ..TraceArgs::default()
+            },
+        }
+    }
+
     /// When it ended, microseconds since the Unix epoch (saturating: an event [`read_trace`]
     /// accepts never overflows).
     pub(super) fn end(&self) -> u64 {

@@ -22,6 +22,9 @@ pub struct TraceFile {
     pub events: Vec<TraceEvent>,
     /// The lines that held no usable event (or not only usable ones), in order.
     pub skipped: Vec<SkippedLine>,
+    /// The choices of `REALIZAR_GPU_TEST_CONCURRENCY=auto` (instant events named `auto`,
+    /// their `test` the line that says the N chosen and why), kept apart from the spans.
+    pub choices: Vec<TraceEvent>,
 }
 
 /// A line of a trace file that [`read_trace`] could not use, or not all of.
@@ -85,6 +88,11 @@ pub fn read_trace(path: &Path) -> io::Result<TraceFile> {
             });
         }
     }
+    let (choices, spans) = std::mem::take(&mut out.events)
+        .into_iter()
+        .partition(|e| e.name == "auto");
+    out.events = spans;
+    out.choices = choices;
     Ok(out)
 }
 

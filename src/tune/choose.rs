@@ -185,18 +185,9 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
             ),
         );
     }
-    let limited_by = || {
-        let mut s = String::new();
-        if let Some(why) = &limit_why {
-            s.push_str("; ");
-            s.push_str(why);
-        }
-        if limit == ceiling {
-            s.push_str(&format!("; ceiling {ceiling}"));
-        } else {
-            s.push_str(&format!("; at most {limit} (ceiling {ceiling})"));
-        }
-        s
+    let limited_by = || match &limit_why {
+        Some(why) => format!("; {why}; ceiling {ceiling}"),
+        None => format!("; ceiling {ceiling}"),
     };
 
     let mut by_n: BTreeMap<usize, Vec<&HistoryEntry>> = BTreeMap::new();
@@ -267,16 +258,26 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
     let measured: String = stats
         .iter()
         .rev()
-        .map(|(n, s)| {
-            format!(
-                "{} run(s) at N = {n} did {:.2} tests' work at once, waited {:.0}% of the time",
-                s.runs,
-                s.effective,
-                s.waited * 100.0
-            )
+        .enumerate()
+        .map(|(i, (n, s))| {
+            if i == 0 {
+                format!(
+                    "{} run(s) at {n} did {:.2} tests' work at once (waited {:.0}% of the time)",
+                    s.runs,
+                    s.effective,
+                    s.waited * 100.0
+                )
+            } else {
+                format!(
+                    "{} at {n} did {:.2} ({:.0}%)",
+                    s.runs,
+                    s.effective,
+                    s.waited * 100.0
+                )
+            }
         })
         .collect::<Vec<_>>()
-        .join("; ");
+        .join(", ");
 
     // One step up: only from the frontier, while tests wait for permits, the throughput kept
     // growing and the model predicts a gain worth a run.
@@ -292,7 +293,7 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
             per_gpu: next,
             step: Step::Explore,
             why: format!(
-                "exploring: {measured}; N = {next} predicted {:+.0}%{}",
+                "exploring, N = {next} predicted {:+.0}%: {measured}{}",
                 gain * 100.0,
                 limited_by()
             ),
@@ -300,13 +301,13 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
         };
     }
     let reason = if next > limit {
-        "the largest N allowed is measured".to_string()
+        format!("N = {next} not allowed")
     } else if !frontier {
         format!("N = {top} was no faster")
     } else if !growing {
         format!("the throughput stopped growing at N = {top}")
     } else if top_at.waited < CAP_LIMITS {
-        format!("tests at N = {top} seldom waited for permits, so the cap does not limit the run")
+        format!("tests seldom waited for permits at N = {top}")
     } else {
         format!(
             "N = {next} predicted {:+.0}%, not worth a run",
@@ -317,7 +318,7 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
         per_gpu: settle,
         step: Step::Settle,
         why: format!(
-            "settled: {measured}; {reason}; the smallest N within {:.0}% of the fastest{}",
+            "settled on the smallest N within {:.0}% of the fastest, {reason}: {measured}{}",
             WITHIN * 100.0,
             limited_by()
         ),

@@ -19,6 +19,8 @@ use crate::sys;
 pub(crate) const HISTORY_FILE: &str = "gpu0.history";
 /// The file of the tests' reference hold times.
 pub(crate) const TESTS_FILE: &str = "gpu0.tests";
+/// When the history was last forgotten: runs that began before are not measured again.
+const SINCE_FILE: &str = "gpu0.history-since";
 /// Runs kept in the history: the newest.
 pub const HISTORY_KEPT: usize = 50;
 /// Tests whose reference hold time is kept: those seen most recently.
@@ -215,6 +217,15 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
             .trim_start_matches("gpu0.run.")
             .to_string()
     });
+    // Never through a link, nor from a FIFO planted at the name.
+    let since: u64 = sys::open_regular_for_reading(&state.join(SINCE_FILE))
+        .ok()
+        .and_then(|f| {
+            let mut buf = [0u8; 32];
+            let n = sys::read_at_start(&f, &mut buf).ok()?;
+            std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
+        })
+        .unwrap_or(0);
     let mut fresh: Vec<(String, u64, RunMeasure)> = Vec::new();
     for run in crate::runs::recorded_runs(dir) {
         if Some(&run.run_id) == current_key.as_ref() {
@@ -233,7 +244,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
         let Ok(Some(records)) = crate::runs::read_run(dir, &run.run_id) else {
             continue;
         };
-        if let Some(m) = measure(&records) {
+        if let Some(m) = measure(&records).filter(|m| m.start_ms >= since) {
             fresh.push((run.run_id, len, m));
         }
     }
@@ -322,8 +333,8 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
     kept.into_iter().map(|r| (r.test, r.us)).collect()
 }
 
-/// Forgets the run history of slot directory `dir` and its tests' reference times. Returns
-/// how many runs there were.
+/// Forgets the run history of slot directory `dir` and its tests' reference times; the runs
+/// recorded so far are not measured again. Returns how many runs there were.
 ///
 /// # Errors
 ///
@@ -345,5 +356,11 @@ pub fn forget_history(dir: &Path) -> std::io::Result<usize> {
         }
         file.set_len(0)?;
     }
+    sys::prepare_dir(&state).map_err(std::io::Error::other)?;
+    let since = state.join(SINCE_FILE);
+    let file = sys::open_lock_file(&since, sys::is_shared_dir(&state))?;
+    let text = format!("{}\n", crate::clock::now_unix_ms());
+    sys::write_at(&file, text.as_bytes(), 0)?;
+    file.set_len(text.len() as u64)?;
     Ok(count)
 }

@@ -29,6 +29,7 @@ mod stub;
 mod third_party;
 mod trace;
 mod truth;
+mod tune;
 mod util;
 mod weighted;
 mod weighted_processes;

@@ -15,6 +15,7 @@
  *   flood         cuInit writes to stdout and stderr without end (a chatty driver)
  *   helper-segv   cuInit starts a helper process that inherits stdout and stderr and keeps
  *                 them open (it ends itself after 30 s), then dereferences null (SIGSEGV)
+ * CUDA_PROBE_STUB_DRIVER, when set, is the driver version cuDriverGetVersion reports (12080).
  * CUDA_PROBE_STUB_COUNT, when set, names a file that gets one line per cuInit call, so tests
  * can count how many probes really reached the driver; helper-segv adds a line with the
  * helper's pid.
@@ -118,7 +119,8 @@ CUresult cuInit(unsigned int flags) {
 }
 
 CUresult cuDriverGetVersion(int *version) {
-    *version = 12080;
+    const char *v = getenv("CUDA_PROBE_STUB_DRIVER");
+    *version = v ? atoi(v) : 12080;
     return 0;
 }
 

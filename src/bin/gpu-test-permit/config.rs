@@ -16,8 +16,17 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
             .map_or_else(|| "off".to_string(), |p| p.display().to_string())
     };
     use gpu_test_permit::config as c;
+    let concurrency = if cfg.auto_concurrency {
+        match cfg.slot_dir_path() {
+            Ok(dir) => format!("auto; a run starting now: {}", auto_now(&cfg, &dir)),
+            Err(_) => "auto (no usable slot directory: the seed, 2)".to_string(),
+        }
+    } else {
+        cfg.concurrency.to_string()
+    };
     let rows = [
-        (c::CONCURRENCY_VAR, cfg.concurrency.to_string()),
+        (c::CONCURRENCY_VAR, concurrency),
+        (c::MAX_CONCURRENCY_VAR, cfg.max_concurrency.to_string()),
         (
             c::GPUS_VAR,
             cfg.gpus.map_or_else(|| "auto".into(), |g| g.to_string()),
@@ -88,7 +97,7 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
     ];
     println!("configuration from this environment:");
     for (var, value) in rows {
-        println!("  {var:<31} {value}");
+        println!("  {var:<32} {value}");
     }
     if cfg.warnings.is_empty() {
         println!("warnings: none");
@@ -121,4 +130,14 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
         Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `auto` would choose for a run starting now in slot directory `dir`, in one line.
+pub(crate) fn auto_now(cfg: &Config, dir: &std::path::Path) -> String {
+    let gpus = cfg.gpus.map(|g| g.get()).unwrap_or_else(|| {
+        gpu_test_permit::tune::read_history(dir)
+            .last()
+            .map_or(1, |e| e.gpus)
+    });
+    gpu_test_permit::tune::choose_now(dir, gpus, None).to_string()
 }

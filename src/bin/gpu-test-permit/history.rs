@@ -1,5 +1,6 @@
-//! `history`: what this host remembers of N — the hangs and contention casualties recorded for
-//! the slot directory, in its state directory — and, with `--forget`, forgetting it.
+//! `history`: what this host remembers of N — the runs `auto` learns from, and the hangs and
+//! contention casualties recorded for the slot directory, in its state directory — and, with
+//! `--forget`, forgetting it.
 
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -7,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gpu_test_permit::config::Config;
 use gpu_test_permit::hangs::{advice, forget_hangs, recorded_hangs};
 use gpu_test_permit::runs::{forget_casualties, recorded_casualties};
+use gpu_test_permit::tune::{HISTORY_KEPT, forget_history, read_history};
 
 use crate::args::Args;
 use crate::report::{printable, printable_path};
@@ -21,6 +23,40 @@ pub(crate) fn history(args: &Args) -> Result<ExitCode, String> {
         printable_path(&dir),
         printable_path(&state)
     );
+    // Measures the runs recorded since (what `auto` does at the start of a run).
+    let auto = crate::config::auto_now(cfg, &dir);
+    let runs = read_history(&dir);
+    println!(
+        "\nruns (the newest {HISTORY_KEPT}; effective = tests' work done at once, waited = share \
+         of busy time some test waited for a permit): {}",
+        runs.len()
+    );
+    if !runs.is_empty() {
+        println!(
+            "  {:<10}  {:>3}  {:<4}  {:>6}  {:>8}  {:>9}  {:>6}  {:>4}  {:>4}  gpu",
+            "date", "N", "how", "holds", "busy s", "effective", "waited", "peak", "lost"
+        );
+    }
+    for e in &runs {
+        println!(
+            "  {:<10}  {:>3}  {:<4}  {:>6}  {:>8.1}  {:>9.2}  {:>5.0}%  {:>4}  {:>4}  {}",
+            e.date(),
+            e.per_gpu,
+            if e.auto { "auto" } else { "set" },
+            e.holds,
+            e.busy_us as f64 / 1e6,
+            e.effective(),
+            e.waited() * 100.0,
+            e.peak,
+            e.unreturned,
+            if e.gpu.is_empty() {
+                "?".to_string()
+            } else {
+                printable(&e.gpu)
+            }
+        );
+    }
+    println!("\nREALIZAR_GPU_TEST_CONCURRENCY=auto now: {auto}");
     let hangs = recorded_hangs(&dir);
     let casualties = recorded_casualties(&dir);
     println!(
@@ -78,9 +114,12 @@ pub(crate) fn history(args: &Args) -> Result<ExitCode, String> {
             forget_hangs(&dir).map_err(|e| format!("cannot forget the hangs: {e}"))?;
         let forgot_casualties =
             forget_casualties(&dir).map_err(|e| format!("cannot forget the casualties: {e}"))?;
+        let forgot_runs =
+            forget_history(&dir).map_err(|e| format!("cannot forget the runs: {e}"))?;
         println!(
-            "\nforgot {forgot_hangs} hang{} and {forgot_casualties} casualt{}: every N may be \
-             advised again",
+            "\nforgot {forgot_runs} run{}, {forgot_hangs} hang{} and {forgot_casualties} \
+             casualt{}: every N may be advised and chosen again",
+            if forgot_runs == 1 { "" } else { "s" },
             if forgot_hangs == 1 { "" } else { "s" },
             if forgot_casualties == 1 { "y" } else { "ies" }
         );

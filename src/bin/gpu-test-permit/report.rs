@@ -210,6 +210,12 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
     let file = printable_path(path);
     let read = read_trace(path).map_err(|e| format!("cannot read {file}: {e}"))?;
     print_skipped(path, &read.skipped);
+    for c in &read.choices {
+        println!(
+            "REALIZAR_GPU_TEST_CONCURRENCY=auto chose {}",
+            printable(&c.args.test)
+        );
+    }
     let all = read.events;
     // Runs at several N appended to one file: the summary is of the last, the model is
     // fitted from all of them (each test seen at several concurrencies).

@@ -101,6 +101,14 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
             plural(s.peak_units, "unit", "units")
         );
     }
+    if let Some(c) = &s.choice {
+        let _ = writeln!(
+            out,
+            "chosen by REALIZAR_GPU_TEST_CONCURRENCY=auto: N = {} ({})",
+            c.per_gpu,
+            printable(&c.why)
+        );
+    }
     if s.unreadable > 0 {
         let _ = writeln!(
             out,

@@ -1,0 +1,328 @@
+//! `REALIZAR_GPU_TEST_CONCURRENCY=auto` against a simulated GPU whose throughput saturates at
+//! three tests at once and which wedges (every test on it hangs) when four hold it: runs of
+//! real test processes, as nextest starts them, one after another with one state directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpu_test_permit::runs::{RunRecord, read_run};
+
+use crate::util::{clear_permit_env, tempdir};
+
+const SIM: &str = "TUNE_SIM_DIR";
+const THREADS: &str = "TUNE_SIM_THREADS";
+/// A simulated test's work alone: its hold takes this long with up to three holders.
+const WORK: Duration = Duration::from_millis(150);
+const TICK: Duration = Duration::from_millis(5);
+/// The GPU's throughput saturates here: with k holders, a hold takes `WORK x max(1, k / 3)`.
+const SATURATION: usize = 3;
+/// This many holders at once wedge the simulated driver.
+const WEDGE: usize = 4;
+/// Tests in a simulated run, and how many of them run at once (nextest's test threads).
+const TESTS: usize = 18;
+const TEST_THREADS: usize = 8;
+
+/// Holders alive now: files `<pid>.<n>` in `holders` whose process lives.
+fn holders_now(holders: &Path) -> usize {
+    std::fs::read_dir(holders)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let pid = name.split('.').next().unwrap_or_default().to_string();
+                    Path::new("/proc").join(pid).exists()
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// One simulated GPU test: holds a permit while it does `WORK` at the simulated GPU's speed,
+/// and hangs (until the hold deadline aborts it) once the GPU wedges.
+fn simulated_test(sim: &Path) {
+    let permit = gpu_test_permit::acquire();
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let holders = sim.join("holders");
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mine = holders.join(format!("{}.{n}", std::process::id()));
+    std::fs::write(&mine, b"").unwrap();
+    let mut done = Duration::ZERO;
+    while done < WORK {
+        let k = holders_now(&holders).max(1);
+        if k >= WEDGE || sim.join("wedged").exists() {
+            std::fs::write(sim.join("wedged"), b"").unwrap();
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        std::thread::sleep(TICK);
+        done += TICK.mul_f64(SATURATION as f64 / k.max(SATURATION) as f64);
+    }
+    let _ = std::fs::remove_file(&mine);
+    drop(permit);
+}
+
+#[test]
+#[ignore = "a child of the tests in this module"]
+fn tune_sim_child() {
+    let sim = PathBuf::from(std::env::var_os(SIM).expect("started by a tune test"));
+    match std::env::var(THREADS)
+        .ok()
+        .and_then(|t| t.parse::<usize>().ok())
+    {
+        // A cargo-test-like run: the simulated tests on threads of one process.
+        Some(threads) => std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| simulated_test(&sim));
+            }
+        }),
+        None => simulated_test(&sim),
+    }
+}
+
+/// A simulated GPU, the slot and state directories it is run with, and the stand-in driver's
+/// version (which is the GPU's identity, where the crate is built with `cuda`).
+struct Host {
+    _tmp: tempfile::TempDir,
+    sim: PathBuf,
+    slots: PathBuf,
+    state: PathBuf,
+    driver: u32,
+}
+
+/// One simulated run.
+struct Run {
+    id: String,
+    wall: Duration,
+    n: usize,
+    hung: bool,
+    why: String,
+}
+
+impl Host {
+    fn new() -> Host {
+        let tmp = tempdir();
+        let sim = tmp.path().join("sim");
+        std::fs::create_dir_all(sim.join("holders")).unwrap();
+        Host {
+            slots: tmp.path().join("slots"),
+            state: tmp.path().join("state"),
+            sim,
+            _tmp: tmp,
+            driver: 12080,
+        }
+    }
+
+    fn child(&self, run: Option<&str>, test: usize, threads: Option<usize>) -> Child {
+        let mut c = Command::new(std::env::current_exe().unwrap());
+        clear_permit_env(&mut c);
+        c.args(["--exact", "tune::tune_sim_child", "--include-ignored"])
+            .args(["--nocapture", "--test-threads", "1"])
+            .env(SIM, &self.sim)
+            .env("REALIZAR_GPU_TEST_CONCURRENCY", "auto")
+            .env("GPU_TEST_PERMIT_MAX_CONCURRENCY", "8")
+            .env("GPU_TEST_PERMIT_HOLD_TIMEOUT", "1500ms")
+            .env("GPU_TEST_PERMIT_DIR", &self.slots)
+            .env("GPU_TEST_PERMIT_STATE", &self.state)
+            .env("GPU_TEST_PERMIT_GPUS", "1")
+            .env("GPU_TEST_PERMIT_REQUIRE", "none")
+            .env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
+            .env("CUDA_PROBE_STUB_DRIVER", self.driver.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(run) = run {
+            c.env("NEXTEST_RUN_ID", run)
+                .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+                .env("NEXTEST_BINARY_ID", "sim")
+                .env("NEXTEST_TEST_NAME", format!("sim_{test:02}"));
+        }
+        if let Some(t) = threads {
+            c.env(THREADS, t.to_string());
+        }
+        c.spawn().unwrap()
+    }
+
+    /// A nextest-like run: `TESTS` test processes, `TEST_THREADS` at a time; like nextest's
+    /// fail-fast, no test starts after one failed.
+    fn nextest_run(&self, index: usize) -> Run {
+        let id = format!("00000000-0000-4000-8000-{:012}", index);
+        let _ = std::fs::remove_file(self.sim.join("wedged"));
+        let start = Instant::now();
+        let mut running: Vec<Child> = Vec::new();
+        let mut next = 0;
+        let mut failed = false;
+        while next < TESTS || !running.is_empty() {
+            while !failed && next < TESTS && running.len() < TEST_THREADS {
+                running.push(self.child(Some(&id), next, None));
+                next += 1;
+            }
+            if failed && next < TESTS {
+                next = TESTS;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            running.retain_mut(|c| match c.try_wait().unwrap() {
+                None => true,
+                Some(status) => {
+                    failed |= !status.success();
+                    false
+                }
+            });
+        }
+        let wall = start.elapsed();
+        self.finish(id, wall, failed)
+    }
+
+    /// A cargo-test-like run: one process, `TESTS` threads; its run id is its own.
+    fn cargo_test_run(&self) -> Run {
+        let _ = std::fs::remove_file(self.sim.join("wedged"));
+        let start = Instant::now();
+        let out = self.child(None, 0, Some(TESTS)).wait_with_output().unwrap();
+        let wall = start.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let id = gpu_test_permit::runs::recorded_runs(&self.slots)
+            .pop()
+            .expect("the run is recorded")
+            .run_id;
+        assert!(stderr.contains("gpu-test-permit: N = "), "{stderr}");
+        self.finish(id, wall, !out.status.success())
+    }
+
+    fn finish(&self, id: String, wall: Duration, failed: bool) -> Run {
+        let records = read_run(&self.slots, &id).unwrap().expect("records");
+        let (choices, why): (Vec<usize>, Vec<String>) = records
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                RunRecord::Choice(c) => Some((c.per_gpu, format!("[{}] {}", c.gpu, c.why))),
+                _ => None,
+            })
+            .unzip();
+        assert_eq!(choices.len(), 1, "one choice per run: {choices:?}");
+        let grants: Vec<usize> = records
+            .records
+            .iter()
+            .filter_map(|r| match r {
+                RunRecord::Grant(g) => Some(g.per_gpu),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            grants.iter().all(|&n| n == choices[0]),
+            "every process of run {id} adopted N = {}: {grants:?}",
+            choices[0]
+        );
+        let hung = self.sim.join("wedged").exists();
+        assert_eq!(
+            hung, failed,
+            "run {id}: a test failed without the GPU wedging"
+        );
+        Run {
+            id,
+            wall,
+            n: choices[0],
+            hung,
+            why: why[0].clone(),
+        }
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn auto_settles_at_the_fastest_n_that_never_hung_and_reexplores_after_a_driver_change() {
+    let mut host = Host::new();
+    let runs: Vec<Run> = (0..10).map(|i| host.nextest_run(i)).collect();
+    let ns: Vec<usize> = runs.iter().map(|r| r.n).collect();
+    let hung: Vec<usize> = runs.iter().filter(|r| r.hung).map(|r| r.n).collect();
+    let report = || {
+        runs.iter()
+            .map(|r| {
+                format!(
+                    "{}: N={} hung={} {:?}: {}",
+                    r.id, r.n, r.hung, r.wall, r.why
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    // Settled at 3 within six runs, and stays there.
+    let settled = ns
+        .iter()
+        .position(|&n| n == 3 && ns.iter().rev().take(4).all(|&m| m == 3));
+    assert!(
+        settled.is_some_and(|i| i < 6) && ns[6..].iter().all(|&n| n == 3),
+        "{ns:?}\n{}",
+        report()
+    );
+    // At most one run hung: the one that found 4; none after it.
+    assert!(
+        hung.len() <= 1 && hung.iter().all(|&n| n == WEDGE),
+        "{}",
+        report()
+    );
+    if let Some(i) = runs.iter().position(|r| r.hung) {
+        assert!(
+            runs[i + 1..].iter().all(|r| !r.hung && r.n < WEDGE),
+            "{}",
+            report()
+        );
+    }
+    // The learned N is faster than 2.
+    let at_2 = median(runs.iter().filter(|r| r.n == 2).map(|r| r.wall).collect());
+    let at_3 = median(runs[6..].iter().map(|r| r.wall).collect());
+    let speedup = at_2.as_secs_f64() / at_3.as_secs_f64();
+    assert!(
+        speedup >= 1.3,
+        "N = 3 is only {speedup:.2}x as fast as N = 2\n{}",
+        report()
+    );
+    println!("{}\nspeedup {speedup:.2}", report());
+    // The history says the same.
+    let history = read_history_of(&host);
+    assert!(history.iter().any(|e| e.per_gpu == 2 && e.measurable()));
+    assert!(history.iter().any(|e| e.per_gpu == WEDGE && !e.clean()));
+
+    // A driver update (the stand-in driver reports another version): where the crate can see
+    // it, auto starts again from 3 — not 2, not 4 — and steps up once more.
+    if cfg!(feature = "cuda") {
+        host.driver = 12090;
+        let after: Vec<Run> = (10..14).map(|i| host.nextest_run(i)).collect();
+        let ns: Vec<usize> = after.iter().map(|r| r.n).collect();
+        let whys: Vec<&str> = after.iter().map(|r| r.why.as_str()).collect();
+        println!("after the driver change: {whys:#?}");
+        assert_eq!(ns[0], 3, "{ns:?} {whys:#?}");
+        assert_eq!(
+            ns[1], WEDGE,
+            "{ns:?}: one step up after a driver change {whys:#?}"
+        );
+        assert!(ns[2..].iter().all(|&n| n == 3), "{ns:?} {whys:#?}");
+    }
+}
+
+fn read_history_of(host: &Host) -> Vec<gpu_test_permit::tune::HistoryEntry> {
+    // The history belongs to the slot directory's state directory, which the children were
+    // told through GPU_TEST_PERMIT_STATE; read the file as they wrote it.
+    let text = std::fs::read_to_string(host.state.join("gpu0.history")).unwrap_or_default();
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn under_cargo_test_each_process_is_a_run_and_learns_from_the_last() {
+    let host = Host::new();
+    let first = host.cargo_test_run();
+    assert_eq!(first.n, 2, "no history: the seed");
+    let second = host.cargo_test_run();
+    assert_eq!(
+        second.n, 3,
+        "tests waited at 2 and the model predicts a gain"
+    );
+    assert!(!first.hung && !second.hung);
+}
