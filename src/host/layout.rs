@@ -70,8 +70,9 @@ struct LayoutRecord {
 pub(crate) enum Want<'a> {
     /// A fixed N: written where nobody uses the directory, adopted otherwise.
     Fixed(Layout),
-    /// `auto`'s choice for run `run`: written where nobody uses the directory and no
-    /// process of the run has written one; adopted otherwise.
+    /// `auto`'s choice for the run whose key (a safe file name of at most 100 bytes) is
+    /// `run`: written where nobody uses the directory and no process of the run has written
+    /// one; adopted otherwise.
     Auto { layout: Layout, run: &'a str },
 }
 
@@ -133,14 +134,6 @@ impl Layout {
     }
 }
 
-/// The run key a layout record keeps for run `run`: its record file's name without the
-/// prefix (safe, at most 100 bytes).
-pub(crate) fn run_key(run: &str) -> String {
-    crate::runs::file_name(run)
-        .trim_start_matches("gpu0.run.")
-        .to_string()
-}
-
 /// The layout recorded in `file` and its run, read without its lock (a hint: `agree_on_layout`
 /// decides).
 pub(super) fn peek(file: &File) -> Option<(Layout, Option<String>)> {
@@ -162,7 +155,7 @@ pub(super) fn agree_on_layout(
     let give_up = Instant::now() + LAYOUT_WAIT;
     let mut pause = Duration::from_millis(1);
     let wanted = want.layout();
-    let run = want.run().map(run_key);
+    let run = want.run().map(str::to_string);
     let mut chose = false;
     loop {
         match file.try_lock() {

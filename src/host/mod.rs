@@ -76,7 +76,7 @@ pub use status::{HostStatus, QueueHead, SkippedFile, SlotStatus, status};
 
 use error::io_err;
 pub(crate) use layout::Want;
-use layout::{agree_on_layout, fd_budget, fd_budget_counted, peek, run_key};
+use layout::{agree_on_layout, fd_budget, fd_budget_counted, peek};
 use lock::is_locked_at;
 use queue::{RECHECK, Waiting, Watch, head_liveness, wait_entries};
 use record::{RECORD_LEN, read_record, read_start};
@@ -150,19 +150,18 @@ impl HostSlots {
         Ok(HostSlots::open_with(dir, |_| Want::Fixed(wanted))?.0)
     }
 
-    /// Opens the slots of `dir` with the N `auto` chooses for run `run`: adopted from the
-    /// directory where a process of the run chose already, else `choose()` (called before
-    /// any lock is taken: it may probe the GPU). Returns the slots, and the layout this process
-    /// chose and wrote, if it did.
+    /// Opens the slots of `dir` with the N `auto` chooses for the run whose key (a safe file
+    /// name, at most 100 bytes) is `run`: adopted from the directory where a process of the
+    /// run chose already, else `choose()` (called before any lock is taken: it may probe the
+    /// GPU). Returns the slots, and the layout this process chose and wrote, if it did.
     pub(crate) fn open_auto(
         dir: &Path,
         gpus: usize,
         run: &str,
         choose: impl FnOnce() -> usize,
     ) -> Result<(HostSlots, Option<Layout>), HostError> {
-        let key = run_key(run);
         let (host, chose) = HostSlots::open_with(dir, |recorded| match recorded {
-            Some((layout, Some(theirs))) if theirs == key => Want::Auto { layout, run },
+            Some((layout, Some(theirs))) if theirs == run => Want::Auto { layout, run },
             _ => Want::Auto {
                 layout: Layout {
                     per_gpu: choose(),

@@ -70,6 +70,13 @@ use std::path::Path;
 pub use choose::{CAP_LIMITS, Choice, Inputs, SEED, Step, WITHIN, WORTH_A_RUN, choose};
 pub use history::{HISTORY_KEPT, HistoryEntry, TESTS_KEPT, forget_history, read_history};
 
+/// The history of slot directory `dir`, oldest first, with the runs recorded since it was
+/// last brought up to date measured and added (as the first process of a run does before it
+/// chooses).
+pub fn measured_history(dir: &Path) -> Vec<HistoryEntry> {
+    history::update_history(dir, None)
+}
+
 use crate::config::Config;
 
 /// The GPUs and driver the probe sees, in one line: CUDA's devices (with feature `cuda`),

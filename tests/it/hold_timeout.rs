@@ -344,7 +344,7 @@ fn a_hang_is_recorded_in_the_state_directory_and_outlives_the_slot_directory() {
     );
     let forgot = history(&["--forget"]);
     assert!(
-        forgot.contains("forgot 1 hang and 0 casualties"),
+        forgot.contains("forgot 0 runs, 1 hang and 0 casualties"),
         "{forgot}"
     );
     assert!(history(&[]).contains("hangs (permits held past GPU_TEST_PERMIT_HOLD_TIMEOUT): 0"));

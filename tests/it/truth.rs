@@ -207,7 +207,7 @@ fn a_nextest_run_with_retries_records_its_skips_and_names_its_contention_casualt
         .output()
         .unwrap();
     assert!(
-        text(&out).contains("forgot 0 hangs and 2 casualties"),
+        text(&out).contains("1 run, 0 hangs and 2 casualties"),
         "{}",
         text(&out)
     );

@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gpu_test_permit::config::Config;
 use gpu_test_permit::hangs::{advice, forget_hangs, recorded_hangs};
 use gpu_test_permit::runs::{forget_casualties, recorded_casualties};
-use gpu_test_permit::tune::{HISTORY_KEPT, forget_history, read_history};
+use gpu_test_permit::tune::{HISTORY_KEPT, forget_history, measured_history};
 
 use crate::args::Args;
 use crate::report::{printable, printable_path};
@@ -24,8 +24,7 @@ pub(crate) fn history(args: &Args) -> Result<ExitCode, String> {
         printable_path(&state)
     );
     // Measures the runs recorded since (what `auto` does at the start of a run).
-    let auto = crate::config::auto_now(cfg, &dir);
-    let runs = read_history(&dir);
+    let runs = measured_history(&dir);
     println!(
         "\nruns (the newest {HISTORY_KEPT}; effective = tests' work done at once, waited = share \
          of busy time some test waited for a permit): {}",
@@ -56,7 +55,17 @@ pub(crate) fn history(args: &Args) -> Result<ExitCode, String> {
             }
         );
     }
-    println!("\nREALIZAR_GPU_TEST_CONCURRENCY=auto now: {auto}");
+    if cfg.auto_concurrency {
+        println!(
+            "\nREALIZAR_GPU_TEST_CONCURRENCY=auto: a run starting now gets {}",
+            crate::config::auto_now(cfg, &dir)
+        );
+    } else {
+        println!(
+            "\nREALIZAR_GPU_TEST_CONCURRENCY={}: set it to `auto` to let this history choose N",
+            cfg.concurrency
+        );
+    }
     let hangs = recorded_hangs(&dir);
     let casualties = recorded_casualties(&dir);
     println!(

@@ -12,8 +12,26 @@ use crate::args::Args;
 pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
     use gpu_test_permit::nextest;
     let cfg = Config::global();
-    let per_gpu = cfg.concurrency.get();
     let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
+    let mut auto = String::new();
+    let per_gpu = match cfg.slot_dir_path() {
+        Ok(dir) if cfg.auto_concurrency => {
+            let choice = gpu_test_permit::tune::choose_now(&dir, gpus, None);
+            auto = format!(
+                "# REALIZAR_GPU_TEST_CONCURRENCY=auto: sized for the N a run starting now gets,\n\
+                 # {}.\n\
+                 # The permits cap each run at the N it chooses, whatever the group's size. A\n\
+                 # group smaller than that N keeps tests from waiting for permits, so auto never\n\
+                 # sees the cap limit a run and does not step above the group; to let it explore\n\
+                 # up to GPU_TEST_PERMIT_MAX_CONCURRENCY ({}), size the group to that (tests past\n\
+                 # the chosen N then wait in their processes), and print this again once settled.\n",
+                choice.to_string().replace('\n', " "),
+                cfg.max_concurrency
+            );
+            choice.per_gpu
+        }
+        _ => cfg.concurrency.get(),
+    };
     let n = per_gpu.saturating_mul(gpus);
     let text = match (args.flag("--runner"), args.flag("--wrapper")) {
         (true, true) => return Err(args.error("give --runner or --wrapper, not both")),
@@ -22,7 +40,7 @@ pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
         (false, true) => nextest::wrapper_snippet(n) + &weights_snippet(per_gpu, true),
         (false, false) => nextest::group_snippet(n) + &weights_snippet(per_gpu, false),
     };
-    print!("{text}");
+    print!("{auto}{text}");
     Ok(ExitCode::SUCCESS)
 }
 
