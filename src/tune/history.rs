@@ -191,9 +191,13 @@ fn open_locked(dir: &Path, name: &str, create: bool) -> Option<File> {
 /// first.
 pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
     let state = crate::hangs::record_dir(dir);
-    let Some(file) = open_locked(&state, HISTORY_FILE, false) else {
+    let Ok(file) = sys::open_regular_for_reading(&state.join(HISTORY_FILE)) else {
         return Vec::new();
     };
+    // A writer replaces the file in one write; one stopped holding the lock must not make
+    // the history forgotten, so past the patience it is read without (lines cut short are
+    // ignored).
+    let _locked = sys::lock_within(&file, LOCK_PATIENCE);
     let (mut entries, bad): (Vec<HistoryEntry>, usize) = read_lines(&file);
     say_ignored(&state.join(HISTORY_FILE), bad);
     entries.retain(|e| e.v == VERSION);

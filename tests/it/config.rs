@@ -10,6 +10,51 @@ fn with(var: &str, value: impl Into<OsString>) -> Config {
     Config::from_lookup(|name| (name == var).then(|| value.clone()))
 }
 
+#[test]
+fn auto_and_its_ceiling() {
+    use gpu_test_permit::config::MAX_CONCURRENCY_VAR;
+    let both = |n: &str, max: &str| {
+        let (n, max) = (OsString::from(n), OsString::from(max));
+        Config::from_lookup(|name| match name {
+            CONCURRENCY_VAR => Some(n.clone()),
+            MAX_CONCURRENCY_VAR => Some(max.clone()),
+            _ => None,
+        })
+    };
+    for raw in ["auto", " AUTO ", "Auto"] {
+        let c = with(CONCURRENCY_VAR, raw);
+        assert!(c.auto_concurrency, "{raw:?}");
+        assert_eq!((c.concurrency.get(), c.max_concurrency.get()), (2, 4));
+        assert!(c.warnings.is_empty(), "{raw:?}");
+    }
+    // The seed never exceeds the ceiling; a number is never auto.
+    let c = both("auto", "1");
+    assert_eq!((c.concurrency.get(), c.max_concurrency.get()), (1, 1));
+    let c = both("3", "8");
+    assert!(!c.auto_concurrency);
+    assert_eq!((c.concurrency.get(), c.max_concurrency.get()), (3, 8));
+    // A bad ceiling falls back to the default one, said once.
+    for (raw, problem) in [
+        ("0", "must be at least 1"),
+        ("eight", "is not a whole number"),
+        ("auto", "is not a whole number"),
+    ] {
+        let c = both("auto", raw);
+        assert_eq!(c.max_concurrency.get(), 4, "{raw}");
+        assert_eq!(
+            c.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+            [format!(
+                "GPU_TEST_PERMIT_MAX_CONCURRENCY='{raw}' {problem}; using 4"
+            )]
+        );
+    }
+    // A near miss of `auto` is not auto.
+    let c = with(CONCURRENCY_VAR, "atuo");
+    assert!(!c.auto_concurrency);
+    assert_eq!(c.concurrency.get(), 2);
+    assert_eq!(c.warnings.len(), 1);
+}
+
 #[cfg(unix)]
 fn non_utf8() -> OsString {
     use std::os::unix::ffi::OsStringExt;

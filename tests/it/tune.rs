@@ -213,6 +213,14 @@ impl Host {
             choices[0]
         );
         let hung = self.sim.join("wedged").exists();
+        // (A hung run's aborted holders never returned their permits: the records cannot say
+        // when their slots came free.)
+        let peak = gpu_test_permit::runs::summarize(&records).peak_units;
+        assert!(
+            hung || peak <= choices[0],
+            "run {id}: {peak} units held at once under N = {}",
+            choices[0]
+        );
         assert_eq!(
             hung, failed,
             "run {id}: a test failed without the GPU wedging"
@@ -325,4 +333,93 @@ fn under_cargo_test_each_process_is_a_run_and_learns_from_the_last() {
         "tests waited at 2 and the model predicts a gain"
     );
     assert!(!first.hung && !second.hung);
+}
+
+/// A cargo-test-like run of `host` whose stderr is returned; it must end within 30 s.
+fn run_within(host: &Host) -> (Run, String) {
+    let start = Instant::now();
+    let mut child = host.child(None, 0, Some(4));
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "the run hangs");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    use std::io::Read;
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(status.success(), "{stderr}");
+    let id = gpu_test_permit::runs::recorded_runs(&host.slots)
+        .pop()
+        .expect("the run is recorded")
+        .run_id;
+    (host.finish(id, start.elapsed(), false), stderr)
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_corrupt_history_is_ignored_with_one_line_and_rewritten() {
+    let host = Host::new();
+    std::fs::create_dir_all(&host.state).unwrap();
+    let history = host.state.join("gpu0.history");
+    std::fs::write(
+        &history,
+        "not json\n{\"v\":99,\"run\":\"future\"}\n{\"v\":1,\"run\":\"cut",
+    )
+    .unwrap();
+    std::fs::write(host.state.join("gpu0.tests"), "\u{0}\u{1}garbage\n").unwrap();
+    let (first, stderr) = run_within(&host);
+    assert_eq!(first.n, 2, "{stderr}");
+    let said: Vec<&str> = stderr.lines().filter(|l| l.contains("ignoring")).collect();
+    assert!(
+        said.len() == 1 && said[0].contains("gpu0.history") && said[0].contains("--forget"),
+        "{stderr}"
+    );
+    // The next run measures the first and rewrites the history with records alone.
+    let (_, stderr) = run_within(&host);
+    assert!(stderr.contains("ignoring"), "{stderr}");
+    let (_, stderr) = run_within(&host);
+    assert!(
+        !stderr.contains("ignoring"),
+        "the history was rewritten: {stderr}"
+    );
+    let text = std::fs::read_to_string(&history).unwrap();
+    assert!(text.lines().all(|l| l.starts_with("{\"v\":1,")), "{text}");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_fifo_or_a_held_lock_on_the_history_holds_up_no_run() {
+    use std::os::unix::ffi::OsStrExt;
+    let host = Host::new();
+    std::fs::create_dir_all(&host.state).unwrap();
+    let history = host.state.join("gpu0.history");
+    let path = std::ffi::CString::new(history.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid, NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let (run, _) = run_within(&host);
+    assert_eq!(run.n, 2);
+    std::fs::remove_file(&history).unwrap();
+    // The run before is measured now: its tests waited, so one step up.
+    let (run, _) = run_within(&host);
+    assert_eq!(run.n, 3);
+    let held = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&history)
+        .unwrap();
+    held.lock().unwrap();
+    let start = Instant::now();
+    let (run, stderr) = run_within(&host);
+    // The history is read without its lock (the run at 3 is not measured into it, so 3 is
+    // tried again), soon.
+    assert_eq!(run.n, 3, "{stderr}");
+    assert!(start.elapsed() < Duration::from_secs(20));
+    drop(held);
 }
