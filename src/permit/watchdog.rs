@@ -256,6 +256,7 @@ fn run() {
                     late.diagnosis()
                 ));
                 late.record();
+                crate::runs::flush();
                 std::process::abort();
             }
             // Check a few times per deadline, at most once a second.

@@ -58,6 +58,11 @@ pub(crate) fn current_test() -> (String, String) {
 }
 
 fn binary_from_exe() -> String {
+    static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BINARY.get_or_init(binary_from_exe_now).clone()
+}
+
+fn binary_from_exe_now() -> String {
     let Some(stem) = std::env::current_exe()
         .ok()
         .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
@@ -94,8 +99,68 @@ fn attempts() -> (u32, u32) {
     (attempt, total)
 }
 
-/// Appends `record` to the run's file in `dir`.
+/// Records of a process that is a run of its own (`auto` outside nextest), kept until it
+/// exits (or [`PENDING_MOST`] are kept, or a hold deadline aborts it): nobody else writes to
+/// its file, so the acquire path pays a push instead of a locked write.
+static PENDING: parking_lot::Mutex<Vec<(PathBuf, RunRecord)>> = parking_lot::Mutex::new(Vec::new());
+/// Records kept before they are written.
+const PENDING_MOST: usize = 512;
+
+/// Whether this process is a run of its own: `auto` outside nextest.
+fn own_run() -> bool {
+    let cfg = Config::global();
+    cfg.auto_concurrency
+        && cfg
+            .nextest
+            .as_ref()
+            .and_then(|n| n.run_id.as_deref())
+            .is_none_or(str::is_empty)
+}
+
+/// Appends `record` to the run's file in `dir` (for a process that is a run of its own, when
+/// it exits: see [`flush`]).
 pub(crate) fn append(dir: &Path, record: &RunRecord) {
+    if own_run() {
+        let full = {
+            let mut pending = PENDING.lock();
+            if pending.capacity() == 0 {
+                flush_at_exit();
+            }
+            pending.push((dir.to_path_buf(), record.clone()));
+            pending.len() >= PENDING_MOST
+        };
+        if full {
+            flush();
+        }
+        return;
+    }
+    write_now(dir, record);
+}
+
+/// Writes the records kept by [`append`] (at exit, and before a hold deadline aborts the
+/// process).
+pub(crate) fn flush() {
+    let pending = std::mem::take(&mut *PENDING.lock());
+    for (dir, record) in &pending {
+        write_now(dir, record);
+    }
+}
+
+fn flush_at_exit() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        unsafe extern "C" {
+            safe fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
+        }
+        extern "C" fn at_exit() {
+            // After `main`; nothing here may unwind into C.
+            let _ = std::panic::catch_unwind(flush);
+        }
+        atexit(at_exit);
+    });
+}
+
+fn write_now(dir: &Path, record: &RunRecord) {
     let Ok(mut line) = serde_json::to_string(record) else {
         return;
     };
