@@ -150,10 +150,16 @@ pub fn current_test_name() -> String {
     }
     match std::thread::current().name() {
         Some(name) if name != "main" => name.to_string(),
-        _ => std::env::current_exe()
-            .ok()
-            .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| "?".into()),
+        _ => {
+            static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+            EXE.get_or_init(|| {
+                std::env::current_exe()
+                    .ok()
+                    .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
+                    .unwrap_or_else(|| "?".into())
+            })
+            .clone()
+        }
     }
 }
 

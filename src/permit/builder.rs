@@ -31,6 +31,17 @@ pub struct PoolBuilder {
 }
 
 impl PoolBuilder {
+    /// N chosen by `auto` for this process's run, as `REALIZAR_GPU_TEST_CONCURRENCY=auto`
+    /// chooses it for the global pool (for benchmarks; the run is the process's own unless
+    /// it runs under nextest, and `auto` must be configured for the process to have one).
+    #[doc(hidden)]
+    pub fn auto_concurrency(mut self) -> Self {
+        self.auto = true;
+        self
+    }
+}
+
+impl PoolBuilder {
     /// Permits per GPU (at least 1); on a one-GPU pool, per host.
     ///
     /// # Panics
@@ -192,6 +203,12 @@ impl PoolBuilder {
                 budget_source: self.memory_budget,
                 budget: OnceLock::new(),
                 probe_budget: self.probe_budget,
+                records: self.auto
+                    || crate::config::Config::global()
+                        .nextest
+                        .as_ref()
+                        .and_then(|n| n.run_id.as_deref())
+                        .is_some_and(|r| !r.is_empty()),
             }))),
         }
     }

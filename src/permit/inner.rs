@@ -39,6 +39,9 @@ pub(super) struct PoolInner {
     pub(super) budget: OnceLock<Option<Budget>>,
     /// Without a configured budget, ask the probe (the global pool only).
     pub(super) probe_budget: bool,
+    /// Whether grants and releases go to the run records: under nextest, and in a pool whose
+    /// N `auto` chose (outside nextest its process is a run of its own).
+    pub(super) records: bool,
 }
 
 const _: () = {

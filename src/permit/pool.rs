@@ -442,7 +442,7 @@ impl PermitPool {
                     Ok(got) => {
                         slots = got;
                         d.since_wall = SystemTime::now();
-                        if inner.inherited.is_none() {
+                        if inner.inherited.is_none() && inner.records {
                             d.run_hold = crate::runs::granted(
                                 host.dir(),
                                 crate::runs::Granted {

@@ -102,7 +102,8 @@ fn attempts() -> (u32, u32) {
 /// Records of a process that is a run of its own (`auto` outside nextest), kept until it
 /// exits (or [`PENDING_MOST`] are kept, or a hold deadline aborts it): nobody else writes to
 /// its file, so the acquire path pays a push instead of a locked write.
-static PENDING: parking_lot::Mutex<Vec<(PathBuf, RunRecord)>> = parking_lot::Mutex::new(Vec::new());
+static PENDING: parking_lot::Mutex<Vec<(PathBuf, Vec<RunRecord>)>> =
+    parking_lot::Mutex::new(Vec::new());
 /// Records kept before they are written.
 const PENDING_MOST: usize = 512;
 
@@ -119,30 +120,46 @@ fn own_run() -> bool {
 
 /// Appends `record` to the run's file in `dir` (for a process that is a run of its own, when
 /// it exits: see [`flush`]).
-pub(crate) fn append(dir: &Path, record: &RunRecord) {
+pub(crate) fn append(dir: &Path, record: RunRecord) {
     if own_run() {
         let full = {
             let mut pending = PENDING.lock();
             if pending.capacity() == 0 {
                 flush_at_exit();
             }
-            pending.push((dir.to_path_buf(), record.clone()));
-            pending.len() >= PENDING_MOST
+            match pending.last_mut() {
+                Some((d, records)) if d == dir => records.push(record),
+                _ => pending.push((dir.to_path_buf(), vec![record])),
+            }
+            pending.iter().map(|(_, r)| r.len()).sum::<usize>() >= PENDING_MOST
         };
         if full {
             flush();
         }
         return;
     }
-    write_now(dir, record);
+    let Ok(mut line) = serde_json::to_string(&record) else {
+        return;
+    };
+    line.push('\n');
+    write_now(dir, record.run(), &line);
 }
 
 /// Writes the records kept by [`append`] (at exit, and before a hold deadline aborts the
-/// process).
+/// process): one write per directory.
 pub(crate) fn flush() {
     let pending = std::mem::take(&mut *PENDING.lock());
-    for (dir, record) in &pending {
-        write_now(dir, record);
+    for (dir, records) in &pending {
+        let mut text = String::new();
+        for r in records {
+            if let Ok(line) = serde_json::to_string(r) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+        if let Some(first) = records.first() {
+            write_now(dir, first.run(), &text);
+        }
     }
 }
 
@@ -160,15 +177,13 @@ fn flush_at_exit() {
     });
 }
 
-fn write_now(dir: &Path, record: &RunRecord) {
-    let Ok(mut line) = serde_json::to_string(record) else {
-        return;
-    };
-    line.push('\n');
+/// Appends `lines` (whole lines) to run `run`'s file in `dir` in one write.
+fn write_now(dir: &Path, run: &str, lines: &str) {
+    let line = lines;
     let mut open = OPEN.lock();
     let index = match open.iter().position(|(d, _)| d == dir) {
         Some(i) => i,
-        None => match open_run_file(dir, record.run()) {
+        None => match open_run_file(dir, run) {
             Ok(file) => {
                 open.push((dir.to_path_buf(), file));
                 open.len() - 1
@@ -271,7 +286,7 @@ pub(crate) fn record_skip(backend: &str, reason: &str) {
         backend: backend.to_string(),
         reason: cut(reason.to_string()),
     });
-    append(&dir, &record);
+    append(&dir, record);
 }
 
 /// What a permit's grant records: see [`granted`].
@@ -310,7 +325,7 @@ pub(crate) fn granted(dir: &Path, g: Granted) -> u64 {
         alone: g.alone,
         waited_us: g.waited.as_micros().min(u128::from(u64::MAX)) as u64,
     });
-    append(dir, &record);
+    append(dir, record);
     hold
 }
 
@@ -327,7 +342,7 @@ pub(crate) fn released(dir: &Path, hold: u64, at: std::time::SystemTime, memory_
         outcome,
         memory_used,
     });
-    append(dir, &record);
+    append(dir, record);
     if !outcome.failed() && attempts().0 > 1 {
         super::casualty::after_passing_retry(dir, run, hold);
     }

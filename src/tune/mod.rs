@@ -138,7 +138,7 @@ pub(crate) fn announce(dir: &Path, run: &str, gpus: usize, choice: &Choice) {
     crate::notice::line(&choice.to_string());
     crate::runs::append(
         dir,
-        &crate::runs::RunRecord::Choice(crate::runs::ChoiceRecord {
+        crate::runs::RunRecord::Choice(crate::runs::ChoiceRecord {
             run: run.to_string(),
             unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
             pid: std::process::id(),
