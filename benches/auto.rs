@@ -1,9 +1,11 @@
 //! What `REALIZAR_GPU_TEST_CONCURRENCY=auto` costs, each beside the same with a fixed N:
 //!
 //! - `choose`: the choice itself from a full history (50 runs, a hang, at N = 2 to 4).
-//! - `layout`: a process's first permit pool on a slot directory nobody uses: opening it with a
-//!   fixed N, against choosing N first (the history brought up to date and read, the hang and
-//!   casualty records read, the choice written into the layout and the run's records).
+//! - `layout`: a process's first permit pool on a new slot directory: opening it with a fixed
+//!   N, against choosing N first (the history brought up to date and read, the hang and
+//!   casualty records read, the choice written into the layout and the run's records); and
+//!   `choose_now`, that part alone (creating the slot files dominates the rest, and how long
+//!   that takes varies with the file system).
 //! - `acquire`: an uncontended acquire + release of a host-wide permit afterwards, in a pool of
 //!   a fixed N and in one whose N `auto` chose (whose grants and releases go to the run's
 //!   records, kept until the process exits).
@@ -79,6 +81,13 @@ fn layout(c: &mut Criterion) {
             },
             BatchSize::SmallInput,
         )
+    });
+    // What `auto` adds to it, alone: the history brought up to date and read, the hang and
+    // casualty records read, the choice made.
+    let used = fresh_dir(root.path());
+    std::fs::create_dir_all(&used).unwrap();
+    g.bench_function("choose_now", |b| {
+        b.iter(|| gpu_test_permit::tune::choose_now(&used, 1, None))
     });
     g.bench_function("auto", |b| {
         b.iter_batched(
