@@ -191,7 +191,10 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
     };
 
     let mut by_n: BTreeMap<usize, Vec<&HistoryEntry>> = BTreeMap::new();
-    for e in mine.iter().filter(|e| e.measurable() && e.per_gpu <= limit) {
+    for e in mine
+        .iter()
+        .filter(|e| e.measurable() && (1..=limit).contains(&e.per_gpu))
+    {
         by_n.entry(e.per_gpu).or_default().push(e);
     }
     let stats: BTreeMap<usize, AtN> = by_n
@@ -211,10 +214,9 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
     if stats.is_empty() {
         // Nothing measured on this GPU: the last N that ran clean on this host with another
         // GPU or driver, else the seed.
-        let elsewhere = history
-            .iter()
-            .rev()
-            .find(|e| e.gpu != gpu && e.gpus == gpus && e.measurable() && trusted(e.unix_ms));
+        let elsewhere = history.iter().rev().find(|e| {
+            e.gpu != gpu && e.gpus == gpus && e.per_gpu >= 1 && e.measurable() && trusted(e.unix_ms)
+        });
         return match elsewhere {
             Some(e) => {
                 let n = e.per_gpu.min(limit);
@@ -384,7 +386,7 @@ mod tests {
             holds: 24,
             span_us: busy,
             busy_us: busy,
-            unit_us: busy * n as u64,
+            unit_us: busy.saturating_mul(n as u64),
             work_us: (effective * busy as f64) as u64,
             queued_us: (waited * busy as f64) as u64,
             peak: n,
@@ -535,6 +537,31 @@ mod tests {
             now_ms: 2 * DAY,
         });
         assert_eq!(c.per_gpu, 3, "{c}");
+    }
+
+    #[test]
+    fn forged_entries_choose_nothing_out_of_range() {
+        let mut zero = entry("z", 0, 5.0, 0.9, "", DAY);
+        zero.holds = 100;
+        let mut huge = entry("h", usize::MAX, 1e9, 1.0, "", DAY);
+        huge.holds = usize::MAX;
+        let mut idle = entry("i", 2, 0.0, 0.0, "", DAY);
+        idle.busy_us = 0;
+        idle.work_us = u64::MAX;
+        let mut other = entry("o", 0, 5.0, 0.9, "x", DAY);
+        other.holds = 100;
+        for history in [vec![zero], vec![huge], vec![idle], vec![other]] {
+            let c = choose(&Inputs {
+                history: &history,
+                hangs: &[],
+                casualties: &[],
+                gpu: "",
+                gpus: 1,
+                ceiling: 8,
+                now_ms: 2 * DAY,
+            });
+            assert!((1..=8).contains(&c.per_gpu), "{c}");
+        }
     }
 
     #[test]

@@ -29,6 +29,9 @@ pub const TESTS_KEPT: usize = 4096;
 const VERSION: u32 = 1;
 /// The most of a history file that is read.
 const READ_LIMIT: usize = 8 << 20;
+/// Run files larger than this are not measured (a run of 20,000 tests writes about 10 MiB; a
+/// larger file is a runaway loop, and reading it would hold up the run that measures it).
+const MEASURE_LIMIT: u64 = 64 << 20;
 /// How long a reader or writer waits for a file's lock; a process stopped holding it delays
 /// nothing longer.
 const LOCK_PATIENCE: Duration = Duration::from_millis(500);
@@ -107,7 +110,7 @@ impl HistoryEntry {
     /// permit, and busy for a millisecond.
     pub fn measurable(&self) -> bool {
         self.clean()
-            && self.holds >= 2 * self.per_gpu.saturating_mul(self.gpus)
+            && self.holds >= self.per_gpu.saturating_mul(self.gpus).saturating_mul(2)
             && self.busy_us >= 1_000
             && self.work_us > 0
     }
@@ -239,9 +242,10 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
         let Ok(len) = std::fs::symlink_metadata(&path).map(|m| m.len()) else {
             continue;
         };
-        if entries
-            .iter()
-            .any(|e| e.run == run.run_id && e.source_len == len)
+        if len > MEASURE_LIMIT
+            || entries
+                .iter()
+                .any(|e| e.run == run.run_id && e.source_len == len)
         {
             continue;
         }

@@ -88,7 +88,10 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
         };
         let end = rel.unix_us.max(g.unix_us);
         last = last.max(end);
-        let units = g.units_taken().max(1);
+        // No pool has more units than this; a record that says otherwise is clamped.
+        let units = g
+            .units_taken()
+            .clamp(1, crate::config::MAX_CONCURRENCY * 1024);
         held.push((g.unix_us, units as i64));
         held.push((end, -(units as i64)));
         m.holds += 1;
@@ -149,6 +152,27 @@ fn sweep(events: &mut [(u64, i64)]) -> (u64, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn absurd_records_measure_without_overflow() {
+        let line = |s: &str| serde_json::from_str::<RunRecord>(s).unwrap();
+        let run = RunRecords {
+            records: vec![
+                line(
+                    r#"{"kind":"grant","run":"r","unix_us":18446744073709551615,"pid":1,"hold":1,"binary":"b","test":"t","attempt":1,"total_attempts":1,"units":18446744073709551615,"exclusive":true,"per_gpu":18446744073709551615,"gpus":18446744073709551615,"waited_us":18446744073709551615}"#,
+                ),
+                line(
+                    r#"{"kind":"release","run":"r","unix_us":0,"pid":1,"hold":1,"outcome":"passed"}"#,
+                ),
+                line(
+                    r#"{"kind":"grant","run":"r","unix_us":5,"pid":2,"hold":1,"binary":"b","test":"u","attempt":1,"total_attempts":1,"units":3,"exclusive":false,"per_gpu":2,"gpus":1}"#,
+                ),
+            ],
+            ..RunRecords::default()
+        };
+        let m = measure(&run).unwrap();
+        assert_eq!((m.holds, m.unreturned), (1, 1));
+    }
 
     #[test]
     fn the_sweep_counts_covered_time_once_and_handovers_as_one() {
