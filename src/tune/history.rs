@@ -293,7 +293,11 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
             source_len: len,
         };
         entries.retain(|e| e.run != run);
-        entries.push(entry);
+        // A run too small to measure that lost nothing (a doctest's process, a filtered run of
+        // one test) teaches nothing: it is not kept, so it pushes no real run out.
+        if entry.measurable() || !entry.clean() {
+            entries.push(entry);
+        }
     }
     entries.sort_by_key(|e| e.unix_ms);
     let start = entries.len().saturating_sub(HISTORY_KEPT);

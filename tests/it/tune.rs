@@ -122,7 +122,7 @@ impl Host {
             .env(SIM, &self.sim)
             .env("REALIZAR_GPU_TEST_CONCURRENCY", "auto")
             .env("GPU_TEST_PERMIT_MAX_CONCURRENCY", "8")
-            .env("GPU_TEST_PERMIT_HOLD_TIMEOUT", "1500ms")
+            .env("GPU_TEST_PERMIT_HOLD_TIMEOUT", "3s")
             .env("GPU_TEST_PERMIT_DIR", &self.slots)
             .env("GPU_TEST_PERMIT_STATE", &self.state)
             .env("GPU_TEST_PERMIT_GPUS", "1")
