@@ -423,3 +423,76 @@ fn a_fifo_or_a_held_lock_on_the_history_holds_up_no_run() {
     assert!(start.elapsed() < Duration::from_secs(20));
     drop(held);
 }
+
+#[test]
+fn an_auto_choice_binds_every_process_that_shares_the_directory_while_it_is_in_use() {
+    use crate::util::{Holder, cli};
+    let tmp = tempdir();
+    let (slots, state) = (tmp.path().join("slots"), tmp.path().join("state"));
+    std::fs::create_dir_all(&state).unwrap();
+    // A history whose last clean run was at N = 3, on a GPU this machine is not: auto resumes
+    // from 3.
+    std::fs::write(
+        state.join("gpu0.history"),
+        r#"{"v":1,"run":"r","unix_ms":4102444800000,"per_gpu":3,"gpus":1,"auto":true,"gpu":"other GPU","holds":60,"span_us":9000000,"busy_us":9000000,"unit_us":27000000,"work_us":27000000,"queued_us":4000000,"peak":3,"unreturned":0,"failed":0,"casualties":0,"source_len":1}
+"#
+        .replace("4102444800000", &(now_ms() - 60_000).to_string()),
+    )
+    .unwrap();
+    let auto = || {
+        let mut c = cli(&slots, 1);
+        c.env("REALIZAR_GPU_TEST_CONCURRENCY", "auto")
+            .env("GPU_TEST_PERMIT_STATE", &state)
+            .env("GPU_TEST_PERMIT_GPUS", "1")
+            .env("GPU_TEST_PERMIT_TIMEOUT", "20s");
+        c
+    };
+    let mut first = auto();
+    first.arg("hold");
+    let a = Holder::spawn(first);
+    assert!(a.held_within(Duration::from_secs(20)));
+    // A fixed N of 5 asks for 3 units: under the N in force (3) one is held, so it waits.
+    let mut fixed = cli(&slots, 5);
+    fixed
+        .env("GPU_TEST_PERMIT_GPUS", "1")
+        .env("GPU_TEST_PERMIT_TIMEOUT", "20s")
+        .args(["hold", "--units", "3"]);
+    let b = Holder::spawn(fixed);
+    assert!(
+        !b.held_within(Duration::from_millis(1500)),
+        "3 units beside 1 under N = 3"
+    );
+    // Another auto process (a run of its own) adopts the N in force without choosing, and
+    // waits its turn behind the fixed one.
+    let mut other = auto();
+    other.arg("hold");
+    let c = Holder::spawn(other);
+    assert!(!c.held_within(Duration::from_millis(500)));
+    let (status, said_a) = a.release();
+    assert!(status.success(), "{said_a}");
+    assert!(
+        said_a.contains("gpu-test-permit: N = 3 (auto: "),
+        "{said_a}"
+    );
+    assert!(b.held_within(Duration::from_secs(20)));
+    let (status, said_b) = b.release();
+    assert!(status.success(), "{said_b}");
+    assert!(
+        said_b.contains("serves N = 3 permit(s) per GPU"),
+        "{said_b}"
+    );
+    assert!(c.held_within(Duration::from_secs(20)));
+    let (status, said_c) = c.release();
+    assert!(status.success(), "{said_c}");
+    assert!(
+        !said_c.contains("gpu-test-permit: N = "),
+        "it chose: {said_c}"
+    );
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
