@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use super::inherited::Inherited;
 use super::inner::PoolInner;
+use super::learned::Learned;
 use super::local::LocalPool;
 use super::pool::PermitPool;
 use super::seat::Seat;
-use crate::config::SlotDir;
+use crate::config::{SlotDir, Weights};
 use crate::host::{HostError, HostSlots, Layout};
 use crate::trace::Tracer;
 
@@ -28,6 +29,8 @@ pub struct PoolBuilder {
     pub(super) probe_budget: bool,
     /// `REALIZAR_GPU_TEST_CONCURRENCY=auto`: N is chosen for the run ([`crate::tune`]).
     pub(super) auto: bool,
+    /// Whose word sets the units of a request that declares nothing.
+    pub(super) weights: Weights,
 }
 
 impl PoolBuilder {
@@ -100,6 +103,19 @@ impl PoolBuilder {
     pub fn memory_budget(mut self, bytes: u64) -> Self {
         assert!(bytes >= 1, "a memory budget is at least one byte");
         self.memory_budget = Some(crate::config::MemoryBudget::Bytes(bytes));
+        self
+    }
+
+    /// Whose word sets the units of a request that declares nothing (one unit, not
+    /// exclusive, no memory): [`Weights::Declared`] (the default: one unit) or
+    /// [`Weights::Learned`]: with a [memory budget](Self::memory_budget) and a slot directory,
+    /// the units of the most memory the running test was measured to use in the runs recorded
+    /// in that directory's history, plus
+    /// [`LEARNED_MARGIN_PERCENT`](crate::config::LEARNED_MARGIN_PERCENT), at most a whole GPU
+    /// (`GPU_TEST_PERMIT_WEIGHTS` for the global pool). A request that declares units, memory
+    /// or exclusivity takes what it declares.
+    pub fn weights(mut self, weights: Weights) -> Self {
+        self.weights = weights;
         self
     }
 
@@ -176,6 +192,13 @@ impl PoolBuilder {
         } else {
             self.capacity()
         };
+        // Inside an inherited permit, whoever passed it on weighed the command.
+        let learned = match (&host, &inherited) {
+            (Some(host), None) if self.weights == Weights::Learned => {
+                Some(Learned::new(host.dir().to_path_buf()))
+            }
+            _ => None,
+        };
         PermitPool {
             inner: NonNull::from(Box::leak(Box::new(PoolInner {
                 id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -192,6 +215,7 @@ impl PoolBuilder {
                 budget_source: self.memory_budget,
                 budget: OnceLock::new(),
                 probe_budget: self.probe_budget,
+                learned,
             }))),
         }
     }
@@ -236,6 +260,7 @@ impl PermitPool {
             memory_budget: None,
             probe_budget: false,
             auto: false,
+            weights: Weights::Declared,
         }
     }
 }

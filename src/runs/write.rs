@@ -26,8 +26,9 @@ const EXITED: u64 = 1 << 32;
 const SIGNALLED: u64 = 2 << 32;
 
 /// The run this process belongs to: nextest's `NEXTEST_RUN_ID`; outside nextest, with
-/// `REALIZAR_GPU_TEST_CONCURRENCY=auto`, the process itself (`p<pid>-<start, ms>`), whose
-/// records are what `auto` learns from. Otherwise nothing is recorded.
+/// `REALIZAR_GPU_TEST_CONCURRENCY=auto` or `GPU_TEST_PERMIT_WEIGHTS=learned`, the process
+/// itself (`p<pid>-<start, ms>`), whose records are what `auto` and learned weights learn
+/// from. Otherwise nothing is recorded.
 pub(crate) fn run_id() -> Option<&'static str> {
     let cfg = Config::global();
     let nextest = cfg
@@ -35,7 +36,8 @@ pub(crate) fn run_id() -> Option<&'static str> {
         .as_ref()
         .and_then(|n| n.run_id.as_deref())
         .filter(|r| !r.is_empty());
-    if nextest.is_some() || !cfg.auto_concurrency {
+    let learns = cfg.auto_concurrency || cfg.weights == crate::config::Weights::Learned;
+    if nextest.is_some() || !learns {
         return nextest;
     }
     static PROCESS_RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -219,6 +221,8 @@ pub(crate) struct Granted {
     pub(crate) alone: bool,
     /// How long the request waited for it.
     pub(crate) waited: std::time::Duration,
+    /// The measured peak its units were learned from, bytes.
+    pub(crate) learned: Option<u64>,
 }
 
 /// Records a permit granted to the running test in slot directory `dir`, when it runs under
@@ -244,6 +248,7 @@ pub(crate) fn granted(dir: &Path, g: Granted) -> u64 {
         gpus: g.gpus,
         alone: g.alone,
         waited_us: g.waited.as_micros().min(u128::from(u64::MAX)) as u64,
+        learned: g.learned,
     });
     append(dir, &record);
     hold
