@@ -31,14 +31,13 @@ impl Learned {
         }
     }
 
-    /// The most memory test `key` was measured to use, in bytes, if it ever was. The first
-    /// call brings the history up to date (the runs recorded since, but this one) and reads
-    /// it.
-    pub(super) fn peak(&self, key: &str) -> Option<u64> {
-        self.peaks
-            .get_or_init(|| crate::tune::learned_peaks(&self.dir, crate::runs::run_id()))
-            .get(key)
-            .copied()
+    /// The measured peaks by test, `None` when none is known. The first call brings the
+    /// history up to date (the runs recorded since, but this one) and reads it.
+    pub(super) fn peaks(&self) -> Option<&HashMap<String, u64>> {
+        let peaks = self
+            .peaks
+            .get_or_init(|| crate::tune::learned_peaks(&self.dir, crate::runs::run_id()));
+        (!peaks.is_empty()).then_some(peaks)
     }
 
     /// Notes that test `key` holds a learned permit in `seat`, of `generation`.

@@ -51,12 +51,16 @@ pub(crate) fn run_id() -> Option<&'static str> {
 /// and `NEXTEST_TEST_NAME`, else the executable's name without cargo's hash and the test's
 /// thread name.
 pub(crate) fn current_test() -> (String, String) {
-    let binary = Config::global()
-        .nextest
-        .as_ref()
-        .and_then(|n| n.binary_id.clone())
-        .unwrap_or_else(binary_from_exe);
-    (cut(binary), cut(crate::nextest::current_test_name()))
+    // The process's binary does not change: found once.
+    static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let binary = BINARY.get_or_init(|| {
+        cut(Config::global()
+            .nextest
+            .as_ref()
+            .and_then(|n| n.binary_id.clone())
+            .unwrap_or_else(binary_from_exe))
+    });
+    (binary.clone(), cut(crate::nextest::current_test_name()))
 }
 
 fn binary_from_exe() -> String {
