@@ -4,7 +4,8 @@
 //!   Mutex + Condvar + thread-local semaphore (the baseline).
 //! - `nested`: a nested acquisition on a thread that already holds a permit, with its release
 //!   and (`acquire-only`) without it.
-//! - `host_slot`: acquire + release including the host slot (file locks).
+//! - `host_slot`: acquire + release including the host slot (file locks); the same with
+//!   `GPU_TEST_PERMIT_WEIGHTS=learned` (`weights-learned`: a test with no measured peak).
 //! - `handoff`: release-to-waiter-running latency, in process and across processes; across
 //!   processes also to the last of a queue of 3 waiting processes, and the same beside 10,000
 //!   blank wait files that live processes keep locked.
@@ -147,6 +148,27 @@ fn host_slot(c: &mut Criterion) {
         .unwrap();
     let mut g = c.benchmark_group("host_slot");
     g.bench_function("acquire-release", |b| b.iter(|| drop(pool.acquire())));
+    // With learned weights on (and a budget, so that each request that declares nothing
+    // looks its test up): what they cost a test with no measured peak in a history that
+    // knows other tests', against the above.
+    let learned_dir = tempfile::tempdir().unwrap();
+    let state = gpu_test_permit::config::Config::global().state_dir_for(learned_dir.path());
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(
+        state.join("gpu0.tests"),
+        "{\"test\":\"other::test\",\"us\":1000,\"seen\":1,\"mem\":1073741824}\n",
+    )
+    .unwrap();
+    let learned = PermitPool::builder()
+        .concurrency(2)
+        .slot_dir(learned_dir.path())
+        .memory_budget(1 << 30)
+        .weights(gpu_test_permit::config::Weights::Learned)
+        .build()
+        .unwrap();
+    g.bench_function("acquire-release/weights-learned", |b| {
+        b.iter(|| drop(learned.acquire()))
+    });
     g.finish();
 }
 

@@ -148,18 +148,18 @@ pub fn current_test_name() -> String {
     if let Some(name) = current().and_then(|n| n.test_name.clone()) {
         return name;
     }
+    // The executable's name does not change: found once.
+    static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     match std::thread::current().name() {
         Some(name) if name != "main" => name.to_string(),
-        _ => {
-            static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-            EXE.get_or_init(|| {
+        _ => EXE
+            .get_or_init(|| {
                 std::env::current_exe()
                     .ok()
                     .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
                     .unwrap_or_else(|| "?".into())
             })
-            .clone()
-        }
+            .clone(),
     }
 }
 

@@ -25,6 +25,7 @@
 //! | `GPU_TEST_PERMIT_RETRY` | a test's permits on a nextest retry (`NEXTEST_ATTEMPT` > 1): `alone` (exclusive: the retry has the GPU to itself) or `same` (as asked) | `alone` |
 //! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1), a count (`4`: GPUs 0 to 3), or a list of GPU ids (`0,2,3`; one GPU: `3,`) that permit device k maps to, as the process numbers its CUDA devices (after `CUDA_VISIBLE_DEVICES`) | `auto` |
 //! | `GPU_TEST_PERMIT_GPU_MEMORY` | GPU memory per GPU that permits budget: a size (`64GiB`, `80GB`, `512MiB`, bytes) or a percentage of the smallest device memory the CUDA probe reports (`90%`); a permit declaring memory ([`acquire_memory`](crate::acquire_memory)) takes `ceil(bytes / (budget / N))` permit units. On unified-memory devices (GB10) set a size: the probe does not derive one | CUDA device memory (discrete GPUs, feature `cuda`), else none |
+//! | `GPU_TEST_PERMIT_WEIGHTS` | `declared`: a permit takes the units its test declares (one when it declares nothing); `learned`: with a memory budget in force, a test that declares nothing takes the units its measured peak GPU memory plus [`LEARNED_MARGIN_PERCENT`] needs (at most a whole GPU), the peak being the most its fixture reported in the runs recorded on this host ([`tune`](crate::tune)); a declaration always wins | `declared` |
 //! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
 //! | `GPU_TEST_PERMIT_INHERITED` | set by `gpu-test-permit run` for its command: the permit it holds, which the command and its descendants work inside instead of taking host slots (see [`InheritedPermit`]); not for setting by hand | unset |
 //! | `WGPU_ADAPTER_NAME` | wgpu's own: the wgpu fixture uses only adapters whose name contains this text (case-insensitive), as `wgpu::util::initialize_adapter_from_env` does; no match fails the test with the list of adapters | best adapter |
@@ -85,7 +86,7 @@ pub use parse::{
     RequireError, ValueError, parse_concurrency, parse_duration, parse_gpus, parse_memory,
 };
 pub use values::{
-    AdapterName, ConfigWarning, Gpus, MemoryBudget, PowerPref, RetryMode, SlotDir,
+    AdapterName, ConfigWarning, Gpus, MemoryBudget, PowerPref, RetryMode, SlotDir, Weights,
     default_slot_dir, format_bytes,
 };
 pub use vars::*;
@@ -150,6 +151,8 @@ pub struct Config {
     pub strict: bool,
     /// The per-GPU memory budget, from [`GPU_MEMORY_VAR`]; `None` when unset (or rejected).
     pub gpu_memory: Option<MemoryBudget>,
+    /// Whose word sets the units of a test that declares nothing, from [`WEIGHTS_VAR`].
+    pub weights: Weights,
     /// The permit a parent holds for this process, from [`INHERITED_VAR`]: `None` when unset,
     /// the reason when it cannot be parsed (the pool then says so once and takes permits as
     /// usual).
@@ -483,9 +486,26 @@ impl Config {
                 })
                 .ok()
         });
+        let weights = match lookup(WEIGHTS_VAR) {
+            None => Weights::Declared,
+            Some(raw) => match raw
+                .to_str()
+                .map(|s| s.trim().to_ascii_lowercase())
+                .as_deref()
+            {
+                Some("declared") => Weights::Declared,
+                Some("learned") => Weights::Learned,
+                _ => {
+                    let problem = "is not declared or learned";
+                    warnings.push(warning(WEIGHTS_VAR, &raw, problem, "declared"));
+                    Weights::Declared
+                }
+            },
+        };
         Config {
             strict,
             gpu_memory,
+            weights,
             inherited,
             wgpu_adapter,
             wgpu_power,

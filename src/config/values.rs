@@ -131,6 +131,19 @@ pub enum RetryMode {
     Same,
 }
 
+/// [`WEIGHTS_VAR`](crate::config::WEIGHTS_VAR): whose word sets the units of a permit whose
+/// test declares nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Weights {
+    /// `declared`: only declarations count; a test that declares nothing takes one unit.
+    #[default]
+    Declared,
+    /// `learned`: with a memory budget in force, a test that declares nothing takes the units
+    /// its measured peak memory, plus
+    /// [`LEARNED_MARGIN_PERCENT`](crate::config::LEARNED_MARGIN_PERCENT), needs.
+    Learned,
+}
+
 pub(super) fn warning(
     var: &'static str,
     raw: &OsString,

@@ -45,6 +45,13 @@ pub const GPUS_VAR: &str = "GPU_TEST_PERMIT_GPUS";
 /// plain bytes) or a percentage (`90%`) of the smallest device memory the CUDA probe reports.
 /// See [`MemoryBudget`](crate::config::MemoryBudget).
 pub const GPU_MEMORY_VAR: &str = "GPU_TEST_PERMIT_GPU_MEMORY";
+/// Whose word sets a permit's units: `declared` (the default: a permit takes what its test
+/// declares: units, memory, exclusive; a test that declares nothing takes one unit) or
+/// `learned`: with a memory budget in force ([`GPU_MEMORY_VAR`]), a test that declares nothing
+/// takes the units its measured peak GPU memory (the most its fixture ever reported, kept in
+/// the host's history, see [`tune`](crate::tune)) plus [`LEARNED_MARGIN_PERCENT`] needs, at
+/// most a whole GPU. A declaration always wins. See [`Weights`](crate::config::Weights).
+pub const WEIGHTS_VAR: &str = "GPU_TEST_PERMIT_WEIGHTS";
 /// `1` (or `true`, `yes`, `on`) turns configuration warnings into failures: [`Config::global`](crate::config::Config::global)
 /// panics with them. `0`, `false`, `no`, `off` or unset: warnings only.
 pub const STRICT_VAR: &str = "GPU_TEST_PERMIT_STRICT_CONFIG";
@@ -81,6 +88,15 @@ pub const DEFAULT_CONCURRENCY: usize = 2;
 /// GPU this crate was made for (an NVIDIA GB10) 4 is the first N known to break; an owner who
 /// wants more sets the ceiling, one who will risk no failed run sets it to 2 or 3.
 pub const DEFAULT_MAX_CONCURRENCY: usize = 4;
+/// The margin [`WEIGHTS_VAR`]`=learned` adds to a test's measured peak memory before turning
+/// it into units, in percent: a learned weight covers `peak x 1.25`. A measured peak is a
+/// sample: the fixtures sample their memory every 10 ms, so an allocation that lives for less
+/// is missed, and the wgpu allocator's report counts the test's allocations, not what the
+/// driver reserves around them; the next run may also take another path through the test. A
+/// quarter more covers that slack without pushing a test to the whole GPU for a few bytes: a
+/// test measured at a third of the budget holds 2 of N = 4 units (42 %), not 3.
+pub const LEARNED_MARGIN_PERCENT: u64 = 25;
+
 /// Largest accepted [`CONCURRENCY_VAR`]; larger values are almost certainly a typo.
 pub const MAX_CONCURRENCY: usize = 1024;
 

@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use super::inherited::Inherited;
 use super::inner::PoolInner;
+use super::learned::Learned;
 use super::local::LocalPool;
 use super::pool::PermitPool;
 use super::seat::Seat;
-use crate::config::SlotDir;
+use crate::config::{SlotDir, Weights};
 use crate::host::{HostError, HostSlots, Layout};
 use crate::trace::Tracer;
 
@@ -28,6 +29,8 @@ pub struct PoolBuilder {
     pub(super) probe_budget: bool,
     /// `REALIZAR_GPU_TEST_CONCURRENCY=auto`: N is chosen for the run ([`crate::tune`]).
     pub(super) auto: bool,
+    /// Whose word sets the units of a request that declares nothing.
+    pub(super) weights: Weights,
 }
 
 impl PoolBuilder {
@@ -114,6 +117,19 @@ impl PoolBuilder {
         self
     }
 
+    /// Whose word sets the units of a request that declares nothing (one unit, not
+    /// exclusive, no memory): [`Weights::Declared`] (the default: one unit) or
+    /// [`Weights::Learned`]: with a [memory budget](Self::memory_budget) and a slot directory,
+    /// the units of the most memory the running test was measured to use in the runs recorded
+    /// in that directory's history, plus
+    /// [`LEARNED_MARGIN_PERCENT`](crate::config::LEARNED_MARGIN_PERCENT), at most a whole GPU
+    /// (`GPU_TEST_PERMIT_WEIGHTS` for the global pool). A request that declares units, memory
+    /// or exclusivity takes what it declares.
+    pub fn weights(mut self, weights: Weights) -> Self {
+        self.weights = weights;
+        self
+    }
+
     /// Appends wait and hold spans to `path` (see [`trace`](crate::trace)).
     pub fn trace(mut self, path: impl AsRef<Path>) -> Self {
         self.trace = Some(path.as_ref().to_path_buf());
@@ -187,6 +203,13 @@ impl PoolBuilder {
         } else {
             self.capacity()
         };
+        // Inside an inherited permit, whoever passed it on weighed the command.
+        let learned = match (&host, &inherited) {
+            (Some(host), None) if self.weights == Weights::Learned => {
+                Some(Learned::new(host.dir().to_path_buf()))
+            }
+            _ => None,
+        };
         PermitPool {
             inner: NonNull::from(Box::leak(Box::new(PoolInner {
                 id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -204,11 +227,13 @@ impl PoolBuilder {
                 budget: OnceLock::new(),
                 probe_budget: self.probe_budget,
                 records: self.auto
+                    || learned.is_some()
                     || crate::config::Config::global()
                         .nextest
                         .as_ref()
                         .and_then(|n| n.run_id.as_deref())
                         .is_some_and(|r| !r.is_empty()),
+                learned,
             }))),
         }
     }
@@ -253,6 +278,7 @@ impl PermitPool {
             memory_budget: None,
             probe_budget: false,
             auto: false,
+            weights: Weights::Declared,
         }
     }
 }

@@ -66,6 +66,7 @@ impl PermitPool {
             b.memory_budget = cfg.gpu_memory;
             b.probe_budget = true;
             b.auto = cfg.auto_concurrency;
+            b.weights = cfg.weights;
             match b.clone().build() {
                 Ok(pool) => pool,
                 Err(e) => b.in_process_only().finish(None, Some(e), None),

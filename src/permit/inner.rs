@@ -8,8 +8,9 @@ use std::time::{Duration, SystemTime};
 
 use super::budget::{Budget, probed_memory};
 use super::inherited::Inherited;
+use super::learned::Learned;
 use super::local::LocalPool;
-use super::seat::{Detail, GUARD_BITS, NO_SLOT, Seat};
+use super::seat::{Detail, GUARD_BITS, GUARDS, NO_SLOT, Seat};
 use super::want::Want;
 use crate::host::{HostError, HostSlots, Layout};
 use crate::sync::Ordering;
@@ -42,6 +43,9 @@ pub(super) struct PoolInner {
     /// Whether grants and releases go to the run records: under nextest, and in a pool whose
     /// N `auto` chose (outside nextest its process is a run of its own).
     pub(super) records: bool,
+    /// Learned weights (`GPU_TEST_PERMIT_WEIGHTS=learned`), for a pool with host slots that
+    /// is not inside an inherited permit; `None` is off.
+    pub(super) learned: Option<Learned>,
 }
 
 const _: () = {
@@ -129,6 +133,7 @@ impl PoolInner {
                 memory_budget: self.budget.get().copied().flatten().map(|b| b.bytes),
                 attempt: crate::runs::traced_attempt(),
                 failed: false,
+                learned: detail.learned,
             },
         }
     }
@@ -173,6 +178,26 @@ impl PoolInner {
             vec![first]
         } else {
             s.slots.lock().clone()
+        }
+    }
+
+    /// Adds a guard to the permit in `seat` if it is still the permit of `generation` and has
+    /// a live guard (as a nested acquisition does, for a permit another thread holds).
+    pub(super) fn join_seat(&self, seat: usize, generation: u64) -> bool {
+        let s = &self.seats[seat];
+        let mut word = s.word.load(Ordering::Relaxed);
+        loop {
+            let guards = word & GUARDS;
+            if word >> GUARD_BITS != generation || guards == 0 || guards == GUARDS {
+                return false;
+            }
+            match s
+                .word
+                .compare_exchange_weak(word, word + 1, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(now) => word = now,
+            }
         }
     }
 

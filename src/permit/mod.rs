@@ -10,6 +10,7 @@
 //! | `diagnosis` | who was in the way when a wait timed out |
 //! | `inner` | the shared state every guard points at; claiming a seat, releasing a permit |
 //! | `seat`, `budget`, `local`, `inherited`, `watchdog` | a permit's state, memory to units, the in-process FIFO semaphore, a parent's permit, the hold deadline |
+//! | `learned` | learned weights: a test's measured peak memory to units (`GPU_TEST_PERMIT_WEIGHTS=learned`) |
 //! | `error`, `want` | why a permit could not be had; what a request asks for |
 //!
 //! A request flows down: `pool` checks it (`want`, `budget`), serves it nested from a seat
@@ -25,6 +26,7 @@ mod global;
 mod guard;
 mod inherited;
 mod inner;
+mod learned;
 mod local;
 mod pool;
 mod request;

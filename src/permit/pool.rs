@@ -11,6 +11,7 @@ use super::budget::no_budget_notice;
 use super::error::AcquireError;
 use super::guard::{GpuTestPermit, Nested};
 use super::inner::PoolInner;
+use super::learned::{Learned, current_test_key, learned_units};
 use super::local::{Deadline, LocalTimeout};
 use super::seat::{
     Detail, GUARD_BITS, GUARDS, NO_MEMORY, NO_SLOT, ThreadPermit, with_thread_permits,
@@ -386,6 +387,38 @@ impl PermitPool {
         Ok(want)
     }
 
+    /// What learned weights make of a request that declares nothing: with a memory budget in
+    /// force and a measured peak for the running test, the permit its test holds on another
+    /// thread (joined: the test's weight covers the test, and a thread waiting for units its
+    /// own test holds would wait for itself), else the units of its peak. Out of line: it runs
+    /// only with learned weights on.
+    #[cold]
+    #[inline(never)]
+    fn learned_weight(&self, l: &Learned) -> Learning {
+        let inner = self.inner();
+        let Some(budget) = inner.memory_budget() else {
+            return Learning::Nothing;
+        };
+        // Nothing measured on this host: no test's name need be looked up.
+        let Some(peaks) = l.peaks() else {
+            return Learning::Nothing;
+        };
+        let key = current_test_key();
+        let Some(&peak) = peaks.get(&key) else {
+            return Learning::Nothing;
+        };
+        if let Some(seat) = l.join_held(&key, |seat, generation| inner.join_seat(seat, generation))
+        {
+            return Learning::Shared(seat);
+        }
+        let (limit, _) = inner.unit_limit();
+        Learning::Units {
+            units: learned_units(peak, &budget, limit),
+            peak,
+            key,
+        }
+    }
+
     /// Takes a permit this thread does not hold yet.
     #[inline(never)]
     fn acquire_new(&self, mut want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
@@ -398,6 +431,27 @@ impl PermitPool {
         let alone = !want.exclusive && inner.inherited.is_none() && retry_alone();
         if alone {
             want.exclusive = true;
+        }
+        // Learned weights: one branch when they are off. A request that declares nothing
+        // takes its test's learned units, or shares the learned permit its test holds.
+        let mut learned = None;
+        if let Some(l) = &inner.learned
+            && want == Want::ONE
+        {
+            match self.learned_weight(l) {
+                Learning::Nothing => {}
+                Learning::Shared(seat) => {
+                    return Ok(GpuTestPermit {
+                        pool: self.inner,
+                        seat,
+                        nested: Nested::Yes,
+                    });
+                }
+                Learning::Units { units, peak, key } => {
+                    want.units = units;
+                    learned = Some((key, peak));
+                }
+            }
         }
         if inner.inherited.is_none() {
             crate::nextest::hint_once(inner.local.capacity());
@@ -424,6 +478,7 @@ impl PermitPool {
                 thread: thread_label(),
                 since_wall: SystemTime::now(),
                 run_hold: 0,
+                learned: learned.as_ref().map(|(_, peak)| *peak),
             };
             crate::runs::tally::gpu_test(&d.test);
             if let Some(host) = &inner.host {
@@ -452,6 +507,7 @@ impl PermitPool {
                                     gpus: inner.gpus,
                                     alone,
                                     waited: start.elapsed(),
+                                    learned: d.learned,
                                 },
                             );
                         }
@@ -472,6 +528,9 @@ impl PermitPool {
             detail = Some(d);
         }
         let (seat_index, generation) = inner.claim_seat();
+        if let (Some(l), Some((key, _))) = (&inner.learned, learned) {
+            l.hold(key, seat_index, generation);
+        }
         let seat = &inner.seats[seat_index];
         seat.exclusive.store(exclusive, Ordering::Relaxed);
         seat.units.store(units, Ordering::Relaxed);
@@ -524,6 +583,20 @@ impl PermitPool {
             nested: Nested::No,
         })
     }
+}
+
+/// What learned weights make of a request that declares nothing ([`PermitPool::learned_weight`]).
+enum Learning {
+    /// Nothing learned (no budget, no measured peak): one unit.
+    Nothing,
+    /// A guard of the learned permit its test holds in this seat.
+    Shared(usize),
+    /// The units of its test's measured peak of `peak` bytes.
+    Units {
+        units: usize,
+        peak: u64,
+        key: String,
+    },
 }
 
 fn thread_label() -> String {

@@ -77,6 +77,8 @@ pub(super) struct Detail {
     pub(super) since_wall: SystemTime,
     /// The number the run records know the permit by (0: not recorded).
     pub(super) run_hold: u64,
+    /// The measured peak memory its units were learned from, bytes (a learned weight).
+    pub(super) learned: Option<u64>,
 }
 
 impl Seat {

@@ -64,12 +64,15 @@ use std::time::SystemTime;
 pub use casualty::{CasualtyRecord, forget_casualties, recorded_casualties};
 pub use read::{RecordedRun, RunRecords, RunsError, last_run, read_run, recorded_runs};
 pub use record::{ChoiceRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
-pub use summary::{Casualty, RunSummary, SkippedTest, TestKey, Unreleased, summarize};
+pub use summary::{
+    Casualty, LearnedWeight, RunSummary, SkippedTest, TestKey, Unreleased, summarize,
+};
 pub use trace::casualties_in_trace;
 #[doc(hidden)]
 pub use write::set_command_outcome;
 pub(crate) use write::{
-    Granted, append, flush, granted, outcome_now, record_skip, released, run_id, traced_attempt,
+    Granted, append, current_test, flush, granted, outcome_now, record_skip, released, run_id,
+    traced_attempt,
 };
 
 /// The names of run files start with this.

@@ -97,6 +97,11 @@ pub struct GrantRecord {
     /// waits were kept).
     #[serde(default)]
     pub waited_us: u64,
+    /// Where the units were learned (`GPU_TEST_PERMIT_WEIGHTS=learned`: the test declared
+    /// nothing), the most GPU memory the test was measured to use in earlier runs, bytes,
+    /// which its units (with the margin) cover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned: Option<u64>,
 }
 
 impl GrantRecord {

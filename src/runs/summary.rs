@@ -84,6 +84,19 @@ pub struct Unreleased {
     pub granted_us: u64,
 }
 
+/// A test that held learned units (`GPU_TEST_PERMIT_WEIGHTS=learned`): it declared nothing,
+/// and its units came from the most memory it was measured to use in earlier runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LearnedWeight {
+    /// The test.
+    pub key: TestKey,
+    /// The units it held (the most, where it took several permits).
+    pub units: usize,
+    /// The measured peak they were learned from, bytes.
+    pub learned: u64,
+}
+
 /// What a run's records say ([`summarize`]).
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
@@ -115,6 +128,8 @@ pub struct RunSummary {
     /// The N `REALIZAR_GPU_TEST_CONCURRENCY=auto` chose for the run, and why (the last
     /// choice recorded).
     pub choice: Option<super::record::ChoiceRecord>,
+    /// Tests that held learned units, most units first.
+    pub learned: Vec<LearnedWeight>,
 }
 
 /// One permit's life, as the records tell it.
@@ -236,6 +251,22 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
             outcome,
         });
     }
+    let mut learned: BTreeMap<TestKey, LearnedWeight> = BTreeMap::new();
+    for g in holds.iter().map(|h| h.grant) {
+        let Some(bytes) = g.learned else { continue };
+        let key = key_of(&g.binary, &g.test);
+        let w = learned.entry(key.clone()).or_insert(LearnedWeight {
+            key,
+            units: 0,
+            learned: bytes,
+        });
+        if g.units > w.units {
+            (w.units, w.learned) = (g.units, bytes);
+        }
+    }
+    s.learned = learned.into_values().collect();
+    s.learned
+        .sort_by(|a, b| b.units.cmp(&a.units).then_with(|| a.key.cmp(&b.key)));
     s.permits = holds.len();
     s.tests_with_permits = with_permits.len();
     s.layouts = layouts.into_iter().collect();
@@ -386,6 +417,7 @@ mod tests {
             gpus: 1,
             alone: exclusive,
             waited_us: 0,
+            learned: None,
         })
     }
 

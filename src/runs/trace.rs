@@ -54,6 +54,7 @@ pub fn casualties_in_trace(events: &[TraceEvent]) -> Vec<Casualty> {
             gpus,
             alone: false,
             waited_us: 0,
+            learned: a.learned,
         }));
         records.push(RunRecord::Release(ReleaseRecord {
             run: String::new(),

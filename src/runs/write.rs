@@ -26,8 +26,9 @@ const EXITED: u64 = 1 << 32;
 const SIGNALLED: u64 = 2 << 32;
 
 /// The run this process belongs to: nextest's `NEXTEST_RUN_ID`; outside nextest, with
-/// `REALIZAR_GPU_TEST_CONCURRENCY=auto`, the process itself (`p<pid>-<start, ms>`), whose
-/// records are what `auto` learns from. Otherwise nothing is recorded.
+/// `REALIZAR_GPU_TEST_CONCURRENCY=auto` or `GPU_TEST_PERMIT_WEIGHTS=learned`, the process
+/// itself (`p<pid>-<start, ms>`), whose records are what `auto` and learned weights learn
+/// from. Otherwise nothing is recorded.
 pub(crate) fn run_id() -> Option<&'static str> {
     let cfg = Config::global();
     let nextest = cfg
@@ -35,7 +36,8 @@ pub(crate) fn run_id() -> Option<&'static str> {
         .as_ref()
         .and_then(|n| n.run_id.as_deref())
         .filter(|r| !r.is_empty());
-    if nextest.is_some() || !cfg.auto_concurrency {
+    let learns = cfg.auto_concurrency || cfg.weights == crate::config::Weights::Learned;
+    if nextest.is_some() || !learns {
         return nextest;
     }
     static PROCESS_RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -49,12 +51,16 @@ pub(crate) fn run_id() -> Option<&'static str> {
 /// and `NEXTEST_TEST_NAME`, else the executable's name without cargo's hash and the test's
 /// thread name.
 pub(crate) fn current_test() -> (String, String) {
-    let binary = Config::global()
-        .nextest
-        .as_ref()
-        .and_then(|n| n.binary_id.clone())
-        .unwrap_or_else(binary_from_exe);
-    (cut(binary), cut(crate::nextest::current_test_name()))
+    // The process's binary does not change: found once.
+    static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let binary = BINARY.get_or_init(|| {
+        cut(Config::global()
+            .nextest
+            .as_ref()
+            .and_then(|n| n.binary_id.clone())
+            .unwrap_or_else(binary_from_exe))
+    });
+    (binary.clone(), cut(crate::nextest::current_test_name()))
 }
 
 fn binary_from_exe() -> String {
@@ -110,7 +116,7 @@ const PENDING_MOST: usize = 512;
 /// Whether this process is a run of its own: `auto` outside nextest.
 fn own_run() -> bool {
     let cfg = Config::global();
-    cfg.auto_concurrency
+    (cfg.auto_concurrency || cfg.weights == crate::config::Weights::Learned)
         && cfg
             .nextest
             .as_ref()
@@ -299,6 +305,8 @@ pub(crate) struct Granted {
     pub(crate) alone: bool,
     /// How long the request waited for it.
     pub(crate) waited: std::time::Duration,
+    /// The measured peak its units were learned from, bytes.
+    pub(crate) learned: Option<u64>,
 }
 
 /// Records a permit granted to the running test in slot directory `dir`, when it runs under
@@ -324,6 +332,7 @@ pub(crate) fn granted(dir: &Path, g: Granted) -> u64 {
         gpus: g.gpus,
         alone: g.alone,
         waited_us: g.waited.as_micros().min(u128::from(u64::MAX)) as u64,
+        learned: g.learned,
     });
     append(dir, record);
     hold

@@ -71,6 +71,11 @@ pub struct TraceArgs {
     /// `gpu-test-permit run`'s command failed); hold events only.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub failed: bool,
+    /// Where the permit's units were learned (`GPU_TEST_PERMIT_WEIGHTS=learned`: the test
+    /// declared nothing), the most GPU memory the test was measured to use in earlier runs,
+    /// bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub learned: Option<u64>,
 }
 
 impl TraceEvent {

@@ -208,6 +208,34 @@ pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
     entries
 }
 
+/// The tests of slot directory `dir` whose GPU memory was measured (by their fixture, in a run
+/// recorded and measured into the history), with the most each was measured to use, in bytes;
+/// the largest first. A test is named `<binary>::<test>`, as its run records name it. What
+/// [`WEIGHTS_VAR`](crate::config::WEIGHTS_VAR)`=learned` weighs tests by.
+pub fn learned_memory(dir: &Path) -> Vec<(String, u64)> {
+    let state = crate::hangs::record_dir(dir);
+    let Ok(file) = sys::open_regular_for_reading(&state.join(TESTS_FILE)) else {
+        return Vec::new();
+    };
+    // As the history: past the patience, read without the lock (a line cut short is ignored).
+    let _locked = sys::lock_within(&file, LOCK_PATIENCE);
+    let (refs, bad): (Vec<TestRef>, usize) = read_lines(&file);
+    say_ignored(&state.join(TESTS_FILE), bad);
+    let mut out: Vec<(String, u64)> = refs
+        .into_iter()
+        .filter_map(|r| Some((r.test, r.mem.filter(|&m| m > 0)?)))
+        .collect();
+    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+/// The measured peaks of [`learned_memory`], by test, with the runs recorded since the history
+/// was last brought up to date (all but run `current`, under way) measured first.
+pub(crate) fn learned_peaks(dir: &Path, current: Option<&str>) -> HashMap<String, u64> {
+    update_history(dir, current);
+    learned_memory(dir).into_iter().collect()
+}
+
 /// Measures the runs recorded in slot directory `dir` that the history lacks, or that grew
 /// since they were measured (all but run `current`, still going), and adds them to the
 /// history in its state directory. Returns the history, oldest first.

@@ -50,6 +50,25 @@
 //! the trace, and shown by `gpu-test-permit config` (what `auto` would choose now) and
 //! `gpu-test-permit history` (the record, which `--forget` empties).
 //!
+//! # Learned weights
+//!
+//! The same records carry the GPU memory each test's fixture measured (the wgpu allocator's
+//! report; NVML's number for the process, where the library is present), and `gpu0.tests`
+//! keeps the most each test was measured to use. With
+//! [`WEIGHTS_VAR`](crate::config::WEIGHTS_VAR)`=learned` and a memory budget in force, a test
+//! that declares nothing (no units, no memory, not exclusive) holds the units that peak plus
+//! [`LEARNED_MARGIN_PERCENT`](crate::config::LEARNED_MARGIN_PERCENT) needs,
+//! `ceil(peak x 1.25 / (budget / N))`, at least one and at most a whole GPU (a peak above the
+//! budget takes the whole GPU; it is never refused). A declaration always wins, and a permit
+//! inherited from `gpu-test-permit run` is left as its parent asked. While a test holds a
+//! learned permit, a request of the same test on another of its threads joins that permit
+//! instead of waiting for units its own test holds. A test process reads the table once, at
+//! its first such request, after measuring the runs recorded since (as `auto` does); with
+//! learned weights on, a process outside nextest records its permits under a run id of its
+//! own, as with `auto`. A grant's record and the trace's events carry the peak a weight was
+//! learned from: `gpu-test-permit report` and `trace` list the tests that held learned
+//! weights, and `history` lists the measured peaks ([`learned_memory`]).
+//!
 //! ```
 //! use gpu_test_permit::tune::{choose, Inputs, Step};
 //!
@@ -68,7 +87,10 @@ mod measure;
 use std::path::Path;
 
 pub use choose::{CAP_LIMITS, Choice, Inputs, SEED, Step, WITHIN, WORTH_A_RUN, choose};
-pub use history::{HISTORY_KEPT, HistoryEntry, TESTS_KEPT, forget_history, read_history};
+pub(crate) use history::learned_peaks;
+pub use history::{
+    HISTORY_KEPT, HistoryEntry, TESTS_KEPT, forget_history, learned_memory, read_history,
+};
 
 /// The history of slot directory `dir`, oldest first, with the runs recorded since it was
 /// last brought up to date measured and added (as the first process of a run does before it

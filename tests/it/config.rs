@@ -707,3 +707,34 @@ fn the_state_directory_outlives_a_reboot_and_follows_a_named_slot_directory() {
         "GPU_TEST_PERMIT_STATE='state' is not an absolute path; using the default state directory"
     );
 }
+
+#[test]
+fn weights_are_declared_or_learned_and_a_bad_value_falls_back_to_declared() {
+    use gpu_test_permit::config::{WEIGHTS_VAR, Weights};
+    assert_eq!(Config::from_lookup(|_| None).weights, Weights::Declared);
+    for (raw, want) in [
+        ("declared", Weights::Declared),
+        (" Declared\n", Weights::Declared),
+        ("learned", Weights::Learned),
+        ("\tLEARNED ", Weights::Learned),
+    ] {
+        let c = with(WEIGHTS_VAR, raw);
+        assert_eq!(c.weights, want, "{raw:?}");
+        assert!(c.warnings.is_empty(), "{raw:?}: {:?}", c.warnings);
+    }
+    for raw in ["", "learn", "auto", "learned,declared", "1"] {
+        let c = with(WEIGHTS_VAR, raw);
+        assert_eq!(c.weights, Weights::Declared, "{raw:?}");
+        assert_eq!(
+            c.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+            [format!(
+                "GPU_TEST_PERMIT_WEIGHTS='{raw}' is not declared or learned; using declared"
+            )],
+        );
+    }
+    #[cfg(unix)]
+    {
+        let c = with(WEIGHTS_VAR, non_utf8());
+        assert_eq!((c.weights, c.warnings.len()), (Weights::Declared, 1));
+    }
+}

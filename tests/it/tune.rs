@@ -2,6 +2,7 @@
 //! three tests at once and which wedges (every test on it hangs) when four hold it: runs of
 //! real test processes, as nextest starts them, one after another with one state directory.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,10 +39,29 @@ fn holders_now(holders: &Path) -> usize {
         .unwrap_or(0)
 }
 
+/// Simulated tests' memory: `name=bytes` pairs, comma-separated. A test named here reports
+/// using that much (as its fixture would measure it) before it returns its permit.
+const USES: &str = "TUNE_SIM_USES";
+/// The same for tests that declare the memory they need (and take their permit with it).
+const DECLARES: &str = "TUNE_SIM_DECLARES";
+
+/// The bytes `var` gives the running simulated test (named by nextest), if any.
+fn sim_bytes(var: &str) -> Option<u64> {
+    let name = std::env::var("NEXTEST_TEST_NAME").ok()?;
+    let list = std::env::var(var).ok()?;
+    list.split(',').find_map(|pair| {
+        let (test, bytes) = pair.split_once('=')?;
+        (test == name).then(|| bytes.parse().ok())?
+    })
+}
+
 /// One simulated GPU test: holds a permit while it does `WORK` at the simulated GPU's speed,
 /// and hangs (until the hold deadline aborts it) once the GPU wedges.
 fn simulated_test(sim: &Path) {
-    let permit = gpu_test_permit::acquire();
+    let permit = match sim_bytes(DECLARES) {
+        Some(bytes) => gpu_test_permit::acquire_memory(bytes),
+        None => gpu_test_permit::acquire(),
+    };
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let holders = sim.join("holders");
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -60,6 +80,9 @@ fn simulated_test(sim: &Path) {
         done += TICK.mul_f64(SATURATION as f64 / k.max(SATURATION) as f64);
     }
     let _ = std::fs::remove_file(&mine);
+    if let Some(bytes) = sim_bytes(USES) {
+        permit.record_memory_used(bytes);
+    }
     drop(permit);
 }
 
@@ -89,6 +112,8 @@ struct Host {
     slots: PathBuf,
     state: PathBuf,
     driver: u32,
+    /// Set for every child after the defaults (and so instead of them).
+    env: Vec<(&'static str, String)>,
 }
 
 /// One simulated run.
@@ -111,10 +136,11 @@ impl Host {
             sim,
             _tmp: tmp,
             driver: 12080,
+            env: Vec::new(),
         }
     }
 
-    fn child(&self, run: Option<&str>, test: usize, threads: Option<usize>) -> Child {
+    fn child(&self, run: Option<&str>, test: &str, threads: Option<usize>) -> Child {
         let mut c = Command::new(std::env::current_exe().unwrap());
         clear_permit_env(&mut c);
         c.args(["--exact", "tune::tune_sim_child", "--include-ignored"])
@@ -135,10 +161,13 @@ impl Host {
             c.env("NEXTEST_RUN_ID", run)
                 .env("NEXTEST_EXECUTION_MODE", "process-per-test")
                 .env("NEXTEST_BINARY_ID", "sim")
-                .env("NEXTEST_TEST_NAME", format!("sim_{test:02}"));
+                .env("NEXTEST_TEST_NAME", test);
         }
         if let Some(t) = threads {
             c.env(THREADS, t.to_string());
+        }
+        for (var, value) in &self.env {
+            c.env(var, value);
         }
         c.spawn().unwrap()
     }
@@ -146,19 +175,27 @@ impl Host {
     /// A nextest-like run: `TESTS` test processes, `TEST_THREADS` at a time; like nextest's
     /// fail-fast, no test starts after one failed.
     fn nextest_run(&self, index: usize) -> Run {
-        let id = format!("00000000-0000-4000-8000-{:012}", index);
+        let id = run_id(index);
+        let tests: Vec<String> = (0..TESTS).map(|i| format!("sim_{i:02}")).collect();
+        let (wall, failed) = self.run_tests(&id, &tests);
+        self.finish(id, wall, failed)
+    }
+
+    /// Runs `tests` as nextest run `id` would, `TEST_THREADS` at a time; returns how long it
+    /// took and whether a test failed.
+    fn run_tests(&self, id: &str, tests: &[String]) -> (Duration, bool) {
         let _ = std::fs::remove_file(self.sim.join("wedged"));
         let start = Instant::now();
         let mut running: Vec<Child> = Vec::new();
         let mut next = 0;
         let mut failed = false;
-        while next < TESTS || !running.is_empty() {
-            while !failed && next < TESTS && running.len() < TEST_THREADS {
-                running.push(self.child(Some(&id), next, None));
+        while next < tests.len() || !running.is_empty() {
+            while !failed && next < tests.len() && running.len() < TEST_THREADS {
+                running.push(self.child(Some(id), &tests[next], None));
                 next += 1;
             }
-            if failed && next < TESTS {
-                next = TESTS;
+            if failed && next < tests.len() {
+                next = tests.len();
             }
             std::thread::sleep(Duration::from_millis(2));
             running.retain_mut(|c| match c.try_wait().unwrap() {
@@ -169,15 +206,17 @@ impl Host {
                 }
             });
         }
-        let wall = start.elapsed();
-        self.finish(id, wall, failed)
+        (start.elapsed(), failed)
     }
 
     /// A cargo-test-like run: one process, `TESTS` threads; its run id is its own.
     fn cargo_test_run(&self) -> Run {
         let _ = std::fs::remove_file(self.sim.join("wedged"));
         let start = Instant::now();
-        let out = self.child(None, 0, Some(TESTS)).wait_with_output().unwrap();
+        let out = self
+            .child(None, "sim_00", Some(TESTS))
+            .wait_with_output()
+            .unwrap();
         let wall = start.elapsed();
         let stderr = String::from_utf8_lossy(&out.stderr);
         let id = gpu_test_permit::runs::recorded_runs(&self.slots)
@@ -233,6 +272,11 @@ impl Host {
             why: why[0].clone(),
         }
     }
+}
+
+/// The id of simulated nextest run `index`.
+fn run_id(index: usize) -> String {
+    format!("00000000-0000-4000-8000-{index:012}")
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -338,7 +382,7 @@ fn under_cargo_test_each_process_is_a_run_and_learns_from_the_last() {
 /// A cargo-test-like run of `host` whose stderr is returned; it must end within 30 s.
 fn run_within(host: &Host) -> (Run, String) {
     let start = Instant::now();
-    let mut child = host.child(None, 0, Some(4));
+    let mut child = host.child(None, "sim_00", Some(4));
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
@@ -495,4 +539,164 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as u64
+}
+
+const MIB: u64 = 1 << 20;
+
+/// Run `id`'s permits, one per test: its units, the peak they were learned from, and when it
+/// was granted and returned (microseconds since the Unix epoch).
+fn grants_of(host: &Host, id: &str) -> BTreeMap<String, (usize, Option<u64>, u64, u64)> {
+    let records = read_run(&host.slots, id).unwrap().expect("records");
+    let returned: HashMap<(u32, u64), u64> = records
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            RunRecord::Release(r) => Some(((r.pid, r.hold), r.unix_us)),
+            _ => None,
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for r in &records.records {
+        let RunRecord::Grant(g) = r else { continue };
+        let end = returned[&(g.pid, g.hold)];
+        let earlier = out.insert(g.test.clone(), (g.units, g.learned, g.unix_us, end));
+        assert!(earlier.is_none(), "{} took one permit", g.test);
+    }
+    let peak = gpu_test_permit::runs::summarize(&records).peak_units;
+    assert!(peak <= 3, "run {id}: {peak} units held at once under N = 3");
+    out
+}
+
+/// The CLI with the children's slot and state directories, its standard output.
+fn cli_of(host: &Host, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(crate::util::bin())
+        .args(args)
+        .env_remove("GPU_TEST_PERMIT_TRACE")
+        .env("GPU_TEST_PERMIT_DIR", &host.slots)
+        .env("GPU_TEST_PERMIT_STATE", &host.state)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{args:?}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn learned_weights_keep_a_big_test_that_never_declared_itself_from_crowding_the_gpu() {
+    use std::ffi::OsStr;
+    let mut host = Host::new();
+    // N = 3 on a 1 GiB GPU: 341 MiB a unit. `sim_big` uses 700 MiB and never says so;
+    // `sim_declared` uses as much but declares 100 MiB, and keeps its declaration.
+    let smalls = ["sim_small_0", "sim_small_1", "sim_small_2", "sim_small_3"];
+    let mut tests: Vec<String> = ["sim_big", "sim_mid", "sim_declared"]
+        .into_iter()
+        .chain(smalls)
+        .map(String::from)
+        .collect();
+    tests.sort();
+    let mut uses = format!(
+        "sim_big={},sim_mid={},sim_declared={}",
+        700 * MIB,
+        300 * MIB,
+        700 * MIB
+    );
+    for s in smalls {
+        uses.push_str(&format!(",{s}={}", 50 * MIB));
+    }
+    let trace = host.sim.join("learned.trace.json");
+    host.env = vec![
+        ("REALIZAR_GPU_TEST_CONCURRENCY", "3".into()),
+        ("GPU_TEST_PERMIT_GPU_MEMORY", "1GiB".into()),
+        ("GPU_TEST_PERMIT_WEIGHTS", "learned".into()),
+        (USES, uses),
+        (DECLARES, format!("sim_declared={}", 100 * MIB)),
+    ];
+    let run = |host: &Host, index: usize| {
+        let (_, failed) = host.run_tests(&run_id(index), &tests);
+        assert!(!failed, "run {index} failed");
+        grants_of(host, &run_id(index))
+    };
+    // Nothing measured yet: every test holds one unit.
+    let first = run(&host, 0);
+    assert_eq!(first.len(), tests.len(), "{first:?}");
+    for (test, (units, learned, ..)) in &first {
+        assert_eq!((*units, *learned), (1, None), "{test}");
+    }
+
+    // The next run learned what the first measured: 700 MiB + 25 % is 2.6 units, so the big
+    // test holds the whole GPU; 300 MiB + 25 %, 1.1 units, two; 50 MiB, one. The test that
+    // declared keeps its declaration.
+    host.env
+        .push(("GPU_TEST_PERMIT_TRACE", trace.display().to_string()));
+    let second = run(&host, 1);
+    host.env.pop();
+    let held = |test: &str| (second[test].0, second[test].1);
+    assert_eq!(held("sim_big"), (3, Some(700 * MIB)), "{second:?}");
+    assert_eq!(held("sim_mid"), (2, Some(300 * MIB)), "{second:?}");
+    assert_eq!(held("sim_declared"), (1, None), "{second:?}");
+    for s in smalls {
+        assert_eq!(held(s), (1, Some(50 * MIB)), "{second:?}");
+    }
+    // And no other test held the GPU beside it.
+    let (_, _, big_from, big_to) = second["sim_big"];
+    for (test, (_, _, from, to)) in &second {
+        assert!(
+            test == "sim_big" || *to <= big_from || *from >= big_to,
+            "{test} held a permit beside sim_big: {second:?}"
+        );
+    }
+
+    // `report`, `trace` and `history` list them.
+    let id = run_id(1);
+    let report = cli_of(
+        &host,
+        &[
+            OsStr::new("report"),
+            OsStr::new("--run-id"),
+            OsStr::new(&id),
+        ],
+    );
+    assert!(
+        report.contains("learned weights: 6 tests")
+            && report.contains("  `sim sim_big` held 3 units for its measured 700.0 MiB\n")
+            && report.contains("  `sim sim_mid` held 2 units for its measured 300.0 MiB\n")
+            && report.contains("  `sim sim_small_0` held 1 unit for its measured 50.0 MiB\n")
+            && !report.contains("sim_declared` held"),
+        "{report}"
+    );
+    let traced = cli_of(&host, &[OsStr::new("trace"), trace.as_os_str()]);
+    assert!(
+        traced.contains("learned weights (GPU_TEST_PERMIT_WEIGHTS=learned")
+            && traced.contains("  `sim_big` held 3 units for its measured 700.0 MiB\n")
+            && traced.contains("  `sim_mid` held 2 units for its measured 300.0 MiB\n")
+            && !traced.contains("`sim_declared` held"),
+        "{traced}"
+    );
+    let history = cli_of(&host, &[OsStr::new("history")]);
+    assert!(
+        history.contains("measured peak GPU memory")
+            && history.contains("700.0 MiB  `sim::sim_big`")
+            && history.contains("700.0 MiB  `sim::sim_declared`")
+            && history.contains("50.0 MiB  `sim::sim_small_3`"),
+        "{history}"
+    );
+
+    println!("{report}\n{traced}\n{history}");
+    // Only declarations count with `declared` (the default).
+    host.env[2].1 = "declared".into();
+    let third = run(&host, 2);
+    for (test, (units, learned, ..)) in &third {
+        assert_eq!((*units, *learned), (1, None), "{test}");
+    }
+    host.env.remove(2);
+    let fourth = run(&host, 3);
+    assert!(
+        fourth.values().all(|g| g.0 == 1 && g.1.is_none()),
+        "{fourth:?}"
+    );
 }

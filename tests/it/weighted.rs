@@ -297,3 +297,139 @@ fn a_weight_is_checked_against_the_directory_s_n_not_the_pool_s_own() {
     assert_eq!(other.acquire_weighted(2).slots(), [0, 1]);
     drop(first);
 }
+
+const MIB: u64 = 1 << 20;
+
+/// The running test as the run records and the history name it: `<binary>::<test>`.
+fn this_test_key() -> String {
+    let binary = std::env::var("NEXTEST_BINARY_ID").unwrap_or_else(|_| {
+        let exe = std::env::current_exe().unwrap();
+        let stem = exe.file_stem().unwrap().to_string_lossy().into_owned();
+        match stem.rsplit_once('-') {
+            Some((name, hash)) if hash.len() == 16 => name.to_string(),
+            _ => stem,
+        }
+    });
+    let test = std::env::var("NEXTEST_TEST_NAME")
+        .unwrap_or_else(|_| thread::current().name().unwrap().to_string());
+    format!("{binary}::{test}")
+}
+
+/// Writes measured peaks into the history of slot directory `dir`, as measuring runs where
+/// the tests' fixtures reported that much would.
+fn write_peaks(dir: &std::path::Path, peaks: &[(&str, u64)]) {
+    let state = gpu_test_permit::config::Config::global().state_dir_for(dir);
+    std::fs::create_dir_all(&state).unwrap();
+    let lines: String = peaks
+        .iter()
+        .map(|(test, mem)| {
+            format!(
+                "{}\n",
+                serde_json::json!({"test": test, "us": 1000, "seen": 1, "mem": mem})
+            )
+        })
+        .collect();
+    std::fs::write(state.join("gpu0.tests"), lines).unwrap();
+}
+
+/// N = 4 on `dir`'s slots with learned weights, and `budget` bytes of GPU memory.
+fn learned_pool(dir: &std::path::Path, budget: Option<u64>) -> PermitPool {
+    let mut b = PermitPool::builder()
+        .concurrency(4)
+        .slot_dir(dir)
+        .weights(gpu_test_permit::config::Weights::Learned);
+    if let Some(bytes) = budget {
+        b = b.memory_budget(bytes);
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn a_test_that_declares_nothing_holds_the_units_of_its_learned_peak_and_a_declaration_wins() {
+    let dir = tempdir();
+    write_peaks(dir.path(), &[(&this_test_key(), 700 * MIB)]);
+    // 700 MiB + 25 % of 1 GiB at N = 4: 3.4 units, so 4.
+    let p = learned_pool(dir.path(), Some(GIB));
+    let permit = p.try_acquire(PermitKind::Shared).unwrap();
+    assert_eq!((permit.units(), permit.slots().len()), (4, 4));
+    assert_eq!(permit.memory(), None, "a learned weight declares nothing");
+    drop(permit);
+    assert_eq!(p.acquire().units(), 4);
+    // A declaration always wins: units, memory, exclusive.
+    assert_eq!(p.request().units(2).try_acquire().unwrap().units(), 2);
+    assert_eq!(p.acquire_weighted(3).units(), 3);
+    let declared = p.request().memory(100 * MIB).try_acquire().unwrap();
+    assert_eq!((declared.units(), declared.memory()), (1, Some(100 * MIB)));
+    drop(declared);
+    assert!(p.acquire_exclusive().is_exclusive());
+    drop(p);
+    // Without a budget nothing is learned; nor with weights declared.
+    let p = learned_pool(dir.path(), None);
+    assert_eq!(p.try_acquire(PermitKind::Shared).unwrap().units(), 1);
+    drop(p);
+    let p = budget_pool(dir.path(), Some(GIB));
+    assert_eq!(p.try_acquire(PermitKind::Shared).unwrap().units(), 1);
+}
+
+#[test]
+fn a_learned_peak_above_the_budget_takes_the_whole_gpu_and_is_never_refused() {
+    let dir = tempdir();
+    write_peaks(dir.path(), &[(&this_test_key(), 5 * GIB)]);
+    let p = learned_pool(dir.path(), Some(GIB));
+    let permit = p.try_acquire(PermitKind::Shared).unwrap();
+    assert_eq!(permit.units(), 4);
+    drop(permit);
+    // A test with nothing on record holds one unit.
+    thread::Builder::new()
+        .name("a test never measured".into())
+        .spawn(move || {
+            if std::env::var_os("NEXTEST_TEST_NAME").is_none() {
+                assert_eq!(p.try_acquire(PermitKind::Shared).unwrap().units(), 1);
+            }
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+#[test]
+fn a_thread_of_a_test_that_holds_its_learned_weight_joins_it_instead_of_waiting_for_it() {
+    let dir = tempdir();
+    write_peaks(dir.path(), &[(&this_test_key(), 900 * MIB)]);
+    let p = learned_pool(dir.path(), Some(GIB));
+    let whole = p.acquire();
+    assert_eq!(whole.units(), 4);
+    // Another thread of the same test (under nextest every thread of the test's process is;
+    // under libtest, a thread of the test's name) would wait for the units its own test
+    // holds: it joins the permit instead.
+    let name = thread::current().name().unwrap().to_string();
+    let joined = thread::scope(|s| {
+        thread::Builder::new()
+            .name(name)
+            .spawn_scoped(s, || p.try_acquire_for(Duration::from_secs(5)).unwrap())
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    assert!(joined.is_nested());
+    assert_eq!((joined.units(), joined.slots()), (4, whole.slots()));
+    // The permit lives while either guard does.
+    drop(whole);
+    let other = thread::scope(|s| {
+        thread::Builder::new()
+            .name("another test".into())
+            .spawn_scoped(s, || p.try_acquire(PermitKind::Shared))
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    if std::env::var_os("NEXTEST_TEST_NAME").is_some() {
+        // Under nextest every thread of the process is the test's: it joins too.
+        assert!(other.unwrap().is_nested());
+    } else {
+        let err = other.unwrap_err();
+        assert!(matches!(err, AcquireError::WouldBlock), "{err}");
+    }
+    drop(joined);
+    assert_eq!(p.acquire().units(), 4, "and comes free with the last");
+}

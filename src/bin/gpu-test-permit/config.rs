@@ -38,6 +38,19 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
                 |m| m.to_string(),
             ),
         ),
+        (
+            c::WEIGHTS_VAR,
+            match cfg.weights {
+                c::Weights::Declared => {
+                    "declared (a test that declares nothing takes one unit)".to_string()
+                }
+                c::Weights::Learned => format!(
+                    "learned (a test that declares nothing takes the units of its measured peak \
+                     memory + {}%, with a memory budget)",
+                    c::LEARNED_MARGIN_PERCENT
+                ),
+            },
+        ),
         (c::TIMEOUT_VAR, format!("{:?}", cfg.timeout)),
         (
             c::DIR_VAR,

@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use gpu_test_permit::config::Config;
 use gpu_test_permit::hangs::{advice, forget_hangs, recorded_hangs};
 use gpu_test_permit::runs::{forget_casualties, recorded_casualties};
-use gpu_test_permit::tune::{HISTORY_KEPT, forget_history, measured_history};
+use gpu_test_permit::tune::{HISTORY_KEPT, forget_history, learned_memory, measured_history};
 
 use crate::args::Args;
 use crate::report::{printable, printable_path};
@@ -66,6 +66,7 @@ pub(crate) fn history(args: &Args) -> Result<ExitCode, String> {
             cfg.concurrency
         );
     }
+    print_learned(cfg, &dir);
     let hangs = recorded_hangs(&dir);
     let casualties = recorded_casualties(&dir);
     println!(
@@ -134,4 +135,33 @@ pub(crate) fn history(args: &Args) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The tests whose peak GPU memory was measured, the largest first (at most [`LISTED`]), and
+/// what `GPU_TEST_PERMIT_WEIGHTS=learned` makes of them.
+fn print_learned(cfg: &Config, dir: &std::path::Path) {
+    use gpu_test_permit::config::{LEARNED_MARGIN_PERCENT, Weights};
+    const LISTED: usize = 20;
+    let peaks = learned_memory(dir);
+    println!(
+        "\nmeasured peak GPU memory (what GPU_TEST_PERMIT_WEIGHTS=learned weighs a test that \
+         declares nothing by, + {LEARNED_MARGIN_PERCENT}%): {}",
+        peaks.len()
+    );
+    for (test, bytes) in peaks.iter().take(LISTED) {
+        println!(
+            "  {:>10.1} MiB  `{}`",
+            *bytes as f64 / (1u64 << 20) as f64,
+            printable(test)
+        );
+    }
+    if peaks.len() > LISTED {
+        println!("  and {} more", peaks.len() - LISTED);
+    }
+    if !peaks.is_empty() && cfg.weights == Weights::Declared {
+        println!(
+            "GPU_TEST_PERMIT_WEIGHTS=declared: set it to `learned` (with a memory budget) to \
+             weigh tests that declare nothing by these"
+        );
+    }
 }

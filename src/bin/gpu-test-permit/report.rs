@@ -274,6 +274,7 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         );
     }
     print_memory(&s);
+    print_learned(&events);
     print_slowdown(&s);
     // Pool sizes that hung on this host (GPU_TEST_PERMIT_HOLD_TIMEOUT records them), for as
     // long as a record is trusted.
@@ -517,6 +518,36 @@ fn print_slowdown(s: &Summary) {
             holds(s)
         ),
         _ => {}
+    }
+}
+
+/// Tests whose units were learned (`GPU_TEST_PERMIT_WEIGHTS=learned`), from their hold
+/// events: the most units each held, and the measured peak they were learned from.
+fn print_learned(events: &[gpu_test_permit::trace::TraceEvent]) {
+    let mut learned: Vec<(&str, usize, u64)> = Vec::new();
+    for e in events.iter().filter(|e| e.name == "hold") {
+        let Some(bytes) = e.args.learned else {
+            continue;
+        };
+        let units = e.args.units.max(1);
+        match learned.iter_mut().find(|(t, _, _)| *t == e.args.test) {
+            Some(w) if w.1 < units => (w.1, w.2) = (units, bytes),
+            Some(_) => {}
+            None => learned.push((&e.args.test, units, bytes)),
+        }
+    }
+    if learned.is_empty() {
+        return;
+    }
+    learned.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(b.0)));
+    println!("learned weights (GPU_TEST_PERMIT_WEIGHTS=learned; the tests declared nothing):");
+    for (test, units, bytes) in learned {
+        println!(
+            "  `{}` held {units} unit{} for its measured {:.1} MiB",
+            printable(test),
+            if units == 1 { "" } else { "s" },
+            bytes as f64 / (1u64 << 20) as f64
+        );
     }
 }
 

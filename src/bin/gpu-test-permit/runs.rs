@@ -173,6 +173,24 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
             );
         }
     }
+    if !s.learned.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nlearned weights: {} (declared nothing; GPU_TEST_PERMIT_WEIGHTS=learned gave \
+             them the units of their measured peak memory + {}%)",
+            plural(s.learned.len(), "test", "tests"),
+            gpu_test_permit::config::LEARNED_MARGIN_PERCENT
+        );
+        for w in &s.learned {
+            let _ = writeln!(
+                out,
+                "  `{}` held {} for its measured {:.1} MiB",
+                name(&w.key),
+                plural(w.units, "unit", "units"),
+                w.learned as f64 / (1u64 << 20) as f64
+            );
+        }
+    }
     if let Some((first, last)) = s.span_us {
         let (from, to) = (first / 1000, last / 1000 + 1000);
         let hangs: Vec<_> = recorded_hangs(dir)
