@@ -111,7 +111,7 @@ fn attempts() -> (u32, u32) {
 static PENDING: parking_lot::Mutex<Vec<(PathBuf, Vec<RunRecord>)>> =
     parking_lot::Mutex::new(Vec::new());
 /// Records kept before they are written.
-const PENDING_MOST: usize = 512;
+const PENDING_MOST: usize = 8192;
 
 /// Whether this process is a run of its own: `auto` outside nextest.
 fn own_run() -> bool {
