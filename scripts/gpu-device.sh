@@ -13,7 +13,9 @@
 #      run --archive-file --retries 1` once, with the test group's max-threads = N; each run
 #      traced and checked to have held at most N permits; `gpu-test-permit report` counts the
 #      nextest run's contention casualties (tests that failed beside others and passed alone);
-#   4. `gpu-test-permit trace` over each runner's traces: the measured memory the fixtures
+#   4. GPU_VALIDATE_AUTO_RUNS (6) nextest runs in a row with REALIZAR_GPU_TEST_CONCURRENCY=auto
+#      (ceiling GPU_VALIDATE_AUTO_MAX, 8) and a fresh state directory: the N each chose;
+#   5. `gpu-test-permit trace` over each runner's traces: the measured memory the fixtures
 #      recorded (NVML's for CUDA), the summary and the estimate for other N.
 #
 # Environment: GPU_VALIDATE_NS, GPU_VALIDATE_ROUNDS; GPU_VALIDATE_REQUIRE (the requirement,
@@ -294,6 +296,50 @@ for n in $ns; do
     row "example suite under \`cargo nextest run --archive-file\`, N = $n" "$result" "$wall s"
 done
 
+# --- REALIZAR_GPU_TEST_CONCURRENCY=auto --------------------------------------------------------
+# GPU_VALIDATE_AUTO_RUNS nextest runs in a row with `auto` (ceiling GPU_VALIDATE_AUTO_MAX, the
+# group as wide), a fresh state directory: the N each run chose, its wall time, and the history.
+auto_runs=${GPU_VALIDATE_AUTO_RUNS:-6}
+auto_max=${GPU_VALIDATE_AUTO_MAX:-8}
+if [ "$auto_runs" -gt 0 ]; then
+    say "example suite, cargo nextest, auto x $auto_runs"
+    auto_slots=$work/slots/auto
+    auto_state=$work/state-auto
+    mkdir -p "$auto_slots" "$auto_state"
+    chmod 700 "$auto_slots" "$auto_state"
+    nextest_config=$work/nextest-auto.toml
+    sed -e "s/max-threads = [0-9]*/max-threads = $auto_max/" \
+        -e "s/threads-required = [0-9]*/threads-required = 2/" \
+        "$ws/.config/nextest.toml" >"$nextest_config"
+    chosen=()
+    auto_ok=yes
+    for i in $(seq "$auto_runs"); do
+        runlog=$work/nextest-auto-$i.log
+        s=$(now)
+        rc=0
+        REALIZAR_GPU_TEST_CONCURRENCY=auto GPU_TEST_PERMIT_MAX_CONCURRENCY=$auto_max \
+            GPU_TEST_PERMIT_DIR=$auto_slots GPU_TEST_PERMIT_STATE=$auto_state \
+            timeout -k 10 "$run_timeout" "$nextest" nextest run --archive-file "$archive" \
+            --workspace-remap "$ws" --config-file "$nextest_config" --no-fail-fast \
+            --status-level fail -E "$nextest_suite" >"$runlog" 2>&1 || rc=$?
+        wall=$(secs "$s" "$(now)")
+        cat "$runlog" >>"$log"
+        n=$(GPU_TEST_PERMIT_DIR=$auto_slots GPU_TEST_PERMIT_STATE=$auto_state "$cli" report 2>&1 |
+            tee -a "$log" | sed -n 's/^chosen by REALIZAR_GPU_TEST_CONCURRENCY=auto: N = \([0-9]*\).*/\1/p')
+        chosen+=("N=${n:-?} ${wall}s$([ "$rc" -eq 0 ] || echo " ($(why "$rc"))")")
+        [ -n "$n" ] || auto_ok=no
+    done
+    auto_history=$(GPU_TEST_PERMIT_DIR=$auto_slots GPU_TEST_PERMIT_STATE=$auto_state \
+        REALIZAR_GPU_TEST_CONCURRENCY=auto GPU_TEST_PERMIT_MAX_CONCURRENCY=$auto_max \
+        "$cli" history 2>&1 | tee -a "$log")
+    result="runs: ${chosen[*]}"
+    if [ "$auto_ok" != yes ]; then
+        result="**FAIL** (a run recorded no choice): $result"
+        fail
+    fi
+    row "example suite under nextest, \`REALIZAR_GPU_TEST_CONCURRENCY=auto\` (ceiling $auto_max)" "$result" "-"
+fi
+
 # --- what the traces say -----------------------------------------------------------------------
 # The hangs recorded at each N, where the what-if looks for them.
 mkdir -p "$work/slots/all"
@@ -389,6 +435,14 @@ verdict="all $(( ${#rows[@]} )) parts passed"
     fi
     echo
     echo "wgpu fixture forms (\`fixture::wgpu_fixture_needs_and_measured_memory_reach_the_trace\`): $fixture_memory"
+    if [ -n "${auto_history:-}" ]; then
+        echo
+        echo "\`gpu-test-permit history\` after the \`auto\` runs:"
+        echo
+        echo '```text'
+        echo "$auto_history"
+        echo '```'
+    fi
     echo "$summaries"
 } >"$report"
 
