@@ -398,6 +398,19 @@ mod tests {
         }
     }
 
+    /// The choice for one GPU of identity "" with ceiling `ceiling`, at `now_ms`.
+    fn pick(history: &[HistoryEntry], hangs: &[HangRecord], ceiling: usize, now_ms: u64) -> Choice {
+        choose(&Inputs {
+            history,
+            hangs,
+            casualties: &[],
+            gpu: "",
+            gpus: 1,
+            ceiling,
+            now_ms,
+        })
+    }
+
     fn hang(run: &str, n: usize, at: u64) -> HangRecord {
         let mut h: HangRecord = serde_json::from_str(&format!(
             r#"{{"unix_ms":{at},"per_gpu":{n},"gpus":1,"test":"t","held_ms":1}}"#
@@ -460,15 +473,7 @@ mod tests {
             entry("a", 2, 2.0, 0.5, "", DAY),
             entry("b", 3, 2.05, 0.5, "", DAY + 1),
         ];
-        let c = choose(&Inputs {
-            history: &history,
-            hangs: &[],
-            casualties: &[],
-            gpu: "",
-            gpus: 1,
-            ceiling: 8,
-            now_ms: 2 * DAY,
-        });
+        let c = pick(&history, &[], 8, 2 * DAY);
         assert_eq!((c.per_gpu, c.step), (2, Step::Settle), "{c}");
         assert!(c.why.contains("stopped growing at N = 3"), "{c}");
     }
@@ -476,15 +481,7 @@ mod tests {
     #[test]
     fn it_does_not_explore_when_tests_seldom_wait() {
         let history = [entry("a", 2, 2.0, 0.01, "", DAY)];
-        let c = choose(&Inputs {
-            history: &history,
-            hangs: &[],
-            casualties: &[],
-            gpu: "",
-            gpus: 1,
-            ceiling: 8,
-            now_ms: 2 * DAY,
-        });
+        let c = pick(&history, &[], 8, 2 * DAY);
         assert_eq!((c.per_gpu, c.step), (2, Step::Settle), "{c}");
         assert!(c.why.contains("seldom waited"), "{c}");
     }
@@ -551,15 +548,7 @@ mod tests {
         let mut other = entry("o", 0, 5.0, 0.9, "x", DAY);
         other.holds = 100;
         for history in [vec![zero], vec![huge], vec![idle], vec![other]] {
-            let c = choose(&Inputs {
-                history: &history,
-                hangs: &[],
-                casualties: &[],
-                gpu: "",
-                gpus: 1,
-                ceiling: 8,
-                now_ms: 2 * DAY,
-            });
+            let c = pick(&history, &[], 8, 2 * DAY);
             assert!((1..=8).contains(&c.per_gpu), "{c}");
         }
     }
@@ -569,15 +558,7 @@ mod tests {
         let mut lost = entry("b", 3, 3.0, 0.9, "", DAY + 1);
         lost.unreturned = 1;
         let history = [entry("a", 2, 2.0, 0.9, "", DAY), lost];
-        let c = choose(&Inputs {
-            history: &history,
-            hangs: &[],
-            casualties: &[],
-            gpu: "",
-            gpus: 1,
-            ceiling: 8,
-            now_ms: 2 * DAY,
-        });
+        let c = pick(&history, &[], 8, 2 * DAY);
         assert_eq!(c.per_gpu, 2, "{c}");
         assert!(c.why.contains("lost 1 permit"), "{c}");
     }
