@@ -241,9 +241,26 @@ pub(crate) fn learned_peaks(dir: &Path, current: Option<&str>) -> HashMap<String
 /// history in its state directory. Returns the history, oldest first.
 pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEntry> {
     let state = crate::hangs::record_dir(dir);
-    let Some(file) = open_locked(&state, HISTORY_FILE, true) else {
-        return read_history(dir);
+    let path = state.join(HISTORY_FILE);
+    let file = match sys::open_lock_file(&path, sys::is_shared_dir(&state)) {
+        Ok(file) => file,
+        Err(e) => {
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if !SAID.swap(true, Ordering::Relaxed) {
+                crate::notice::line(&format!(
+                    "cannot keep the run history in {} ({e}); REALIZAR_GPU_TEST_CONCURRENCY=auto \
+                     learns nothing new until it can (set GPU_TEST_PERMIT_STATE to a directory \
+                     this user may write)",
+                    path.display()
+                ));
+            }
+            return read_history(dir);
+        }
     };
+    // Another process measuring now: what is recorded, without the runs it is adding.
+    if !sys::lock_within(&file, LOCK_PATIENCE) {
+        return read_history(dir);
+    }
     let (entries, bad): (Vec<HistoryEntry>, usize) = read_lines(&file);
     say_ignored(&state.join(HISTORY_FILE), bad);
     let mut entries: Vec<HistoryEntry> = entries.into_iter().filter(|e| e.v == VERSION).collect();
@@ -260,6 +277,8 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
             let n = sys::read_at_start(&f, &mut buf).ok()?;
             std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
         })
+        // A time to come (a clock set wrong when it was written) would forget every run.
+        .filter(|&t: &u64| t <= crate::clock::now_unix_ms().saturating_add(86_400_000))
         .unwrap_or(0);
     let mut fresh: Vec<(String, u64, RunMeasure)> = Vec::new();
     for run in crate::runs::recorded_runs(dir) {

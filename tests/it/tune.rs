@@ -700,3 +700,22 @@ fn learned_weights_keep_a_big_test_that_never_declared_itself_from_crowding_the_
         "{fourth:?}"
     );
 }
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_history_that_cannot_be_kept_is_said_once_and_fails_no_test() {
+    let host = Host::new();
+    // A directory where the history file should be: it cannot be opened as one.
+    std::fs::create_dir_all(host.state.join("gpu0.history")).unwrap();
+    let (first, _) = run_within(&host);
+    let (second, stderr) = run_within(&host);
+    assert_eq!((first.n, second.n), (2, 2), "{stderr}");
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("cannot keep the run history"))
+        .collect();
+    assert!(
+        said.len() == 1 && said[0].contains("GPU_TEST_PERMIT_STATE"),
+        "{stderr}"
+    );
+}
