@@ -45,6 +45,11 @@
 //!   GPU to itself (`GPU_TEST_PERMIT_RETRY`), and a test that failed beside others and passed
 //!   alone is named a contention casualty (`gpu-test-permit report`). Under `cargo test` a
 //!   binary that skipped GPU tests says so at exit.
+//! - [`tune`]: `REALIZAR_GPU_TEST_CONCURRENCY=auto` chooses each run's N from this host's
+//!   history (the fastest N measured that never hung nor made a test fail beside others,
+//!   found one step at a time, up to `GPU_TEST_PERMIT_MAX_CONCURRENCY`), and
+//!   `GPU_TEST_PERMIT_WEIGHTS=learned` weighs a test that declares nothing by its measured
+//!   peak memory.
 //! - [`devices`]: the `CUDA_VISIBLE_DEVICES` (and HIP, ROCr) values that pin a process
 //!   started under a permit to the permit's GPU.
 //! - `capture` (feature `cuda`): a CUDA graph capture guard that refuses allocations, uploads
