@@ -16,9 +16,10 @@
 //! mean hold that test had in any run on record (`gpu0.tests`, the [`TESTS_KEPT`] tests seen
 //! last). Work over busy time is the run's **effective concurrency**: how many tests' worth of
 //! work the GPU did at once. It compares runs of different suites, filtered runs and whole
-//! ones, fairly, because a test's work is the same whatever else runs. A line that is not a
-//! record is ignored with one line on standard error; the history is never a reason to fail
-//! a test.
+//! ones, fairly, because a test's work is the same whatever else runs. A run too small to
+//! measure (fewer than two holds per permit) that lost no permit is not kept, so that a
+//! doctest's process pushes no real run out. A line that is not a record is ignored with one
+//! line on standard error; the history is never a reason to fail a test.
 //!
 //! # How N is chosen
 //!
