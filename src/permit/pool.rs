@@ -484,7 +484,7 @@ impl PermitPool {
             if let Some(host) = &inner.host {
                 let start = waited_since.unwrap_or_else(Instant::now);
                 let record = HolderRecord {
-                    pid: std::process::id(),
+                    pid: crate::sys::pid(),
                     test: d.test.clone(),
                     thread: d.thread.clone(),
                     since_unix_ms: unix_ms(d.since_wall),

@@ -285,7 +285,7 @@ pub(crate) fn record_skip(backend: &str, reason: &str) {
     let record = RunRecord::Skip(SkipRecord {
         run: run.to_string(),
         unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
-        pid: std::process::id(),
+        pid: crate::sys::pid(),
         binary,
         test,
         attempt: attempts().0,
@@ -320,7 +320,7 @@ pub(crate) fn granted(dir: &Path, g: Granted) -> u64 {
     let record = RunRecord::Grant(GrantRecord {
         run: run.to_string(),
         unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
-        pid: std::process::id(),
+        pid: crate::sys::pid(),
         hold,
         binary,
         test,
@@ -346,7 +346,7 @@ pub(crate) fn released(dir: &Path, hold: u64, at: std::time::SystemTime, memory_
     let record = RunRecord::Release(ReleaseRecord {
         run: run.to_string(),
         unix_us: crate::clock::unix_micros(at),
-        pid: std::process::id(),
+        pid: crate::sys::pid(),
         hold,
         outcome,
         memory_used,

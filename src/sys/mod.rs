@@ -76,6 +76,34 @@ pub(crate) fn per_user_name(base: &str) -> String {
     os::per_user_name(base)
 }
 
+/// This process's id, without a system call after the first: `getpid` costs a kernel entry on
+/// every acquire otherwise. A child made by `fork` (without `exec`) asks again: the cache is
+/// cleared in the child by an `atfork` handler.
+pub(crate) fn pid() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static PID: AtomicU32 = AtomicU32::new(0);
+    let cached = PID.load(Ordering::Relaxed);
+    if cached != 0 {
+        return cached;
+    }
+    #[cfg(unix)]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        extern "C" fn forget_in_child() {
+            // Async-signal-safe: one atomic store.
+            PID.store(0, Ordering::Relaxed);
+        }
+        ONCE.call_once(|| {
+            // SAFETY: registers a handler that only stores to an atomic; no other handler of
+            // this crate is touched.
+            unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
+        });
+    }
+    let pid = std::process::id();
+    PID.store(pid, Ordering::Relaxed);
+    pid
+}
+
 /// A cheap monotonic timestamp in nanoseconds, for "held for how long" diagnostics: the coarse
 /// clock on Linux (a few ms resolution, no syscall), std's `Instant` elsewhere.
 pub(crate) fn coarse_ns() -> u64 {
@@ -537,5 +565,29 @@ impl Library {
         symbol: &std::ffi::CStr,
     ) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
         os::library_symbol(self.0, symbol)
+    }
+}
+
+#[cfg(all(test, unix))]
+mod pid_tests {
+    use super::pid;
+
+    #[test]
+    fn a_forked_child_knows_its_own_pid() {
+        let parent = pid();
+        assert_eq!(parent, std::process::id());
+        // SAFETY: the child only reads and stores atomics, asks getpid and `_exit`s.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            let ok = pid() == std::process::id() && pid() != parent;
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just made.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        assert_eq!(pid(), parent);
     }
 }
