@@ -247,9 +247,8 @@ fn open_auto(
     run: &str,
 ) -> Result<(HostSlots, Option<crate::tune::Choice>), HostError> {
     let mut choice = None;
-    let key = crate::runs::file_name(run);
-    let key = key.trim_start_matches("gpu0.run.");
-    let (host, chose) = HostSlots::open_auto(dir, gpus, key, || {
+    let key = crate::runs::run_key(run);
+    let (host, chose) = HostSlots::open_auto(dir, gpus, &key, || {
         let c = crate::tune::choose_now(dir, gpus, Some(run));
         let n = c.per_gpu;
         choice = Some(c);

@@ -80,9 +80,15 @@ pub(crate) const FILE_PREFIX: &str = "gpu0.run.";
 /// Runs whose files are kept.
 pub(crate) const RUNS_KEPT: usize = 32;
 
-/// The file name of run `run`: the run id where it is a safe file name (nextest's are UUIDs),
-/// else a hash of it.
+/// The file name of run `run`: [`FILE_PREFIX`] and its [`run_key`].
 pub(crate) fn file_name(run: &str) -> String {
+    format!("{FILE_PREFIX}{}", run_key(run))
+}
+
+/// The key of run `run`, as its file is named after [`FILE_PREFIX`] and as `auto`'s choice in
+/// the layout and the history name it: the run id where it is a safe file name (nextest's are
+/// UUIDs), else a hash of it.
+pub(crate) fn run_key(run: &str) -> String {
     let safe = !run.is_empty()
         && run.len() <= 100
         && run
@@ -90,19 +96,19 @@ pub(crate) fn file_name(run: &str) -> String {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         && !run.starts_with('.');
     if safe {
-        format!("{FILE_PREFIX}{run}")
+        run.to_string()
     } else {
         // FNV-1a, 64 bits: stable across builds and platforms.
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         for b in run.bytes() {
             h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
-        format!("{FILE_PREFIX}h{h:016x}")
+        format!("h{h:016x}")
     }
 }
 
-/// The run files in `dir` and when each was last written.
-pub(crate) fn run_files(dir: &Path) -> Vec<(PathBuf, SystemTime)> {
+/// The run files in `dir`, when each was last written, and their lengths.
+pub(crate) fn run_files(dir: &Path) -> Vec<(PathBuf, SystemTime, u64)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -111,8 +117,10 @@ pub(crate) fn run_files(dir: &Path) -> Vec<(PathBuf, SystemTime)> {
         .filter(|e| e.file_name().to_string_lossy().starts_with(FILE_PREFIX))
         .filter_map(|e| {
             let meta = e.metadata().ok()?;
-            meta.is_file()
-                .then(|| (e.path(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)))
+            meta.is_file().then(|| {
+                let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                (e.path(), modified, meta.len())
+            })
         })
         .collect()
 }

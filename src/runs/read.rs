@@ -128,6 +128,8 @@ pub struct RecordedRun {
     pub run_id: String,
     /// When its file was last written.
     pub modified: SystemTime,
+    /// Bytes in its file.
+    pub len: u64,
 }
 
 /// The runs recorded in `dir`, the most recently written last. A run whose id could not be a
@@ -135,12 +137,13 @@ pub struct RecordedRun {
 pub fn recorded_runs(dir: &Path) -> Vec<RecordedRun> {
     let mut runs: Vec<RecordedRun> = run_files(dir)
         .into_iter()
-        .filter_map(|(path, modified)| {
+        .filter_map(|(path, modified, len)| {
             let name = path.file_name()?.to_string_lossy().into_owned();
             let key = name.strip_prefix(super::FILE_PREFIX)?.to_string();
             Some(RecordedRun {
                 run_id: key,
                 modified,
+                len,
             })
         })
         .collect();

@@ -264,7 +264,7 @@ fn prune(dir: &Path, keep: &Path) {
     }
     // Newest first.
     files.sort_by_key(|f| std::cmp::Reverse(f.1));
-    for (path, _) in files.into_iter().skip(RUNS_KEPT) {
+    for (path, _, _) in files.into_iter().skip(RUNS_KEPT) {
         if path != keep
             && path
                 .file_name()

@@ -112,7 +112,7 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
     let gpu_of = |run: &str| {
         history
             .iter()
-            .find(|e| e.run == run || e.run == run_key(run))
+            .find(|e| e.run == run || e.run == crate::runs::run_key(run))
             .map(|e| e.gpu.as_str())
     };
     // A record counts against this GPU unless it is known to be of another.
@@ -358,13 +358,6 @@ fn per_gpu(per_gpu: usize, gpus_then: usize, gpus: usize) -> usize {
             .div_ceil(gpus.max(1))
             .max(1)
     }
-}
-
-/// The name a run's record file has, after its prefix.
-fn run_key(run: &str) -> String {
-    crate::runs::file_name(run)
-        .trim_start_matches("gpu0.run.")
-        .to_string()
 }
 
 #[cfg(test)]

@@ -264,11 +264,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
     let (entries, bad): (Vec<HistoryEntry>, usize) = read_lines(&file);
     say_ignored(&state.join(HISTORY_FILE), bad);
     let mut entries: Vec<HistoryEntry> = entries.into_iter().filter(|e| e.v == VERSION).collect();
-    let current_key = current.map(|r| {
-        crate::runs::file_name(r)
-            .trim_start_matches("gpu0.run.")
-            .to_string()
-    });
+    let current_key = current.map(crate::runs::run_key);
     // Never through a link, nor from a FIFO planted at the name.
     let since: u64 = sys::open_regular_for_reading(&state.join(SINCE_FILE))
         .ok()
@@ -285,10 +281,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
         if Some(&run.run_id) == current_key.as_ref() {
             continue;
         }
-        let path = dir.join(format!("gpu0.run.{}", run.run_id));
-        let Ok(len) = std::fs::symlink_metadata(&path).map(|m| m.len()) else {
-            continue;
-        };
+        let len = run.len;
         if len > MEASURE_LIMIT
             || entries
                 .iter()
