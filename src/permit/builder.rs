@@ -226,13 +226,7 @@ impl PoolBuilder {
                 budget_source: self.memory_budget,
                 budget: OnceLock::new(),
                 probe_budget: self.probe_budget,
-                records: self.auto
-                    || learned.is_some()
-                    || crate::config::Config::global()
-                        .nextest
-                        .as_ref()
-                        .and_then(|n| n.run_id.as_deref())
-                        .is_some_and(|r| !r.is_empty()),
+                records: self.auto || learned.is_some() || crate::runs::nextest_run().is_some(),
                 learned,
             }))),
         }

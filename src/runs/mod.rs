@@ -71,8 +71,8 @@ pub use trace::casualties_in_trace;
 #[doc(hidden)]
 pub use write::set_command_outcome;
 pub(crate) use write::{
-    Granted, append, current_test, flush, granted, outcome_now, record_skip, released, run_id,
-    traced_attempt,
+    Granted, append, current_test, flush, granted, nextest_run, outcome_now, record_skip, released,
+    run_id, traced_attempt,
 };
 
 /// The names of run files start with this.

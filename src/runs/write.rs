@@ -30,14 +30,8 @@ const SIGNALLED: u64 = 2 << 32;
 /// itself (`p<pid>-<start, ms>`), whose records are what `auto` and learned weights learn
 /// from. Otherwise nothing is recorded.
 pub(crate) fn run_id() -> Option<&'static str> {
-    let cfg = Config::global();
-    let nextest = cfg
-        .nextest
-        .as_ref()
-        .and_then(|n| n.run_id.as_deref())
-        .filter(|r| !r.is_empty());
-    let learns = cfg.auto_concurrency || cfg.weights == crate::config::Weights::Learned;
-    if nextest.is_some() || !learns {
+    let nextest = nextest_run();
+    if nextest.is_some() || !learns() {
         return nextest;
     }
     static PROCESS_RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -113,15 +107,24 @@ static PENDING: parking_lot::Mutex<Vec<(PathBuf, Vec<RunRecord>)>> =
 /// Records kept before they are written.
 const PENDING_MOST: usize = 8192;
 
-/// Whether this process is a run of its own: `auto` outside nextest.
-fn own_run() -> bool {
+/// nextest's `NEXTEST_RUN_ID`, when this process runs under nextest.
+pub(crate) fn nextest_run() -> Option<&'static str> {
+    Config::global()
+        .nextest
+        .as_ref()
+        .and_then(|n| n.run_id.as_deref())
+        .filter(|r| !r.is_empty())
+}
+
+/// Whether `auto` or learned weights learn from this process's records.
+fn learns() -> bool {
     let cfg = Config::global();
-    (cfg.auto_concurrency || cfg.weights == crate::config::Weights::Learned)
-        && cfg
-            .nextest
-            .as_ref()
-            .and_then(|n| n.run_id.as_deref())
-            .is_none_or(str::is_empty)
+    cfg.auto_concurrency || cfg.weights == crate::config::Weights::Learned
+}
+
+/// Whether this process is a run of its own: it learns, outside nextest.
+fn own_run() -> bool {
+    nextest_run().is_none() && learns()
 }
 
 /// Appends `record` to the run's file in `dir` (for a process that is a run of its own, when
