@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -393,22 +393,11 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
 /// A history file that exists but cannot be emptied (permissions, a lock held).
 pub fn forget_history(dir: &Path) -> std::io::Result<usize> {
     let count = read_history(dir).len();
-    let state = crate::hangs::record_dir(dir);
     for name in [HISTORY_FILE, TESTS_FILE] {
-        let path: PathBuf = state.join(name);
-        if std::fs::symlink_metadata(&path).is_err() {
-            continue;
-        }
-        let file = sys::open_lock_file(&path, sys::is_shared_dir(&state))?;
-        if !sys::lock_within(&file, Duration::from_secs(2)) {
-            return Err(std::io::Error::other(format!(
-                "{} is locked by another process",
-                path.display()
-            )));
-        }
-        file.set_len(0)?;
+        crate::hangs::forget_kept(dir, name)?;
     }
-    sys::prepare_dir(&state).map_err(std::io::Error::other)?;
+    // Made (or `dir` itself) by `record_dir`.
+    let state = crate::hangs::record_dir(dir);
     let since = state.join(SINCE_FILE);
     let file = sys::open_lock_file(&since, sys::is_shared_dir(&state))?;
     let text = format!("{}\n", crate::clock::now_unix_ms());

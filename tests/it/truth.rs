@@ -212,6 +212,13 @@ fn a_nextest_run_with_retries_records_its_skips_and_names_its_contention_casualt
         text(&out)
     );
     assert!(recorded_casualties(&slots).is_empty());
+    // The run's records are still in the slot directory; forgotten, they are not measured again.
+    let out = cli(&slots, 2).arg("history").output().unwrap();
+    assert!(
+        text(&out).contains("waited for a permit): 0\n"),
+        "{}",
+        text(&out)
+    );
 
     // nextest's JUnit report, rewritten: exactly the skipped tests are marked, the counts agree,
     // the contended tests stay passed (flaky).
