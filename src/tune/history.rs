@@ -177,32 +177,31 @@ fn replace(file: &File, lines: &[String]) {
     }
 }
 
-/// The open, locked file `name` of directory `dir`; `None` when it cannot be had (said once
-/// by the caller's notice, or not at all: the history is never a reason to fail a test).
-fn open_locked(dir: &Path, name: &str, create: bool) -> Option<File> {
-    let path = dir.join(name);
-    // Reading only, the file is opened read-only: its lock is the open file's all the same.
-    let file = if create {
-        sys::open_lock_file(&path, sys::is_shared_dir(dir)).ok()?
-    } else {
-        sys::open_regular_for_reading(&path).ok()?
-    };
+/// The open, locked file `name` of directory `dir`, made if missing; `None` when it cannot be
+/// had (the history is never a reason to fail a test).
+fn open_locked(dir: &Path, name: &str) -> Option<File> {
+    let file = sys::open_lock_file(&dir.join(name), sys::is_shared_dir(dir)).ok()?;
     sys::lock_within(&file, LOCK_PATIENCE).then_some(file)
+}
+
+/// The records of file `name` in state directory `state`, for reading only. A writer replaces
+/// the file in one write; one stopped holding the lock must not make the history forgotten,
+/// so past the patience the file is read without it (lines cut short are ignored).
+fn read_records<T: serde::de::DeserializeOwned>(state: &Path, name: &str) -> Vec<T> {
+    let path = state.join(name);
+    let Ok(file) = sys::open_regular_for_reading(&path) else {
+        return Vec::new();
+    };
+    let _locked = sys::lock_within(&file, LOCK_PATIENCE);
+    let (records, bad) = read_lines(&file);
+    say_ignored(&path, bad);
+    records
 }
 
 /// The history of slot directory `dir` as recorded (without measuring new runs), oldest
 /// first.
 pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
-    let state = crate::hangs::record_dir(dir);
-    let Ok(file) = sys::open_regular_for_reading(&state.join(HISTORY_FILE)) else {
-        return Vec::new();
-    };
-    // A writer replaces the file in one write; one stopped holding the lock must not make
-    // the history forgotten, so past the patience it is read without (lines cut short are
-    // ignored).
-    let _locked = sys::lock_within(&file, LOCK_PATIENCE);
-    let (mut entries, bad): (Vec<HistoryEntry>, usize) = read_lines(&file);
-    say_ignored(&state.join(HISTORY_FILE), bad);
+    let mut entries: Vec<HistoryEntry> = read_records(&crate::hangs::record_dir(dir), HISTORY_FILE);
     entries.retain(|e| e.v == VERSION);
     entries.sort_by_key(|e| e.unix_ms);
     entries
@@ -213,14 +212,7 @@ pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
 /// the largest first. A test is named `<binary>::<test>`, as its run records name it. What
 /// [`WEIGHTS_VAR`](crate::config::WEIGHTS_VAR)`=learned` weighs tests by.
 pub fn learned_memory(dir: &Path) -> Vec<(String, u64)> {
-    let state = crate::hangs::record_dir(dir);
-    let Ok(file) = sys::open_regular_for_reading(&state.join(TESTS_FILE)) else {
-        return Vec::new();
-    };
-    // As the history: past the patience, read without the lock (a line cut short is ignored).
-    let _locked = sys::lock_within(&file, LOCK_PATIENCE);
-    let (refs, bad): (Vec<TestRef>, usize) = read_lines(&file);
-    say_ignored(&state.join(TESTS_FILE), bad);
+    let refs: Vec<TestRef> = read_records(&crate::hangs::record_dir(dir), TESTS_FILE);
     let mut out: Vec<(String, u64)> = refs
         .into_iter()
         .filter_map(|r| Some((r.test, r.mem.filter(|&m| m > 0)?)))
@@ -352,7 +344,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
 
 /// Updates the tests' reference hold times with `fresh` runs; returns them.
 fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<String, u64> {
-    let file = open_locked(state, TESTS_FILE, true);
+    let file = open_locked(state, TESTS_FILE);
     let (old, bad): (Vec<TestRef>, usize) = file.as_ref().map(read_lines).unwrap_or_default();
     say_ignored(&state.join(TESTS_FILE), bad);
     let mut refs: HashMap<String, TestRef> = old.into_iter().map(|r| (r.test.clone(), r)).collect();
