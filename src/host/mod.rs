@@ -147,7 +147,7 @@ impl HostSlots {
     /// first. The slots opened follow the directory's recorded layout, which is `wanted` unless
     /// another process using the directory set a different one (see [`HostSlots::layout`]).
     pub(crate) fn open(dir: &Path, wanted: Layout) -> Result<HostSlots, HostError> {
-        Ok(HostSlots::open_with(dir, |_| Want::Fixed(wanted))?.0)
+        Ok(HostSlots::open_with(dir, wanted, |_| Want::Fixed(wanted))?.0)
     }
 
     /// Opens the slots of `dir` with the N `auto` chooses for the run whose key (a safe file
@@ -160,7 +160,12 @@ impl HostSlots {
         run: &str,
         choose: impl FnOnce() -> usize,
     ) -> Result<(HostSlots, Option<Layout>), HostError> {
-        let (host, chose) = HostSlots::open_with(dir, |recorded| match recorded {
+        // Until the directory says more, the seed is what the descriptors are counted for.
+        let seed = Layout {
+            per_gpu: crate::config::DEFAULT_CONCURRENCY,
+            gpus,
+        };
+        let (host, chose) = HostSlots::open_with(dir, seed, |recorded| match recorded {
             Some((layout, Some(theirs))) if theirs == run => Want::Auto { layout, run },
             _ => Want::Auto {
                 layout: Layout {
@@ -174,8 +179,11 @@ impl HostSlots {
         Ok((host, chose.then_some(layout)))
     }
 
+    /// Opens the slots of `dir` for what `want` asks once it has seen the recorded layout;
+    /// `expected` is what the descriptors are counted for until then.
     fn open_with<'a>(
         dir: &Path,
+        expected: Layout,
         want: impl FnOnce(Option<(Layout, Option<String>)>) -> Want<'a>,
     ) -> Result<(HostSlots, bool), HostError> {
         // Where the layout file is there already (a directory used before), opening it
@@ -184,10 +192,7 @@ impl HostSlots {
             .is_ok_and(|m| m.file_type().is_file());
         sys::prepare_dir_with(dir, !used_before).map_err(HostError::Directory)?;
         let shared = sys::is_shared_dir(dir);
-        let layout_wanted = std::cell::Cell::new(Layout {
-            per_gpu: 1,
-            gpus: 1,
-        });
+        let layout_wanted = std::cell::Cell::new(expected);
         let open = |name: &str| -> Result<(PathBuf, File), HostError> {
             let path = dir.join(name);
             let file = match sys::open_lock_file(&path, shared) {
