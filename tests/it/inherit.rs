@@ -72,8 +72,14 @@ fn inherited_permit_child() {
 /// Runs the child test under `run` and checks that it ran inside `run`'s permit; returns how
 /// long that took.
 fn run_child(exclusive: bool) -> Duration {
+    run_child_with(exclusive, &[]).0
+}
+
+/// [`run_child`] with more variables for `run` and its command; also returns their stderr.
+fn run_child_with(exclusive: bool, env: &[(&str, &std::path::Path)]) -> (Duration, String) {
     let dir = tempdir();
     let mut c = cli(dir.path(), if exclusive { 2 } else { 1 });
+    c.envs(env.iter().copied());
     c.env("GPU_TEST_PERMIT_TIMEOUT", "30s")
         .env(CHILD, if exclusive { "exclusive" } else { "shared" })
         .arg("run");
@@ -95,7 +101,28 @@ fn run_child(exclusive: bool) -> Duration {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("inside run's permit"), "{stdout}");
-    took
+    (took, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn under_auto_run_chooses_n_and_its_command_works_inside_the_permit_without_choosing() {
+    let state = tempdir();
+    let (_, stderr) = run_child_with(
+        false,
+        &[
+            (
+                "REALIZAR_GPU_TEST_CONCURRENCY",
+                std::path::Path::new("auto"),
+            ),
+            ("GPU_TEST_PERMIT_STATE", state.path()),
+        ],
+    );
+    // `run` chose (one line); the test inside its permit did not choose again.
+    assert_eq!(
+        stderr.matches("gpu-test-permit: N = ").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 #[test]
