@@ -185,15 +185,21 @@ impl InheritedPermit {
             slots.iter().map(|s| s.index).eq(0..total)
                 && slots.iter().all(|s| gpu_of(s) == s.index % gpus)
         } else {
-            // A weighted permit: 1 to N distinct slots, all of one GPU.
+            // A weighted permit: 1 to N distinct slots on each of its GPUs, as many on each.
             let mut indices: Vec<usize> = slots.iter().map(|s| s.index).collect();
             indices.sort_unstable();
             indices.dedup();
+            let mut on: Vec<usize> = slots.iter().map(gpu_of).collect();
+            on.sort_unstable();
+            on.dedup();
+            let each = slots.len() / on.len().max(1);
             indices.len() == slots.len()
-                && slots.len() <= per_gpu
-                && slots
+                && each <= per_gpu
+                && each * on.len() == slots.len()
+                && on
                     .iter()
-                    .all(|s| s.index < total && gpu_of(s) == gpu_of(&slots[0]))
+                    .all(|&g| slots.iter().filter(|s| gpu_of(s) == g).count() == each)
+                && slots.iter().all(|s| s.index < total)
         };
         if !fits {
             return Err(format!(
@@ -210,6 +216,30 @@ impl InheritedPermit {
     /// The GPU slot `slot` of this permit is for.
     pub fn gpu_of(&self, slot: &InheritedSlot) -> usize {
         slot.gpu.unwrap_or(slot.index % self.gpus.max(1))
+    }
+
+    /// The GPUs the permit holds slots on, in increasing order: every GPU of the directory for
+    /// an exclusive permit.
+    pub fn devices(&self) -> Vec<usize> {
+        if self.exclusive {
+            return (0..self.gpus.max(1)).collect();
+        }
+        let mut on: Vec<usize> = self.slots.iter().map(|s| self.gpu_of(s)).collect();
+        on.sort_unstable();
+        on.dedup();
+        on
+    }
+
+    /// The slots the permit holds on GPU `gpu`, in increasing order.
+    pub fn slots_on(&self, gpu: usize) -> Vec<InheritedSlot> {
+        let mut on: Vec<InheritedSlot> = self
+            .slots
+            .iter()
+            .filter(|s| self.gpu_of(s) == gpu)
+            .copied()
+            .collect();
+        on.sort_unstable_by_key(|s| s.index);
+        on
     }
 
     /// The value of [`INHERITED_VAR`](crate::config::INHERITED_VAR) that [`parse`](Self::parse) reads back.

@@ -23,7 +23,8 @@
 //! | `GPU_TEST_PERMIT_PROBE` | `child`, or `in-process` to probe inside the test process (faster, unprotected) | `child` |
 //! | `GPU_TEST_PERMIT_SKIP_LOG` | file to append one line per skipped test to | off |
 //! | `GPU_TEST_PERMIT_RETRY` | a test's permits on a nextest retry (`NEXTEST_ATTEMPT` > 1): `alone` (exclusive: the retry has the GPU to itself) or `same` (as asked) | `alone` |
-//! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1), a count (`4`: GPUs 0 to 3), or a list of GPU ids (`0,2,3`; one GPU: `3,`) that permit device k maps to, as the process numbers its CUDA devices (after `CUDA_VISIBLE_DEVICES`) | `auto` |
+//! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1), a count (`4`: GPUs 0 to 3), or a list of GPU ids (`0,2,3`; one GPU: `3,`) that permit device k maps to, as the process numbers its CUDA devices (after `CUDA_VISIBLE_DEVICES`), or groups of ids (`0,1,2,3;4,5,6,7`) that a permit for several GPUs ([`PermitRequest::gpus`](crate::PermitRequest::gpus)) stays within | `auto` |
+//! | `GPU_TEST_PERMIT_PLACEMENT` | which GPUs a permit goes to on a multi-GPU host: `best-fit` (the GPUs with the fewest free units that fit: whole GPUs stay free for big and multi-GPU permits) or `spread` (the first that fit: one-unit permits spread over every GPU) | `best-fit` |
 //! | `GPU_TEST_PERMIT_GPU_MEMORY` | GPU memory per GPU that permits budget: a size (`64GiB`, `80GB`, `512MiB`, bytes) or a percentage of the smallest device memory the CUDA probe reports (`90%`); a permit declaring memory ([`acquire_memory`](crate::acquire_memory)) takes `ceil(bytes / (budget / N))` permit units. On unified-memory devices (GB10) set a size: the probe does not derive one | CUDA device memory (discrete GPUs, feature `cuda`), else none |
 //! | `GPU_TEST_PERMIT_WEIGHTS` | `declared`: a permit takes the units its test declares (one when it declares nothing); `learned`: with a memory budget in force, a test that declares nothing takes the units its measured peak GPU memory plus [`LEARNED_MARGIN_PERCENT`] needs (at most a whole GPU), the peak being the most its fixture reported in the runs recorded on this host ([`tune`](crate::tune)); a declaration always wins | `declared` |
 //! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
@@ -84,10 +85,11 @@ pub use inherited::{InheritedPermit, InheritedSlot};
 pub use nextest::NextestEnv;
 pub use parse::{
     RequireError, ValueError, parse_concurrency, parse_duration, parse_gpus, parse_memory,
+    parse_placement,
 };
 pub use values::{
-    AdapterName, ConfigWarning, Gpus, MemoryBudget, PowerPref, RetryMode, SlotDir, Weights,
-    default_slot_dir, format_bytes,
+    AdapterName, ConfigWarning, Gpus, MemoryBudget, Placement, PowerPref, RetryMode, SlotDir,
+    Weights, default_slot_dir, format_bytes,
 };
 pub use vars::*;
 pub use warnings::{RecordedWarnings, recorded_warnings};
@@ -139,6 +141,11 @@ pub struct Config {
     /// `gpu_list[k]`. `None` for `auto` and a count (device k is GPU k). See
     /// [`Config::gpu_ids`].
     pub gpu_list: Option<Vec<usize>>,
+    /// The groups [`GPUS_VAR`] names (`0,1,2,3;4,5,6,7`), as permit devices (positions in
+    /// `gpu_list`): a permit for several GPUs stays within one. `None` without groups.
+    pub gpu_groups: Option<Vec<Vec<usize>>>,
+    /// Which GPUs a permit goes to, from [`PLACEMENT_VAR`].
+    pub placement: Placement,
     /// The wgpu adapter to pin, from [`WGPU_ADAPTER_VAR`] or else [`WGPU_ADAPTER_NAME_VAR`]
     /// (blank counts as unset).
     pub wgpu_adapter: Option<AdapterName>,
@@ -427,15 +434,36 @@ impl Config {
                 }
             },
         };
+        let mut gpu_groups = None;
         let (gpus, gpu_list) = match lookup(GPUS_VAR).map(|raw| (parse_gpus(&raw), raw)) {
             None | Some((Ok(Gpus::Auto), _)) => (None, None),
             Some((Ok(Gpus::Count(n)), _)) => (Some(n), None),
             Some((Ok(Gpus::List(ids)), _)) => (NonZeroUsize::new(ids.len()), Some(ids)),
+            Some((Ok(Gpus::Groups(groups)), _)) => {
+                let ids: Vec<usize> = groups.concat();
+                let mut next = 0;
+                gpu_groups = Some(
+                    groups
+                        .iter()
+                        .map(|g| {
+                            next += g.len();
+                            (next - g.len()..next).collect()
+                        })
+                        .collect(),
+                );
+                (NonZeroUsize::new(ids.len()), Some(ids))
+            }
             Some((Err(problem), raw)) => {
                 warnings.push(warning(GPUS_VAR, &raw, problem, "auto"));
                 (None, None)
             }
         };
+        let placement = lookup(PLACEMENT_VAR).map_or(Placement::BestFit, |raw| {
+            parse_placement(&raw).unwrap_or_else(|problem| {
+                warnings.push(warning(PLACEMENT_VAR, &raw, problem, "best-fit"));
+                Placement::BestFit
+            })
+        });
         let nextest = NextestEnv::from_lookup(&lookup, &mut warnings);
         let strict = match lookup(STRICT_VAR) {
             None => false,
@@ -510,6 +538,8 @@ impl Config {
             wgpu_adapter,
             wgpu_power,
             gpu_list,
+            gpu_groups,
+            placement,
             hold_timeout,
             gpus,
             concurrency,

@@ -6,7 +6,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::values::{Gpus, MemoryBudget};
+use super::values::{Gpus, MemoryBudget, Placement};
 use super::vars::{MAX_CONCURRENCY, MAX_MEMORY, REQUIRE_VAR};
 
 /// Why an environment value was rejected. Its message completes a sentence that starts with
@@ -62,7 +62,9 @@ impl fmt::Display for ValueError {
             ValueError::ZeroDuration => f.write_str("must be greater than zero"),
             ValueError::NotOneOf(words) => write!(f, "is not {words}"),
             ValueError::Policy(e) => e.fmt(f),
-            ValueError::NotGpuList => f.write_str("is not a count or a list of GPU ids like 0,2,3"),
+            ValueError::NotGpuList => f.write_str(
+                "is not a count, a list of GPU ids like 0,2,3, or groups like 0,1,2,3;4,5,6,7",
+            ),
             ValueError::RepeatedGpu(id) => write!(f, "lists GPU {id} more than once"),
             ValueError::TooManyGpus => write!(f, "lists more than {MAX_CONCURRENCY} GPUs"),
             ValueError::NotMemory => {
@@ -130,8 +132,10 @@ pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, ValueError> {
 }
 
 /// Parses [`GPUS_VAR`](crate::config::GPUS_VAR): `auto`, a count (as [`parse_concurrency`]), or a comma-separated list
-/// of distinct GPU ids (`0,2,3`). A value with a comma is a list, so a single GPU is written
-/// `3,` (one trailing comma is allowed); surrounding whitespace is ignored, in entries too.
+/// of distinct GPU ids (`0,2,3`), or groups of them separated by `;` (`0,1,2,3;4,5,6,7`: a
+/// permit for several GPUs stays within one group). A value with a comma is a list, so a
+/// single GPU is written `3,` (one trailing comma is allowed, and one trailing `;`); surrounding
+/// whitespace is ignored, in entries too.
 ///
 /// ```
 /// use gpu_test_permit::config::{parse_gpus, Gpus};
@@ -140,7 +144,12 @@ pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, ValueError> {
 /// assert_eq!(parse_gpus(&"2".into()).unwrap(), Gpus::Count(2.try_into().unwrap()));
 /// assert_eq!(parse_gpus(&"0, 2,3".into()), Ok(Gpus::List(vec![0, 2, 3])));
 /// assert_eq!(parse_gpus(&"3,".into()), Ok(Gpus::List(vec![3])));
+/// assert_eq!(
+///     parse_gpus(&"0,1;2,3".into()),
+///     Ok(Gpus::Groups(vec![vec![0, 1], vec![2, 3]]))
+/// );
 /// assert!(parse_gpus(&"0,0".into()).is_err());
+/// assert!(parse_gpus(&"0,1;1,2".into()).is_err());
 /// ```
 ///
 /// # Errors
@@ -151,25 +160,68 @@ pub fn parse_gpus(raw: &OsString) -> Result<Gpus, ValueError> {
     if s == "auto" {
         return Ok(Gpus::Auto);
     }
-    if !s.contains(',') {
+    if !s.contains(',') && !s.contains(';') {
         return parse_concurrency(raw).map(Gpus::Count);
     }
-    let entries = s.strip_suffix(',').unwrap_or(s);
     let mut ids = Vec::new();
-    for entry in entries.split(',').map(str::trim) {
-        if entry.is_empty() || !entry.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(ValueError::NotGpuList);
+    let mut groups = Vec::new();
+    let grouped = s.contains(';');
+    let s = if grouped {
+        s.strip_suffix(';').unwrap_or(s)
+    } else {
+        s
+    };
+    for group in s.split(';').map(str::trim) {
+        let entries = group.strip_suffix(',').unwrap_or(group);
+        let mut members = Vec::new();
+        for entry in entries.split(',').map(str::trim) {
+            if entry.is_empty() || !entry.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(ValueError::NotGpuList);
+            }
+            let id: usize = entry.parse().map_err(|_| ValueError::NotGpuList)?;
+            if ids.contains(&id) {
+                return Err(ValueError::RepeatedGpu(id));
+            }
+            ids.push(id);
+            members.push(id);
         }
-        let id: usize = entry.parse().map_err(|_| ValueError::NotGpuList)?;
-        if ids.contains(&id) {
-            return Err(ValueError::RepeatedGpu(id));
-        }
-        ids.push(id);
+        groups.push(members);
     }
     if ids.len() > MAX_CONCURRENCY {
         return Err(ValueError::TooManyGpus);
     }
-    Ok(Gpus::List(ids))
+    Ok(if grouped {
+        Gpus::Groups(groups)
+    } else {
+        Gpus::List(ids)
+    })
+}
+
+/// Parses [`PLACEMENT_VAR`](crate::config::PLACEMENT_VAR): `best-fit` or `spread` (case and
+/// surrounding whitespace ignored; `_` for `-`).
+///
+/// ```
+/// use gpu_test_permit::config::{parse_placement, Placement};
+///
+/// assert_eq!(parse_placement(&"best-fit".into()), Ok(Placement::BestFit));
+/// assert_eq!(parse_placement(&" Spread ".into()), Ok(Placement::Spread));
+/// assert!(parse_placement(&"first".into()).is_err());
+/// ```
+///
+/// # Errors
+///
+/// [`ValueError::NotOneOf`] for any other word.
+pub fn parse_placement(raw: &OsString) -> Result<Placement, ValueError> {
+    match utf8(raw)?
+        .trim()
+        .to_ascii_lowercase()
+        .replace('_', "-")
+        .as_str()
+    {
+        "best-fit" | "bestfit" => Ok(Placement::BestFit),
+        "spread" => Ok(Placement::Spread),
+        _ => Err(ValueError::NotOneOf("best-fit or spread")),
+    }
 }
 
 /// Parses a positive duration: a whole number followed by an optional unit `ms`, `s`, `m` or

@@ -95,6 +95,23 @@ pub enum Gpus {
     Count(NonZeroUsize),
     /// These GPU ids, distinct, in this order: permit device k is the k-th.
     List(Vec<usize>),
+    /// Groups of GPU ids (`0,1,2,3;4,5,6,7`), distinct: permit device k is the k-th id in
+    /// order, and a permit for several GPUs stays within one group.
+    Groups(Vec<Vec<usize>>),
+}
+
+/// [`PLACEMENT_VAR`](crate::config::PLACEMENT_VAR): which GPUs of a multi-GPU host a permit
+/// goes to (see [`host`](crate::host)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Placement {
+    /// `best-fit`: the GPUs with the fewest free units that still fit the request, so that
+    /// small requests fill GPUs already in use and whole GPUs stay free for requests that need
+    /// them whole.
+    #[default]
+    BestFit,
+    /// `spread`: the first GPUs in order that fit (a one-unit request takes the lowest free
+    /// slot, and slots alternate between GPUs), which spreads one-unit requests over every GPU.
+    Spread,
 }
 
 /// The wgpu adapter the fixture is pinned to: a case-insensitive part of its name.

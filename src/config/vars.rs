@@ -52,6 +52,11 @@ pub const GPU_MEMORY_VAR: &str = "GPU_TEST_PERMIT_GPU_MEMORY";
 /// the host's history, see [`tune`](crate::tune)) plus [`LEARNED_MARGIN_PERCENT`] needs, at
 /// most a whole GPU. A declaration always wins. See [`Weights`](crate::config::Weights).
 pub const WEIGHTS_VAR: &str = "GPU_TEST_PERMIT_WEIGHTS";
+/// Which GPUs of a multi-GPU host a permit goes to: `best-fit` (the default: the GPUs with
+/// the fewest free units that fit, keeping whole GPUs free for big and multi-GPU permits) or
+/// `spread` (the first that fit: one-unit permits spread over every GPU). See
+/// [`Placement`](crate::config::Placement).
+pub const PLACEMENT_VAR: &str = "GPU_TEST_PERMIT_PLACEMENT";
 /// `1` (or `true`, `yes`, `on`) turns configuration warnings into failures: [`Config::global`](crate::config::Config::global)
 /// panics with them. `0`, `false`, `no`, `off` or unset: warnings only.
 pub const STRICT_VAR: &str = "GPU_TEST_PERMIT_STRICT_CONFIG";

@@ -128,8 +128,9 @@ pub(crate) fn other_share_dir_in_use(permit: &crate::config::InheritedPermit) ->
         .find(|p| in_use(&p.join("gpu0.layout")))
 }
 
-/// How the processes inside `permit` lay out their shared slots: as many as the parent holds,
-/// on its one GPU, for a shared permit; the parent's whole layout for an exclusive one.
+/// How the processes inside `permit` lay out their shared slots: as many as the parent holds
+/// on each of its GPUs, over those GPUs, for a shared permit; the parent's whole layout for an
+/// exclusive one.
 pub(crate) fn share_layout(permit: &crate::config::InheritedPermit) -> Layout {
     if permit.exclusive {
         Layout {
@@ -137,9 +138,12 @@ pub(crate) fn share_layout(permit: &crate::config::InheritedPermit) -> Layout {
             gpus: permit.gpus,
         }
     } else {
+        // As many slots as the parent holds on each of its GPUs; shared slot `i` stands for
+        // one of the parent's slots on its `i % k`-th GPU.
+        let gpus = permit.devices().len().max(1);
         Layout {
-            per_gpu: permit.slots.len(),
-            gpus: 1,
+            per_gpu: (permit.slots.len() / gpus).max(1),
+            gpus,
         }
     }
 }

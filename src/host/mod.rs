@@ -49,6 +49,7 @@
 
 mod budget;
 mod error;
+mod fit;
 mod inherit;
 mod layout;
 mod lock;
@@ -64,6 +65,8 @@ use std::time::Instant;
 use crate::sys::{self, ChangeWatch};
 
 pub use error::HostError;
+pub use fit::Placement;
+pub(crate) use fit::Topology;
 pub(crate) use inherit::{
     InheritError, adopt_inherited, other_share_dir_in_use, share_dir, share_layout,
 };
@@ -120,6 +123,19 @@ pub(crate) struct WaitingRequest {
     pub(crate) head: bool,
     /// Whether it keeps its turn, and if not, why.
     pub(crate) liveness: Liveness,
+}
+
+/// What a request takes: units on each of some GPUs, or every slot; and where it may go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Take<'a> {
+    /// Slots on each GPU.
+    pub(crate) units: usize,
+    /// GPUs, distinct, all in one group of `topology`.
+    pub(crate) gpus: usize,
+    /// Every slot of every GPU (`units` and `gpus` are then ignored).
+    pub(crate) exclusive: bool,
+    pub(crate) topology: &'a Topology,
+    pub(crate) placement: Placement,
 }
 
 /// Who was in the way of a wait that timed out.
@@ -267,16 +283,14 @@ impl HostSlots {
         &self.slots[index].file
     }
 
-    /// Takes `units` slots of one GPU (every slot when `exclusive`), waiting until `deadline`.
-    /// Returns the slot indices.
+    /// Takes `take.units` slots on each of `take.gpus` GPUs (every slot when
+    /// `take.exclusive`), waiting until `deadline`. Returns the slot indices.
     pub(crate) fn acquire(
         &self,
-        units: usize,
-        exclusive: bool,
+        take: &Take<'_>,
         deadline: Option<Instant>,
         record: &HolderRecord,
     ) -> Result<Vec<usize>, HostWaitError> {
-        let units = if exclusive { self.slots.len() } else { units };
         let mut turn = match deadline {
             None => self.acquire_lock.lock(),
             Some(d) => match self.acquire_lock.try_lock_until(d) {
@@ -285,7 +299,7 @@ impl HostSlots {
             },
         };
         // Off the waiting list when it returns (see the end of `take_turn`).
-        self.take_turn(units, exclusive, deadline, record, &mut turn)
+        self.take_turn(take, deadline, record, &mut turn)
     }
 
     /// One request's turn at the gate (steps 2 to 6 of the [module docs](self)).
@@ -300,8 +314,7 @@ impl HostSlots {
     /// `flock` or `LockFileEx` exists.)
     fn take_turn(
         &self,
-        units: usize,
-        exclusive: bool,
+        take: &Take<'_>,
         deadline: Option<Instant>,
         record: &HolderRecord,
         waiting: &mut Waiting,
@@ -333,7 +346,7 @@ impl HostSlots {
                 past_head = !defer;
             }
             if gate || past_head {
-                match self.try_take(units, exclusive) {
+                match self.try_take(take) {
                     Ok(Some(got)) => break Ok(got),
                     Ok(None) => {}
                     Err(e) => break Err(e),
@@ -402,8 +415,9 @@ impl HostSlots {
         }
     }
 
-    /// Takes `units` free slots now, all of them or none: any slots for an exclusive request
-    /// (which asks for all), else slots of one GPU, the first GPU that has enough.
+    /// Takes the slots `take` asks for now, all of them or none: every slot for an exclusive
+    /// request; else `take.units` slots on each of `take.gpus` GPUs of one group, the GPUs
+    /// [`fit::place`] picks from the free units it finds.
     ///
     /// The slots are locked one by one and given back unless all of them are had; a process
     /// stopped in those microseconds keeps the ones it locked, as a stopped holder keeps its
@@ -412,15 +426,70 @@ impl HostSlots {
     /// every waiter that watches the slots, this one included), so such slots are locked
     /// without a record for a moment: a wait that times out and [`status`] name their owner
     /// from `/proc/locks` on Linux.
-    fn try_take(&self, units: usize, exclusive: bool) -> Result<Option<Vec<usize>>, HostWaitError> {
-        let gpus = if exclusive || units == 1 {
-            1
-        } else {
-            self.layout.gpus
-        };
-        for gpu in 0..gpus {
+    fn try_take(&self, take: &Take<'_>) -> Result<Option<Vec<usize>>, HostWaitError> {
+        let gpus = self.layout.gpus;
+        if take.exclusive {
+            return self.try_take_in_order(self.slots.len(), 1);
+        }
+        if gpus == 1 {
+            return self.try_take_in_order(take.units, 1);
+        }
+        if take.gpus == 1 && take.placement == Placement::Spread && take.topology.is_flat() {
+            // The lowest free slot for one unit; else the first GPU with enough.
+            let step = if take.units == 1 { 1 } else { gpus };
+            return self.try_take_in_order(take.units, step);
+        }
+        // Every slot's state, to place the request: the free ones are locked while it is
+        // placed (under the gate, nobody else takes slots meanwhile), and those not taken are
+        // given back.
+        let mut free: Vec<Vec<usize>> = vec![Vec::new(); gpus];
+        for (i, slot) in self.slots.iter().enumerate() {
+            if slot.held.load(Ordering::Acquire) {
+                continue;
+            }
+            match slot.file.try_lock() {
+                Ok(()) => {
+                    slot.held.store(true, Ordering::Release);
+                    free[i % gpus].push(i);
+                }
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => {
+                    self.unlock_unrecorded(&free.concat());
+                    return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
+                }
+            }
+        }
+        let counts: Vec<usize> = free.iter().map(Vec::len).collect();
+        let chosen = fit::place(
+            &counts,
+            take.units,
+            take.gpus,
+            take.topology,
+            take.placement,
+        );
+        let mut got = Vec::new();
+        for gpu in chosen.unwrap_or_default() {
+            got.extend(free[gpu].drain(..take.units));
+        }
+        self.unlock_unrecorded(&free.concat());
+        if got.is_empty() {
+            return Ok(None);
+        }
+        got.sort_unstable();
+        // The records are written by the caller, once the gate is free (`write_records`).
+        Ok(Some(got))
+    }
+
+    /// Takes `units` free slots of one GPU now, or none: trying GPUs in order, each GPU's slots
+    /// from every `step`-th slot on (`step` 1: any slots, the lowest free first).
+    fn try_take_in_order(
+        &self,
+        units: usize,
+        step: usize,
+    ) -> Result<Option<Vec<usize>>, HostWaitError> {
+        for gpu in 0..step {
             let mut got = Vec::with_capacity(units);
-            for (i, slot) in self.slots.iter().enumerate().skip(gpu).step_by(gpus) {
+            for (i, slot) in self.slots.iter().enumerate().skip(gpu).step_by(step) {
                 if got.len() == units {
                     break;
                 }

@@ -31,6 +31,11 @@ pub struct HolderRecord {
     /// Records of earlier versions lack it: 1.
     #[serde(default = "one")]
     pub units: usize,
+    /// GPUs the permit spans: its `units` are spread evenly over them (1; k for a k-GPU
+    /// permit; 1 for an exclusive one, which holds every GPU). Records of earlier versions
+    /// lack it: 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub gpus: usize,
     /// GPU memory the permit's request declared, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<u64>,
@@ -38,6 +43,10 @@ pub struct HolderRecord {
 
 fn one() -> usize {
     1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 impl HolderRecord {
@@ -144,6 +153,7 @@ mod tests {
             exclusive: true,
             concurrency: 2,
             units: 2,
+            gpus: 1,
             memory: None,
         };
         let enc = r.encode();

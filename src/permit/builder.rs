@@ -12,7 +12,7 @@ use super::local::LocalPool;
 use super::pool::PermitPool;
 use super::seat::Seat;
 use crate::config::{SlotDir, Weights};
-use crate::host::{HostError, HostSlots, Layout};
+use crate::host::{HostError, HostSlots, Layout, Placement, Topology};
 use crate::trace::Tracer;
 
 /// Configures a [`PermitPool`].
@@ -31,6 +31,9 @@ pub struct PoolBuilder {
     pub(super) auto: bool,
     /// Whose word sets the units of a request that declares nothing.
     pub(super) weights: Weights,
+    /// Groups of devices a k-GPU request stays within (none: one group).
+    pub(super) groups: Vec<Vec<usize>>,
+    pub(super) placement: Placement,
 }
 
 impl PoolBuilder {
@@ -66,6 +69,38 @@ impl PoolBuilder {
     pub fn gpus(mut self, gpus: usize) -> Self {
         assert!(gpus >= 1, "a permit pool spans at least one GPU");
         self.gpus = gpus;
+        self
+    }
+
+    /// Groups of GPUs (permit devices, below [`gpus`](Self::gpus)) that a request for several
+    /// GPUs ([`PermitRequest::gpus`](crate::PermitRequest::gpus)) must stay within: GPUs that
+    /// share a switch, say (`GPU_TEST_PERMIT_GPUS=0,1,2,3;4,5,6,7` for the global pool).
+    /// Devices no group names are groups of one. Without groups, any GPUs.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    /// # let dir = std::env::temp_dir().join(format!("gtp-doc-groups-{}", std::process::id()));
+    /// let pool = PermitPool::builder()
+    ///     .concurrency(1)
+    ///     .gpus(4)
+    ///     .gpu_groups(vec![vec![0, 1], vec![2, 3]])
+    ///     .slot_dir(&dir)
+    ///     .build()?;
+    /// let pair = pool.request().gpus(2).acquire();
+    /// assert!(pair.devices() == [0, 1] || pair.devices() == [2, 3]);
+    /// assert!(pool.request().gpus(3).try_acquire().is_err()); // no group has 3
+    /// # drop(pair); drop(pool); std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
+    pub fn gpu_groups(mut self, groups: Vec<Vec<usize>>) -> Self {
+        self.groups = groups;
+        self
+    }
+
+    /// How requests are placed on the GPUs ([`Placement::BestFit`] by default; for the global
+    /// pool, `GPU_TEST_PERMIT_PLACEMENT`).
+    pub fn placement(mut self, placement: Placement) -> Self {
+        self.placement = placement;
         self
     }
 
@@ -217,6 +252,12 @@ impl PoolBuilder {
                 seats: (0..seats).map(|_| Seat::new()).collect(),
                 gpus: self.gpus,
                 per_gpu: self.concurrency,
+                topology: match &inherited {
+                    Some(i) => Topology::flat(i.gpus()),
+                    None if self.groups.is_empty() => Topology::flat(self.gpus),
+                    None => Topology::grouped(self.gpus, &self.groups),
+                },
+                placement: self.placement,
                 host,
                 host_error,
                 timeout: self.timeout,
@@ -272,6 +313,8 @@ impl PermitPool {
             probe_budget: false,
             auto: false,
             weights: Weights::Declared,
+            groups: Vec::new(),
+            placement: Placement::BestFit,
         }
     }
 }

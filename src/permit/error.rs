@@ -44,6 +44,17 @@ pub enum AcquireError {
         /// The per-GPU budget, bytes.
         budget: u64,
     },
+    /// A request asked for more GPUs than one group of the pool has (`GPU_TEST_PERMIT_GPUS`,
+    /// [`PoolBuilder::gpus`](crate::PoolBuilder::gpus)): it could never be served.
+    #[non_exhaustive]
+    TooManyGpus {
+        /// GPUs asked for.
+        asked: usize,
+        /// The most GPUs one request can have: the pool's GPUs, or its largest group's.
+        widest: usize,
+        /// The pool's GPUs.
+        gpus: usize,
+    },
     /// The thread holds a permit of fewer units than it now asks for; waiting for more would
     /// wait for itself. Take the larger permit first, or drop the smaller one.
     #[non_exhaustive]
@@ -97,6 +108,25 @@ impl fmt::Display for AcquireError {
                  at most that, or raise the budget",
                 crate::config::format_bytes(*asked),
                 crate::config::format_bytes(*budget)
+            ),
+            AcquireError::TooManyGpus {
+                asked,
+                widest,
+                gpus,
+            } if widest == gpus => write!(
+                f,
+                "asked for a GPU permit on {asked} GPUs, but the pool spans {gpus}; ask for at \
+                 most {gpus}, or set GPU_TEST_PERMIT_GPUS to the GPUs this host has"
+            ),
+            AcquireError::TooManyGpus {
+                asked,
+                widest,
+                gpus,
+            } => write!(
+                f,
+                "asked for a GPU permit on {asked} GPUs, but a permit stays within one group \
+                 of GPU_TEST_PERMIT_GPUS and the largest has {widest} (of {gpus} GPUs); ask \
+                 for at most {widest}, or name larger groups"
             ),
             AcquireError::NestedLarger { held, asked } => write!(
                 f,
@@ -380,6 +410,15 @@ impl From<Refused> for AcquireError {
             },
             Refused::Memory { asked, budget } => AcquireError::MemoryTooLarge { asked, budget },
             Refused::ExclusiveInside { held } => AcquireError::ExclusiveInsideShared { held },
+            Refused::Gpus {
+                asked,
+                widest,
+                gpus,
+            } => AcquireError::TooManyGpus {
+                asked,
+                widest,
+                gpus,
+            },
         }
     }
 }

@@ -67,6 +67,8 @@ impl PermitPool {
             b.probe_budget = true;
             b.auto = cfg.auto_concurrency;
             b.weights = cfg.weights;
+            b.groups = cfg.gpu_groups.clone().unwrap_or_default();
+            b.placement = cfg.placement;
             match b.clone().build() {
                 Ok(pool) => pool,
                 Err(e) => b.in_process_only().finish(None, Some(e), None),

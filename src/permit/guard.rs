@@ -155,6 +155,9 @@ impl GpuTestPermit {
         if self.is_exclusive() {
             return None;
         }
+        if self.seat().gpus.load(Ordering::Relaxed) > 1 {
+            return self.devices().first().copied();
+        }
         let pool = self.pool();
         match (
             self.seat().first_slot.load(Ordering::Relaxed),
@@ -164,6 +167,49 @@ impl GpuTestPermit {
             (first, Some(inherited)) => Some(inherited.gpu_of(first)),
             (first, None) => Some(first % pool.gpus),
         }
+    }
+
+    /// The GPUs this permit is for, in increasing order: the one [`device`](Self::device) for a
+    /// plain or weighted permit, the k GPUs of a [`gpus(k)`](crate::PermitRequest::gpus)
+    /// request, every GPU of the pool for an exclusive permit. Empty on a multi-GPU pool
+    /// without host slots, which places nothing. Inside a permit inherited from
+    /// `gpu-test-permit run`, as the parent numbers its GPUs.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    /// # let dir = std::env::temp_dir().join(format!("gtp-doc-devices-{}", std::process::id()));
+    /// let pool = PermitPool::builder().concurrency(1).gpus(3).slot_dir(&dir).build()?;
+    /// let one = pool.acquire();
+    /// // Two GPUs at once: the two that `one` leaves free.
+    /// let two = std::thread::scope(|s| s.spawn(|| pool.request().gpus(2).acquire().devices()).join().unwrap());
+    /// assert_eq!(two.len(), 2);
+    /// assert!(!two.contains(&one.device().unwrap()));
+    /// # drop(one); drop(pool); std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
+    pub fn devices(&self) -> Vec<usize> {
+        let pool = self.pool();
+        if self.is_exclusive() {
+            let gpus = match &pool.inherited {
+                Some(inherited) => inherited.gpus(),
+                None => pool.gpus,
+            };
+            return (0..gpus).collect();
+        }
+        if self.seat().gpus.load(Ordering::Relaxed) <= 1 {
+            return self.device().into_iter().collect();
+        }
+        let mut devices: Vec<usize> = pool
+            .held_slots(self.seat)
+            .into_iter()
+            .map(|s| match &pool.inherited {
+                Some(inherited) => inherited.gpu_of(s),
+                None => s % pool.gpus.max(1),
+            })
+            .collect();
+        devices.sort_unstable();
+        devices.dedup();
+        devices
     }
 
     /// Lets the process that `cmd` starts, and everything it starts, work inside this permit

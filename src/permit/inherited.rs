@@ -24,14 +24,28 @@ impl Inherited {
         }
     }
 
-    /// The parent's slot that shared slot `index` stands for: the one at that position for a
-    /// shared permit, the same slot for an exclusive one (whose layout the shared slots copy).
+    /// The GPUs the parent's permit holds (every GPU of its directory when exclusive).
+    pub(super) fn gpus(&self) -> usize {
+        if self.permit.exclusive {
+            self.permit.gpus.max(1)
+        } else {
+            self.permit.devices().len().max(1)
+        }
+    }
+
+    /// The parent's slot that shared slot `index` stands for: for a shared permit, the
+    /// `index / k`-th of the parent's slots on its `index % k`-th GPU (of `k`); the same slot
+    /// for an exclusive one (whose layout the shared slots copy).
     pub(super) fn parent_slot(&self, index: usize) -> usize {
         if self.permit.exclusive {
-            index
-        } else {
-            self.permit.slots.get(index).map_or(index, |s| s.index)
+            return index;
         }
+        let devices = self.permit.devices();
+        let k = devices.len().max(1);
+        devices
+            .get(index % k)
+            .and_then(|&g| self.permit.slots_on(g).get(index / k).map(|s| s.index))
+            .unwrap_or(index)
     }
 
     /// The GPU shared slot `index` is for, as the parent numbers its GPUs.
@@ -39,10 +53,11 @@ impl Inherited {
         if self.permit.exclusive {
             index % self.permit.gpus.max(1)
         } else {
-            self.permit
-                .slots
-                .first()
-                .map_or(0, |s| self.permit.gpu_of(s))
+            let devices = self.permit.devices();
+            devices
+                .get(index % devices.len().max(1))
+                .copied()
+                .unwrap_or(0)
         }
     }
 }

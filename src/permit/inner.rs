@@ -31,6 +31,9 @@ pub(super) struct PoolInner {
     pub(super) gpus: usize,
     /// Permits per GPU, N: the capacity over the GPUs.
     pub(super) per_gpu: usize,
+    /// The groups a k-GPU request stays within.
+    pub(super) topology: crate::host::Topology,
+    pub(super) placement: crate::host::Placement,
     /// The permit a parent holds for this process, when the pool works inside it.
     pub(super) inherited: Option<Inherited>,
     /// Where the per-GPU memory budget comes from.
@@ -76,9 +79,20 @@ impl PoolInner {
     /// holds N on each GPU, and one request's units come from one GPU).
     pub(super) fn unit_limit(&self) -> (usize, bool) {
         match &self.inherited {
-            Some(inherited) if !inherited.permit.exclusive => (inherited.permit.slots.len(), true),
+            Some(inherited) if !inherited.permit.exclusive => {
+                (inherited.permit.slots.len() / inherited.gpus(), true)
+            }
             Some(inherited) => (inherited.permit.per_gpu, true),
             None => (self.per_gpu, false),
+        }
+    }
+
+    /// The most GPUs one permit of this pool can span (its widest group; inside an inherited
+    /// permit, the parent's GPUs), and the pool's GPUs.
+    pub(super) fn gpu_limit(&self) -> (usize, usize) {
+        match &self.inherited {
+            Some(inherited) => (inherited.gpus(), inherited.gpus()),
+            None => (self.topology.widest(), self.gpus),
         }
     }
 

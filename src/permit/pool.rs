@@ -308,7 +308,9 @@ impl PermitPool {
         // fail take an inline path: a request of at most N units, and a memory declaration
         // within what the resolved budget serves inline.
         let inner = self.inner();
-        let want = if want.memory.is_none()
+        let want = if want.gpus != 1 {
+            self.resolve(want)?
+        } else if want.memory.is_none()
             && ((want.units == 1 && !(want.exclusive && inner.inherited.is_some()))
                 || (!want.exclusive && inner.inherited.is_none() && want.units <= inner.per_gpu))
         {
@@ -331,13 +333,14 @@ impl PermitPool {
                 drop(guard);
                 return Err(AcquireError::ExclusiveWhileShared);
             }
-            if want.units > 1 {
-                let held = held.units.load(Ordering::Relaxed);
-                if want.units > held {
+            if want.units > 1 || want.gpus > 1 {
+                let units = held.units.load(Ordering::Relaxed);
+                let gpus = held.gpus.load(Ordering::Relaxed).max(1);
+                if want.gpus > gpus || want.units > units / gpus {
                     drop(guard);
                     return Err(AcquireError::NestedLarger {
-                        held,
-                        asked: want.units,
+                        held: units,
+                        asked: want.units.saturating_mul(want.gpus),
                     });
                 }
             }
@@ -375,6 +378,14 @@ impl PermitPool {
                 }
                 None => no_budget_notice(bytes),
             }
+        }
+        let (widest, gpus) = inner.gpu_limit();
+        if want.gpus > widest {
+            return Err(Refused::Gpus {
+                asked: want.gpus,
+                widest,
+                gpus,
+            });
         }
         let (limit, inherited) = inner.unit_limit();
         if want.units > limit {
@@ -484,6 +495,7 @@ impl PermitPool {
             if let Some(host) = &inner.host {
                 let start = waited_since.unwrap_or_else(Instant::now);
                 let record = HolderRecord {
+                    gpus: if exclusive { 1 } else { want.gpus },
                     pid: crate::sys::pid(),
                     test: d.test.clone(),
                     thread: d.thread.clone(),
@@ -493,7 +505,14 @@ impl PermitPool {
                     units,
                     memory: want.memory,
                 };
-                match host.acquire(units, exclusive, wait.resolve(start), &record) {
+                let take = crate::host::Take {
+                    units: want.units,
+                    gpus: want.gpus,
+                    exclusive,
+                    topology: &inner.topology,
+                    placement: inner.placement,
+                };
+                match host.acquire(&take, wait.resolve(start), &record) {
                     Ok(got) => {
                         slots = got;
                         d.since_wall = SystemTime::now();
@@ -534,6 +553,8 @@ impl PermitPool {
         let seat = &inner.seats[seat_index];
         seat.exclusive.store(exclusive, Ordering::Relaxed);
         seat.units.store(units, Ordering::Relaxed);
+        seat.gpus
+            .store(if exclusive { 1 } else { want.gpus }, Ordering::Relaxed);
         seat.memory
             .store(want.memory.unwrap_or(NO_MEMORY), Ordering::Relaxed);
         slots.sort_unstable();

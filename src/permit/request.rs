@@ -31,6 +31,35 @@ impl PermitRequest<'_> {
         self
     }
 
+    /// Asks for `gpus` distinct GPUs (1 by default), each with the request's
+    /// [`units`](Self::units) or [`memory`](Self::memory): a collective or pipeline test that
+    /// needs several GPUs at once. All of them are taken at once, or none, across processes too,
+    /// and within one group of `GPU_TEST_PERMIT_GPUS` where it names groups. The permit's
+    /// [`devices`](GpuTestPermit::devices) are the GPUs.
+    ///
+    /// A request for more GPUs than the pool (or its largest group) has fails at once with
+    /// [`AcquireError::TooManyGpus`].
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    /// # let dir = std::env::temp_dir().join(format!("gtp-doc-gpus-{}", std::process::id()));
+    /// let pool = PermitPool::builder().concurrency(2).gpus(4).slot_dir(&dir).build()?;
+    /// let pair = pool.request().gpus(2).acquire();
+    /// assert_eq!(pair.devices().len(), 2);
+    /// assert!(pool.request().gpus(5).try_acquire().is_err());
+    /// # drop(pair); drop(pool); std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If `gpus` is 0.
+    pub fn gpus(mut self, gpus: usize) -> Self {
+        assert!(gpus >= 1, "a permit is for at least one GPU");
+        self.want.gpus = gpus;
+        self
+    }
+
     /// Declares the GPU memory the test needs: it takes `ceil(bytes / (budget / N))` units,
     /// where the budget is one GPU's (`GPU_TEST_PERMIT_GPU_MEMORY`,
     /// [`PoolBuilder::memory_budget`](crate::PoolBuilder::memory_budget), or the device memory the CUDA probe reports). Without a

@@ -52,6 +52,8 @@ pub(super) struct Seat {
     pub(super) exclusive: AtomicBool,
     /// Units held (see [`GpuTestPermit::units`]).
     pub(super) units: AtomicUsize,
+    /// GPUs the units are spread over (1 for an exclusive permit, which holds them all).
+    pub(super) gpus: AtomicUsize,
     /// Declared memory in bytes, or [`NO_MEMORY`].
     pub(super) memory: AtomicU64,
     /// Largest measured memory use recorded (0: none).
@@ -96,6 +98,7 @@ impl Seat {
             word: AtomicU64::new(0),
             exclusive: AtomicBool::new(false),
             units: AtomicUsize::new(0),
+            gpus: AtomicUsize::new(1),
             memory: AtomicU64::new(NO_MEMORY),
             memory_used: AtomicU64::new(0),
             first_slot: AtomicUsize::new(NO_SLOT),

@@ -14,8 +14,10 @@ pub enum PermitKind {
 /// What a request asks for ([`PermitRequest`], and the fixtures' `GpuNeed`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Want {
-    /// Units on one GPU (ignored when exclusive).
+    /// Units on each GPU (ignored when exclusive).
     pub(crate) units: usize,
+    /// GPUs, distinct (ignored when exclusive).
+    pub(crate) gpus: usize,
     pub(crate) exclusive: bool,
     /// Declared GPU memory, bytes.
     pub(crate) memory: Option<u64>,
@@ -24,11 +26,13 @@ pub(crate) struct Want {
 impl Want {
     pub(crate) const ONE: Want = Want {
         units: 1,
+        gpus: 1,
         exclusive: false,
         memory: None,
     };
     pub(super) const EXCLUSIVE: Want = Want {
         units: 1,
+        gpus: 1,
         exclusive: true,
         memory: None,
     };
@@ -40,9 +44,14 @@ impl Want {
         }
     }
 
-    /// Units the request takes from a pool of `capacity`: all of them when exclusive.
+    /// Units the request takes from a pool of `capacity`: all of them when exclusive, else
+    /// its units on each of its GPUs.
     pub(super) fn held_units(&self, capacity: usize) -> usize {
-        if self.exclusive { capacity } else { self.units }
+        if self.exclusive {
+            capacity
+        } else {
+            self.units.saturating_mul(self.gpus)
+        }
     }
 
     pub(super) fn kind(&self) -> PermitKind {
@@ -69,5 +78,10 @@ pub(super) enum Refused {
     },
     ExclusiveInside {
         held: usize,
+    },
+    Gpus {
+        asked: usize,
+        widest: usize,
+        gpus: usize,
     },
 }

@@ -29,7 +29,40 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
         (c::MAX_CONCURRENCY_VAR, cfg.max_concurrency.to_string()),
         (
             c::GPUS_VAR,
-            cfg.gpus.map_or_else(|| "auto".into(), |g| g.to_string()),
+            match (&cfg.gpu_groups, &cfg.gpu_list) {
+                (Some(groups), Some(ids)) => {
+                    let mut at = ids.iter();
+                    let named: Vec<String> = groups
+                        .iter()
+                        .map(|g| {
+                            let g: Vec<String> = g
+                                .iter()
+                                .filter_map(|_| at.next())
+                                .map(|id| id.to_string())
+                                .collect();
+                            g.join(",")
+                        })
+                        .collect();
+                    format!(
+                        "{} in groups {} (a permit for several GPUs stays within one)",
+                        ids.len(),
+                        named.join(";")
+                    )
+                }
+                (None, Some(ids)) => {
+                    let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+                    format!("{} ({})", ids.len(), ids.join(","))
+                }
+                _ => cfg.gpus.map_or_else(|| "auto".into(), |g| g.to_string()),
+            },
+        ),
+        (
+            c::PLACEMENT_VAR,
+            match cfg.placement {
+                c::Placement::BestFit => "best-fit (the GPUs with the fewest free units that fit)",
+                c::Placement::Spread => "spread (the first GPUs that fit)",
+            }
+            .to_string(),
         ),
         (
             c::GPU_MEMORY_VAR,
