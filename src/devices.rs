@@ -149,13 +149,43 @@ pub fn export(
     gpu_ids: &[usize],
     caller: &VisibleDevices,
 ) -> Result<Vec<(&'static str, String)>, ExportError> {
-    let chosen: Vec<usize> = match device {
-        Some(k) => vec![*gpu_ids.get(k).ok_or(ExportError::NoSuchDevice {
-            device: k,
-            gpus: gpu_ids.len(),
-        })?],
-        None => gpu_ids.to_vec(),
-    };
+    match device {
+        Some(k) => export_devices(&[k], gpu_ids, caller),
+        None => export_devices(&(0..gpu_ids.len()).collect::<Vec<_>>(), gpu_ids, caller),
+    }
+}
+
+/// As [`export`], for a permit on several GPUs: the variables that make a process see the
+/// pool's `devices` (a permit's [`devices`](crate::GpuTestPermit::devices)), as its GPUs 0, 1,
+/// ... in that order.
+///
+/// ```
+/// use gpu_test_permit::devices::{export_devices, VisibleDevices};
+///
+/// // Four GPUs in the pool; the caller sees physical GPUs 4 to 7; the permit holds 1 and 3.
+/// let caller = VisibleDevices { cuda: Some("4,5,6,7".into()), ..Default::default() };
+/// let vars = export_devices(&[1, 3], &[0, 1, 2, 3], &caller)?;
+/// assert_eq!(vars, [("CUDA_VISIBLE_DEVICES", "5,7".to_string())]);
+/// # Ok::<(), gpu_test_permit::devices::ExportError>(())
+/// ```
+///
+/// # Errors
+///
+/// As [`export`], for any of `devices`.
+pub fn export_devices(
+    devices: &[usize],
+    gpu_ids: &[usize],
+    caller: &VisibleDevices,
+) -> Result<Vec<(&'static str, String)>, ExportError> {
+    let chosen: Vec<usize> = devices
+        .iter()
+        .map(|&k| {
+            gpu_ids.get(k).copied().ok_or(ExportError::NoSuchDevice {
+                device: k,
+                gpus: gpu_ids.len(),
+            })
+        })
+        .collect::<Result<_, _>>()?;
     let cuda = through(CUDA_VISIBLE_DEVICES, caller.cuda.as_deref(), &chosen)?
         .unwrap_or_else(|| chosen.iter().map(usize::to_string).collect());
     let mut hip = through(HIP_VISIBLE_DEVICES, caller.hip.as_deref(), &chosen)?;

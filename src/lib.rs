@@ -99,8 +99,8 @@ pub mod tune;
 pub use fixture::{FixtureError, GpuNeed};
 pub use permit::{
     AcquireError, EnteredPermit, GpuTestPermit, HoldTimeout, Holder, PermitKind, PermitPool,
-    PermitRequest, PoolBuilder, WaitTimeout, Waiter, acquire, acquire_exclusive, acquire_memory,
-    acquire_weighted, on_hold_timeout, try_acquire_for,
+    PermitRequest, PoolBuilder, WaitTimeout, Waiter, acquire, acquire_exclusive, acquire_gpus,
+    acquire_memory, acquire_weighted, on_hold_timeout, try_acquire_for,
 };
 pub use permitted::Permitted;
 

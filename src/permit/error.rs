@@ -54,6 +54,9 @@ pub enum AcquireError {
         widest: usize,
         /// The pool's GPUs.
         gpus: usize,
+        /// The pool works inside a permit inherited from `gpu-test-permit run`, which holds
+        /// `widest` GPUs.
+        inherited: bool,
     },
     /// The thread holds a permit of fewer units than it now asks for; waiting for more would
     /// wait for itself. Take the larger permit first, or drop the smaller one.
@@ -112,7 +115,19 @@ impl fmt::Display for AcquireError {
             AcquireError::TooManyGpus {
                 asked,
                 widest,
+                inherited: true,
+                ..
+            } => write!(
+                f,
+                "asked for a GPU permit on {asked} GPUs, but this process works inside the \
+                 permit of `gpu-test-permit run` ({INHERITED_VAR}), which holds {widest}; give \
+                 `run` --gpus {asked} or more, or ask for at most {widest}"
+            ),
+            AcquireError::TooManyGpus {
+                asked,
+                widest,
                 gpus,
+                ..
             } if widest == gpus => write!(
                 f,
                 "asked for a GPU permit on {asked} GPUs, but the pool spans {gpus}; ask for at \
@@ -122,6 +137,7 @@ impl fmt::Display for AcquireError {
                 asked,
                 widest,
                 gpus,
+                ..
             } => write!(
                 f,
                 "asked for a GPU permit on {asked} GPUs, but a permit stays within one group \
@@ -414,10 +430,12 @@ impl From<Refused> for AcquireError {
                 asked,
                 widest,
                 gpus,
+                inherited,
             } => AcquireError::TooManyGpus {
                 asked,
                 widest,
                 gpus,
+                inherited,
             },
         }
     }

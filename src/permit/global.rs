@@ -90,6 +90,7 @@ impl PermitPool {
         b.hold_timeout = cfg.hold_timeout;
         b.memory_budget = cfg.gpu_memory;
         b.probe_budget = true;
+        b.placement = cfg.placement;
         let host = HostSlots::open(&dir, layout).and_then(|host| {
             if let Some(other) = crate::host::other_share_dir_in_use(&inherited.permit) {
                 Err(HostError::Inherited(format!(

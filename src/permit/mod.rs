@@ -114,6 +114,38 @@ pub fn acquire_weighted(units: usize) -> GpuTestPermit {
     PermitPool::global().acquire_weighted(units)
 }
 
+/// Takes a permit on `gpus` distinct GPUs at once from the [global pool](PermitPool::global),
+/// one unit on each, waiting as [`acquire`] does: for a test that needs several GPUs (a
+/// collective, a pipeline). Its [`devices`](GpuTestPermit::devices) are the GPUs; a process it
+/// starts sees exactly those through [`devices::export_devices`](crate::devices::export_devices)
+/// (`gpu-test-permit run --gpus K` does it). More units or memory on each:
+/// `PermitPool::global().request().gpus(k).units(u)`.
+///
+/// The global pool spans the GPUs of `GPU_TEST_PERMIT_GPUS` (by default the CUDA devices the
+/// probe finds); groups there (`0,1,2,3;4,5,6,7`) keep a permit within one.
+///
+/// # Panics
+///
+/// As [`acquire`], and when `gpus` is more than the pool (or its largest group) has, which
+/// could never be served.
+///
+/// # Examples
+///
+/// The same request on a pool of its own ([`PermitPool::acquire_gpus`]):
+///
+/// ```
+/// use gpu_test_permit::PermitPool;
+/// # let dir = std::env::temp_dir().join(format!("gtp-doc-acquire-gpus-{}", std::process::id()));
+/// let pool = PermitPool::builder().gpus(8).slot_dir(&dir).build()?;
+/// let four = pool.acquire_gpus(4);
+/// assert_eq!(four.devices().len(), 4);
+/// # drop(four); drop(pool); std::fs::remove_dir_all(&dir).ok();
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
+pub fn acquire_gpus(gpus: usize) -> GpuTestPermit {
+    PermitPool::global().acquire_gpus(gpus)
+}
+
 /// Takes a permit for a test that needs `bytes` of GPU memory from the
 /// [global pool](PermitPool::global): it holds `ceil(bytes / (budget / N))` of its GPU's N
 /// units, where the budget is `GPU_TEST_PERMIT_GPU_MEMORY` (a size, or a percentage of the

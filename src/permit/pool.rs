@@ -173,6 +173,17 @@ impl PermitPool {
         self.request().units(units).acquire()
     }
 
+    /// Takes a permit on `gpus` distinct GPUs, one unit on each, waiting up to the deadline:
+    /// `request().gpus(gpus).acquire()` (see [`PermitRequest::gpus`](crate::PermitRequest::gpus)).
+    ///
+    /// # Panics
+    ///
+    /// As [`acquire`](Self::acquire), and when `gpus` is more than the pool (or its largest
+    /// group) has.
+    pub fn acquire_gpus(&self, gpus: usize) -> GpuTestPermit {
+        self.request().gpus(gpus).acquire()
+    }
+
     /// Takes a permit for a test that needs `bytes` of GPU memory, waiting up to the pool's
     /// deadline; see [`acquire_memory`](crate::acquire_memory).
     ///
@@ -385,6 +396,7 @@ impl PermitPool {
                 asked: want.gpus,
                 widest,
                 gpus,
+                inherited: inner.inherited.is_some(),
             });
         }
         let (limit, inherited) = inner.unit_limit();

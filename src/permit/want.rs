@@ -83,5 +83,6 @@ pub(super) enum Refused {
         asked: usize,
         widest: usize,
         gpus: usize,
+        inherited: bool,
     },
 }

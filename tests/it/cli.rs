@@ -348,15 +348,15 @@ fn an_unknown_option_is_named_with_its_command() {
     for (args, usage) in [
         (
             &["hold", "--bogus"][..],
-            "hold [--exclusive | --units K | --memory SIZE] [--for DURATION]",
+            "hold [--exclusive | --units K | --memory SIZE] [--gpus K] [--for DURATION]",
         ),
         (
             &["hold", "--for=1ms", "--bogus=1"],
-            "hold [--exclusive | --units K | --memory SIZE] [--for DURATION]",
+            "hold [--exclusive | --units K | --memory SIZE] [--gpus K] [--for DURATION]",
         ),
         (
             &["run", "--bogus", "--", "true"],
-            "run [--exclusive | --units K | --memory SIZE] [--group GROUP] [--filter TEXT] [--] \
+            "run [--exclusive | --units K | --memory SIZE] [--gpus K] [--group GROUP] [--filter TEXT] [--] \
              COMMAND [ARGS...]",
         ),
         (&["status", "--bogus"], "status [--dir DIR]"),

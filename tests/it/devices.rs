@@ -52,14 +52,29 @@ fn gpus_takes_auto_a_count_or_a_list_of_ids() {
 #[test]
 fn a_bad_list_of_gpus_falls_back_to_auto_with_a_warning() {
     for (raw, problem) in [
-        ("0,,2", "is not a count or a list of GPU ids like 0,2,3"),
-        (",", "is not a count or a list of GPU ids like 0,2,3"),
-        ("0,a", "is not a count or a list of GPU ids like 0,2,3"),
-        ("0,-1", "is not a count or a list of GPU ids like 0,2,3"),
-        ("0,1,,", "is not a count or a list of GPU ids like 0,2,3"),
+        (
+            "0,,2",
+            "is not a count, a list of GPU ids like 0,2,3, or groups like 0,1,2,3;4,5,6,7",
+        ),
+        (
+            ",",
+            "is not a count, a list of GPU ids like 0,2,3, or groups like 0,1,2,3;4,5,6,7",
+        ),
+        (
+            "0,a",
+            "is not a count, a list of GPU ids like 0,2,3, or groups like 0,1,2,3;4,5,6,7",
+        ),
+        (
+            "0,-1",
+            "is not a count, a list of GPU ids like 0,2,3, or groups like 0,1,2,3;4,5,6,7",
+        ),
+        (
+            "0,1,,",
+            "is not a count, a list of GPU ids like 0,2,3, or groups like 0,1,2,3;4,5,6,7",
+        ),
         (
             "GPU-8f3c,GPU-1a2b",
-            "is not a count or a list of GPU ids like 0,2,3",
+            "is not a count, a list of GPU ids like 0,2,3, or groups like 0,1,2,3;4,5,6,7",
         ),
         ("1,2,1", "lists GPU 1 more than once"),
     ] {

@@ -469,8 +469,10 @@ mod shared_units {
     fn inside_run_exclusive_a_weighted_request_takes_its_units_from_one_gpu() {
         let dir = tempdir();
         let mut c = child("split");
-        // Copied onto run too (see `run`).
-        c.env("GPU_TEST_PERMIT_GPUS", "2");
+        // Copied onto run too (see `run`). Spread: the two one-unit permits take one unit
+        // of each GPU.
+        c.env("GPU_TEST_PERMIT_GPUS", "2")
+            .env("GPU_TEST_PERMIT_PLACEMENT", "spread");
         let (ok, out) = run(dir.path(), 2, &["--exclusive"], &mut c);
         assert!(ok, "{out}");
         assert!(out.contains("one GPU per request"), "{out}");

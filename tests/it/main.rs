@@ -18,6 +18,7 @@ mod in_process;
 mod inherit;
 mod junit;
 mod layering;
+mod multi_gpu;
 mod permit;
 mod platform;
 mod probe;

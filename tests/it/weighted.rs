@@ -154,10 +154,13 @@ fn nested_requests_use_a_large_enough_permit_and_refuse_a_larger_one() {
 #[test]
 fn a_weighted_permit_takes_its_units_from_one_gpu() {
     let dir = tempdir();
+    // Spread placement: a one-unit permit takes the lowest free slot, so units are left on
+    // both GPUs (best fit, the default, would fill GPU 0 first).
     let two_gpus = || {
         PermitPool::builder()
             .concurrency(2)
             .gpus(2)
+            .placement(gpu_test_permit::host::Placement::Spread)
             .slot_dir(dir.path())
             .build()
             .unwrap()

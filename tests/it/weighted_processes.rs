@@ -220,7 +220,10 @@ fn on_two_gpus_a_weighted_permit_takes_its_units_from_one() {
     let dir = tempdir();
     let two_gpus = |units: usize, extra: &[&str]| {
         let mut c = cli(dir.path(), 2);
-        c.env("GPU_TEST_PERMIT_GPUS", "2").arg("hold");
+        // Spread: one-unit permits take the lowest free slot, one on each GPU.
+        c.env("GPU_TEST_PERMIT_GPUS", "2")
+            .env("GPU_TEST_PERMIT_PLACEMENT", "spread")
+            .arg("hold");
         if units > 1 {
             c.args(["--units", &units.to_string()]);
         }
@@ -572,7 +575,7 @@ fn run_units_holds_its_units_while_the_command_runs() {
 }
 
 #[test]
-fn an_inherited_permit_of_k_slots_of_one_gpu_reads_back_and_others_are_refused() {
+fn an_inherited_permit_of_k_slots_on_its_gpus_reads_back_and_others_are_refused() {
     use gpu_test_permit::config::InheritedPermit;
     use std::ffi::OsStr;
     // N = 4 on two GPUs: slots 0, 2, 4, 6 are GPU 0's.
@@ -580,9 +583,15 @@ fn an_inherited_permit_of_k_slots_of_one_gpu_reads_back_and_others_are_refused()
     let p = InheritedPermit::parse(OsStr::new(good)).unwrap();
     assert_eq!(p.slots.iter().map(|s| s.index).collect::<Vec<_>>(), [2, 6]);
     assert_eq!(p.to_os_string(), good);
+    // A permit on two GPUs, one slot on each.
+    let two = "1:4x2:shared:0=5/1/10,1=6/1/11:/tmp/slots";
+    assert_eq!(
+        InheritedPermit::parse(OsStr::new(two)).unwrap().devices(),
+        [0, 1]
+    );
     for bad in [
-        // Slots of two GPUs.
-        "1:4x2:shared:0=5/1/10,1=6/1/11:/tmp/slots",
+        // Slots of two GPUs, more on one than on the other.
+        "1:4x2:shared:0=5/1/10,1=6/1/11,2=7/1/12:/tmp/slots",
         // The same slot twice.
         "1:4x2:shared:2=5/1/10,2=6/1/11:/tmp/slots",
         // More slots than one GPU has.

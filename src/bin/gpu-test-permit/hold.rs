@@ -6,16 +6,18 @@ use std::process::ExitCode;
 use crate::args::Args;
 
 /// The permit `hold` and `run` ask for: `--exclusive`, `--units K`, `--memory SIZE` (both
-/// of the last two: the larger counts), or one unit.
+/// of the last two: the larger counts), or one unit; on `--gpus K` GPUs (each with those
+/// units), or one.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Ask {
     exclusive: bool,
     units: Option<usize>,
     memory: Option<u64>,
+    gpus: Option<usize>,
 }
 
 impl Ask {
-    /// Reads `--exclusive`, `--units K` and `--memory SIZE`.
+    /// Reads `--exclusive`, `--units K`, `--memory SIZE` and `--gpus K`.
     ///
     /// # Errors
     ///
@@ -39,12 +41,15 @@ impl Ask {
             }
             Err(e) => Err(e.to_string()),
         })?;
+        let gpus = args.parsed_value("--gpus", |v| parse_concurrency(&v.into()))?;
         let exclusive = args.flag("--exclusive");
-        if exclusive && (units.is_some() || memory.is_some()) {
+        if exclusive && (units.is_some() || memory.is_some() || gpus.is_some()) {
             let other = if units.is_some() {
                 "--units"
-            } else {
+            } else if memory.is_some() {
                 "--memory"
+            } else {
+                "--gpus"
             };
             return Err(args.error(format_args!(
                 "--exclusive takes every unit; give it or {other}, not both"
@@ -54,6 +59,7 @@ impl Ask {
             exclusive,
             units: units.map(|u| u.get()),
             memory,
+            gpus: gpus.map(|g| g.get()),
         })
     }
 }
@@ -70,6 +76,9 @@ pub(crate) fn take(ask: Ask) -> Result<gpu_test_permit::GpuTestPermit, String> {
     }
     if let Some(bytes) = ask.memory {
         request = request.memory(bytes);
+    }
+    if let Some(gpus) = ask.gpus {
+        request = request.gpus(gpus);
     }
     request
         .acquire_for(pool.timeout())
@@ -88,10 +97,18 @@ pub(crate) fn hold(args: &Args) -> Result<ExitCode, String> {
     }
     let permit = take(ask)?;
     let slots: Vec<String> = permit.slots().iter().map(|s| s.to_string()).collect();
+    // On a pool of several GPUs, which of them.
+    let devices = match gpu_test_permit::PermitPool::global().gpus() {
+        1 => String::new(),
+        _ => {
+            let d: Vec<String> = permit.devices().iter().map(|d| d.to_string()).collect();
+            format!(" devices={}", d.join(","))
+        }
+    };
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
-        "held pid={} units={} slots={}",
+        "held pid={} units={} slots={}{devices}",
         std::process::id(),
         permit.units(),
         slots.join(",")

@@ -47,18 +47,19 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "hold",
-            synopsis: "[--exclusive | --units K | --memory SIZE] [--for DURATION]",
+            synopsis: "[--exclusive | --units K | --memory SIZE] [--gpus K] [--for DURATION]",
             about: "take a permit from the pool configured by the environment, print `held ...` (its\n\
                     pid, units and slots), and keep it until standard input closes (or for DURATION,\n\
                     e.g. 500ms, 2s, 1m); --units K holds K of one GPU's N units, as a test that\n\
                     counts as K does; --memory SIZE (e.g. 24GiB, 80GB) the units that much memory\n\
-                    takes of the GPU_TEST_PERMIT_GPU_MEMORY budget; --exclusive every unit. With\n\
+                    takes of the GPU_TEST_PERMIT_GPU_MEMORY budget; --gpus K that much on each of K\n\
+                    GPUs at once (within one group of GPU_TEST_PERMIT_GPUS); --exclusive every unit. With\n\
                     --for, GPU_TEST_PERMIT_HOLD_TIMEOUT does not apply (the hold ends when asked, and\n\
                     is no hang); held until stdin closes, it is watched as a test is. A shell cannot\n\
                     take over this permit (a lock lives in an open file, inherited only from a\n\
                     parent): for a shell that holds one, use `run -- \"$SHELL\"`",
             flags: &["--exclusive"],
-            options: &["--for", "--units", "--memory"],
+            options: &["--for", "--units", "--memory", "--gpus"],
             lists: &[],
             operands: Operands::None,
         },
@@ -68,12 +69,13 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "run",
-            synopsis: "[--exclusive | --units K | --memory SIZE] [--group GROUP] [--filter TEXT] [--] \
+            synopsis: "[--exclusive | --units K | --memory SIZE] [--gpus K] [--group GROUP] [--filter TEXT] [--] \
                        COMMAND [ARGS...]",
             about: "run COMMAND while holding a permit, and exit as it did (killed by a signal: the\n\
                     same signal); SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to COMMAND and the\n\
                     permit is held until it has exited; COMMAND and ARGS pass byte for byte, and the\n\
-                    options end at COMMAND. --units K, --memory SIZE and --exclusive as for `hold`.\n\
+                    options end at COMMAND. --units K, --memory SIZE, --gpus K and --exclusive as for\n\
+                    `hold`; COMMAND sees the permit's GPUs alone (CUDA_VISIBLE_DEVICES), numbered from 0.\n\
                     COMMAND and what it starts work inside the permit (GPU_TEST_PERMIT_INHERITED): a\n\
                     program that uses the crate takes no second one, and gets at most the units run\n\
                     holds. No permit (COMMAND runs in run's place) when ARGS contain --list (nextest\n\
@@ -84,7 +86,7 @@ static COMMANDS: &[Command] = &[
                     process group unless a terminal is attached), then prints the diagnosis, records\n\
                     the hang and exits with 124",
             flags: &["--exclusive"],
-            options: &["--group", "--filter", "--units", "--memory"],
+            options: &["--group", "--filter", "--units", "--memory", "--gpus"],
             lists: &[],
             operands: Operands::CommandLine,
         },

@@ -129,11 +129,11 @@ fn command_line(program: &OsStr, args: &[OsString]) -> String {
 
 /// Makes the command see only the permit's GPUs (`CUDA_VISIBLE_DEVICES`, and the HIP/ROCm
 /// variables where the caller set them), so that a suite that opens device 0 lands on the
-/// permit's GPU; see [`gpu_test_permit::devices::export`]. The command then numbers its GPUs
-/// from 0, so its own pool (a command that uses the crate works inside this permit) is told
-/// which of them is which through `GPU_TEST_PERMIT_GPUS`: a list whose entry for the permit's
-/// device is 0 (the other entries are never used by a shared permit), or every GPU in pool
-/// order for an exclusive one.
+/// permit's GPU; see [`gpu_test_permit::devices::export_devices`]. The command then numbers
+/// its GPUs from 0, so its own pool (a command that uses the crate works inside this permit)
+/// is told which of them is which through `GPU_TEST_PERMIT_GPUS`: a list whose entries for the
+/// permit's devices are 0, 1, ... in order (the other entries, numbered after them, are never
+/// used inside a shared permit), or every GPU in pool order for an exclusive one.
 fn export_devices(
     permit: &gpu_test_permit::GpuTestPermit,
     cmd: &mut Command,
@@ -143,7 +143,12 @@ fn export_devices(
     let gpus = pool.gpus();
     let ids = Config::global().gpu_ids(gpus);
     let caller = VisibleDevices::from_lookup(|name| std::env::var_os(name));
-    let vars = devices::export(permit.device(), &ids, &caller).map_err(|e| e.to_string())?;
+    let held = match permit.devices() {
+        // A multi-GPU pool without host slots places nothing: the command sees every GPU.
+        d if d.is_empty() => (0..gpus).collect(),
+        d => d,
+    };
+    let vars = devices::export_devices(&held, &ids, &caller).map_err(|e| e.to_string())?;
     for (name, value) in &vars {
         cmd.env(name, value);
     }
@@ -151,23 +156,32 @@ fn export_devices(
         .iter()
         .any(|(name, _)| *name == devices::CUDA_VISIBLE_DEVICES)
     {
-        let seen: Vec<usize> = match permit.device() {
-            Some(k) => {
-                let mut others: Vec<usize> = (1..gpus).collect();
-                others.insert(k.min(others.len()), 0);
-                others
-            }
-            None => (0..gpus).collect(),
-        };
-        let list: Vec<String> = seen.iter().map(usize::to_string).collect();
-        // One GPU is written with a trailing comma, so that it reads as a list, not a count.
-        let value = match list.as_slice() {
-            [one] => format!("{one},"),
-            _ => list.join(","),
-        };
+        let value = seen_as(&held, gpus);
         cmd.env(gpu_test_permit::config::GPUS_VAR, value);
     }
     Ok(())
+}
+
+/// `GPU_TEST_PERMIT_GPUS` for a command that sees the pool's devices `held` (of `gpus`) as its
+/// own 0, 1, ...: entry `d` is the command's number for pool device `d`; devices it does not
+/// see are numbered after those it does. One GPU is written with a trailing comma, so that it
+/// reads as a list, not a count.
+fn seen_as(held: &[usize], gpus: usize) -> String {
+    let mut next = held.len();
+    let list: Vec<String> = (0..gpus.max(held.iter().max().map_or(0, |m| m + 1)))
+        .map(|d| match held.iter().position(|&h| h == d) {
+            Some(at) => at,
+            None => {
+                next += 1;
+                next - 1
+            }
+        })
+        .map(|n| n.to_string())
+        .collect();
+    match list.as_slice() {
+        [one] => format!("{one},"),
+        _ => list.join(","),
+    }
 }
 
 /// Whether the command runs straight through, without a permit: a listing of tests (`--list`
