@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpu_test_permit::{AcquireError, PermitPool};
