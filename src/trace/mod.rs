@@ -109,7 +109,7 @@ pub use read::{SkippedLine, TraceFile, read_events, read_trace};
 pub use replay::{predict, replay_fixed};
 pub use requests::split_runs;
 pub use summary::{
-    MODEL_MAX_N, MemoryAdvice, Summary, TestSummary, Unreleased, peak_concurrency, summarize,
-    summarize_with,
+    MODEL_MAX_N, MemoryAdvice, Summary, TestSummary, Unreleased, peak_concurrency, peak_per_gpu,
+    summarize, summarize_with,
 };
 pub use timeline::timeline;

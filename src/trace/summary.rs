@@ -26,6 +26,50 @@ pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     peak as usize
 }
 
+/// Per GPU, the most permit units held on it at the same moment according to `events`, from
+/// the host slots each hold event names (slot `i` is on GPU `i % gpus`, `gpus` as the events
+/// say). Empty when the trace is of one GPU, or its holds name no slots (an in-process pool,
+/// which places nothing).
+///
+/// ```
+/// use gpu_test_permit::trace::{peak_per_gpu, TraceArgs, TraceEvent};
+///
+/// let hold = |ts, slots: Vec<usize>| TraceEvent {
+///     name: "hold".into(), ph: "X".into(), ts, dur: 100,
+///     args: TraceArgs { units: slots.len(), slots, gpus: 4, capacity: 8, ..Default::default() },
+///     ..Default::default()
+/// };
+/// // A permit on GPUs 1 and 2 (slots 1 and 2), beside one on GPU 1 (slot 5).
+/// let events = [hold(0, vec![1, 2]), hold(50, vec![5])];
+/// assert_eq!(peak_per_gpu(&events), [0, 2, 1, 0]);
+/// ```
+pub fn peak_per_gpu(events: &[TraceEvent]) -> Vec<usize> {
+    let holds: Vec<&TraceEvent> = events
+        .iter()
+        .filter(|e| e.name == "hold" && !e.args.slots.is_empty())
+        .collect();
+    let gpus = holds.iter().map(|e| e.args.gpus).max().unwrap_or(1);
+    if gpus <= 1 {
+        return Vec::new();
+    }
+    let mut edges: Vec<(u64, i64, usize)> = Vec::new();
+    for e in holds {
+        let g = e.args.gpus.max(1);
+        for slot in &e.args.slots {
+            edges.push((e.ts, 1, slot % g));
+            edges.push((e.end(), -1, slot % g));
+        }
+    }
+    edges.sort_by_key(|&(t, d, _)| (t, d));
+    let mut cur = vec![0i64; gpus];
+    let mut peak = vec![0usize; gpus];
+    for (_, d, gpu) in edges {
+        cur[gpu] += d;
+        peak[gpu] = peak[gpu].max(cur[gpu].max(0) as usize);
+    }
+    peak
+}
+
 /// Wait and hold times of one test in a trace.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]

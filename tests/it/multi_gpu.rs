@@ -322,3 +322,52 @@ fn a_command_inside_a_k_gpu_permit_works_within_its_gpus() {
         "{err}"
     );
 }
+
+#[test]
+fn status_and_trace_show_each_gpu_and_the_permits_on_several() {
+    let dir = tempdir();
+    let trace = dir.path().join("trace.json");
+    let mut c = on_gpus(dir.path(), 2, "4");
+    c.env("GPU_TEST_PERMIT_GPU_MEMORY", "80GiB")
+        .env("GPU_TEST_PERMIT_TRACE", &trace)
+        .args(["hold", "--gpus", "2", "--memory", "30GiB"]);
+    let wide = Holder::spawn(c);
+    let devices = devices_within(&wide, LONG).unwrap();
+    let out = on_gpus(dir.path(), 2, "4").arg("status").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let gpus: Vec<String> = devices.iter().map(usize::to_string).collect();
+    assert!(
+        text.contains(&format!("(GPUs {})", gpus.join(","))),
+        "{text}"
+    );
+    assert!(
+        text.contains("1 unit(s) on each of 2 GPUs, declared 30 GiB"),
+        "{text}"
+    );
+    for gpu in 0..4 {
+        let line = if devices.contains(&gpu) {
+            format!("GPU {gpu}: 1 of 2 units held, 30 GiB declared")
+        } else {
+            format!("GPU {gpu}: 0 of 2 units held\n")
+        };
+        assert!(text.contains(&line), "{line}: {text}");
+    }
+    let (status, err) = wide.release();
+    assert!(status.success(), "{err}");
+    let out = on_gpus(dir.path(), 2, "4")
+        .arg("trace")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let peaks: Vec<String> = (0..4)
+        .map(|g| format!("GPU {g}: {}", usize::from(devices.contains(&g))))
+        .collect();
+    assert!(
+        text.contains(&format!("peak units per GPU: {}", peaks.join(", "))),
+        "{text}"
+    );
+    assert!(text.contains("permits on several GPUs: 1"), "{text}");
+}

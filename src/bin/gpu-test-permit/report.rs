@@ -28,6 +28,12 @@ fn who(r: &HolderRecord) -> String {
     );
     if r.exclusive {
         text.push_str(" exclusive");
+    } else if r.gpus > 1 {
+        text.push_str(&format!(
+            ", {} unit(s) on each of {} GPUs",
+            r.units / r.gpus,
+            r.gpus
+        ));
     } else if r.units > 1 {
         text.push_str(&format!(", {} units", r.units));
     }
@@ -104,8 +110,19 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
                     .map(usize::to_string)
                     .collect::<Vec<_>>()
                     .join(",");
+                let on = match s.layout {
+                    Some(l) if l.gpus > 1 => {
+                        let mut gpus: Vec<usize> = held.iter().map(|i| i % l.gpus).collect();
+                        gpus.sort_unstable();
+                        gpus.dedup();
+                        let gpus: Vec<String> = gpus.iter().map(usize::to_string).collect();
+                        let word = if gpus.len() == 1 { "GPU" } else { "GPUs" };
+                        format!(" ({word} {})", gpus.join(","))
+                    }
+                    _ => String::new(),
+                };
                 println!(
-                    "{} {names}: held {} by {}{}",
+                    "{} {names}{on}: held {} by {}{}",
                     if held.len() == 1 { "slot" } else { "slots" },
                     ago(r.since_unix_ms),
                     who(r),
@@ -126,6 +143,32 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
                 None => println!("slot {}: held (no readable record)", slot.index),
             },
             (None, false) => println!("slot {}: free", slot.index),
+        }
+    }
+    if let Some(layout) = s.layout.filter(|l| l.gpus > 1 && !s.slots.is_empty()) {
+        for gpu in 0..layout.gpus {
+            let on: Vec<&SlotStatus> = s
+                .slots
+                .iter()
+                .filter(|slot| slot.index % layout.gpus == gpu)
+                .collect();
+            let held = on.iter().filter(|slot| slot.held).count();
+            let declared: u64 = on
+                .iter()
+                .filter_map(|slot| slot.holder.as_ref())
+                .filter_map(|r| r.memory.map(|m| (m, r.units.max(1) / r.gpus.max(1))))
+                // A permit's declaration is per GPU, written into each of its slots there.
+                .map(|(m, slots_here)| m / slots_here.max(1) as u64)
+                .sum();
+            let memory = if declared > 0 {
+                format!(
+                    ", {} declared",
+                    gpu_test_permit::config::format_bytes(declared)
+                )
+            } else {
+                String::new()
+            };
+            println!("GPU {gpu}: {held} of {} units held{memory}", layout.per_gpu);
         }
     }
     if let Some(head) = &s.head {
@@ -263,6 +306,32 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         s.utilisation * 100.0,
         s.peak
     );
+    let per_gpu = gpu_test_permit::trace::peak_per_gpu(&events);
+    if !per_gpu.is_empty() {
+        let peaks: Vec<String> = per_gpu
+            .iter()
+            .enumerate()
+            .map(|(gpu, peak)| format!("GPU {gpu}: {peak}"))
+            .collect();
+        println!("peak units per GPU: {}", peaks.join(", "));
+        let wide: Vec<&gpu_test_permit::trace::TraceEvent> = events
+            .iter()
+            .filter(|e| {
+                let g = e.args.gpus.max(1);
+                let mut on: Vec<usize> = e.args.slots.iter().map(|s| s % g).collect();
+                on.sort_unstable();
+                on.dedup();
+                e.name == "hold" && !e.args.exclusive && on.len() > 1
+            })
+            .collect();
+        if !wide.is_empty() {
+            let most = wide.iter().map(|e| e.args.slots.len()).max().unwrap_or(0);
+            println!(
+                "permits on several GPUs: {} (at most {most} units each)",
+                wide.len()
+            );
+        }
+    }
     for u in &s.unreleased {
         println!(
             "NOT RELEASED: test `{}` (pid {}) took a permit at {:.1} ms and never returned it: \
