@@ -35,9 +35,9 @@ pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
 /// use gpu_test_permit::trace::{peak_per_gpu, TraceArgs, TraceEvent};
 ///
 /// let hold = |ts, slots: Vec<usize>| TraceEvent {
-///     name: "hold".into(), ph: "X".into(), ts, dur: 100,
+///     name: "hold".into(), cat: "gpu-test-permit".into(), ph: "X".into(), ts, dur: 100,
+///     pid: 1, tid: 1,
 ///     args: TraceArgs { units: slots.len(), slots, gpus: 4, capacity: 8, ..Default::default() },
-///     ..Default::default()
 /// };
 /// // A permit on GPUs 1 and 2 (slots 1 and 2), beside one on GPU 1 (slot 5).
 /// let events = [hold(0, vec![1, 2]), hold(50, vec![5])];
