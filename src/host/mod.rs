@@ -19,7 +19,7 @@
 //! |---|---|---|---|---|
 //! | `gpu0.layout` | every process using the directory | shared, while it has the slots open; exclusive only to (re)write it when nobody else uses it | N per GPU and the GPUs | [`layout`](Layout) |
 //! | `gpu0.gate` | the head of the queue | exclusive, from its first failed try to its grant | the head's record | `take_turn` below |
-//! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; k at once, or none, for a k-unit permit | the holder's record, stamped at the grant | `try_take`, `write_records` below |
+//! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; all at once, or none, for a permit of several units or GPUs | the holder's record, stamped at the grant | `try_take`, `write_records` below; `fit.rs` |
 //! | `gpu0.wait.<pid>` | its process | exclusive, for the process's life | the waiting request's record and heartbeat (blank while none waits) | `queue.rs` |
 //! | `gpu0.notify` | nobody | written after every release | nothing: its change wakes the waiters | `queue.rs` |
 //! | `gpu0.budget` | a process reading or writing it | exclusive, for a read and perhaps a write | the memory budget its users convert with | `budget.rs` |
@@ -32,9 +32,10 @@
 //! 2. tries the gate, unless it has waited already and an older waiting request of another
 //!    process keeps its turn ([`Liveness`]): waiting processes are served first come first
 //!    served;
-//! 3. holding the gate, takes its slots, all of one GPU, at once or not at all; otherwise it
-//!    writes its record into the gate and waits there, so that no light request takes a slot
-//!    it needs;
+//! 3. holding the gate, takes its slots at once or not at all: `u` on each of `k` GPUs of one
+//!    group (a plain permit: one slot, `k` = 1), the GPUs [`fit`](Placement) picks from the
+//!    free slots it counts (best fit: the fewest free that fit); otherwise it writes its
+//!    record into the gate and waits there, so that no light request takes a slot it needs;
 //! 4. without the gate, takes slots only if the head has lost its turn and no older waiter
 //!    keeps its own;
 //! 5. lists itself in its wait file, renews its heartbeat, and sleeps until a change (inotify
@@ -439,9 +440,11 @@ impl HostSlots {
             let step = if take.units == 1 { 1 } else { gpus };
             return self.try_take_in_order(take.units, step);
         }
-        // Every slot's state, to place the request: the free ones are locked while it is
-        // placed (under the gate, nobody else takes slots meanwhile), and those not taken are
-        // given back.
+        // Every slot's state, to place the request. A free slot is locked and let go at once:
+        // a process stopped while it probes keeps one slot at most, not every free one (the
+        // requests behind a stopped head take free slots past it). Under the gate nobody else
+        // takes slots meanwhile, but for such a request: should one of the slots chosen be
+        // taken when this one locks it, the request tries again at the next change.
         let mut free: Vec<Vec<usize>> = vec![Vec::new(); gpus];
         for (i, slot) in self.slots.iter().enumerate() {
             if slot.held.load(Ordering::Acquire) {
@@ -449,31 +452,38 @@ impl HostSlots {
             }
             match slot.file.try_lock() {
                 Ok(()) => {
-                    slot.held.store(true, Ordering::Release);
+                    let _ = slot.file.unlock();
                     free[i % gpus].push(i);
                 }
                 Err(TryLockError::WouldBlock) => {}
                 Err(TryLockError::Error(e)) => {
-                    self.unlock_unrecorded(&free.concat());
                     return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
                 }
             }
         }
         let counts: Vec<usize> = free.iter().map(Vec::len).collect();
-        let chosen = fit::place(
-            &counts,
-            take.units,
-            take.gpus,
-            take.topology,
-            take.placement,
-        );
-        let mut got = Vec::new();
-        for gpu in chosen.unwrap_or_default() {
-            got.extend(free[gpu].drain(..take.units));
-        }
-        self.unlock_unrecorded(&free.concat());
-        if got.is_empty() {
+        let Some(chosen) =
+            fit::place(&counts, take.units, take.gpus, take.topology, take.placement)
+        else {
             return Ok(None);
+        };
+        let mut got = Vec::with_capacity(take.units * take.gpus);
+        for i in chosen.iter().flat_map(|&gpu| free[gpu][..take.units].iter().copied()) {
+            let slot = &self.slots[i];
+            match slot.file.try_lock() {
+                Ok(()) => {
+                    slot.held.store(true, Ordering::Release);
+                    got.push(i);
+                }
+                Err(TryLockError::WouldBlock) => {
+                    self.unlock_unrecorded(&got);
+                    return Ok(None);
+                }
+                Err(TryLockError::Error(e)) => {
+                    self.unlock_unrecorded(&got);
+                    return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
+                }
+            }
         }
         got.sort_unstable();
         // The records are written by the caller, once the gate is free (`write_records`).
