@@ -1,18 +1,21 @@
 //! Permits on several GPUs: what placement buys (a mixed suite's makespan, and how many tests
 //! share each GPU) and what it costs (acquire + release).
 //!
-//! - `makespan`: a simulated suite on 8 GPUs with N = 2 per GPU: 48 one-GPU tests (one unit,
-//!   holding 20 ms) and 6 four-GPU tests that need their four GPUs whole
-//!   (`request().gpus(4).units(2)`, holding 60 ms), in one fixed, seeded-shuffled order, run by
-//!   16 runner threads of one process that take the next test as they free up; criterion times
-//!   the whole suite (its makespan). Ours, `best-fit` (the default placement): a one-GPU test
-//!   goes to the busiest GPU that still has a unit, so whole GPUs stay free for four-GPU tests.
-//!   `spread`, the previous behaviour: slot order, one-GPU tests spread over every GPU.
-//!   `count-only`, what a count alone gives (a nextest test group of max-threads = 16): an
-//!   in-process pool of 16 units on one "GPU", a one-GPU test takes 1 unit and a four-GPU test
-//!   8, and with no placement every test uses CUDA's default device, 0 (a four-GPU test 0-3).
-//!   Ideal makespan with 16 units: (48 x 20 + 6 x 8 x 60) ms / 16 = 240 ms.
-//!   Each configuration also runs the suite once traced; the trace's hold events (their host
+//! - `makespan-saturated`, `makespan-partly-busy`: a simulated suite on 8 GPUs with N = 2 per
+//!   GPU (16 units): one-GPU tests (one unit, holding 10 to 30 ms, 20 on average) and four-GPU
+//!   tests that need their four GPUs whole (`request().gpus(4).units(2)`, holding 60 ms), in
+//!   one fixed, seeded-shuffled order, run by runner threads of one process that take the next
+//!   test as they free up; criterion times the whole suite (its makespan). `saturated`: 48
+//!   one-GPU and 6 four-GPU tests, 16 runners (as many as the units). `partly-busy`: 96 and 8,
+//!   8 runners, so that the one-GPU tests alone fill half the units and where they go decides
+//!   whether four GPUs are whole when a four-GPU test arrives.
+//!   Ours, `best-fit` (the default placement): a one-GPU test goes to the busiest GPU that
+//!   still has a unit, so whole GPUs stay free for four-GPU tests. `spread`, the previous
+//!   behaviour: slot order, one-GPU tests spread over every GPU. `count-only`, what a count
+//!   alone gives (a nextest test group of max-threads = 16): an in-process pool of 16 units on
+//!   one "GPU", a one-GPU test takes 1 unit and a four-GPU test 8, and with no placement every
+//!   test uses CUDA's default device, 0 (a four-GPU test 0-3).
+//!   Each configuration also runs each suite once traced; the trace's hold events (their host
 //!   slots; slot `i` is on GPU `i % 8`) give the most tests and units at once on each GPU for
 //!   best fit and spread, which must never exceed N = 2 (the bench panics otherwise); for
 //!   count-only, which holds no slots, the tests' own record of the devices they use.
@@ -25,7 +28,9 @@
 //! rounds of the three configurations so that drift on a shared machine hits all alike), each
 //! one's ratio to best fit, the peaks per GPU, and the medians of interleaved rounds of the
 //! uncontended acquisitions with their ratios to spread. Target: best fit's makespan below
-//! spread's. With this suite it is not: see BENCHMARKS.md ("Several GPUs: placement") for why.
+//! spread's. It is, but by 1-3 % only, within noise on a shared machine: most four-GPU tests
+//! arrive while another holds half the GPUs and one-GPU tests fill the rest, so neither
+//! placement has four whole GPUs to give; see BENCHMARKS.md ("Several GPUs: placement").
 //!
 //! Run with `cargo bench --bench multi_gpu` (about 2 minutes).
 #![allow(missing_docs)]
@@ -46,23 +51,50 @@ use gpu_test_permit::{GpuTestPermit, PermitPool};
 const GPUS: usize = 8;
 /// N: permits (units) per GPU.
 const PER_GPU: usize = 2;
-const RUNNERS: usize = 16;
-const ONE_GPU_TESTS: usize = 48;
-const WIDE_TESTS: usize = 6;
 /// GPUs a wide test needs, each whole.
 const WIDE_GPUS: usize = 4;
-const ONE_GPU_HOLD: Duration = Duration::from_millis(20);
 const WIDE_HOLD: Duration = Duration::from_millis(60);
 const SEED: u64 = 0x6770_752d_7065_726d;
 
-/// The suite, in the order the runners take it: `true` for a four-GPU test.
-fn suite() -> &'static [bool] {
-    static SUITE: OnceLock<Vec<bool>> = OnceLock::new();
-    SUITE.get_or_init(|| {
-        let mut tests: Vec<bool> = (0..ONE_GPU_TESTS + WIDE_TESTS)
-            .map(|t| t >= ONE_GPU_TESTS)
-            .collect();
-        // Fisher-Yates with splitmix64: the same order in every run, on every machine.
+/// A simulated suite and how its runners run it.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    name: &'static str,
+    runners: usize,
+    one_gpu_tests: usize,
+    wide_tests: usize,
+}
+
+const SHAPES: [Shape; 2] = [
+    // As many runners as units: every unit is asked for all the time.
+    Shape {
+        name: "saturated",
+        runners: 16,
+        one_gpu_tests: 48,
+        wide_tests: 6,
+    },
+    // Half as many runners as units, and fewer four-GPU tests among more one-GPU ones: the
+    // one-GPU tests alone fill half the units, so where they go leaves GPUs whole or not.
+    Shape {
+        name: "partly-busy",
+        runners: 8,
+        one_gpu_tests: 96,
+        wide_tests: 8,
+    },
+];
+
+/// One test of a suite.
+#[derive(Clone, Copy, Debug)]
+struct Test {
+    wide: bool,
+    hold: Duration,
+}
+
+impl Shape {
+    /// The suite, in the order the runners take it: one-GPU tests hold 10 to 30 ms (20 on
+    /// average), four-GPU tests 60 ms.
+    fn suite(&self) -> Vec<Test> {
+        // splitmix64: the same suite in every run, on every machine.
         let mut state = SEED;
         let mut next = || {
             state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -71,12 +103,42 @@ fn suite() -> &'static [bool] {
             z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
             z ^ (z >> 31)
         };
+        let mut tests: Vec<Test> = (0..self.one_gpu_tests + self.wide_tests)
+            .map(|t| match t >= self.one_gpu_tests {
+                true => Test {
+                    wide: true,
+                    hold: WIDE_HOLD,
+                },
+                false => Test {
+                    wide: false,
+                    hold: Duration::from_millis(10 + next() % 21),
+                },
+            })
+            .collect();
+        // Fisher-Yates.
         for i in (1..tests.len()).rev() {
             let j = (next() % (i as u64 + 1)) as usize;
             tests.swap(i, j);
         }
         tests
-    })
+    }
+
+    /// The makespan were every unit busy from start to end: units x hold over the 16 units.
+    fn ideal(&self) -> Duration {
+        let unit_time: Duration = self
+            .suite()
+            .iter()
+            .map(|t| {
+                t.hold
+                    * if t.wide {
+                        (WIDE_GPUS * PER_GPU) as u32
+                    } else {
+                        1
+                    }
+            })
+            .sum();
+        unit_time / (GPUS * PER_GPU) as u32
+    }
 }
 
 /// The three ways to run the suite on 8 GPUs.
@@ -120,7 +182,8 @@ impl Config {
 
     /// One simulated test: take the permit, "use" its GPUs (noting them in `seen`, where
     /// given), release.
-    fn run_test(self, pool: &PermitPool, wide: bool, seen: Option<&Occupancy>) {
+    fn run_test(self, pool: &PermitPool, test: Test, seen: Option<&Occupancy>) {
+        let wide = test.wide;
         let permit = match (self, wide) {
             (_, false) => pool.acquire(),
             (Config::CountOnly, true) => pool.request().units(PER_GPU * WIDE_GPUS).acquire(),
@@ -136,7 +199,7 @@ impl Config {
         if let Some(seen) = seen {
             seen.enter(&devices);
         }
-        thread::sleep(if wide { WIDE_HOLD } else { ONE_GPU_HOLD });
+        thread::sleep(test.hold);
         if let Some(seen) = seen {
             seen.leave(&devices);
         }
@@ -208,8 +271,10 @@ fn slots(name: &str) -> PathBuf {
     dir
 }
 
-fn trace_path(config: Config) -> PathBuf {
-    root().path().join(format!("{}.trace.json", config.name()))
+fn trace_path(shape: &Shape, config: Config) -> PathBuf {
+    root()
+        .path()
+        .join(format!("{}-{}.trace.json", shape.name, config.name()))
 }
 
 /// The pools the timed runs use, one per configuration, each with its own slot directory.
@@ -218,20 +283,25 @@ fn pools() -> &'static [PermitPool; 3] {
     POOLS.get_or_init(|| Config::ALL.map(|c| c.pool(slots(c.name()), None)))
 }
 
-/// Runs the suite once: `RUNNERS` threads (`runner-<r>`) take the next test as they finish
-/// one, like a test runner's threads; returns its wall time.
-fn run_suite(config: Config, pool: &PermitPool, seen: Option<&Occupancy>) -> Duration {
-    let tests = suite();
+/// Runs `shape`'s suite once: its runners (threads `runner-<r>`) take the next test as they
+/// finish one, like a test runner's threads; returns its wall time.
+fn run_suite(
+    shape: &Shape,
+    config: Config,
+    pool: &PermitPool,
+    seen: Option<&Occupancy>,
+) -> Duration {
+    let tests = &shape.suite();
     let t = Instant::now();
     let next = AtomicUsize::new(0);
     thread::scope(|s| {
-        for r in 0..RUNNERS {
+        for r in 0..shape.runners {
             let next = &next;
             thread::Builder::new()
                 .name(format!("runner-{r}"))
                 .spawn_scoped(s, move || {
-                    while let Some(&wide) = tests.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        config.run_test(pool, wide, seen);
+                    while let Some(&test) = tests.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        config.run_test(pool, test, seen);
                     }
                 })
                 .unwrap();
@@ -240,28 +310,35 @@ fn run_suite(config: Config, pool: &PermitPool, seen: Option<&Occupancy>) -> Dur
     t.elapsed()
 }
 
+fn group_name(shape: &Shape) -> String {
+    format!("makespan-{}", shape.name)
+}
+
 fn makespan(c: &mut Criterion) {
-    let mut g = c.benchmark_group("makespan");
-    // Runs take about half a second: ten samples of one run each.
-    g.sample_size(10);
-    g.sampling_mode(SamplingMode::Flat);
-    g.warm_up_time(Duration::from_millis(1));
-    g.measurement_time(Duration::from_secs(6));
-    for (config, pool) in Config::ALL.into_iter().zip(pools()) {
-        let id = format!("makespan/{}", config.name());
-        g.bench_function(config.name(), |b| {
-            b.iter_custom(|iters| {
-                (0..iters)
-                    .map(|_| {
-                        let took = run_suite(config, pool, None);
-                        record(&id, took);
-                        took
-                    })
-                    .sum()
-            })
-        });
+    for shape in &SHAPES {
+        let name = group_name(shape);
+        let mut g = c.benchmark_group(&name);
+        // Runs take a quarter to half a second: ten samples of one or a few runs each.
+        g.sample_size(10);
+        g.sampling_mode(SamplingMode::Flat);
+        g.warm_up_time(Duration::from_millis(1));
+        g.measurement_time(Duration::from_secs(5));
+        for (config, pool) in Config::ALL.into_iter().zip(pools()) {
+            let id = format!("{name}/{}", config.name());
+            g.bench_function(config.name(), |b| {
+                b.iter_custom(|iters| {
+                    (0..iters)
+                        .map(|_| {
+                            let took = run_suite(shape, config, pool, None);
+                            record(&id, took);
+                            took
+                        })
+                        .sum()
+                })
+            });
+        }
+        g.finish();
     }
-    g.finish();
 }
 
 /// Per GPU, the most tests and units held at once according to a trace's hold events (a
@@ -305,17 +382,17 @@ struct Traced {
 
 /// Runs the suite once per configuration with a traced pool (and the tests' own record), and
 /// checks the placed ones: never more than N tests or units on a GPU.
-fn traced_runs() -> Vec<Traced> {
+fn traced_runs(shape: &Shape) -> Vec<Traced> {
     Config::ALL
         .into_iter()
         .map(|config| {
-            let path = trace_path(config);
+            let path = trace_path(shape, config);
             let pool = config.pool(
-                slots(&format!("traced-{}", config.name())),
+                slots(&format!("traced-{}-{}", shape.name, config.name())),
                 Some(path.clone()),
             );
             let seen = Occupancy::default();
-            let took = run_suite(config, &pool, Some(&seen));
+            let took = run_suite(shape, config, &pool, Some(&seen));
             drop(pool);
             let own = seen.peaks();
             if config == Config::CountOnly {
@@ -329,7 +406,11 @@ fn traced_runs() -> Vec<Traced> {
             let file = read_trace(&path).unwrap();
             assert!(file.skipped.is_empty(), "{:?}", file.skipped);
             let holds = file.events.iter().filter(|e| e.name == "hold").count();
-            assert_eq!(holds, suite().len(), "every test's hold is traced");
+            assert_eq!(
+                holds,
+                shape.one_gpu_tests + shape.wide_tests,
+                "every test's hold is traced"
+            );
             let (tests, units) = trace_peaks(&file.events);
             for gpu in 0..GPUS {
                 assert!(
@@ -381,26 +462,36 @@ fn print_makespans(what: &str, mut runs: Vec<Vec<Duration>>) {
     println!("{}", line.trim_end_matches(';'));
 }
 
-fn makespan_summary(rounds: usize) {
-    let order: String = suite().iter().map(|&w| if w { 'W' } else { '.' }).collect();
-    println!("suite order ({WIDE_GPUS}-GPU tests as W): {order}");
+fn makespan_summary(shape: &Shape, rounds: usize) {
+    let name = group_name(shape);
+    let order: String = shape
+        .suite()
+        .iter()
+        .map(|t| if t.wide { 'W' } else { '.' })
+        .collect();
+    println!(
+        "{}: {} runners, ideal makespan {:.3} s; order ({WIDE_GPUS}-GPU tests as W): {order}",
+        shape.name,
+        shape.runners,
+        shape.ideal().as_secs_f64()
+    );
     print_makespans(
-        "criterion's runs",
+        &format!("{name}, criterion's runs"),
         Config::ALL
             .iter()
-            .map(|c| samples(&format!("makespan/{}", c.name())))
+            .map(|c| samples(&format!("{name}/{}", c.name())))
             .collect(),
     );
     if rounds > 0 {
         let mut runs = vec![Vec::new(); Config::ALL.len()];
         for _ in 0..rounds {
             for ((config, pool), out) in Config::ALL.into_iter().zip(pools()).zip(&mut runs) {
-                out.push(run_suite(config, pool, None));
+                out.push(run_suite(shape, config, pool, None));
             }
         }
-        print_makespans("interleaved rounds", runs);
+        print_makespans(&format!("{name}, interleaved rounds"), runs);
     }
-    for t in traced_runs() {
+    for t in traced_runs(shape) {
         let units = t
             .units
             .map_or(String::new(), |u| format!(", units [{}]", list(&u)));
@@ -410,7 +501,7 @@ fn makespan_summary(rounds: usize) {
             "from the tests' own record"
         };
         println!(
-            "traced run {}: {:.3} s; most tests at once per GPU 0-7 ({from}) [{}]{units}",
+            "traced run, {name}, {}: {:.3} s; most tests at once per GPU 0-7 ({from}) [{}]{units}",
             t.config.name(),
             t.took.as_secs_f64(),
             list(&t.tests),
@@ -500,7 +591,9 @@ fn overhead(c: &mut Criterion) {
                 1
             }
         });
-        g.bench_function(kind.name(), |b| b.iter(|| drop(black_box(kind.acquire(pool)))));
+        g.bench_function(kind.name(), |b| {
+            b.iter(|| drop(black_box(kind.acquire(pool))))
+        });
     }
     g.finish();
 }
@@ -543,7 +636,9 @@ fn main() {
     // `cargo bench` passes `--bench`; without it (`cargo test --benches`) criterion runs each
     // bench once as a smoke test, and the interleaved rounds are skipped.
     let bench = std::env::args().any(|a| a == "--bench");
-    makespan_summary(if bench { 9 } else { 0 });
+    for shape in &SHAPES {
+        makespan_summary(shape, if bench { 9 } else { 0 });
+    }
     if bench {
         overhead_summary(101, 100);
     }
