@@ -642,4 +642,6 @@ fn main() {
     if bench {
         overhead_summary(101, 100);
     }
+    // A static is never dropped: remove the slot directories and traces here.
+    let _ = std::fs::remove_dir_all(root().path());
 }
