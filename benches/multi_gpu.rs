@@ -2,13 +2,15 @@
 //! share each GPU) and what it costs (acquire + release).
 //!
 //! - `makespan-saturated`, `makespan-partly-busy`: a simulated suite on 8 GPUs with N = 2 per
-//!   GPU (16 units): one-GPU tests (one unit, holding 10 to 30 ms, 20 on average) and four-GPU
-//!   tests that need their four GPUs whole (`request().gpus(4).units(2)`, holding 60 ms), in
+//!   GPU (16 units): one-GPU tests (one unit, holding 10 to 30 ms, 20 on average, unless said)
+//!   and four-GPU tests that need their four GPUs whole (`request().gpus(4).units(2)`, holding
+//!   60 ms unless said), in
 //!   one fixed, seeded-shuffled order, run by runner threads of one process that take the next
 //!   test as they free up; criterion times the whole suite (its makespan). `saturated`: 48
 //!   one-GPU and 6 four-GPU tests, 16 runners (as many as the units). `partly-busy`: 96 and 8,
 //!   8 runners, so that the one-GPU tests alone fill half the units and where they go decides
-//!   whether four GPUs are whole when a four-GPU test arrives.
+//!   whether four GPUs are whole when a four-GPU test arrives. `long-narrow`: 48 one-GPU tests
+//!   of 60 to 100 ms and 8 four-GPU tests of 20 ms, 8 runners: the shape best fit is for.
 //!   Ours, `best-fit` (the default placement): a one-GPU test goes to the busiest GPU that
 //!   still has a unit, so whole GPUs stay free for four-GPU tests. `spread`, the previous
 //!   behaviour: slot order, one-GPU tests spread over every GPU. `count-only`, what a count
@@ -53,7 +55,6 @@ const GPUS: usize = 8;
 const PER_GPU: usize = 2;
 /// GPUs a wide test needs, each whole.
 const WIDE_GPUS: usize = 4;
-const WIDE_HOLD: Duration = Duration::from_millis(60);
 const SEED: u64 = 0x6770_752d_7065_726d;
 
 /// A simulated suite and how its runners run it.
@@ -63,15 +64,21 @@ struct Shape {
     runners: usize,
     one_gpu_tests: usize,
     wide_tests: usize,
+    /// A one-GPU test holds `narrow_ms.0` to `narrow_ms.0 + narrow_ms.1` ms.
+    narrow_ms: (u64, u64),
+    /// A four-GPU test holds this long, ms.
+    wide_ms: u64,
 }
 
-const SHAPES: [Shape; 2] = [
+const SHAPES: [Shape; 3] = [
     // As many runners as units: every unit is asked for all the time.
     Shape {
         name: "saturated",
         runners: 16,
         one_gpu_tests: 48,
         wide_tests: 6,
+        narrow_ms: (10, 20),
+        wide_ms: 60,
     },
     // Half as many runners as units, and fewer four-GPU tests among more one-GPU ones: the
     // one-GPU tests alone fill half the units, so where they go leaves GPUs whole or not.
@@ -80,6 +87,19 @@ const SHAPES: [Shape; 2] = [
         runners: 8,
         one_gpu_tests: 96,
         wide_tests: 8,
+        narrow_ms: (10, 20),
+        wide_ms: 60,
+    },
+    // Long one-GPU tests beside short four-GPU ones, half as many runners as units: spread
+    // leaves a one-GPU test on every GPU, so a four-GPU test waits for four of them to end,
+    // and the runners queued behind it idle; best fit packs them and leaves GPUs whole.
+    Shape {
+        name: "long-narrow",
+        runners: 8,
+        one_gpu_tests: 48,
+        wide_tests: 8,
+        narrow_ms: (60, 40),
+        wide_ms: 20,
     },
 ];
 
@@ -91,8 +111,8 @@ struct Test {
 }
 
 impl Shape {
-    /// The suite, in the order the runners take it: one-GPU tests hold 10 to 30 ms (20 on
-    /// average), four-GPU tests 60 ms.
+    /// The suite, in the order the runners take it: one-GPU tests hold `narrow_ms`, four-GPU
+    /// tests `wide_ms`.
     fn suite(&self) -> Vec<Test> {
         // splitmix64: the same suite in every run, on every machine.
         let mut state = SEED;
@@ -107,11 +127,11 @@ impl Shape {
             .map(|t| match t >= self.one_gpu_tests {
                 true => Test {
                     wide: true,
-                    hold: WIDE_HOLD,
+                    hold: Duration::from_millis(self.wide_ms),
                 },
                 false => Test {
                     wide: false,
-                    hold: Duration::from_millis(10 + next() % 21),
+                    hold: Duration::from_millis(self.narrow_ms.0 + next() % (self.narrow_ms.1 + 1)),
                 },
             })
             .collect();

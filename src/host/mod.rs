@@ -445,30 +445,51 @@ impl HostSlots {
         // requests behind a stopped head take free slots past it). Under the gate nobody else
         // takes slots meanwhile, but for such a request: should one of the slots chosen be
         // taken when this one locks it, the request tries again at the next change.
+        // GPU by GPU, in the groups' order: for one GPU, best fit stops at a GPU with exactly
+        // the units asked for free (none fits more tightly), and probes no further.
         let mut free: Vec<Vec<usize>> = vec![Vec::new(); gpus];
-        for (i, slot) in self.slots.iter().enumerate() {
-            if slot.held.load(Ordering::Acquire) {
-                continue;
+        let mut perfect = None;
+        'probe: for &gpu in take.topology.groups().iter().flatten() {
+            for (i, slot) in self.slots.iter().enumerate().skip(gpu).step_by(gpus) {
+                if slot.held.load(Ordering::Acquire) {
+                    continue;
+                }
+                match slot.file.try_lock() {
+                    Ok(()) => {
+                        let _ = slot.file.unlock();
+                        free[gpu].push(i);
+                    }
+                    Err(TryLockError::WouldBlock) => {}
+                    Err(TryLockError::Error(e)) => {
+                        return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
+                    }
+                }
             }
-            match slot.file.try_lock() {
-                Ok(()) => {
-                    let _ = slot.file.unlock();
-                    free[i % gpus].push(i);
-                }
-                Err(TryLockError::WouldBlock) => {}
-                Err(TryLockError::Error(e)) => {
-                    return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
-                }
+            if take.gpus == 1
+                && take.placement == Placement::BestFit
+                && free[gpu].len() == take.units
+            {
+                perfect = Some(vec![gpu]);
+                break 'probe;
             }
         }
         let counts: Vec<usize> = free.iter().map(Vec::len).collect();
-        let Some(chosen) =
-            fit::place(&counts, take.units, take.gpus, take.topology, take.placement)
-        else {
+        let Some(chosen) = perfect.or_else(|| {
+            fit::place(
+                &counts,
+                take.units,
+                take.gpus,
+                take.topology,
+                take.placement,
+            )
+        }) else {
             return Ok(None);
         };
         let mut got = Vec::with_capacity(take.units * take.gpus);
-        for i in chosen.iter().flat_map(|&gpu| free[gpu][..take.units].iter().copied()) {
+        for i in chosen
+            .iter()
+            .flat_map(|&gpu| free[gpu][..take.units].iter().copied())
+        {
             let slot = &self.slots[i];
             match slot.file.try_lock() {
                 Ok(()) => {
