@@ -24,6 +24,7 @@
 //! | `GPU_TEST_PERMIT_SKIP_LOG` | file to append one line per skipped test to | off |
 //! | `GPU_TEST_PERMIT_RETRY` | a test's permits on a nextest retry (`NEXTEST_ATTEMPT` > 1): `alone` (exclusive: the retry has the GPU to itself) or `same` (as asked) | `alone` |
 //! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1), a count (`4`: GPUs 0 to 3), or a list of GPU ids (`0,2,3`; one GPU: `3,`) that permit device k maps to, as the process numbers its CUDA devices (after `CUDA_VISIBLE_DEVICES`), or groups of ids (`0,1,2,3;4,5,6,7`) that a permit for several GPUs ([`PermitRequest::gpus`](crate::PermitRequest::gpus)) stays within | `auto` |
+//! | `GPU_TEST_PERMIT_LIVE_MEMORY` | `auto`: a permit that declares memory is granted only when its GPU has that much free now, as NVML (`libnvidia-ml.so.1`, loaded at run time where the driver provides it) reports it, less what other holders declared and have not yet allocated, plus a margin ([`host`](crate::host)); a wait held back by memory says whose processes use it. `off`: declarations count against the budget alone | `auto` |
 //! | `GPU_TEST_PERMIT_PLACEMENT` | which GPUs a permit goes to on a multi-GPU host: `best-fit` (the GPUs with the fewest free units that fit: whole GPUs stay free for big and multi-GPU permits) or `spread` (the first that fit: one-unit permits spread over every GPU) | `best-fit` |
 //! | `GPU_TEST_PERMIT_GPU_MEMORY` | GPU memory per GPU that permits budget: a size (`64GiB`, `80GB`, `512MiB`, bytes) or a percentage of the smallest device memory the CUDA probe reports (`90%`); a permit declaring memory ([`acquire_memory`](crate::acquire_memory)) takes `ceil(bytes / (budget / N))` permit units. On unified-memory devices (GB10) set a size: the probe does not derive one | CUDA device memory (discrete GPUs, feature `cuda`), else none |
 //! | `GPU_TEST_PERMIT_WEIGHTS` | `declared`: a permit takes the units its test declares (one when it declares nothing); `learned`: with a memory budget in force, a test that declares nothing takes the units its measured peak GPU memory plus [`LEARNED_MARGIN_PERCENT`] needs (at most a whole GPU), the peak being the most its fixture reported in the runs recorded on this host ([`tune`](crate::tune)); a declaration always wins | `declared` |
@@ -146,6 +147,9 @@ pub struct Config {
     pub gpu_groups: Option<Vec<Vec<usize>>>,
     /// Which GPUs a permit goes to, from [`PLACEMENT_VAR`].
     pub placement: Placement,
+    /// Whether a permit that declares memory waits for it to be free on its GPU (NVML), from
+    /// [`LIVE_MEMORY_VAR`]: `true` for `auto` (where NVML loads), `false` for `off`.
+    pub live_memory: bool,
     /// The wgpu adapter to pin, from [`WGPU_ADAPTER_VAR`] or else [`WGPU_ADAPTER_NAME_VAR`]
     /// (blank counts as unset).
     pub wgpu_adapter: Option<AdapterName>,
@@ -458,6 +462,22 @@ impl Config {
                 (None, None)
             }
         };
+        let live_memory = match lookup(LIVE_MEMORY_VAR) {
+            None => true,
+            Some(raw) => match raw
+                .to_str()
+                .map(|s| s.trim().to_ascii_lowercase())
+                .as_deref()
+            {
+                Some("auto") => true,
+                Some("off") => false,
+                _ => {
+                    let problem = "is not auto or off";
+                    warnings.push(warning(LIVE_MEMORY_VAR, &raw, problem, "auto"));
+                    true
+                }
+            },
+        };
         let placement = lookup(PLACEMENT_VAR).map_or(Placement::BestFit, |raw| {
             parse_placement(&raw).unwrap_or_else(|problem| {
                 warnings.push(warning(PLACEMENT_VAR, &raw, problem, "best-fit"));
@@ -540,6 +560,7 @@ impl Config {
             gpu_list,
             gpu_groups,
             placement,
+            live_memory,
             hold_timeout,
             gpus,
             concurrency,

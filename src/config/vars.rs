@@ -57,6 +57,10 @@ pub const WEIGHTS_VAR: &str = "GPU_TEST_PERMIT_WEIGHTS";
 /// `spread` (the first that fit: one-unit permits spread over every GPU). See
 /// [`Placement`](crate::config::Placement).
 pub const PLACEMENT_VAR: &str = "GPU_TEST_PERMIT_PLACEMENT";
+/// Whether a permit that declares memory also waits for that much to be free on its GPU now,
+/// as NVML reports it: `auto` (the default: where `libnvidia-ml.so.1` loads) or `off` (the
+/// declaration counts against the budget alone). See [`host`](crate::host).
+pub const LIVE_MEMORY_VAR: &str = "GPU_TEST_PERMIT_LIVE_MEMORY";
 /// `1` (or `true`, `yes`, `on`) turns configuration warnings into failures: [`Config::global`](crate::config::Config::global)
 /// panics with them. `0`, `false`, `no`, `off` or unset: warnings only.
 pub const STRICT_VAR: &str = "GPU_TEST_PERMIT_STRICT_CONFIG";
