@@ -21,11 +21,8 @@ pub fn driver_dir(name: &str) -> PathBuf {
 /// Builds `tests/stub/<name>.c` (once per process) and returns the directory that holds it
 /// under each of `libraries`' names, e.g. `&["libnvidia-ml.so.1", "libnvidia-ml.so"]`.
 pub fn library_dir(name: &str, libraries: &[&str]) -> PathBuf {
-    static BUILT: Mutex<Option<HashMap<(String, Vec<String>), PathBuf>>> = Mutex::new(None);
-    let key = (
-        name.to_string(),
-        libraries.iter().map(|l| l.to_string()).collect::<Vec<_>>(),
-    );
+    static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
+    let key = format!("{name} as {}", libraries.join(" "));
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let built = built.get_or_insert_with(HashMap::new);
     if let Some(dir) = built.get(&key) {
