@@ -210,8 +210,9 @@ pub(crate) fn admit(want: u64, mem: &GpuMemory, holders: &[(u32, u64)], own_pid:
 /// The memory of CUDA device `gpu` now. `gpu` is a CUDA ordinal as this process numbers its
 /// devices: mapped to an NVML device through this process's `CUDA_VISIBLE_DEVICES` (the entry
 /// at position `gpu`; an index is NVML's index, `GPU-...` and `MIG-...` a UUID or, as CUDA
-/// takes it, a unique prefix of one; the list ends at the first empty, negative or other
-/// entry the driver would not take), or without that variable, NVML index `gpu`.
+/// takes it, a unique prefix of one; the list ends at the first entry that names no device, as
+/// the driver reads it: empty, negative, out of range, unknown), or without that variable, NVML
+/// index `gpu`.
 ///
 /// `None` when NVML is absent, its initialisation failed, the variable lists no device `gpu`,
 /// or a call fails.
@@ -219,10 +220,16 @@ pub(crate) fn memory(gpu: usize) -> Option<GpuMemory> {
     let visible = crate::config::probe_key_var("CUDA_VISIBLE_DEVICES");
     let visible = visible.as_ref().map(|v| v.to_string_lossy());
     let nvml = nvml()?;
-    let device = match visible_entry(visible.as_deref(), gpu)? {
-        Entry::Index(index) => nvml.device_by_index(index)?,
-        Entry::Uuid(uuid) => nvml.device_by_uuid_or_prefix(&uuid)?,
-    };
+    // Every entry before `gpu` must name a device too: the list ends at one that does not.
+    let first = if visible.is_some() { 0 } else { gpu };
+    let mut device = None;
+    for i in first..=gpu {
+        device = Some(match visible_entry(visible.as_deref(), i)? {
+            Entry::Index(index) => nvml.device_by_index(index)?,
+            Entry::Uuid(uuid) => nvml.device_by_uuid_or_prefix(&uuid)?,
+        });
+    }
+    let device = device?;
     let (total, free) = nvml.memory_info(device)?;
     Some(GpuMemory {
         total,
@@ -275,7 +282,8 @@ enum Entry {
 ///
 /// As the driver reads the list: entries are separated by commas, spaces around them are
 /// ignored, and the list ends at the first entry that is empty, negative or neither a number
-/// nor a `GPU-`/`MIG-` UUID, so `0,,2` and `0,-1,2` show one device and `-1` none.
+/// nor a `GPU-`/`MIG-` UUID, so `0,,2` and `0,-1,2` show one device and `-1` none. (That an
+/// entry names a device present is for [`memory`] to find out.)
 fn visible_entry(visible: Option<&str>, gpu: usize) -> Option<Entry> {
     let Some(visible) = visible else {
         return u32::try_from(gpu).ok().map(Entry::Index);

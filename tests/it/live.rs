@@ -233,6 +233,12 @@ fn cuda_visible_devices_maps_ordinals_to_nvml_devices() {
     let mut live = Live::start_with(&[("CUDA_VISIBLE_DEVICES", "5,-1,3")], state);
     assert_eq!(live.memory(0), format!("{} 555 []", 80 * GIB));
     assert_eq!(live.memory(1), "none");
+    // ... and at the first that names no device.
+    let mut live = Live::start_with(&[("CUDA_VISIBLE_DEVICES", "3,9,5")], state);
+    assert_eq!(live.memory(0), format!("{} 333 []", 80 * GIB));
+    assert_eq!(live.memory(2), "none");
+    let mut live = Live::start_with(&[("CUDA_VISIBLE_DEVICES", "3,GPU-ffff,5")], state);
+    assert_eq!(live.memory(2), "none");
 }
 
 #[test]
