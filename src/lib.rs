@@ -85,6 +85,7 @@ mod fixture;
 pub mod hangs;
 pub mod host;
 pub mod junit;
+mod live;
 pub mod nextest;
 mod notice;
 mod permit;
@@ -116,4 +117,26 @@ pub mod cuda {
 #[cfg_attr(docsrs, doc(cfg(feature = "wgpu")))]
 pub mod wgpu {
     pub use crate::fixture::wgpu::*;
+}
+
+/// Not public API: entry points for this crate's own integration tests, which cannot reach the
+/// crate's internal modules. May change or go away in any release.
+#[doc(hidden)]
+pub mod __private {
+    /// A process on a GPU as NVML lists it: its pid, and the memory it uses (`None`: NVML cannot
+    /// tell).
+    pub type LiveProcess = (u32, Option<u64>);
+
+    /// CUDA device `gpu`'s memory now, from NVML: `(total, free, processes)` bytes; `None`
+    /// without NVML or when a call fails.
+    pub fn live_memory(gpu: usize) -> Option<(u64, u64, Vec<LiveProcess>)> {
+        let m = crate::live::memory(gpu)?;
+        let processes = m.processes.iter().map(|p| (p.pid, p.used)).collect();
+        Some((m.total, m.free, processes))
+    }
+
+    /// The name of process `pid` for a message, from NVML or the system.
+    pub fn live_process_name(pid: u32) -> Option<String> {
+        crate::live::process_name(pid)
+    }
 }

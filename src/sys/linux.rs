@@ -95,6 +95,12 @@ pub(super) fn process_is_stopped(pid: u32) -> bool {
         .is_some_and(|state| matches!(state, 'T' | 't'))
 }
 
+pub(super) fn process_name(pid: u32) -> Option<String> {
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    let name = comm.trim_end_matches('\n');
+    (!name.is_empty()).then(|| name.to_string())
+}
+
 /// Whether `pid` is this process or one of its ancestors, from the parent ids in `/proc`;
 /// `None` where the chain cannot be read.
 pub(super) fn is_self_or_ancestor(pid: u32) -> Option<bool> {

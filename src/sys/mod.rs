@@ -414,6 +414,12 @@ pub(crate) fn is_self_or_ancestor(pid: u32) -> Option<bool> {
     kernel::is_self_or_ancestor(pid)
 }
 
+/// The short name of process `pid` (its command, as `ps` shows it), read from `/proc/<pid>/comm`
+/// on Linux; `None` where that cannot be told or the process is gone.
+pub(crate) fn process_name(pid: u32) -> Option<String> {
+    kernel::process_name(pid)
+}
+
 /// The process that holds the whole-file lock (`flock`) on `file`, read from `/proc/locks` on
 /// Linux; `None` where that cannot be told, or when nobody holds one.
 pub(crate) fn lock_owner(file: &std::fs::File) -> Option<u32> {
@@ -542,7 +548,6 @@ pub(crate) fn pass_to_child(cmd: &mut Command, file: &File) -> io::Result<u64> {
 /// A shared library loaded at run time and never unloaded (Unix: `dlopen`; Windows: none are
 /// loaded). Used for optional driver libraries the crate does not link against.
 #[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct Library(std::ptr::NonNull<std::ffi::c_void>);
 
 // SAFETY: the handle is an opaque token that `dlsym` accepts from any thread; it is never
@@ -551,7 +556,6 @@ unsafe impl Send for Library {}
 // SAFETY: as above.
 unsafe impl Sync for Library {}
 
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 impl Library {
     /// Loads `name` (a file name searched as the platform does, e.g. `libnvidia-ml.so.1`);
     /// `None` when it is not there.

@@ -50,6 +50,11 @@ pub(super) fn is_self_or_ancestor(_pid: u32) -> Option<bool> {
 }
 
 /// Not known here.
+pub(super) fn process_name(_pid: u32) -> Option<String> {
+    None
+}
+
+/// Not known here.
 pub(super) fn lock_owner(_file: &std::fs::File) -> Option<u32> {
     None
 }

@@ -179,6 +179,24 @@ fn config_is_a_leaf_and_the_probe_knows_nothing_of_its_consumers() {
     }
 }
 
+/// Live GPU memory (`live`, NVML read at run time) is a leaf the host slots may ask: it reads
+/// only the platform layer, the configuration and the notices, so no permit or slot logic
+/// reaches into it and it reaches into none.
+#[test]
+fn live_memory_is_a_leaf_below_the_host_slots() {
+    let g = graph();
+    let below_live = ["sys", "notice", "config"];
+    let above: Vec<_> = g["live"]
+        .iter()
+        .filter(|m| !below_live.contains(&m.as_str()))
+        .collect();
+    assert!(above.is_empty(), "live uses {above:?}");
+    assert!(
+        !g["config"].contains("live") && !g["sys"].contains("live"),
+        "a layer below live uses it: {g:?}"
+    );
+}
+
 /// `(constant, variable)` for every `pub const *_VAR: &str = "..."` of config.
 fn config_variables(config: &str) -> Vec<(String, String)> {
     config

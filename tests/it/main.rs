@@ -18,6 +18,8 @@ mod in_process;
 mod inherit;
 mod junit;
 mod layering;
+#[cfg(target_os = "linux")]
+mod live;
 mod multi_gpu;
 mod permit;
 mod platform;
