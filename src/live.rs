@@ -66,17 +66,9 @@ pub(crate) struct GpuProcess {
 /// What a new test process takes beside its declared memory: its CUDA context (300 to 500 MiB
 /// on current GPUs and drivers, more with lazy module loading off) and some slack for the
 /// allocator's rounding and for memory freed a moment later than NVML reports.
-#[allow(
-    dead_code,
-    reason = "for the host layer's admission by live memory, not yet wired in"
-)]
 pub(crate) const MARGIN: u64 = 512 << 20;
 
 /// What [`admit`] decided.
-#[allow(
-    dead_code,
-    reason = "for the host layer's admission by live memory, not yet wired in"
-)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Admission {
     /// There is room: take the permit.
@@ -87,10 +79,6 @@ pub(crate) enum Admission {
 
 /// Why a permit does not fit on a GPU now: the terms of [`admit`]'s rule, and who uses the
 /// memory without a permit.
-#[allow(
-    dead_code,
-    reason = "for the host layer's admission by live memory, not yet wired in"
-)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Shortfall {
     /// The permit's declared memory.
@@ -106,10 +94,6 @@ pub(crate) struct Shortfall {
     pub(crate) foreign: Vec<GpuProcess>,
 }
 
-#[allow(
-    dead_code,
-    reason = "for the host layer's admission by live memory, not yet wired in"
-)]
 impl Shortfall {
     /// One line for a wait message, e.g. "GPU 3 has 2.1 GiB free; this permit needs 6 GiB +
     /// 512 MiB margin, and holders declared 1 GiB they have not yet allocated; using memory
@@ -163,10 +147,6 @@ impl Shortfall {
 ///
 /// `own_pid` is this process: its memory is not foreign even when it holds no permit yet (it
 /// is asking for one).
-#[allow(
-    dead_code,
-    reason = "for the host layer's admission by live memory, not yet wired in"
-)]
 pub(crate) fn admit(want: u64, mem: &GpuMemory, holders: &[(u32, u64)], own_pid: u32) -> Admission {
     let mut declared: Vec<(u32, u64)> = Vec::new();
     for &(pid, bytes) in holders {

@@ -67,6 +67,11 @@ use crate::sys::{self, ChangeWatch};
 
 pub use error::HostError;
 pub use fit::Placement;
+
+/// What a permit that declares memory needs free on its GPU beside its declaration, where
+/// NVML tells the free memory (`GPU_TEST_PERMIT_LIVE_MEMORY`): a new test process's CUDA
+/// context (300 to 500 MiB on current GPUs and drivers) and some slack, bytes.
+pub const LIVE_MARGIN: u64 = crate::live::MARGIN;
 pub(crate) use fit::Topology;
 pub(crate) use inherit::{
     InheritError, adopt_inherited, other_share_dir_in_use, share_dir, share_layout,
@@ -114,6 +119,8 @@ pub(crate) struct HostSlots {
     /// the shared open file, so it cannot tell our threads apart).
     acquire_lock: parking_lot::Mutex<Waiting>,
     warned_corrupt: AtomicBool,
+    /// Why the last attempt found no GPU with the memory it declared free (NVML), if it did.
+    held_back: parking_lot::Mutex<Option<String>>,
 }
 
 /// A request waiting for slots, or the head of the queue, as a timed-out wait sees it.
@@ -137,6 +144,10 @@ pub(crate) struct Take<'a> {
     pub(crate) exclusive: bool,
     pub(crate) topology: &'a Topology,
     pub(crate) placement: Placement,
+    /// Declared memory on each GPU, bytes, to find free now (NVML) before taking a GPU, with
+    /// the CUDA ordinal of each GPU (by device); `None`: the declaration counts against the
+    /// budget alone.
+    pub(crate) live: Option<(u64, &'a [usize])>,
 }
 
 /// Who was in the way of a wait that timed out.
@@ -149,6 +160,9 @@ pub(crate) struct Blockers {
     pub(crate) unrecorded: Vec<Option<u32>>,
     /// Other processes' waiting requests, the head first.
     pub(crate) waiting: Vec<WaitingRequest>,
+    /// Why this process's request found no GPU with the memory it declared free (NVML), if
+    /// that held it back.
+    pub(crate) memory: Option<String>,
 }
 
 /// The outcome of a wait that did not get its slots.
@@ -265,6 +279,7 @@ impl HostSlots {
             slots,
             acquire_lock: parking_lot::Mutex::new(Waiting::default()),
             warned_corrupt: AtomicBool::new(false),
+            held_back: parking_lot::Mutex::new(None),
         };
         Ok((host, chose))
     }
@@ -322,6 +337,7 @@ impl HostSlots {
     ) -> Result<Vec<usize>, HostWaitError> {
         let mut gate = false;
         let mut gate_recorded = false;
+        let mut said_memory = false;
         let mut head_seen = None;
         let result = loop {
             // Once waiting, a request lets an older waiting request of another process that
@@ -351,6 +367,18 @@ impl HostSlots {
                     Ok(Some(got)) => break Ok(got),
                     Ok(None) => {}
                     Err(e) => break Err(e),
+                }
+                if take.live.is_some()
+                    && !said_memory
+                    && let Some(why) = self.held_back_by_memory()
+                {
+                    // Once a wait: memory that processes without a permit hold frees when they
+                    // say, not when a permit is returned.
+                    said_memory = true;
+                    crate::notice::line(&format!(
+                        "waiting for GPU memory (GPU_TEST_PERMIT_LIVE_MEMORY=off counts \
+                         declarations against the budget alone): {why}"
+                    ));
                 }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -432,10 +460,15 @@ impl HostSlots {
         if take.exclusive {
             return self.try_take_in_order(self.slots.len(), 1);
         }
-        if gpus == 1 {
+        let live = take.live.is_some();
+        if gpus == 1 && !live {
             return self.try_take_in_order(take.units, 1);
         }
-        if take.gpus == 1 && take.placement == Placement::Spread && take.topology.is_flat() {
+        if take.gpus == 1
+            && take.placement == Placement::Spread
+            && take.topology.is_flat()
+            && !live
+        {
             // The lowest free slot for one unit; else the first GPU with enough.
             let step = if take.units == 1 { 1 } else { gpus };
             return self.try_take_in_order(take.units, step);
@@ -445,6 +478,9 @@ impl HostSlots {
         // requests behind a stopped head take free slots past it). Under the gate nobody else
         // takes slots meanwhile, but for such a request: should one of the slots chosen be
         // taken when this one locks it, the request tries again at the next change.
+        if live {
+            *self.held_back.lock() = None;
+        }
         // GPU by GPU, in the groups' order: for one GPU, best fit stops at a GPU with exactly
         // the units asked for free (none fits more tightly), and probes no further.
         let mut free: Vec<Vec<usize>> = vec![Vec::new(); gpus];
@@ -464,6 +500,10 @@ impl HostSlots {
                         return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
                     }
                 }
+            }
+            // A GPU whose memory is short now counts as full.
+            if free[gpu].len() >= take.units && !self.has_room(gpu, &free[gpu], take) {
+                free[gpu].clear();
             }
             if take.gpus == 1
                 && take.placement == Placement::BestFit
@@ -509,6 +549,51 @@ impl HostSlots {
         got.sort_unstable();
         // The records are written by the caller, once the gate is free (`write_records`).
         Ok(Some(got))
+    }
+
+    /// Whether `gpu`, whose free slots are `free`, has the memory `take` declares free now as
+    /// NVML reports it, less what the holders of its other slots declared and have not yet
+    /// allocated, plus [`live::MARGIN`](crate::live::MARGIN). Without NVML (or a request that
+    /// declares none), yes. When not, the reason is kept for the wait to tell.
+    fn has_room(&self, gpu: usize, free: &[usize], take: &Take<'_>) -> bool {
+        let Some((want, ordinals)) = take.live else {
+            return true;
+        };
+        let ordinal = ordinals.get(gpu).copied().unwrap_or(gpu);
+        let Some(memory) = crate::live::memory(ordinal) else {
+            return true;
+        };
+        // The holders on this GPU, from the records of its slots that are not free: a permit
+        // of u units wrote one record into each of its u slots, counted once.
+        let gpus = self.layout.gpus;
+        let mut holders: Vec<HolderRecord> = Vec::new();
+        for (i, slot) in self.slots.iter().enumerate().skip(gpu).step_by(gpus) {
+            if free.contains(&i) {
+                continue;
+            }
+            if let Some(r) = read_record(&slot.file).filter(|r| r.memory.is_some())
+                && !holders.contains(&r)
+            {
+                holders.push(r);
+            }
+        }
+        let declared: Vec<(u32, u64)> = holders
+            .iter()
+            .map(|r| (r.pid, r.memory.unwrap_or(0)))
+            .collect();
+        match crate::live::admit(want, &memory, &declared, sys::pid()) {
+            crate::live::Admission::Admit => true,
+            crate::live::Admission::Short(short) => {
+                *self.held_back.lock() = Some(short.describe(ordinal));
+                false
+            }
+        }
+    }
+
+    /// Why the last attempt of this process found no GPU with the memory it declared free
+    /// (NVML), if it did: one line naming the processes that use the memory without a permit.
+    pub(crate) fn held_back_by_memory(&self) -> Option<String> {
+        self.held_back.lock().clone()
     }
 
     /// Takes `units` free slots of one GPU now, or none: trying GPUs in order, each GPU's slots
@@ -730,6 +815,7 @@ impl HostSlots {
             holders,
             unrecorded,
             waiting,
+            memory: self.held_back_by_memory(),
         }
     }
 }

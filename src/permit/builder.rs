@@ -34,6 +34,11 @@ pub struct PoolBuilder {
     /// Groups of devices a k-GPU request stays within (none: one group).
     pub(super) groups: Vec<Vec<usize>>,
     pub(super) placement: Placement,
+    /// Whether memory declarations wait for free memory (NVML).
+    pub(super) live_memory: bool,
+    /// The CUDA ordinal of each device (`GPU_TEST_PERMIT_GPUS`'s list), for NVML; `None`:
+    /// device k is ordinal k.
+    pub(super) gpu_ids: Option<Vec<usize>>,
 }
 
 impl PoolBuilder {
@@ -101,6 +106,19 @@ impl PoolBuilder {
     /// pool, `GPU_TEST_PERMIT_PLACEMENT`).
     pub fn placement(mut self, placement: Placement) -> Self {
         self.placement = placement;
+        self
+    }
+
+    /// Whether a permit that declares memory ([`PermitRequest::memory`](crate::PermitRequest::memory))
+    /// is granted only when its GPU has that much free now, as NVML reports it, less what the
+    /// other holders on that GPU declared and have not yet allocated, plus
+    /// [`LIVE_MARGIN`](crate::host::LIVE_MARGIN) (off by default for a built pool; the global
+    /// pool follows `GPU_TEST_PERMIT_LIVE_MEMORY`, on by default). NVML is loaded at the first
+    /// such request, where the driver provides `libnvidia-ml.so.1`; without it, or for a pool
+    /// without host slots, declarations count against the budget alone. Device k is CUDA
+    /// ordinal k of this process.
+    pub fn live_memory(mut self, on: bool) -> Self {
+        self.live_memory = on;
         self
     }
 
@@ -258,6 +276,15 @@ impl PoolBuilder {
                     None => Topology::grouped(self.gpus, &self.groups),
                 },
                 placement: self.placement,
+                live: match (&host, &inherited) {
+                    (Some(_), None) if self.live_memory => Some(
+                        self.gpu_ids
+                            .clone()
+                            .filter(|ids| ids.len() >= self.gpus)
+                            .unwrap_or_else(|| (0..self.gpus).collect()),
+                    ),
+                    _ => None,
+                },
                 host,
                 host_error,
                 timeout: self.timeout,
@@ -315,6 +342,8 @@ impl PermitPool {
             weights: Weights::Declared,
             groups: Vec::new(),
             placement: Placement::BestFit,
+            live_memory: false,
+            gpu_ids: None,
         }
     }
 }

@@ -99,6 +99,7 @@ impl PoolInner {
             holders,
             waiters,
             queued_here: inner.local.queued(),
+            memory: blockers.memory,
         }))
     }
 }

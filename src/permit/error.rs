@@ -279,6 +279,10 @@ pub struct WaitTimeout {
     pub waiters: Vec<Waiter>,
     /// Requests of this process queued at that moment.
     pub queued_here: usize,
+    /// Why no GPU had the memory the request declared free, as NVML reported it at the last
+    /// attempt (`GPU_TEST_PERMIT_LIVE_MEMORY`), naming the processes that use it without a
+    /// permit; `None` when memory did not hold it back.
+    pub memory: Option<String>,
 }
 
 /// A request of another process that was waiting when a wait gave up, as shown in a
@@ -370,6 +374,14 @@ impl fmt::Display for WaitTimeout {
                 "\n  ({} more request(s) of this process queued)",
                 self.queued_here
             )?;
+        }
+        if let Some(memory) = &self.memory {
+            return write!(
+                f,
+                "\nHeld back by GPU memory, not by permits: {memory}. Memory that processes \
+                 without a permit use frees when they end; GPU_TEST_PERMIT_LIVE_MEMORY=off \
+                 counts declarations against the budget alone."
+            );
         }
         // (Holders without a record have no known hold time.)
         let running: Vec<&Holder> = self

@@ -69,6 +69,8 @@ impl PermitPool {
             b.weights = cfg.weights;
             b.groups = cfg.gpu_groups.clone().unwrap_or_default();
             b.placement = cfg.placement;
+            b.live_memory = cfg.live_memory;
+            b.gpu_ids = cfg.gpu_list.clone();
             match b.clone().build() {
                 Ok(pool) => pool,
                 Err(e) => b.in_process_only().finish(None, Some(e), None),

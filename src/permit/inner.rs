@@ -34,6 +34,9 @@ pub(super) struct PoolInner {
     /// The groups a k-GPU request stays within.
     pub(super) topology: crate::host::Topology,
     pub(super) placement: crate::host::Placement,
+    /// The CUDA ordinal of each GPU (by device), where a permit that declares memory waits
+    /// for it to be free on its GPU now (NVML); `None`: the budget alone.
+    pub(super) live: Option<Vec<usize>>,
     /// The permit a parent holds for this process, when the pool works inside it.
     pub(super) inherited: Option<Inherited>,
     /// Where the per-GPU memory budget comes from.

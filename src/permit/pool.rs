@@ -523,6 +523,12 @@ impl PermitPool {
                     exclusive,
                     topology: &inner.topology,
                     placement: inner.placement,
+                    live: match (&inner.live, want.memory) {
+                        (Some(ordinals), Some(bytes)) if !exclusive => {
+                            Some((bytes, ordinals.as_slice()))
+                        }
+                        _ => None,
+                    },
                 };
                 match host.acquire(&take, wait.resolve(start), &record) {
                     Ok(got) => {
