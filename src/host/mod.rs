@@ -464,10 +464,7 @@ impl HostSlots {
         if gpus == 1 && !live {
             return self.try_take_in_order(take.units, 1);
         }
-        if take.gpus == 1
-            && take.placement == Placement::Spread
-            && take.topology.is_flat()
-            && !live
+        if take.gpus == 1 && take.placement == Placement::Spread && take.topology.is_flat() && !live
         {
             // The lowest free slot for one unit; else the first GPU with enough.
             let step = if take.units == 1 { 1 } else { gpus };

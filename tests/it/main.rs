@@ -20,6 +20,8 @@ mod junit;
 mod layering;
 #[cfg(target_os = "linux")]
 mod live;
+#[cfg(target_os = "linux")]
+mod live_memory;
 mod multi_gpu;
 mod permit;
 mod platform;
