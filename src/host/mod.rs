@@ -121,6 +121,8 @@ pub(crate) struct HostSlots {
     warned_corrupt: AtomicBool,
     /// Why the last attempt found no GPU with the memory it declared free (NVML), if it did.
     held_back: parking_lot::Mutex<Option<String>>,
+    /// Whether this process said that NVML stopped answering.
+    said_stuck: AtomicBool,
 }
 
 /// A request waiting for slots, or the head of the queue, as a timed-out wait sees it.
@@ -280,6 +282,7 @@ impl HostSlots {
             acquire_lock: parking_lot::Mutex::new(Waiting::default()),
             warned_corrupt: AtomicBool::new(false),
             held_back: parking_lot::Mutex::new(None),
+            said_stuck: AtomicBool::new(false),
         };
         Ok((host, chose))
     }
@@ -557,7 +560,14 @@ impl HostSlots {
             return true;
         };
         let ordinal = ordinals.get(gpu).copied().unwrap_or(gpu);
-        let Some(memory) = crate::live::memory(ordinal) else {
+        let Some(memory) = crate::live::memory_within(ordinal, crate::live::ANSWER_WITHIN) else {
+            if crate::live::stuck() && !self.said_stuck.swap(true, Ordering::Relaxed) {
+                crate::notice::line(&format!(
+                    "NVML did not answer within {} s (a wedged GPU driver?); permits that \
+                     declare memory count against the budget alone until it does",
+                    crate::live::ANSWER_WITHIN.as_secs()
+                ));
+            }
             return true;
         };
         // The holders on this GPU, from the records of its slots that are not free: a permit

@@ -190,3 +190,19 @@ fn with_live_memory_off_or_without_nvml_the_budget_alone_counts() {
     };
     assert!(held_within(&plain, LONG).is_some());
 }
+
+#[test]
+fn an_nvml_that_stops_answering_holds_no_permit_back() {
+    let dir = tempdir();
+    let state = dir.path().join("nvml-state");
+    // GPU 0's memory query never returns (a wedged driver), and GPU 0 looks full besides.
+    set(&state, &["hang 0".to_string(), format!("free 0 {}", GIB)]);
+    let started = Instant::now();
+    let first = hold(&mut with_nvml(dir.path(), &state, 4, 1, 80), 8);
+    assert!(held_within(&first, LONG).is_some());
+    // Granted once NVML's two seconds are up, by the budget alone, with a line that says so.
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let (status, err) = first.release();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("NVML did not answer within 2 s"), "{err}");
+}

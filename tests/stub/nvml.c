@@ -15,6 +15,9 @@
  *                                                     rest of the line); other pids: not found
  *                          uuid <gpu> <text>          the GPU's UUID (default
  *                                                     GPU-00000000-0000-0000-0000-00000000000<gpu>)
+ *                          hang <gpu>                 nvmlDeviceGetMemoryInfo for the GPU does not
+ *                                                     return while the line is there (a wedged
+ *                                                     driver)
  *
  * nvmlDeviceGetCount_v2 and nvmlDeviceGetHandleByIndex_v2 count GPUs; a handle is the GPU's
  * index plus one. The process calls answer NVML_ERROR_INSUFFICIENT_SIZE (7) with the count
@@ -23,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int nvmlReturn_t;
 typedef void *nvmlDevice_t;
@@ -146,9 +150,22 @@ static void free_line(const char *line, void *arg) {
     if (sscanf(line, "free %d %llu", &gpu, &bytes) == 2 && gpu == q->gpu) q->free = bytes;
 }
 
+static void hang_line(const char *line, void *arg) {
+    int *q = arg; /* q[0]: the GPU, q[1]: set when a line names it */
+    int gpu;
+    if (sscanf(line, "hang %d", &gpu) == 1 && gpu == q[0]) q[1] = 1;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     int gpu = gpu_of(device);
     if (gpu < 0) return ERROR_INVALID_ARGUMENT;
+    /* A wedged driver: no answer while the state file has a `hang <gpu>` line. */
+    for (;;) {
+        int q[2] = {gpu, 0};
+        each_line(hang_line, q);
+        if (!q[1]) break;
+        usleep(10000);
+    }
     struct free_query q = {gpu, TOTAL};
     each_line(free_line, &q);
     memory->total = TOTAL;
