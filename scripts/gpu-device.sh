@@ -201,6 +201,25 @@ result="$p passed, $f failed, $(skips crate-nextest) skip lines"
 if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then result="**FAIL** ($(why "$rc")): $result"; fail; fi
 row "crate tests \`capture:: fixture:: probe::\`, cargo nextest" "$result" "$(secs "$s" "$(now)") s"
 
+# Live memory: a permit that declares memory waits while a process without a permit holds it
+# (NVML), and the wait names that process.
+if [ "$cuda" = yes ]; then
+    say "live memory against a foreign allocation"
+    s=$(now)
+    rc=0
+    (cd "$ws" && timeout -k 10 "$run_timeout" "${it_env[@]}" "$it" --exact \
+        live_memory::cuda_device_live_memory_waits_for_a_foreign_allocation --nocapture) \
+        >"$work/live-memory.log" 2>&1 || rc=$?
+    cat "$work/live-memory.log" >>"$log"
+    read -r p f <<<"$(libtest_counts "$work/live-memory.log")"
+    result="$p passed, $f failed"
+    if grep -q 'SKIP' "$work/live-memory.log"; then result="skipped: $(grep -m1 SKIP "$work/live-memory.log")"; fi
+    if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then result="**FAIL** ($(why "$rc")): $result"; fail; fi
+    held_back=$(grep -m1 'Held back by GPU memory' "$work/live-memory.log" | sed 's/.*Held back/Held back/' || true)
+    row "live memory: \`hold --memory 8GiB\` beside a process holding all but 6 GiB (${held_back:-no message})" \
+        "$result" "$(secs "$s" "$(now)") s"
+fi
+
 # What each wgpu fixture form measured (the test prints it).
 fixture_memory=$( (cd "$ws" && "${it_env[@]}" "$it" --exact \
     fixture::wgpu_fixture_needs_and_measured_memory_reach_the_trace --nocapture 2>&1) |

@@ -206,3 +206,83 @@ fn an_nvml_that_stops_answering_holds_no_permit_back() {
     assert!(status.success(), "{err}");
     assert!(err.contains("NVML did not answer within 2 s"), "{err}");
 }
+
+// On a real CUDA device with NVML. Without one they print why and return.
+
+#[cfg(feature = "cuda")]
+const HOG_VAR: &str = "GPU_TEST_PERMIT_TEST_HOG_BYTES";
+
+/// The child's side of the test below: allocates `HOG_VAR` bytes on CUDA device 0 without a
+/// permit, says `hogging`, and keeps them until its standard input closes.
+#[cfg(feature = "cuda")]
+#[test]
+#[ignore = "runs as a child of cuda_device_live_memory_waits_for_a_foreign_allocation"]
+fn live_memory_hog() {
+    let Some(bytes) = std::env::var(HOG_VAR)
+        .ok()
+        .and_then(|b| b.parse::<usize>().ok())
+    else {
+        return;
+    };
+    let ctx = cudarc::driver::CudaContext::new(0).expect("a context on device 0");
+    let stream = ctx.default_stream();
+    let buffer = stream
+        .alloc_zeros::<u8>(bytes)
+        .expect("the hog's allocation");
+    stream.synchronize().unwrap();
+    println!("hogging");
+    let mut sink = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+    drop(buffer);
+}
+
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_device_live_memory_waits_for_a_foreign_allocation() {
+    use gpu_test_permit::probe::Backend;
+    gpu_test_permit::require_backend!(Backend::Cuda);
+    let Some((total, free, _)) = gpu_test_permit::__private::live_memory(0) else {
+        println!("gpu-test-permit: SKIP: a CUDA device but no NVML (libnvidia-ml.so.1) beside it");
+        return;
+    };
+    let dir = tempdir();
+    // A process without a permit takes all but 6 GiB of what is free.
+    let hog_bytes = free.saturating_sub(6 * GIB);
+    let mut hog = Command::new(std::env::current_exe().unwrap());
+    hog.args([
+        "--exact",
+        "live_memory::live_memory_hog",
+        "--include-ignored",
+    ])
+    .args(["--nocapture", "--test-threads", "1"])
+    .env(HOG_VAR, hog_bytes.to_string());
+    let hog = Holder::spawn(hog);
+    let said = hog.lines.recv_timeout(Duration::from_secs(60));
+    assert_eq!(said.as_deref(), Ok("hogging"), "the hog did not allocate");
+    // 8 GiB does not fit in the 6 left: the wait gives up, naming the hog.
+    let ask = |timeout: &str| {
+        let mut c = cli(dir.path(), 2);
+        c.env("GPU_TEST_PERMIT_GPU_MEMORY", total.to_string())
+            .env("GPU_TEST_PERMIT_TIMEOUT", timeout)
+            .args(["hold", "--memory", "8GiB", "--for", "1ms"]);
+        c.output().unwrap()
+    };
+    let out = ask("3s");
+    let err = String::from_utf8_lossy(&out.stderr);
+    println!("held back: {err}");
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("Held back by GPU memory")
+            && err.contains(&format!("pid {} ", hog.child.id())),
+        "{err}"
+    );
+    // The hog ends: the same request is granted.
+    let (status, hog_err) = hog.release();
+    assert!(status.success(), "{hog_err}");
+    let out = ask("30s");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
