@@ -243,18 +243,19 @@ impl Waiting {
             // never waits (most test processes) never scans it.
             sweep_wait_files(dir);
             let path = dir.join(format!("{WAIT_PREFIX}{}", std::process::id()));
-            for _ in 0..3 {
+            for attempt in 0..8 {
                 let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
                     return;
                 };
-                if file.try_lock().is_err() {
-                    return;
-                }
-                // A sweeper may have removed the file between our open and our lock.
-                if sys::same_file(&path, &file) {
+                // `status` and sweepers lock each wait file for a moment to tell a live one
+                // from a leftover, and a sweeper removes one it could lock: a lock refused, or
+                // a file removed between our open and our lock, is tried again, a little later
+                // each time.
+                if file.try_lock().is_ok() && sys::same_file(&path, &file) {
                     self.file = Some((path, file));
                     break;
                 }
+                std::thread::sleep(std::time::Duration::from_micros(100 << attempt));
             }
         }
         if let Some((_, file)) = &self.file {

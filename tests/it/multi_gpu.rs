@@ -371,3 +371,38 @@ fn status_and_trace_show_each_gpu_and_the_permits_on_several() {
     );
     assert!(text.contains("permits on several GPUs: 1"), "{text}");
 }
+
+/// Without `GPU_TEST_PERMIT_GPUS`, the pool spans the CUDA devices the probe finds: eight from
+/// the stand-in driver.
+#[cfg(feature = "cuda")]
+#[test]
+fn the_pool_spans_the_gpus_the_driver_reports() {
+    let dir = tempdir();
+    let eight = || {
+        let mut c = cli(dir.path(), 1);
+        c.env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
+            .env("CUDA_PROBE_STUB", "ok")
+            .env("CUDA_PROBE_STUB_DEVICES", "8");
+        c
+    };
+    let out = eight()
+        .args(["hold", "--gpus", "8", "--for", "1ms"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(" devices=0,1,2,3,4,5,6,7\n"), "{text}");
+    let out = eight()
+        .args(["hold", "--gpus", "9", "--for", "1ms"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("the pool spans 8"),
+        "{err}"
+    );
+}

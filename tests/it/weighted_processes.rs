@@ -771,3 +771,34 @@ fn a_killed_or_stopped_older_waiter_does_not_hold_back_a_younger_one() {
         );
     }
 }
+
+/// A waiter lists itself while other processes read the directory as fast as they can:
+/// `status` and sweepers lock each wait file a moment to tell a leftover from a live one, and a
+/// waiter that met such a probe while it took its own file's lock must still list itself.
+#[test]
+fn waiters_list_themselves_while_the_directory_is_read_without_pause() {
+    let dir = tempdir();
+    let first = hold(dir.path(), 1, 1, &[]);
+    assert!(held_within(&first, LONG).is_some());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let readers: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, dir) = (stop.clone(), dir.path().to_path_buf());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = status(&dir);
+                }
+            })
+        })
+        .collect();
+    let waiters: Vec<Holder> = (0..16).map(|_| hold(dir.path(), 1, 1, &[])).collect();
+    let pids: Vec<u32> = waiters.iter().map(pid).collect();
+    wait_until("every request is listed", || {
+        let listed = status(dir.path()).unwrap().waiters;
+        pids.iter().all(|p| listed.iter().any(|r| r.pid == *p))
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for r in readers {
+        r.join().unwrap();
+    }
+}
