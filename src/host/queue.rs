@@ -107,6 +107,36 @@ impl std::fmt::Display for Liveness {
     }
 }
 
+/// Where a wait file is made and locked before it is renamed to its name
+/// (`gpu0.new-wait.<pid>`): a wait file is never seen unlocked, which `status` and sweepers
+/// would take for a dead waiter's leftover and remove.
+pub(super) const STAGING_PREFIX: &str = "gpu0.new-wait.";
+
+/// This process's wait file at `path`, made and locked. On Unix it is made under a staging name
+/// and renamed into place once locked; elsewhere it is made in place and locked, and a lock
+/// refused (another process probing it) or a file removed between the open and the lock is tried
+/// again, a little later each time. `None` when it cannot be had: the request then waits
+/// unlisted.
+fn make_wait_file(dir: &Path, path: &Path) -> Option<std::fs::File> {
+    let shared = sys::is_shared_dir(dir);
+    for attempt in 0..8 {
+        let made = if sys::RENAMES_OPEN_FILES {
+            let staging = dir.join(format!("{STAGING_PREFIX}{}", std::process::id()));
+            let file = sys::open_lock_file(&staging, shared).ok()?;
+            (file.try_lock().is_ok() && std::fs::rename(&staging, path).is_ok()).then_some(file)
+        } else {
+            let file = sys::open_lock_file(path, shared).ok()?;
+            file.try_lock().is_ok().then_some(file)
+        };
+        // Locked by this description, and still the file at the path: ours.
+        match made {
+            Some(file) if sys::same_file(path, &file) => return Some(file),
+            _ => std::thread::sleep(std::time::Duration::from_micros(100 << attempt)),
+        }
+    }
+    None
+}
+
 /// Removes wait files whose process is gone (unlocked ones). The global pool of a process is
 /// never dropped, so its wait file outlives it. Run by a process before its first wait in the
 /// directory: only waiters read wait files.
@@ -118,7 +148,7 @@ pub(super) fn sweep_wait_files(dir: &Path) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if !name.starts_with(WAIT_PREFIX) || name == mine {
+        if !(name.starts_with(WAIT_PREFIX) || name.starts_with(STAGING_PREFIX)) || name == mine {
             continue;
         }
         let path = entry.path();
@@ -243,20 +273,7 @@ impl Waiting {
             // never waits (most test processes) never scans it.
             sweep_wait_files(dir);
             let path = dir.join(format!("{WAIT_PREFIX}{}", std::process::id()));
-            for attempt in 0..8 {
-                let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
-                    return;
-                };
-                // `status` and sweepers lock each wait file for a moment to tell a live one
-                // from a leftover, and a sweeper removes one it could lock: a lock refused, or
-                // a file removed between our open and our lock, is tried again, a little later
-                // each time.
-                if file.try_lock().is_ok() && sys::same_file(&path, &file) {
-                    self.file = Some((path, file));
-                    break;
-                }
-                std::thread::sleep(std::time::Duration::from_micros(100 << attempt));
-            }
+            self.file = make_wait_file(dir, &path).map(|file| (path, file));
         }
         if let Some((_, file)) = &self.file {
             let _ = sys::write_at(file, &record.encode(), 0);

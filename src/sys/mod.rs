@@ -247,6 +247,10 @@ fn check_writable(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a file that this process holds open and locked can be renamed over another name
+/// (Unix; Windows refuses to replace a file another process has open).
+pub(crate) const RENAMES_OPEN_FILES: bool = cfg!(unix);
+
 /// Opens (creating if needed) a lock file for reading and writing without following a
 /// symbolic link at its name, and without blocking on a FIFO or device planted there: anything
 /// but a regular file is refused.
