@@ -462,22 +462,12 @@ impl Config {
                 (None, None)
             }
         };
-        let live_memory = match lookup(LIVE_MEMORY_VAR) {
-            None => true,
-            Some(raw) => match raw
-                .to_str()
-                .map(|s| s.trim().to_ascii_lowercase())
-                .as_deref()
-            {
-                Some("auto") => true,
-                Some("off") => false,
-                _ => {
-                    let problem = "is not auto or off";
-                    warnings.push(warning(LIVE_MEMORY_VAR, &raw, problem, "auto"));
-                    true
-                }
-            },
-        };
+        let live_memory = one_of(
+            LIVE_MEMORY_VAR,
+            lookup(LIVE_MEMORY_VAR),
+            &[("auto", true), ("off", false)],
+            &mut warnings,
+        );
         let placement = lookup(PLACEMENT_VAR).map_or(Placement::BestFit, |raw| {
             parse_placement(&raw).unwrap_or_else(|problem| {
                 warnings.push(warning(PLACEMENT_VAR, &raw, problem, "best-fit"));
@@ -534,22 +524,15 @@ impl Config {
                 })
                 .ok()
         });
-        let weights = match lookup(WEIGHTS_VAR) {
-            None => Weights::Declared,
-            Some(raw) => match raw
-                .to_str()
-                .map(|s| s.trim().to_ascii_lowercase())
-                .as_deref()
-            {
-                Some("declared") => Weights::Declared,
-                Some("learned") => Weights::Learned,
-                _ => {
-                    let problem = "is not declared or learned";
-                    warnings.push(warning(WEIGHTS_VAR, &raw, problem, "declared"));
-                    Weights::Declared
-                }
-            },
-        };
+        let weights = one_of(
+            WEIGHTS_VAR,
+            lookup(WEIGHTS_VAR),
+            &[
+                ("declared", Weights::Declared),
+                ("learned", Weights::Learned),
+            ],
+            &mut warnings,
+        );
         Config {
             strict,
             gpu_memory,
@@ -580,6 +563,28 @@ impl Config {
             warnings,
         }
     }
+}
+
+/// The value of the word `raw` of `var` names among `words` (case and surrounding whitespace
+/// ignored); unset, the first word's; another word, the first word's with a warning.
+fn one_of<T: Copy>(
+    var: &'static str,
+    raw: Option<OsString>,
+    words: &[(&str, T)],
+    warnings: &mut Vec<ConfigWarning>,
+) -> T {
+    let (first, default) = words[0];
+    let Some(raw) = raw else {
+        return default;
+    };
+    let word = raw.to_str().map(|s| s.trim().to_ascii_lowercase());
+    if let Some(&(_, value)) = words.iter().find(|(w, _)| word.as_deref() == Some(*w)) {
+        return value;
+    }
+    let names: Vec<&str> = words.iter().map(|(w, _)| *w).collect();
+    let problem = format!("is not {}", names.join(" or "));
+    warnings.push(warning(var, &raw, problem, first));
+    default
 }
 
 /// Environment that changes what a probe finds, beside the machine itself: where drivers are

@@ -585,3 +585,46 @@ fn run_exports_the_permits_gpu_through_the_callers_list() {
     // Exclusive: both of the caller's GPUs, in pool order.
     assert_eq!(seen(&["--exclusive"]), "2,3 0,1");
 }
+
+#[test]
+fn groups_of_gpus_placement_and_live_memory_read_from_the_environment() {
+    use gpu_test_permit::config::{LIVE_MEMORY_VAR, PLACEMENT_VAR, Placement};
+    // Groups: device k is the k-th id in order; the groups are of devices.
+    let c = with(&[(GPUS_VAR, "4,5;0,1,2")]);
+    assert_eq!(c.gpus.map(|g| g.get()), Some(5));
+    assert_eq!(c.gpu_ids(5), [4, 5, 0, 1, 2]);
+    assert_eq!(c.gpu_groups, Some(vec![vec![0, 1], vec![2, 3, 4]]));
+    assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    assert_eq!(
+        with(&[(GPUS_VAR, "0,1;")]).gpu_groups,
+        Some(vec![vec![0, 1]])
+    );
+    for bad in ["0,1;1,2", "0,1;;2", ";", "0;a"] {
+        let c = with(&[(GPUS_VAR, bad)]);
+        assert_eq!((c.gpus, c.gpu_groups.clone()), (None, None), "{bad}");
+        assert_eq!(c.warnings.len(), 1, "{bad}");
+    }
+    // Placement and live memory: words, and a bad one falls back with a warning.
+    assert_eq!(with(&[]).placement, Placement::BestFit);
+    assert_eq!(
+        with(&[(PLACEMENT_VAR, " spread ")]).placement,
+        Placement::Spread
+    );
+    let c = with(&[(PLACEMENT_VAR, "first-fit")]);
+    assert_eq!(
+        (c.placement, c.warnings[0].to_string()),
+        (
+            Placement::BestFit,
+            "GPU_TEST_PERMIT_PLACEMENT='first-fit' is not best-fit or spread; using best-fit"
+                .to_string()
+        )
+    );
+    assert!(with(&[]).live_memory);
+    assert!(!with(&[(LIVE_MEMORY_VAR, "OFF")]).live_memory);
+    let c = with(&[(LIVE_MEMORY_VAR, "no")]);
+    assert!(c.live_memory);
+    assert_eq!(
+        c.warnings[0].to_string(),
+        "GPU_TEST_PERMIT_LIVE_MEMORY='no' is not auto or off; using auto"
+    );
+}
