@@ -588,6 +588,16 @@ impl HostSlots {
             .iter()
             .map(|r| (r.pid, r.memory.unwrap_or(0)))
             .collect();
+        // A process started under a holder's permit (`gpu-test-permit run`'s command and what
+        // it starts) allocates for that holder, and one this process started for itself.
+        let mut memory = memory;
+        let mut ours: Vec<u32> = declared.iter().map(|&(pid, _)| pid).collect();
+        ours.push(sys::pid());
+        for p in &mut memory.processes {
+            if let Some(holder) = sys::ancestor_among(p.pid, &ours) {
+                p.pid = holder;
+            }
+        }
         match crate::live::admit(want, &memory, &declared, sys::pid()) {
             crate::live::Admission::Admit => true,
             crate::live::Admission::Short(short) => {

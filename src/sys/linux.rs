@@ -121,6 +121,26 @@ pub(super) fn is_self_or_ancestor(pid: u32) -> Option<bool> {
     None
 }
 
+/// The first of `among` met going up from `pid` through its parents (`pid` itself included),
+/// from the parent ids in `/proc`; `None` when none is, or the chain cannot be read.
+pub(super) fn ancestor_among(pid: u32, among: &[u32]) -> Option<u32> {
+    let mut current = pid;
+    // Bounded: a process tree is seldom deeper, and `/proc` could be forged.
+    for _ in 0..64 {
+        if among.contains(&current) {
+            return Some(current);
+        }
+        if current <= 1 {
+            return None;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{current}/stat")).ok()?;
+        // "pid (comm) S ppid ...".
+        let (_, rest) = stat.rsplit_once(") ")?;
+        current = rest.split_whitespace().nth(1)?.parse().ok()?;
+    }
+    None
+}
+
 /// Read from `/proc/locks`: the `FLOCK` line of the file's device and inode (not a waiter's
 /// `->` line), whose pid is the process that took the lock.
 pub(super) fn lock_owner(file: &std::fs::File) -> Option<u32> {

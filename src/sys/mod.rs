@@ -406,6 +406,12 @@ pub(crate) fn process_is_stopped(pid: u32) -> bool {
     kernel::process_is_stopped(pid)
 }
 
+/// The first of `among` met going up from process `pid` through its parents, `pid` itself
+/// included (from `/proc` on Linux; elsewhere `pid` alone is looked at).
+pub(crate) fn ancestor_among(pid: u32, among: &[u32]) -> Option<u32> {
+    kernel::ancestor_among(pid, among)
+}
+
 /// Whether a process with id `pid` can be seen from here (it may be one of another PID
 /// namespace's that happens to share the number); true where that cannot be told.
 pub(crate) fn process_is_visible(pid: u32) -> bool {

@@ -49,6 +49,11 @@ pub(super) fn is_self_or_ancestor(_pid: u32) -> Option<bool> {
     None
 }
 
+/// Not known here: only `pid` itself.
+pub(super) fn ancestor_among(pid: u32, among: &[u32]) -> Option<u32> {
+    among.contains(&pid).then_some(pid)
+}
+
 /// Not known here.
 pub(super) fn process_name(_pid: u32) -> Option<String> {
     None

@@ -286,3 +286,41 @@ fn cuda_device_live_memory_waits_for_a_foreign_allocation() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn what_a_commands_processes_allocate_counts_for_the_permit_run_holds() {
+    let dir = tempdir();
+    let state = dir.path().join("nvml-state");
+    set(&state, &[]);
+    let nvml = |dir: &Path| with_nvml(dir, &state, 4, 1, 160);
+    // `run` holds a 30 GiB permit; the process it starts allocates the 30 GiB.
+    let mut c = nvml(dir.path());
+    c.args([
+        "run",
+        "--memory",
+        "30GiB",
+        "--",
+        "sh",
+        "-c",
+        "echo child $$; read x; true",
+    ]);
+    let run = Holder::spawn(c);
+    let line = run.lines.recv_timeout(LONG).expect("the command's pid");
+    let child: u32 = line.strip_prefix("child ").unwrap().parse().unwrap();
+    set(
+        &state,
+        &[
+            format!("free 0 {}", 50 * GIB),
+            format!("proc 0 {child} {}", 30 * GIB),
+        ],
+    );
+    // 50 GiB free and nothing declared is still to come: 30 more fit. (Counted apart from
+    // `run`, the command's 30 GiB would be gone from the free memory and still to come.)
+    let next = hold(&mut nvml(dir.path()), 30);
+    assert!(held_within(&next, LONG).is_some());
+    let (status, err) = next.release();
+    assert!(status.success(), "{err}");
+    assert!(!err.contains("waiting for GPU memory"), "{err}");
+    let (status, err) = run.release();
+    assert!(status.success(), "{err}");
+}
