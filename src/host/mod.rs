@@ -20,7 +20,7 @@
 //! | `gpu0.layout` | every process using the directory | shared, while it has the slots open; exclusive only to (re)write it when nobody else uses it | N per GPU and the GPUs | [`layout`](Layout) |
 //! | `gpu0.gate` | the head of the queue | exclusive, from its first failed try to its grant | the head's record | `take_turn` below |
 //! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; all at once, or none, for a permit of several units or GPUs | the holder's record, stamped at the grant | `try_take`, `write_records` below; `fit.rs` |
-//! | `gpu0.wait.<pid>` | its process | exclusive, for the process's life | the waiting request's record and heartbeat (blank while none waits) | `queue.rs` |
+//! | `gpu0.wait.<pid>` | its process | exclusive, for the process's life (made and locked as `gpu0.new-wait.<pid>`, then renamed, so never seen unlocked) | the waiting request's record and heartbeat (blank while none waits) | `queue.rs` |
 //! | `gpu0.notify` | nobody | written after every release | nothing: its change wakes the waiters | `queue.rs` |
 //! | `gpu0.budget` | a process reading or writing it | exclusive, for a read and perhaps a write | the memory budget its users convert with | `budget.rs` |
 //! | `gpu0.slot<i>.inside-<uid>/` | the processes inside a passed-on permit | a directory like this one, as many slots as the permit | their share of the permit | `inherit.rs` |
@@ -34,8 +34,10 @@
 //!    served;
 //! 3. holding the gate, takes its slots at once or not at all: `u` on each of `k` GPUs of one
 //!    group (a plain permit: one slot, `k` = 1), the GPUs [`fit`](Placement) picks from the
-//!    free slots it counts (best fit: the fewest free that fit); otherwise it writes its
-//!    record into the gate and waits there, so that no light request takes a slot it needs;
+//!    free slots it counts (best fit: the fewest free that fit), passing over a GPU whose free
+//!    memory (NVML, for a request that declares memory) falls short of the declaration plus
+//!    what its holders declared and have not allocated; otherwise it writes its record into
+//!    the gate and waits there, so that no light request takes a slot it needs;
 //! 4. without the gate, takes slots only if the head has lost its turn and no older waiter
 //!    keeps its own;
 //! 5. lists itself in its wait file, renews its heartbeat, and sleeps until a change (inotify
