@@ -139,6 +139,12 @@ excluded=(
     # It expects a 300 ms wait to be reported as "waited 0.3s"; emulated, giving up takes long
     # enough past the deadline that it often reads 0.4s.
     cli::a_timed_out_process_lists_the_holder_and_skips_corrupt_records
+    # Ten nextest-like runs on a simulated GPU that is 1.5x faster at N = 3 than at 2, and
+    # `auto` must find that out. Emulated, starting each test process costs enough CPU on two
+    # cores that a run at 3 sometimes does less work at once than one at 2 (1.69 against 1.85
+    # tests at once), and `auto` rightly settles at 2 (here at the commit before too: 1 of 2
+    # runs, 3 of 3 at this one). `choose`'s unit tests still run.
+    tune::auto_settles_at_the_fastest_n_that_never_hung_and_reexplores_after_a_driver_change
 )
 if [ "$vulkan" = 0 ]; then
     # Its stand-in Vulkan driver is loaded through the aarch64 Vulkan loader (libvulkan1:arm64).
