@@ -142,8 +142,8 @@ excluded=(
     # Ten nextest-like runs on a simulated GPU that is 1.5x faster at N = 3 than at 2, and
     # `auto` must find that out. Emulated, starting each test process costs enough CPU on two
     # cores that a run at 3 sometimes does less work at once than one at 2 (1.69 against 1.85
-    # tests at once), and `auto` rightly settles at 2 (seen here with this crate's code and
-    # with that of the session before it). `choose`'s unit tests still run.
+    # tests at once), and `auto` rightly settles at 2 (seen at this commit and at ddf9367).
+    # `choose`'s unit tests still run.
     tune::auto_settles_at_the_fastest_n_that_never_hung_and_reexplores_after_a_driver_change
 )
 if [ "$vulkan" = 0 ]; then
