@@ -83,7 +83,10 @@ pub(crate) use queue::GRACE;
 pub use queue::Liveness;
 pub use record::HolderRecord;
 pub(crate) use record::escape_controls;
-pub use status::{HostStatus, QueueHead, SkippedFile, SlotStatus, status};
+pub use status::{
+    GpuMemoryStatus, GpuProcessStatus, HostStatus, QueueHead, SkippedFile, SlotStatus, gpu_memory,
+    status,
+};
 
 use error::io_err;
 pub(crate) use layout::Want;

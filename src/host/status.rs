@@ -186,3 +186,55 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
     }
     Ok(out)
 }
+
+/// One GPU's memory as NVML reports it now ([`gpu_memory`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GpuMemoryStatus {
+    /// The GPU's memory, bytes.
+    pub total: u64,
+    /// Bytes no process has allocated.
+    pub free: u64,
+    /// The processes with a context on the GPU, most memory first.
+    pub processes: Vec<GpuProcessStatus>,
+}
+
+/// A process on a GPU, as [`gpu_memory`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GpuProcessStatus {
+    /// Its pid (in the host's pid namespace: NVML's).
+    pub pid: u32,
+    /// The GPU memory it uses, bytes; `None` where the driver cannot tell.
+    pub used: Option<u64>,
+    /// Its name, where NVML or the system tells it.
+    pub name: Option<String>,
+    /// The permit holder, among those asked about, that this process is or descends from
+    /// (`gpu-test-permit run`'s command descends from `run`); `None`: it holds no permit.
+    pub holder: Option<u32>,
+}
+
+/// CUDA device `ordinal`'s memory now, as NVML reports it (`libnvidia-ml.so.1`, loaded at the
+/// first call), with each process on it and which of `holders` (pids of permit holders, as
+/// [`status`] finds them) it belongs to. `None` without NVML, when a call fails, or when NVML
+/// does not answer within 2 s. `ordinal` is a CUDA ordinal of this process (after its
+/// `CUDA_VISIBLE_DEVICES`).
+pub fn gpu_memory(ordinal: usize, holders: &[u32]) -> Option<GpuMemoryStatus> {
+    let memory = crate::live::memory_within(ordinal, crate::live::ANSWER_WITHIN)?;
+    let mut processes: Vec<GpuProcessStatus> = memory
+        .processes
+        .iter()
+        .map(|p| GpuProcessStatus {
+            pid: p.pid,
+            used: p.used,
+            name: crate::live::process_name(p.pid),
+            holder: sys::ancestor_among(p.pid, holders),
+        })
+        .collect();
+    processes.sort_by(|a, b| b.used.cmp(&a.used).then(a.pid.cmp(&b.pid)));
+    Some(GpuMemoryStatus {
+        total: memory.total,
+        free: memory.free,
+        processes,
+    })
+}

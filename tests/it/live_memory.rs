@@ -324,3 +324,58 @@ fn what_a_commands_processes_allocate_counts_for_the_permit_run_holds() {
     let (status, err) = run.release();
     assert!(status.success(), "{err}");
 }
+
+#[test]
+fn status_shows_each_gpus_memory_and_who_uses_it_without_a_permit() {
+    let dir = tempdir();
+    let state = dir.path().join("nvml-state");
+    set(&state, &[]);
+    let nvml = |dir: &Path| with_nvml(dir, &state, 2, 2, 80);
+    // A permit holder whose command allocates 20 GiB on GPU 0, and a program without a permit
+    // that uses 30 GiB there.
+    let mut c = nvml(dir.path());
+    c.env("GPU_TEST_PERMIT_PLACEMENT", "spread").args([
+        "run",
+        "--memory",
+        "20GiB",
+        "--",
+        "sh",
+        "-c",
+        "echo child $$; read x; true",
+    ]);
+    let run = Holder::spawn(c);
+    let line = run.lines.recv_timeout(LONG).expect("the command's pid");
+    let child: u32 = line.strip_prefix("child ").unwrap().parse().unwrap();
+    set(
+        &state,
+        &[
+            format!("free 0 {}", 30 * GIB),
+            format!("proc 0 {child} {}", 20 * GIB),
+            format!("proc 0 4242 {}", 30 * GIB),
+            "name 4242 python3".to_string(),
+        ],
+    );
+    let out = nvml(dir.path()).arg("status").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "GPU 0 memory (NVML): 30 GiB free of 80 GiB; used without a permit by pid 4242 \
+             (python3) 30 GiB\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "GPU 1 memory (NVML): 80 GiB free of 80 GiB; no process uses it without a permit\n"
+        ),
+        "{text}"
+    );
+    let (status, err) = run.release();
+    assert!(status.success(), "{err}");
+    // Without NVML (where this machine has none of its own), no such line.
+    if gpu_test_permit::__private::live_memory(0).is_none() {
+        let out = cli(dir.path(), 2).arg("status").output().unwrap();
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("(NVML)"));
+    }
+}

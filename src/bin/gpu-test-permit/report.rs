@@ -171,6 +171,9 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
             println!("GPU {gpu}: {held} of {} units held{memory}", layout.per_gpu);
         }
     }
+    if let Some(layout) = s.layout.filter(|_| !s.slots.is_empty()) {
+        print_gpu_memory(&s, layout);
+    }
     if let Some(head) = &s.head {
         println!(
             "head of the queue {}: {}{}",
@@ -205,6 +208,53 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Each GPU's memory as NVML reports it, where it does (`libnvidia-ml.so.1`): free of total,
+/// and the processes that use memory there without a permit (a permit holder's descendants,
+/// such as `run`'s command, count as the holder).
+fn print_gpu_memory(s: &gpu_test_permit::host::HostStatus, layout: gpu_test_permit::host::Layout) {
+    use gpu_test_permit::config::format_bytes;
+    let ids = gpu_test_permit::config::Config::global().gpu_ids(layout.gpus);
+    for gpu in 0..layout.gpus {
+        let holders: Vec<u32> = s
+            .slots
+            .iter()
+            .filter(|slot| slot.index % layout.gpus == gpu)
+            .filter_map(|slot| slot.holder.as_ref().map(|r| r.pid))
+            .collect();
+        let ordinal = ids.get(gpu).copied().unwrap_or(gpu);
+        let Some(memory) = gpu_test_permit::host::gpu_memory(ordinal, &holders) else {
+            // No NVML here: nothing to say for any GPU.
+            return;
+        };
+        let others: Vec<String> = memory
+            .processes
+            .iter()
+            .filter(|p| p.holder.is_none() && p.pid != std::process::id())
+            .map(|p| {
+                let name = p
+                    .name
+                    .as_deref()
+                    .map(|n| format!(" ({})", printable(n)))
+                    .unwrap_or_default();
+                let used = p
+                    .used
+                    .map_or_else(|| "use not reported".to_string(), format_bytes);
+                format!("pid {}{name} {used}", p.pid)
+            })
+            .collect();
+        let without = if others.is_empty() {
+            "no process uses it without a permit".to_string()
+        } else {
+            format!("used without a permit by {}", others.join(", "))
+        };
+        println!(
+            "GPU {gpu} memory (NVML): {} free of {}; {without}",
+            format_bytes(memory.free),
+            format_bytes(memory.total)
+        );
+    }
 }
 
 /// What completes the line of a slot held by `pid` when no process here has that pid: a
