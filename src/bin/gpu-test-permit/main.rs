@@ -49,11 +49,12 @@ static COMMANDS: &[Command] = &[
             name: "hold",
             synopsis: "[--exclusive | --units K | --memory SIZE] [--gpus K] [--for DURATION]",
             about: "take a permit from the pool configured by the environment, print `held ...` (its\n\
-                    pid, units and slots), and keep it until standard input closes (or for DURATION,\n\
-                    e.g. 500ms, 2s, 1m); --units K holds K of one GPU's N units, as a test that\n\
-                    counts as K does; --memory SIZE (e.g. 24GiB, 80GB) the units that much memory\n\
-                    takes of the GPU_TEST_PERMIT_GPU_MEMORY budget; --gpus K that much on each of K\n\
-                    GPUs at once (within one group of GPU_TEST_PERMIT_GPUS); --exclusive every unit. With\n\
+                    pid, units and slots, and its GPUs on a pool of several), and keep it until\n\
+                    standard input closes (or for DURATION, e.g. 500ms, 2s, 1m); --units K holds K\n\
+                    of one GPU's N units, as a test that counts as K does; --memory SIZE (e.g.\n\
+                    24GiB, 80GB) the units that much memory takes of the GPU_TEST_PERMIT_GPU_MEMORY\n\
+                    budget; --gpus K that much on each of K GPUs at once (within one group of\n\
+                    GPU_TEST_PERMIT_GPUS); --exclusive every unit. With\n\
                     --for, GPU_TEST_PERMIT_HOLD_TIMEOUT does not apply (the hold ends when asked, and\n\
                     is no hang); held until stdin closes, it is watched as a test is. A shell cannot\n\
                     take over this permit (a lock lives in an open file, inherited only from a\n\
