@@ -491,19 +491,10 @@ impl HostSlots {
         let mut free: Vec<Vec<usize>> = vec![Vec::new(); gpus];
         let mut perfect = None;
         'probe: for &gpu in take.topology.groups().iter().flatten() {
-            for (i, slot) in self.slots.iter().enumerate().skip(gpu).step_by(gpus) {
-                if slot.held.load(Ordering::Acquire) {
-                    continue;
-                }
-                match slot.file.try_lock() {
-                    Ok(()) => {
-                        let _ = slot.file.unlock();
-                        free[gpu].push(i);
-                    }
-                    Err(TryLockError::WouldBlock) => {}
-                    Err(TryLockError::Error(e)) => {
-                        return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
-                    }
+            for i in (gpu..self.slots.len()).step_by(gpus) {
+                if self.lock_slot(i)? {
+                    self.unlock_unrecorded(&[i]);
+                    free[gpu].push(i);
                 }
             }
             // A GPU whose memory is short now counts as full.
@@ -535,23 +526,19 @@ impl HostSlots {
             .iter()
             .flat_map(|&gpu| free[gpu][..take.units].iter().copied())
         {
-            let slot = &self.slots[i];
-            match slot.file.try_lock() {
-                Ok(()) => {
-                    slot.held.store(true, Ordering::Release);
-                    got.push(i);
-                }
-                Err(TryLockError::WouldBlock) => {
+            match self.lock_slot(i) {
+                Ok(true) => got.push(i),
+                taken_or_failed => {
                     self.unlock_unrecorded(&got);
-                    return Ok(None);
-                }
-                Err(TryLockError::Error(e)) => {
-                    self.unlock_unrecorded(&got);
-                    return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
+                    return taken_or_failed.map(|_| None);
                 }
             }
         }
         got.sort_unstable();
+        if live {
+            // A GPU passed over for memory does not hold this request back.
+            *self.held_back.lock() = None;
+        }
         // The records are written by the caller, once the gate is free (`write_records`).
         Ok(Some(got))
     }
@@ -627,22 +614,16 @@ impl HostSlots {
     ) -> Result<Option<Vec<usize>>, HostWaitError> {
         for gpu in 0..step {
             let mut got = Vec::with_capacity(units);
-            for (i, slot) in self.slots.iter().enumerate().skip(gpu).step_by(step) {
+            for i in (gpu..self.slots.len()).step_by(step) {
                 if got.len() == units {
                     break;
                 }
-                if slot.held.load(Ordering::Acquire) {
-                    continue;
-                }
-                match slot.file.try_lock() {
-                    Ok(()) => {
-                        slot.held.store(true, Ordering::Release);
-                        got.push(i);
-                    }
-                    Err(TryLockError::WouldBlock) => {}
-                    Err(TryLockError::Error(e)) => {
+                match self.lock_slot(i) {
+                    Ok(true) => got.push(i),
+                    Ok(false) => {}
+                    Err(e) => {
                         self.unlock_unrecorded(&got);
-                        return Err(HostWaitError::Failed(io_err(&slot.path)(e)));
+                        return Err(e);
                     }
                 }
             }
@@ -654,6 +635,23 @@ impl HostSlots {
             return Ok(Some(got));
         }
         Ok(None)
+    }
+
+    /// Locks slot `i` for this process if it is free: `Ok(true)` when it locked it now (and
+    /// marked it held), `Ok(false)` when a holder (this process included) has it.
+    fn lock_slot(&self, i: usize) -> Result<bool, HostWaitError> {
+        let slot = &self.slots[i];
+        if slot.held.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        match slot.file.try_lock() {
+            Ok(()) => {
+                slot.held.store(true, Ordering::Release);
+                Ok(true)
+            }
+            Err(TryLockError::WouldBlock) => Ok(false),
+            Err(TryLockError::Error(e)) => Err(HostWaitError::Failed(io_err(&slot.path)(e))),
+        }
     }
 
     /// Gives back slots taken by a request that could not get all it asked for. Nothing was

@@ -99,7 +99,11 @@ impl PoolInner {
             holders,
             waiters,
             queued_here: inner.local.queued(),
-            memory: blockers.memory,
+            // What the host last found short is this request's only where it declared memory
+            // the host weighs: another request of this process may have left it.
+            memory: blockers
+                .memory
+                .filter(|_| inner.live_memory(want).is_some()),
         }))
     }
 }

@@ -90,6 +90,16 @@ impl PoolInner {
         }
     }
 
+    /// Where `want` waits for its declared memory to be free on its GPU (NVML): the bytes and
+    /// the CUDA ordinal of each GPU; `None` for a request that declares none, an exclusive one,
+    /// and a pool without live memory.
+    pub(super) fn live_memory(&self, want: Want) -> Option<(u64, &[usize])> {
+        match (&self.live, want.memory) {
+            (Some(ordinals), Some(bytes)) if !want.exclusive => Some((bytes, ordinals.as_slice())),
+            _ => None,
+        }
+    }
+
     /// The most GPUs one permit of this pool can span (its widest group; inside an inherited
     /// permit, the parent's GPUs), and the pool's GPUs.
     pub(super) fn gpu_limit(&self) -> (usize, usize) {

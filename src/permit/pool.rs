@@ -523,12 +523,7 @@ impl PermitPool {
                     exclusive,
                     topology: &inner.topology,
                     placement: inner.placement,
-                    live: match (&inner.live, want.memory) {
-                        (Some(ordinals), Some(bytes)) if !exclusive => {
-                            Some((bytes, ordinals.as_slice()))
-                        }
-                        _ => None,
-                    },
+                    live: inner.live_memory(want),
                 };
                 match host.acquire(&take, wait.resolve(start), &record) {
                     Ok(got) => {
