@@ -7,6 +7,9 @@
 pub(super) struct Inherited {
     /// The parent's permit, as it was passed.
     pub(super) permit: crate::config::InheritedPermit,
+    /// The GPUs a shared permit holds slots on, in increasing order
+    /// ([`InheritedPermit::devices`](crate::config::InheritedPermit::devices), read once).
+    devices: Vec<usize>,
     /// This process's descriptors of the parent's slot descriptions (they keep the slots
     /// locked while this process lives).
     _files: Vec<std::fs::File>,
@@ -19,6 +22,7 @@ impl Inherited {
         files: Vec<std::fs::File>,
     ) -> Inherited {
         Inherited {
+            devices: permit.devices(),
             permit,
             _files: files,
         }
@@ -29,7 +33,7 @@ impl Inherited {
         if self.permit.exclusive {
             self.permit.gpus.max(1)
         } else {
-            self.permit.devices().len().max(1)
+            self.devices.len().max(1)
         }
     }
 
@@ -40,9 +44,8 @@ impl Inherited {
         if self.permit.exclusive {
             return index;
         }
-        let devices = self.permit.devices();
-        let k = devices.len().max(1);
-        devices
+        let k = self.devices.len().max(1);
+        self.devices
             .get(index % k)
             .and_then(|&g| self.permit.slots_on(g).get(index / k).map(|s| s.index))
             .unwrap_or(index)
@@ -53,9 +56,8 @@ impl Inherited {
         if self.permit.exclusive {
             index % self.permit.gpus.max(1)
         } else {
-            let devices = self.permit.devices();
-            devices
-                .get(index % devices.len().max(1))
+            self.devices
+                .get(index % self.devices.len().max(1))
                 .copied()
                 .unwrap_or(0)
         }

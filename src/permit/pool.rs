@@ -480,6 +480,8 @@ impl PermitPool {
             crate::nextest::hint_once(inner.local.capacity());
         }
         let exclusive = want.exclusive;
+        // An exclusive permit holds every GPU; its units are not spread over some of them.
+        let gpus = if exclusive { 1 } else { want.gpus };
         let units = want.held_units(inner.local.capacity());
         // Only pay for wall clocks and names where something records them: the uncontended
         // in-process path reads no clock but the coarse one.
@@ -507,7 +509,7 @@ impl PermitPool {
             if let Some(host) = &inner.host {
                 let start = waited_since.unwrap_or_else(Instant::now);
                 let record = HolderRecord {
-                    gpus: if exclusive { 1 } else { want.gpus },
+                    gpus,
                     pid: crate::sys::pid(),
                     test: d.test.clone(),
                     thread: d.thread.clone(),
@@ -566,8 +568,7 @@ impl PermitPool {
         let seat = &inner.seats[seat_index];
         seat.exclusive.store(exclusive, Ordering::Relaxed);
         seat.units.store(units, Ordering::Relaxed);
-        seat.gpus
-            .store(if exclusive { 1 } else { want.gpus }, Ordering::Relaxed);
+        seat.gpus.store(gpus, Ordering::Relaxed);
         seat.memory
             .store(want.memory.unwrap_or(NO_MEMORY), Ordering::Relaxed);
         slots.sort_unstable();
