@@ -35,6 +35,17 @@ fn hold(c: &mut Command, gib: u64) -> Holder {
     Holder::spawn(std::mem::replace(c, Command::new("true")))
 }
 
+/// `run --memory <gib>GiB` of a command that says its pid and waits for standard input to
+/// close; the `run` process and its command's pid.
+fn run_memory(c: &mut Command, gib: u64) -> (Holder, u32) {
+    c.args(["run", "--memory", &format!("{gib}GiB"), "--", "sh", "-c"])
+        .arg("echo child $$; read x; true");
+    let run = Holder::spawn(std::mem::replace(c, Command::new("true")));
+    let line = run.lines.recv_timeout(LONG).expect("the command's pid");
+    let child = line.strip_prefix("child ").unwrap().parse().unwrap();
+    (run, child)
+}
+
 fn set(state: &Path, lines: &[String]) {
     // Written whole and renamed: the stand-in reads the file on every call.
     let tmp = state.with_extension("tmp");
@@ -294,19 +305,7 @@ fn what_a_commands_processes_allocate_counts_for_the_permit_run_holds() {
     set(&state, &[]);
     let nvml = |dir: &Path| with_nvml(dir, &state, 4, 1, 160);
     // `run` holds a 30 GiB permit; the process it starts allocates the 30 GiB.
-    let mut c = nvml(dir.path());
-    c.args([
-        "run",
-        "--memory",
-        "30GiB",
-        "--",
-        "sh",
-        "-c",
-        "echo child $$; read x; true",
-    ]);
-    let run = Holder::spawn(c);
-    let line = run.lines.recv_timeout(LONG).expect("the command's pid");
-    let child: u32 = line.strip_prefix("child ").unwrap().parse().unwrap();
+    let (run, child) = run_memory(&mut nvml(dir.path()), 30);
     set(
         &state,
         &[
@@ -333,19 +332,10 @@ fn status_shows_each_gpus_memory_and_who_uses_it_without_a_permit() {
     let nvml = |dir: &Path| with_nvml(dir, &state, 2, 2, 80);
     // A permit holder whose command allocates 20 GiB on GPU 0, and a program without a permit
     // that uses 30 GiB there.
-    let mut c = nvml(dir.path());
-    c.env("GPU_TEST_PERMIT_PLACEMENT", "spread").args([
-        "run",
-        "--memory",
-        "20GiB",
-        "--",
-        "sh",
-        "-c",
-        "echo child $$; read x; true",
-    ]);
-    let run = Holder::spawn(c);
-    let line = run.lines.recv_timeout(LONG).expect("the command's pid");
-    let child: u32 = line.strip_prefix("child ").unwrap().parse().unwrap();
+    let (run, child) = run_memory(
+        nvml(dir.path()).env("GPU_TEST_PERMIT_PLACEMENT", "spread"),
+        20,
+    );
     set(
         &state,
         &[
