@@ -1,14 +1,23 @@
 //! The CPU the crate adds to each test process, as `cargo nextest` runs them (one process per
 //! test): this bench's own executable started again many times, as a trivial test that takes
 //! one permit from the global pool (N = 8, a slot directory of its own, nextest's variables
-//! set) beside the baseline, the same executable that links the crate and takes none. CPU is
-//! user + system time of the children (`getrusage(RUSAGE_CHILDREN)`), steadier than wall time
-//! on a shared machine; the variants run interleaved, in rounds, and the report gives each
-//! one's median over the rounds and the median of the per-round differences.
+//! set) beside the baseline, the same executable that links the crate and takes none.
+//!
+//! Two references sit beside them: `floor`, the file locks alone (the 11 files of an N = 8
+//! directory opened, the layout read, a slot taken under the gate and given back, in raw
+//! system calls), which is what any cross-process cap built on file locks pays; and `open`, a
+//! pool opened on the directory that takes no permit.
+//!
+//! CPU is each child's user + system time (`getrusage(RUSAGE_CHILDREN)` around its wait),
+//! steadier than wall time on a shared machine. One process of each variant runs after
+//! another, the order rotated every time, so slow drift (clock frequency, a neighbour's load)
+//! falls on every variant alike, and each process is paired with the baseline process started
+//! beside it. The report gives each variant's median and, over the pairs, the median and the
+//! mean difference to the baseline with the mean's 95 % interval.
 //!
 //! ```sh
-//! cargo bench --bench process_cost                   # 9 rounds of 200 processes a variant
-//! ROUNDS=15 PROCESSES=400 cargo bench --bench process_cost
+//! cargo bench --bench process_cost                   # 2,000 processes a variant
+//! PROCESSES=5000 cargo bench --bench process_cost
 //! ```
 
 use std::process::Command;
@@ -23,17 +32,21 @@ type Variant = (
     &'static [(&'static str, &'static str)],
 );
 
+const IN_GROUP: &[(&str, &str)] = &[("NEXTEST_TEST_GROUP", "gpu")];
+
 const VARIANTS: &[Variant] = &[
     ("baseline: links the crate, takes no permit", "none", &[]),
-    (
-        "one permit, in a nextest test group",
-        "permit",
-        &[("NEXTEST_TEST_GROUP", "gpu")],
-    ),
+    ("one permit, in a nextest test group", "permit", IN_GROUP),
     (
         "one permit, outside a test group (the hint's reminder)",
         "permit",
         &[("NEXTEST_TEST_GROUP", "@global")],
+    ),
+    ("open: a pool on the directory, no permit", "open", IN_GROUP),
+    (
+        "floor: the file locks alone, raw system calls",
+        "floor",
+        IN_GROUP,
     ),
 ];
 
@@ -41,6 +54,14 @@ fn main() {
     if let Some(what) = std::env::var_os(CHILD_VAR) {
         match what.to_str() {
             Some("permit") => drop(std::hint::black_box(gpu_test_permit::acquire())),
+            Some("open") => drop(std::hint::black_box(
+                gpu_test_permit::PermitPool::builder()
+                    .concurrency(8)
+                    .slot_dir(std::env::var_os("GPU_TEST_PERMIT_DIR").expect("a directory"))
+                    .build()
+                    .expect("a pool"),
+            )),
+            Some("floor") => floor(),
             _ => {
                 std::hint::black_box(gpu_test_permit::PermitKind::Shared);
             }
@@ -52,60 +73,93 @@ fn main() {
     if std::env::args().any(|a| a == "--list" || a == "--test") {
         return;
     }
-    let rounds: usize = env_number("ROUNDS", 9);
-    let processes: usize = env_number("PROCESSES", 200);
+    let processes: usize = env_number("PROCESSES", 2000);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let exe = std::env::current_exe().expect("this executable");
-    let run = |what: &str, extra: &[(&str, &str)]| -> Duration {
-        let before = children_cpu();
-        for i in 0..processes {
-            let mut cmd = Command::new(&exe);
-            cmd.env(CHILD_VAR, what)
-                .env("REALIZAR_GPU_TEST_CONCURRENCY", "8")
-                .env("GPU_TEST_PERMIT_DIR", dir.path())
-                .env("NEXTEST_EXECUTION_MODE", "process-per-test")
-                .env("NEXTEST_RUN_ID", "process-cost-bench")
-                .env("NEXTEST_TEST_NAME", format!("trivial_{i}"))
-                .env("NEXTEST_BINARY_ID", "bench::process_cost")
-                .stderr(std::process::Stdio::null());
-            for (k, v) in extra {
-                cmd.env(k, v);
-            }
-            let status = cmd.status().expect("start a child");
-            assert!(status.success(), "{status}");
+    let one = |what: &str, extra: &[(&str, &str)], i: usize| -> Duration {
+        let mut cmd = Command::new(&exe);
+        cmd.env(CHILD_VAR, what)
+            .env("REALIZAR_GPU_TEST_CONCURRENCY", "8")
+            .env("GPU_TEST_PERMIT_DIR", dir.path())
+            .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+            .env("NEXTEST_RUN_ID", "process-cost-bench")
+            .env("NEXTEST_TEST_NAME", format!("trivial_{i}"))
+            .env("NEXTEST_BINARY_ID", "bench::process_cost")
+            .stderr(std::process::Stdio::null());
+        for (k, v) in extra {
+            cmd.env(k, v);
         }
-        (children_cpu() - before) / processes as u32
+        let before = children_cpu();
+        let status = cmd.status().expect("start a child");
+        let cpu = children_cpu() - before;
+        assert!(status.success(), "{status}");
+        cpu
     };
     // Warm up: the slot files exist, the hint's run is recorded, caches are hot.
     for (_, what, extra) in VARIANTS {
-        run(what, extra);
-    }
-    let mut per_variant: Vec<Vec<Duration>> = vec![Vec::new(); VARIANTS.len()];
-    for round in 0..rounds {
-        // Rotate the order, so no variant always runs first in a round.
-        for k in 0..VARIANTS.len() {
-            let i = (k + round) % VARIANTS.len();
-            let (_, what, extra) = VARIANTS[i];
-            per_variant[i].push(run(what, extra));
+        for i in 0..20 {
+            one(what, extra, i);
         }
     }
-    println!("CPU per process (user + sys), {rounds} rounds x {processes} processes a variant:");
-    let base = &per_variant[0];
-    for (i, (name, _, _)) in VARIANTS.iter().enumerate() {
-        let v = &per_variant[i];
-        let added: Vec<f64> = v
-            .iter()
-            .zip(base)
-            .map(|(a, b)| a.as_secs_f64() - b.as_secs_f64())
-            .collect();
+    let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(processes); VARIANTS.len()];
+    for k in 0..processes {
+        for j in 0..VARIANTS.len() {
+            let v = (j + k) % VARIANTS.len();
+            let (_, what, extra) = VARIANTS[v];
+            ms[v].push(one(what, extra, k).as_secs_f64() * 1e3);
+        }
+    }
+    println!("CPU per process (user + sys), {processes} processes a variant, started in turn:");
+    let base = ms[0].clone();
+    for (v, (name, _, _)) in VARIANTS.iter().enumerate() {
+        let added: Vec<f64> = ms[v].iter().zip(&base).map(|(a, b)| a - b).collect();
+        let (mean, half) = mean_interval(&added);
         println!(
-            "  {name}: median {:.3} ms (rounds {:.3}..{:.3} ms); added over the baseline: \
-             median {:+.3} ms",
-            median(v.iter().map(Duration::as_secs_f64).collect()) * 1e3,
-            v.iter().min().unwrap().as_secs_f64() * 1e3,
-            v.iter().max().unwrap().as_secs_f64() * 1e3,
-            median(added) * 1e3,
+            "  {name}: median {:.3} ms; added over the baseline beside it: median {:+.3} ms, \
+             mean {:+.3} ms +- {:.3}",
+            median(ms[v].clone()),
+            median(added),
+            mean,
+            half,
         );
+    }
+}
+
+/// What a cap built on file locks pays at the least, in raw system calls: the files of an
+/// N = 8 directory opened, the layout read and locked shared, one slot taken under the gate,
+/// then given back.
+fn floor() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::env::var_os("GPU_TEST_PERMIT_DIR").expect("a directory");
+    let names = ["gpu0.layout", "gpu0.gate", "gpu0.notify"]
+        .into_iter()
+        .map(String::from)
+        .chain((0..8).map(|i| format!("gpu0.slot{i}")));
+    let mut fds = Vec::new();
+    for name in names {
+        let mut path = dir.as_bytes().to_vec();
+        path.push(b'/');
+        path.extend_from_slice(name.as_bytes());
+        path.push(0);
+        // SAFETY: `path` is a NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr().cast(),
+                libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            )
+        };
+        assert!(fd >= 0, "the pool's files exist after the warm-up");
+        fds.push(fd);
+    }
+    let mut buf = [0u8; 256];
+    // SAFETY: the descriptors are open; `buf` has room for 256 bytes.
+    unsafe {
+        libc::pread(fds[0], buf.as_mut_ptr().cast(), buf.len(), 0);
+        libc::flock(fds[0], libc::LOCK_SH | libc::LOCK_NB);
+        libc::flock(fds[1], libc::LOCK_EX | libc::LOCK_NB);
+        libc::flock(fds[3], libc::LOCK_EX | libc::LOCK_NB);
+        libc::flock(fds[1], libc::LOCK_UN);
+        libc::flock(fds[3], libc::LOCK_UN);
     }
 }
 
@@ -124,6 +178,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// The mean and the half-width of its 95 % interval (normal approximation).
+fn mean_interval(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, 1.96 * (var / n).sqrt())
 }
 
 /// User + system CPU of the waited-for children so far.
