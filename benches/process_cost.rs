@@ -15,9 +15,14 @@
 //! beside it. The report gives each variant's median and, over the pairs, the median and the
 //! mean difference to the baseline with the mean's 95 % interval.
 //!
+//! Set `PROCESS_COST_OTHER` to another build of this bench (say, of the commit before a
+//! change) to run its baseline and its permit in the same rotation, each against its own
+//! baseline: two builds measured one after the other differ by more than the change does.
+//!
 //! ```sh
 //! cargo bench --bench process_cost                   # 2,000 processes a variant
 //! PROCESSES=5000 cargo bench --bench process_cost
+//! PROCESS_COST_OTHER=/tmp/process_cost-before cargo bench --bench process_cost
 //! ```
 
 use std::process::Command;
@@ -75,9 +80,17 @@ fn main() {
     }
     let processes: usize = env_number("PROCESSES", 2000);
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let exe = std::env::current_exe().expect("this executable");
-    let one = |what: &str, extra: &[(&str, &str)], i: usize| -> Duration {
-        let mut cmd = Command::new(&exe);
+    let this = std::env::current_exe().expect("this executable");
+    let other = std::env::var_os("PROCESS_COST_OTHER").map(std::path::PathBuf::from);
+    // (executable, its label, variant); the first of each executable is its baseline.
+    let mut runs: Vec<(&std::path::Path, &str, &Variant)> =
+        VARIANTS.iter().map(|v| (this.as_path(), "", v)).collect();
+    if let Some(other) = &other {
+        runs.push((other, " [other build]", &VARIANTS[0]));
+        runs.push((other, " [other build]", &VARIANTS[1]));
+    }
+    let one = |exe: &std::path::Path, what: &str, extra: &[(&str, &str)], i: usize| {
+        let mut cmd = Command::new(exe);
         cmd.env(CHILD_VAR, what)
             .env("REALIZAR_GPU_TEST_CONCURRENCY", "8")
             .env("GPU_TEST_PERMIT_DIR", dir.path())
@@ -96,28 +109,32 @@ fn main() {
         cpu
     };
     // Warm up: the slot files exist, the hint's run is recorded, caches are hot.
-    for (_, what, extra) in VARIANTS {
+    for (exe, _, (_, what, extra)) in &runs {
         for i in 0..20 {
-            one(what, extra, i);
+            one(exe, what, extra, i);
         }
     }
-    let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(processes); VARIANTS.len()];
+    let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(processes); runs.len()];
     for k in 0..processes {
-        for j in 0..VARIANTS.len() {
-            let v = (j + k) % VARIANTS.len();
-            let (_, what, extra) = VARIANTS[v];
-            ms[v].push(one(what, extra, k).as_secs_f64() * 1e3);
+        for j in 0..runs.len() {
+            let r = (j + k) % runs.len();
+            let (exe, _, (_, what, extra)) = runs[r];
+            ms[r].push(one(exe, what, extra, k).as_secs_f64() * 1e3);
         }
     }
     println!("CPU per process (user + sys), {processes} processes a variant, started in turn:");
-    let base = ms[0].clone();
-    for (v, (name, _, _)) in VARIANTS.iter().enumerate() {
-        let added: Vec<f64> = ms[v].iter().zip(&base).map(|(a, b)| a - b).collect();
+    for (r, (exe, label, (name, _, _))) in runs.iter().enumerate() {
+        // The baseline of the same executable.
+        let base = runs
+            .iter()
+            .position(|(e, _, _)| e == exe)
+            .expect("its baseline");
+        let added: Vec<f64> = ms[r].iter().zip(&ms[base]).map(|(a, b)| a - b).collect();
         let (mean, half) = mean_interval(&added);
         println!(
-            "  {name}: median {:.3} ms; added over the baseline beside it: median {:+.3} ms, \
-             mean {:+.3} ms +- {:.3}",
-            median(ms[v].clone()),
+            "  {name}{label}: median {:.3} ms; added over the baseline beside it: median \
+             {:+.3} ms, mean {:+.3} ms +- {:.3}",
+            median(ms[r].clone()),
             median(added),
             mean,
             half,

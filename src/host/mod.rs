@@ -203,7 +203,7 @@ impl HostSlots {
             per_gpu: crate::config::DEFAULT_CONCURRENCY,
             gpus,
         };
-        let (host, chose) = HostSlots::open_with(dir, seed, |recorded| match recorded {
+        let (host, chose) = HostSlots::open_with(dir, seed, |file| match peek(file) {
             Some((layout, Some(theirs))) if theirs == run => Want::Auto { layout, run },
             _ => Want::Auto {
                 layout: Layout {
@@ -217,19 +217,20 @@ impl HostSlots {
         Ok((host, chose.then_some(layout)))
     }
 
-    /// Opens the slots of `dir` for what `want` asks once it has seen the recorded layout;
-    /// `expected` is what the descriptors are counted for until then.
+    /// Opens the slots of `dir` for what `want` asks, given the layout file (to [`peek`] at
+    /// the recorded layout where the answer depends on it); `expected` is what the
+    /// descriptors are counted for until then.
     fn open_with<'a>(
         dir: &Path,
         expected: Layout,
-        want: impl FnOnce(Option<(Layout, Option<String>)>) -> Want<'a>,
+        want: impl FnOnce(&File) -> Want<'a>,
     ) -> Result<(HostSlots, bool), HostError> {
         // Where the layout file is there already (a directory used before), opening it
         // read-write below tests what the write test would.
         let used_before = std::fs::symlink_metadata(dir.join("gpu0.layout"))
             .is_ok_and(|m| m.file_type().is_file());
-        sys::prepare_dir_with(dir, !used_before).map_err(HostError::Directory)?;
-        let shared = sys::is_shared_dir(dir);
+        let meta = sys::prepare_dir_with(dir, !used_before).map_err(HostError::Directory)?;
+        let shared = sys::is_shared_dir_meta(&meta);
         let layout_wanted = std::cell::Cell::new(expected);
         let open = |name: &str| -> Result<(PathBuf, File), HostError> {
             let path = dir.join(name);
@@ -247,7 +248,7 @@ impl HostSlots {
             Ok((path, file))
         };
         let (layout_path, layout_file) = open("gpu0.layout")?;
-        let want = want(peek(&layout_file));
+        let want = want(&layout_file);
         let wanted = want.layout();
         layout_wanted.set(wanted);
         // The descriptor budget is checked before any slot file is made: a layout that cannot

@@ -244,15 +244,15 @@ fn warn(dir: &Path, e: &std::io::Error) {
 /// [`RUNS_KEPT`] runs' files of this user.
 fn open_run_file(dir: &Path, run: &str) -> std::io::Result<File> {
     let path = dir.join(file_name(run));
-    let file = match sys::open_lock_file(&path, sys::is_shared_dir(dir)) {
+    let (file, len) = match sys::open_lock_file_len(&path, sys::is_shared_dir(dir)) {
         // A test that skips before any permit is taken may be the first to use the directory.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             sys::prepare_dir(dir).map_err(std::io::Error::other)?;
-            sys::open_lock_file(&path, sys::is_shared_dir(dir))?
+            sys::open_lock_file_len(&path, sys::is_shared_dir(dir))?
         }
         opened => opened?,
     };
-    if file.metadata()?.len() == 0 {
+    if len == 0 {
         prune(dir, &path);
     }
     Ok(file)

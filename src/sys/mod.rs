@@ -76,15 +76,23 @@ pub(crate) fn per_user_name(base: &str) -> String {
     os::per_user_name(base)
 }
 
-/// This process's id, without a system call after the first: `getpid` costs a kernel entry on
-/// every acquire otherwise. A child made by `fork` (without `exec`) asks again: the cache is
-/// cleared in the child by an `atfork` handler.
+/// This process's id, without a system call once it has been asked for a few times: `getpid`
+/// costs a kernel entry on every acquire otherwise. A child made by `fork` (without `exec`)
+/// asks again: the cache is cleared in the child by an `atfork` handler.
+///
+/// The first [`PID_ASKED`] calls ask the kernel and cache nothing: registering the handler
+/// touches a page of the C library that a process taking one permit (a test under nextest: a
+/// few calls) would fault in for nothing, which costs more than the system calls it saves.
 pub(crate) fn pid() -> u32 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static PID: AtomicU32 = AtomicU32::new(0);
+    static CALLS: AtomicU32 = AtomicU32::new(0);
     let cached = PID.load(Ordering::Relaxed);
     if cached != 0 {
         return cached;
+    }
+    if CALLS.fetch_add(1, Ordering::Relaxed) < PID_ASKED {
+        return std::process::id();
     }
     #[cfg(unix)]
     {
@@ -103,6 +111,9 @@ pub(crate) fn pid() -> u32 {
     PID.store(pid, Ordering::Relaxed);
     pid
 }
+
+/// Calls of [`pid`] that ask the kernel before it caches the answer.
+const PID_ASKED: u32 = 8;
 
 /// A cheap monotonic timestamp in nanoseconds, for "held for how long" diagnostics: the coarse
 /// clock on Linux (a few ms resolution, no syscall), std's `Instant` elsewhere.
@@ -129,26 +140,29 @@ pub(crate) fn thread_number() -> u64 {
             let name = t
                 .name()
                 .map_or_else(|| format!("{:?}", t.id()), str::to_string);
-            thread_names().lock().insert(n, name);
+            thread_names().lock().push((n, name));
             c.set(n);
         }
         c.get()
     })
 }
 
-fn thread_names() -> &'static parking_lot::Mutex<std::collections::HashMap<u64, String>> {
-    static NAMES: std::sync::OnceLock<parking_lot::Mutex<std::collections::HashMap<u64, String>>> =
-        std::sync::OnceLock::new();
-    NAMES.get_or_init(Default::default)
+/// The name of each thread that took a permit, by [`thread_number`]: a list, not a hash map,
+/// since it is written once a thread and read only to explain a wait, and a hash map's random
+/// keys cost every test process a system call and its code pages.
+fn thread_names() -> &'static parking_lot::Mutex<Vec<(u64, String)>> {
+    static NAMES: parking_lot::Mutex<Vec<(u64, String)>> = parking_lot::Mutex::new(Vec::new());
+    &NAMES
 }
 
 /// The name recorded for a [`thread_number`].
 pub(crate) fn thread_name(number: u64) -> String {
     thread_names()
         .lock()
-        .get(&number)
-        .cloned()
-        .unwrap_or_else(|| format!("thread {number}"))
+        .iter()
+        .rev()
+        .find(|(n, _)| *n == number)
+        .map_or_else(|| format!("thread {number}"), |(_, name)| name.clone())
 }
 
 /// Creates `dir` (mode 0700 on Unix) if it is missing and checks that it is safe to keep lock
@@ -156,14 +170,15 @@ pub(crate) fn thread_name(number: u64) -> String {
 /// set, owned by this user or root or shared with this user through a group (see the module
 /// docs), and writable by this user.
 pub(crate) fn prepare_dir(dir: &Path) -> Result<(), String> {
-    prepare_dir_with(dir, true)
+    prepare_dir_with(dir, true).map(drop)
 }
 
 /// [`prepare_dir`], with the write test (a file created and removed) only if `write_test`:
 /// a directory whose slot files exist was writable when they were made, and opening them
-/// read-write is the test that matters then.
-pub(crate) fn prepare_dir_with(dir: &Path, write_test: bool) -> Result<(), String> {
-    match std::fs::symlink_metadata(dir) {
+/// read-write is the test that matters then. Returns what the directory is, as checked (see
+/// [`is_shared_dir_meta`]).
+pub(crate) fn prepare_dir_with(dir: &Path, write_test: bool) -> Result<std::fs::Metadata, String> {
+    let meta = match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             if let Some(parent) = dir.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| {
@@ -183,6 +198,8 @@ pub(crate) fn prepare_dir_with(dir: &Path, write_test: bool) -> Result<(), Strin
                     ))
                 }
             })?;
+            std::fs::symlink_metadata(dir)
+                .map_err(|e| format!("cannot inspect slot directory {}: {e}", dir.display()))?
         }
         Err(e) => {
             return Err(format!(
@@ -190,10 +207,8 @@ pub(crate) fn prepare_dir_with(dir: &Path, write_test: bool) -> Result<(), Strin
                 dir.display()
             ));
         }
-        Ok(_) => {}
-    }
-    let meta = std::fs::symlink_metadata(dir)
-        .map_err(|e| format!("cannot inspect slot directory {}: {e}", dir.display()))?;
+        Ok(meta) => meta,
+    };
     if meta.file_type().is_symlink() {
         return Err(format!(
             "slot directory {} is a symbolic link; refusing it because another user could \
@@ -212,7 +227,7 @@ pub(crate) fn prepare_dir_with(dir: &Path, write_test: bool) -> Result<(), Strin
     if write_test {
         check_writable(dir)?;
     }
-    Ok(())
+    Ok(meta)
 }
 
 /// Writability is checked by creating the slot files too; this probe gives the clearer message.
@@ -260,6 +275,11 @@ pub(crate) const RENAMES_OPEN_FILES: bool = cfg!(unix);
 /// directories; a new one gets the directory's group and the mode the directory is shared with
 /// (group and, in a world-writable directory, others read and write), whatever the umask.
 pub(crate) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<File> {
+    os::open_lock_file(path, shared_dir).map(|(file, _)| file)
+}
+
+/// [`open_lock_file`], with the file's length when it was opened.
+pub(crate) fn open_lock_file_len(path: &Path, shared_dir: bool) -> io::Result<(File, u64)> {
     os::open_lock_file(path, shared_dir)
 }
 
@@ -340,7 +360,12 @@ fn not_a_regular_file(meta: &std::fs::Metadata) -> io::Error {
 /// Whether a directory is meant to be shared by several users (world- or group-writable);
 /// never where files have no such modes (not on Unix).
 pub(crate) fn is_shared_dir(dir: &Path) -> bool {
-    os::is_shared_dir(dir)
+    std::fs::metadata(dir).is_ok_and(|meta| is_shared_dir_meta(&meta))
+}
+
+/// [`is_shared_dir`] for a directory already inspected.
+pub(crate) fn is_shared_dir_meta(meta: &std::fs::Metadata) -> bool {
+    os::is_shared_dir(meta)
 }
 
 /// Takes `file`'s exclusive lock within `patience`.
@@ -588,7 +613,11 @@ mod pid_tests {
 
     #[test]
     fn a_forked_child_knows_its_own_pid() {
+        // Cached after `PID_ASKED` calls.
         let parent = pid();
+        for _ in 0..super::PID_ASKED {
+            assert_eq!(pid(), parent);
+        }
         assert_eq!(parent, std::process::id());
         // SAFETY: the child only reads and stores atomics, asks getpid and `_exit`s.
         let child = unsafe { libc::fork() };

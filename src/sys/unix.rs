@@ -152,7 +152,7 @@ pub(super) fn no_block(opts: &mut OpenOptions) {
     opts.custom_flags(libc::O_NONBLOCK);
 }
 
-pub(super) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<File> {
+pub(super) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<(File, u64)> {
     let mode = if shared_dir {
         shared_file_mode(path)
     } else {
@@ -190,7 +190,7 @@ pub(super) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<File> 
     if shared_dir {
         share_with_group(&file, &meta, path, mode);
     }
-    Ok(file)
+    Ok((file, meta.len()))
 }
 
 /// The mode of a lock file in a shared directory: read and write for whoever may write the
@@ -287,10 +287,8 @@ pub(super) fn explain_open_error(path: &Path, e: io::Error) -> io::Error {
     e
 }
 
-pub(super) fn is_shared_dir(dir: &Path) -> bool {
-    std::fs::metadata(dir)
-        .map(|m| m.mode() & 0o022 != 0)
-        .unwrap_or(false)
+pub(super) fn is_shared_dir(meta: &std::fs::Metadata) -> bool {
+    meta.mode() & 0o022 != 0
 }
 
 pub(super) fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {

@@ -31,13 +31,15 @@ pub(super) fn no_follow_no_block(_opts: &mut OpenOptions) {}
 
 pub(super) fn no_block(_opts: &mut OpenOptions) {}
 
-pub(super) fn open_lock_file(path: &Path, _shared_dir: bool) -> io::Result<File> {
-    OpenOptions::new()
+pub(super) fn open_lock_file(path: &Path, _shared_dir: bool) -> io::Result<(File, u64)> {
+    let file = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .open(path)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    Ok((file, len))
 }
 
 pub(super) fn open_private_file(_dir: &Path, _name: &str) -> Option<File> {
@@ -56,7 +58,7 @@ pub(super) fn explain_open_error(_path: &Path, e: io::Error) -> io::Error {
     e
 }
 
-pub(super) fn is_shared_dir(_dir: &Path) -> bool {
+pub(super) fn is_shared_dir(_meta: &std::fs::Metadata) -> bool {
     false
 }
 
