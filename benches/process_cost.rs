@@ -162,10 +162,15 @@ fn floor() {
         let fd = unsafe {
             libc::open(
                 path.as_ptr().cast(),
-                libc::O_RDWR | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+                libc::O_RDWR
+                    | libc::O_CREAT
+                    | libc::O_CLOEXEC
+                    | libc::O_NOFOLLOW
+                    | libc::O_NONBLOCK,
+                0o600,
             )
         };
-        assert!(fd >= 0, "the pool's files exist after the warm-up");
+        assert!(fd >= 0, "a lock file of the directory");
         fds.push(fd);
     }
     let mut buf = [0u8; 256];

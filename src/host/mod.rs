@@ -48,7 +48,9 @@
 //! Only the order among waiters is judged from records; the cap is the slot locks themselves,
 //! so no record, forged or stale, can put more than N holders on a GPU. A process needs one
 //! descriptor per slot plus four; the soft descriptor limit is raised (up to the hard one) where
-//! that is not enough, and a layout that cannot fit is refused before any file is created.
+//! that is not enough, and a layout that cannot fit is refused before any file is created. A
+//! slot's file is opened, and made where no process made it yet, at the slot's first use, with
+//! a descriptor kept in reserve for it until then (`slot.rs`).
 
 mod budget;
 mod error;
@@ -58,6 +60,7 @@ mod layout;
 mod lock;
 mod queue;
 mod record;
+mod slot;
 mod status;
 
 use std::fs::{File, TryLockError};
@@ -90,25 +93,18 @@ pub use status::{
 
 use error::io_err;
 pub(crate) use layout::Want;
-use layout::{agree_on_layout, fd_budget, fd_budget_counted, peek};
+use layout::{agree_on_layout, fd_budget, peek};
 use lock::is_locked_at;
 use queue::{RECHECK, Waiting, Watch, head_liveness, wait_entries};
 use record::{RECORD_LEN, read_record, read_start};
+use slot::Slots;
 
 // The hang record lives in `crate::hangs`; its public paths here stay.
 #[doc(no_inline)]
 pub use crate::hangs::{HangRecord, recorded_hangs};
 
-#[derive(Debug)]
-struct Slot {
-    path: PathBuf,
-    file: File,
-    /// Held by a permit of this process: the lock belongs to the shared open file, so the
-    /// kernel would grant it again to another thread of ours.
-    held: AtomicBool,
-}
-
-/// The slot files of one directory, opened once per process.
+/// The slot files of one directory, for one process: the gate and notify files opened once,
+/// each slot at its first use (`slot.rs`).
 #[derive(Debug)]
 pub(crate) struct HostSlots {
     dir: PathBuf,
@@ -119,7 +115,7 @@ pub(crate) struct HostSlots {
     gate: File,
     notify_path: PathBuf,
     notify: File,
-    slots: Vec<Slot>,
+    slots: Slots,
     /// One acquirer of this process at a time goes through the gate (the gate's lock belongs to
     /// the shared open file, so it cannot tell our threads apart).
     acquire_lock: parking_lot::Mutex<Waiting>,
@@ -231,31 +227,21 @@ impl HostSlots {
             .is_ok_and(|m| m.file_type().is_file());
         let meta = sys::prepare_dir_with(dir, !used_before).map_err(HostError::Directory)?;
         let shared = sys::is_shared_dir_meta(&meta);
-        let layout_wanted = std::cell::Cell::new(expected);
-        let open = |name: &str| -> Result<(PathBuf, File), HostError> {
+        // Out of descriptors (more open than the budget's uncounted spare), opening counts
+        // them, raises the soft limit where the hard one allows and tries again, or says how
+        // many the layout needs and the limits, as a layout refused up front would.
+        let open = |name: &str, layout: Layout| -> Result<(PathBuf, File), HostError> {
             let path = dir.join(name);
-            let file = match sys::open_lock_file(&path, shared) {
-                // Out of descriptors (more open than the budget's uncounted spare): count
-                // them, raise the soft limit where the hard one allows and try again, or say
-                // how many the layout needs and the limits, as a layout refused up front would.
-                Err(e) if sys::is_too_many_open_files(&e) => {
-                    fd_budget_counted(dir, layout_wanted.get(), sys::Counted::Exhausted)?;
-                    sys::open_lock_file(&path, shared)
-                }
-                opened => opened,
-            }
-            .map_err(io_err(&path))?;
+            let file = slot::open_counted(dir, layout, &path, shared)?;
             Ok((path, file))
         };
-        let (layout_path, layout_file) = open("gpu0.layout")?;
+        let (layout_path, layout_file) = open("gpu0.layout", expected)?;
         let want = want(&layout_file);
-        let wanted = want.layout();
-        layout_wanted.set(wanted);
         // The descriptor budget is checked before any slot file is made: a layout that cannot
         // be opened must leave nothing behind.
         let (layout, chose) = agree_on_layout(dir, &layout_path, &layout_file, want)?;
-        layout_wanted.set(layout);
         fd_budget(dir, layout)?;
+        let wanted = want.layout();
         if layout != wanted && matches!(want, Want::Fixed(_)) {
             crate::notice::line(&format!(
                 "slot directory {} serves {layout} (set by a process using it now); this process \
@@ -265,17 +251,9 @@ impl HostSlots {
                 dir.display()
             ));
         }
-        let (gate_path, gate) = open("gpu0.gate")?;
-        let (notify_path, notify) = open("gpu0.notify")?;
-        let slots = (0..layout.slots())
-            .map(|i| {
-                open(&format!("gpu0.slot{i}")).map(|(path, file)| Slot {
-                    path,
-                    file,
-                    held: AtomicBool::new(false),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let (gate_path, gate) = open("gpu0.gate", layout)?;
+        let (notify_path, notify) = open("gpu0.notify", layout)?;
+        let slots = Slots::new(dir, layout, shared, &layout_file)?;
         let host = HostSlots {
             dir: dir.to_path_buf(),
             layout,
@@ -305,7 +283,9 @@ impl HostSlots {
     /// The open file of slot `index`, whose description holds the slot's lock while this
     /// process holds the slot (for passing a held permit on to a command).
     pub(crate) fn slot_file(&self, index: usize) -> &File {
-        &self.slots[index].file
+        self.slots[index]
+            .opened()
+            .expect("a slot this process holds was opened to lock it")
     }
 
     /// Takes `take.units` slots on each of `take.gpus` GPUs (every slot when
@@ -445,7 +425,9 @@ impl HostSlots {
         let mut written = false;
         for &i in got {
             // A record is diagnostics only; failing to write one must not fail the test.
-            written |= sys::write_at(&self.slots[i].file, &bytes, 0).is_ok();
+            written |= self.slots[i]
+                .opened()
+                .is_some_and(|file| sys::write_at(file, &bytes, 0).is_ok());
         }
         if !written {
             // No record, no change to wake the waiters with (a full disk): wake them anyway.
@@ -567,11 +549,16 @@ impl HostSlots {
         // of u units wrote one record into each of its u slots, counted once.
         let gpus = self.layout.gpus;
         let mut holders: Vec<HolderRecord> = Vec::new();
-        for (i, slot) in self.slots.iter().enumerate().skip(gpu).step_by(gpus) {
+        for i in (gpu..self.slots.len()).step_by(gpus) {
             if free.contains(&i) {
                 continue;
             }
-            if let Some(r) = read_record(&slot.file).filter(|r| r.memory.is_some())
+            if let Some(r) = self
+                .slots
+                .file_now(i)
+                .ok()
+                .and_then(read_record)
+                .filter(|r| r.memory.is_some())
                 && !holders.contains(&r)
             {
                 holders.push(r);
@@ -645,7 +632,8 @@ impl HostSlots {
         if slot.held.load(Ordering::Acquire) {
             return Ok(false);
         }
-        match slot.file.try_lock() {
+        let file = self.slots.file_now(i).map_err(HostWaitError::Failed)?;
+        match file.try_lock() {
             Ok(()) => {
                 slot.held.store(true, Ordering::Release);
                 Ok(true)
@@ -660,7 +648,9 @@ impl HostSlots {
     fn unlock_unrecorded(&self, slots: &[usize]) {
         for &i in slots {
             let slot = &self.slots[i];
-            let _ = slot.file.unlock();
+            if let Some(file) = slot.opened() {
+                let _ = file.unlock();
+            }
             slot.held.store(false, Ordering::Release);
         }
     }
@@ -736,6 +726,8 @@ impl HostSlots {
         if waiting.watch.is_some() {
             return false;
         }
+        // A watch is on a name that exists: the slots nobody used yet are made now.
+        self.slots.open_every();
         let mut paths: Vec<&Path> = vec![&self.gate_path, &self.notify_path];
         paths.extend(self.slots.iter().map(|s| s.path.as_path()));
         waiting.watch = Some(match ChangeWatch::new(&paths) {
@@ -768,10 +760,12 @@ impl HostSlots {
         let blank = [b' '; RECORD_LEN];
         for &i in slots {
             let slot = &self.slots[i];
-            let _ = sys::write_at(&slot.file, &blank, 0);
-            // Unlocking can only fail for a descriptor that is not ours; the lock then dies
-            // with the process at the latest.
-            let _ = slot.file.unlock();
+            if let Some(file) = slot.opened() {
+                let _ = sys::write_at(file, &blank, 0);
+                // Unlocking can only fail for a descriptor that is not ours; the lock then
+                // dies with the process at the latest.
+                let _ = file.unlock();
+            }
             slot.held.store(false, Ordering::Release);
         }
         self.notify();
@@ -788,8 +782,8 @@ impl HostSlots {
         let mut probed = false;
         let mut holders = Vec::new();
         let mut unrecorded = Vec::new();
-        for slot in &self.slots {
-            // Never probe through `slot.file`: its description may hold (or be taking) another
+        for (i, slot) in self.slots.iter().enumerate() {
+            // Never probe through the slot's file: its description may hold (or be taking) another
             // thread's lock, which a probe would convert and its unlock drop.
             let locked = slot.held.load(Ordering::Acquire) || {
                 probed = true;
@@ -798,11 +792,15 @@ impl HostSlots {
             if !locked {
                 continue;
             }
-            match read_start(&slot.file, RECORD_LEN).map(|b| HolderRecord::decode(&b)) {
+            let Ok(file) = self.slots.file_now(i) else {
+                unrecorded.push(None);
+                continue;
+            };
+            match read_start(file, RECORD_LEN).map(|b| HolderRecord::decode(&b)) {
                 Some(Ok(Some(r))) => holders.push(r),
-                Some(Ok(None)) | None => unrecorded.push(sys::lock_owner(&slot.file)),
+                Some(Ok(None)) | None => unrecorded.push(sys::lock_owner(file)),
                 Some(Err(e)) => {
-                    unrecorded.push(sys::lock_owner(&slot.file));
+                    unrecorded.push(sys::lock_owner(file));
                     if !self.warned_corrupt.swap(true, Ordering::Relaxed) {
                         crate::notice::line(&format!(
                             "ignoring the corrupt holder record in {} ({e}); it is rewritten \

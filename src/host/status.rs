@@ -35,7 +35,9 @@ pub struct SlotStatus {
 pub struct HostStatus {
     /// The slot directory.
     pub dir: PathBuf,
-    /// Every slot file found, by index.
+    /// Every slot of the directory's layout, by index (one whose file no process has made
+    /// yet is free: a process makes a slot's file at the slot's first use), and any other
+    /// slot file found.
     pub slots: Vec<SlotStatus>,
     /// Requests waiting for slots now, one per waiting process (the threads of one process
     /// queue inside it, behind this one).
@@ -171,6 +173,24 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
     out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     if let Ok(file) = sys::open_regular_for_reading(&dir.join("gpu0.layout")) {
         out.layout = read_start(&file, LAYOUT_LEN).and_then(|b| Layout::decode(&b).ok().flatten());
+    }
+    // A process makes a slot's file at the slot's first use: a slot of the layout without
+    // one has never been taken, and is free.
+    if let Some(layout) = out.layout {
+        let skipped: Vec<&Path> = out.skipped.iter().map(|f| f.path.as_path()).collect();
+        for index in 0..layout.slots() {
+            let listed = out.slots.iter().any(|s| s.index == index);
+            if !listed && !skipped.contains(&dir.join(format!("gpu0.slot{index}")).as_path()) {
+                out.slots.push(SlotStatus {
+                    index,
+                    held: false,
+                    holder: None,
+                    owner: None,
+                    owner_stopped: false,
+                });
+            }
+        }
+        out.slots.sort_by_key(|s| s.index);
     }
     if let Ok(gate) = sys::open_regular_for_reading(&dir.join("gpu0.gate"))
         && is_locked(&gate)

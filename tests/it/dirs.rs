@@ -264,8 +264,10 @@ fn lock_file_that_is_a_fifo_is_refused() {
     let path = dir.path().to_path_buf();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let built = PermitPool::builder().slot_dir(&path).build();
-        tx.send(built.map(|_| ()).map_err(|e| e.to_string()))
+        // A slot's file is opened at the slot's first use: the permit is refused.
+        let pool = PermitPool::builder().slot_dir(&path).build().unwrap();
+        let got = pool.try_acquire_for(Duration::from_secs(5));
+        tx.send(got.map(drop).map_err(|e| e.to_string()))
     });
     let msg = rx
         .recv_timeout(Duration::from_secs(10))

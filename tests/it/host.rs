@@ -549,6 +549,106 @@ mod processes {
         }
     }
 
+    const NO_SPARE_CHILD: &str = "GTP_NO_SPARE_CHILD_DIR";
+
+    /// Runs in a child of this test binary: a pool of two whose second slot no process has
+    /// made yet; with every descriptor taken after the pool is made, it still makes and
+    /// takes that slot at once.
+    #[test]
+    #[ignore = "run by a_process_out_of_descriptors_makes_a_slot_file_it_never_opened"]
+    fn no_spare_child() {
+        let Some(dir) = std::env::var_os(NO_SPARE_CHILD) else {
+            return;
+        };
+        // No raising the soft limit either: the hard one is lowered to it.
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `lim` is a valid rlimit to read into and to set from.
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+            lim.rlim_max = lim.rlim_cur;
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+        }
+        let pool = crate::util::pool(Path::new(&dir), 2);
+        let mut taken = Vec::new();
+        loop {
+            // SAFETY: dup of standard input; the copies are closed below.
+            let fd = unsafe { libc::dup(0) };
+            if fd < 0 {
+                break;
+            }
+            taken.push(fd);
+        }
+        let got = pool.try_acquire(gpu_test_permit::PermitKind::Shared);
+        let made = Path::new(&dir).join("gpu0.slot1").exists();
+        for fd in taken {
+            // SAFETY: closes the copies made above.
+            unsafe { libc::close(fd) };
+        }
+        assert!(made, "the second slot's file was made");
+        drop(got.unwrap());
+        println!("no-spare-child-ok");
+    }
+
+    #[test]
+    fn a_process_out_of_descriptors_makes_a_slot_file_it_never_opened() {
+        let dir = tempdir();
+        let a = hold(dir.path(), 2, &[], &[]);
+        assert!(a.held_within(Duration::from_secs(20)));
+        assert!(
+            !dir.path().join("gpu0.slot1").exists(),
+            "a holder of one slot makes that slot's file alone"
+        );
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "host::processes::no_spare_child",
+                "--nocapture",
+                "--include-ignored",
+                "--test-threads",
+                "1",
+            ])
+            .env(NO_SPARE_CHILD, dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && text.contains("no-spare-child-ok"),
+            "{text}\n{err}"
+        );
+        assert!(a.release().0.success());
+    }
+
+    #[test]
+    fn a_process_that_takes_one_permit_opens_one_slot_file_and_status_shows_every_slot() {
+        let dir = tempdir();
+        let pool = crate::util::pool(dir.path(), 8);
+        let permit = pool.acquire();
+        let made: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("gpu0.slot"))
+            .collect();
+        assert_eq!(made, ["gpu0.slot0"]);
+        let s = gpu_test_permit::host::status(dir.path()).unwrap();
+        assert_eq!(s.slots.len(), 8, "{s:?}");
+        assert_eq!(
+            s.slots.iter().map(|s| s.held).collect::<Vec<_>>(),
+            [true, false, false, false, false, false, false, false]
+        );
+        // A second pool of the process, as another test process would be: its permit makes
+        // the next slot's file.
+        let other = crate::util::pool(dir.path(), 8);
+        let second = other
+            .try_acquire(gpu_test_permit::PermitKind::Shared)
+            .unwrap();
+        assert!(dir.path().join("gpu0.slot1").exists());
+        drop((permit, second));
+    }
+
     const NO_WATCH_CHILD: &str = "GTP_NO_WATCH_CHILD_DIR";
 
     /// Runs in a child of this test binary: with every descriptor taken, no change watch can

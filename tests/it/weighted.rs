@@ -119,7 +119,8 @@ fn without_a_budget_a_memory_declaration_counts_as_one_unit() {
 
 #[test]
 fn nested_requests_use_a_large_enough_permit_and_refuse_a_larger_one() {
-    let p = pool(tempdir().path(), 4);
+    let dir = tempdir();
+    let p = pool(dir.path(), 4);
     let outer = p.acquire_weighted(2);
     assert!(p.acquire_weighted(2).is_nested());
     assert!(p.acquire().is_nested());
