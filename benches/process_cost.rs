@@ -25,6 +25,7 @@
 //! PROCESS_COST_OTHER=/tmp/process_cost-before cargo bench --bench process_cost
 //! ```
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -81,64 +82,133 @@ fn main() {
     let processes: usize = env_number("PROCESSES", 2000);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let this = std::env::current_exe().expect("this executable");
-    let other = std::env::var_os("PROCESS_COST_OTHER").map(std::path::PathBuf::from);
-    // (executable, its label, variant); the first of each executable is its baseline.
-    let mut runs: Vec<(&std::path::Path, &str, &Variant)> =
-        VARIANTS.iter().map(|v| (this.as_path(), "", v)).collect();
-    if let Some(other) = &other {
-        runs.push((other, " [other build]", &VARIANTS[0]));
-        runs.push((other, " [other build]", &VARIANTS[1]));
+    let mut runs: Vec<Run> = Vec::new();
+    match std::env::var_os("PROCESS_COST_TESTS") {
+        // Test binaries built by `scripts/process-cost.sh`: each one's two tests, as nextest
+        // runs a test (`--exact NAME --nocapture`, one a process).
+        Some(bins) => {
+            for bin in std::env::split_paths(&bins) {
+                let label = bin.file_name().map_or_else(
+                    || bin.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                );
+                for (name, test) in [
+                    ("baseline: the test takes no permit", "takes_none"),
+                    (
+                        "the test takes one permit, in a test group",
+                        "takes_a_permit",
+                    ),
+                ] {
+                    runs.push(Run {
+                        name: format!("{label}: {name}"),
+                        exe: bin.clone(),
+                        args: vec!["--exact".into(), test.into(), "--nocapture".into()],
+                        child: None,
+                        extra: IN_GROUP,
+                    });
+                }
+            }
+        }
+        None => {
+            for (name, what, extra) in VARIANTS {
+                runs.push(Run::of(&this, name.to_string(), what, extra));
+            }
+            // Another build's baseline and permit, each against its own baseline.
+            if let Some(other) = std::env::var_os("PROCESS_COST_OTHER") {
+                let other = PathBuf::from(other);
+                for (name, what, extra) in &VARIANTS[..2] {
+                    runs.push(Run::of(
+                        &other,
+                        format!("{name} [other build]"),
+                        what,
+                        extra,
+                    ));
+                }
+            }
+        }
     }
-    let one = |exe: &std::path::Path, what: &str, extra: &[(&str, &str)], i: usize| {
-        let mut cmd = Command::new(exe);
-        cmd.env(CHILD_VAR, what)
+    let one = |run: &Run, i: usize| {
+        let mut cmd = Command::new(&run.exe);
+        cmd.args(&run.args)
             .env("REALIZAR_GPU_TEST_CONCURRENCY", "8")
             .env("GPU_TEST_PERMIT_DIR", dir.path())
             .env("NEXTEST_EXECUTION_MODE", "process-per-test")
             .env("NEXTEST_RUN_ID", "process-cost-bench")
             .env("NEXTEST_TEST_NAME", format!("trivial_{i}"))
             .env("NEXTEST_BINARY_ID", "bench::process_cost")
+            .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
-        for (k, v) in extra {
+        if let Some(what) = run.child {
+            cmd.env(CHILD_VAR, what);
+        }
+        for (k, v) in run.extra {
             cmd.env(k, v);
         }
         let before = children_cpu();
         let status = cmd.status().expect("start a child");
         let cpu = children_cpu() - before;
-        assert!(status.success(), "{status}");
+        assert!(status.success(), "{}: {status}", run.name);
         cpu
     };
     // Warm up: the slot files exist, the hint's run is recorded, caches are hot.
-    for (exe, _, (_, what, extra)) in &runs {
+    for run in &runs {
         for i in 0..20 {
-            one(exe, what, extra, i);
+            one(run, i);
         }
     }
     let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(processes); runs.len()];
     for k in 0..processes {
         for j in 0..runs.len() {
             let r = (j + k) % runs.len();
-            let (exe, _, (_, what, extra)) = runs[r];
-            ms[r].push(one(exe, what, extra, k).as_secs_f64() * 1e3);
+            ms[r].push(one(&runs[r], k).as_secs_f64() * 1e3);
         }
     }
     println!("CPU per process (user + sys), {processes} processes a variant, started in turn:");
-    for (r, (exe, label, (name, _, _))) in runs.iter().enumerate() {
-        // The baseline of the same executable.
+    for (r, run) in runs.iter().enumerate() {
+        // The first run of the same executable is its baseline.
         let base = runs
             .iter()
-            .position(|(e, _, _)| e == exe)
+            .position(|b| b.exe == run.exe)
             .expect("its baseline");
         let added: Vec<f64> = ms[r].iter().zip(&ms[base]).map(|(a, b)| a - b).collect();
         let (mean, half) = mean_interval(&added);
         println!(
-            "  {name}{label}: median {:.3} ms; added over the baseline beside it: median \
-             {:+.3} ms, mean {:+.3} ms +- {:.3}",
+            "  {}: median {:.3} ms; added over the baseline beside it: median {:+.3} ms, mean \
+             {:+.3} ms +- {:.3}",
+            run.name,
             median(ms[r].clone()),
             median(added),
             mean,
             half,
         );
+    }
+}
+
+/// One kind of child process.
+struct Run {
+    name: String,
+    exe: PathBuf,
+    args: Vec<String>,
+    /// What this bench's own executable does as a child (`CHILD_VAR`); `None` for a test
+    /// binary.
+    child: Option<&'static str>,
+    extra: &'static [(&'static str, &'static str)],
+}
+
+impl Run {
+    fn of(
+        exe: &Path,
+        name: String,
+        what: &'static str,
+        extra: &'static [(&'static str, &'static str)],
+    ) -> Run {
+        Run {
+            name,
+            exe: exe.to_path_buf(),
+            args: Vec::new(),
+            child: Some(what),
+            extra,
+        }
     }
 }
 

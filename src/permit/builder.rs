@@ -189,8 +189,11 @@ impl PoolBuilder {
         self
     }
 
-    /// Creates the pool. Opening the slot directory happens here; if it fails, the error is
-    /// returned.
+    /// Creates the pool. Opening the slot directory happens here (checking it, agreeing on its
+    /// layout, reserving the descriptors its files need); if it fails, the error is returned.
+    /// Each slot's own file is opened at the slot's first use, so a slot file that cannot be
+    /// used (a FIFO planted at its name, say) fails the acquisition that meets it, with
+    /// [`AcquireError::Host`](crate::AcquireError::Host).
     ///
     /// # Errors
     ///
