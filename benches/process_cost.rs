@@ -15,14 +15,21 @@
 //! beside it. The report gives each variant's median and, over the pairs, the median and the
 //! mean difference to the baseline with the mean's 95 % interval.
 //!
-//! Set `PROCESS_COST_OTHER` to another build of this bench (say, of the commit before a
-//! change) to run its baseline and its permit in the same rotation, each against its own
-//! baseline: two builds measured one after the other differ by more than the change does.
+//! Set `PROCESS_COST_OTHER` to other builds of this bench (a list of paths, written as `PATH`
+//! is: say, of the commit before a change, each built with a different
+//! `profile.bench.package.gpu-test-permit.codegen-units`) to run their baselines and permits in
+//! the same rotation, each against its own baseline. Two builds measured one after the other
+//! differ by more than a change does, and so do two builds of one commit whose code the linker
+//! laid out differently: a test process faults in each 64 KiB of the crate's code it touches
+//! (`perf stat -e page-faults` counts them), so compare several layouts of each side.
+//!
+//! Set `PROCESS_COST_TESTS` to test binaries with the tests `takes_a_permit` and `takes_none`
+//! to run those instead, as nextest runs a test: `scripts/process-cost.sh` builds them.
 //!
 //! ```sh
 //! cargo bench --bench process_cost                   # 2,000 processes a variant
 //! PROCESSES=5000 cargo bench --bench process_cost
-//! PROCESS_COST_OTHER=/tmp/process_cost-before cargo bench --bench process_cost
+//! PROCESS_COST_OTHER=/tmp/before-1:/tmp/before-16 cargo bench --bench process_cost
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -113,16 +120,15 @@ fn main() {
             for (name, what, extra) in VARIANTS {
                 runs.push(Run::of(&this, name.to_string(), what, extra));
             }
-            // Another build's baseline and permit, each against its own baseline.
-            if let Some(other) = std::env::var_os("PROCESS_COST_OTHER") {
-                let other = PathBuf::from(other);
+            // Other builds' baselines and permits, each against its own baseline.
+            let others = std::env::var_os("PROCESS_COST_OTHER").unwrap_or_default();
+            for other in std::env::split_paths(&others).filter(|p| !p.as_os_str().is_empty()) {
+                let label = other.file_name().map_or_else(
+                    || other.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                );
                 for (name, what, extra) in &VARIANTS[..2] {
-                    runs.push(Run::of(
-                        &other,
-                        format!("{name} [other build]"),
-                        what,
-                        extra,
-                    ));
+                    runs.push(Run::of(&other, format!("{name} [{label}]"), what, extra));
                 }
             }
         }
