@@ -549,6 +549,26 @@ mod processes {
         }
     }
 
+    /// Copies of standard input until the process may open no more descriptors.
+    fn take_every_descriptor() -> Vec<i32> {
+        let mut taken = Vec::new();
+        loop {
+            // SAFETY: dup of standard input; the copies are closed by `give_back`.
+            let fd = unsafe { libc::dup(0) };
+            if fd < 0 {
+                return taken;
+            }
+            taken.push(fd);
+        }
+    }
+
+    fn give_back(taken: Vec<i32>) {
+        for fd in taken {
+            // SAFETY: closes copies made by `take_every_descriptor`.
+            unsafe { libc::close(fd) };
+        }
+    }
+
     const NO_SPARE_CHILD: &str = "GTP_NO_SPARE_CHILD_DIR";
 
     /// Runs in a child of this test binary: a pool of two whose second slot no process has
@@ -572,21 +592,10 @@ mod processes {
             assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
         }
         let pool = crate::util::pool(Path::new(&dir), 2);
-        let mut taken = Vec::new();
-        loop {
-            // SAFETY: dup of standard input; the copies are closed below.
-            let fd = unsafe { libc::dup(0) };
-            if fd < 0 {
-                break;
-            }
-            taken.push(fd);
-        }
+        let taken = take_every_descriptor();
         let got = pool.try_acquire(gpu_test_permit::PermitKind::Shared);
         let made = Path::new(&dir).join("gpu0.slot1").exists();
-        for fd in taken {
-            // SAFETY: closes the copies made above.
-            unsafe { libc::close(fd) };
-        }
+        give_back(taken);
         assert!(made, "the second slot's file was made");
         drop(got.unwrap());
         println!("no-spare-child-ok");
@@ -660,23 +669,12 @@ mod processes {
             return;
         };
         let pool = crate::util::pool(Path::new(&dir), 1);
-        let mut taken = Vec::new();
-        loop {
-            // SAFETY: dup of standard input; the copies are closed below.
-            let fd = unsafe { libc::dup(0) };
-            if fd < 0 {
-                break;
-            }
-            taken.push(fd);
-        }
+        let taken = take_every_descriptor();
         let now = pool.try_acquire(gpu_test_permit::PermitKind::Shared);
         assert!(matches!(now, Err(AcquireError::WouldBlock)), "{now:?}");
         println!("no-watch-child-waiting");
         let got = pool.try_acquire_for(Duration::from_secs(30));
-        for fd in taken {
-            // SAFETY: closes the copies made above.
-            unsafe { libc::close(fd) };
-        }
+        give_back(taken);
         drop(got.unwrap());
         println!("no-watch-child-ok");
     }
