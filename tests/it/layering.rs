@@ -268,13 +268,14 @@ fn only_config_reads_the_environment() {
     }
 }
 
-/// Within a module folder split into files (`src/host/`, `src/trace/`, `src/config/`), the files below
+/// Within a module folder split into files (`src/host/`, `src/trace/`, `src/config/`,
+/// `src/live/`), the files below
 /// `mod.rs` point only sideways and down: each names its siblings (`super::<file>::...` or
 /// `crate::<folder>::<file>::...`), never the folder's own items above it, and the files form
 /// no cycle. `mod.rs` sits on top and uses them all.
 #[test]
-fn the_files_of_the_host_trace_and_config_folders_form_layers_without_cycles() {
-    for folder in ["host", "trace", "config"] {
+fn the_files_of_the_host_trace_config_and_live_folders_form_layers_without_cycles() {
+    for folder in ["host", "trace", "config", "live"] {
         folder_layers(folder);
     }
 }
@@ -377,7 +378,7 @@ fn folder_layers(folder: &str) {
         .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
         .filter(|m| m != "mod")
         .collect();
-    assert!(files.len() >= 4, "{folder}: {files:?}");
+    assert!(files.len() >= 3, "{folder}: {files:?}");
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut problems = Vec::new();
     for file in &files {

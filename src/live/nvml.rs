@@ -1,45 +1,8 @@
-//! What a GPU's memory holds right now, from NVML (`libnvidia-ml.so.1`, part of NVIDIA's
-//! driver), and the rule that admits a permit by it: a leaf below `host`, for permits that
-//! declare memory on a GPU that programs without permits use too.
-//!
-//! NVML is loaded at run time, once per process, when it is there: the crate does not link
-//! against it, and without it (no NVIDIA driver, another platform, `nvmlInit` failing)
-//! [`memory`] answers `None` and nothing is known live.
-//!
-//! # How a permit is admitted
-//!
-//! The slots count what permits *declare*; the GPU holds what processes *use*. [`admit`] puts
-//! the two together. A holder that declared 6 GiB may not have allocated them yet, so its
-//! not-yet-used part is reserved; what it already uses is in NVML's `used`, so not counted
-//! twice. A process using memory without a permit (another user's notebook, a leaked test
-//! process) is just less free memory, and is named in the wait message ([`Shortfall`]), so a
-//! user sees who to ask.
-//!
-//! | term | from | meaning |
-//! |---|---|---|
-//! | `free` | `nvmlDeviceGetMemoryInfo` | bytes no process has allocated |
-//! | `reserved` | holders' declarations minus NVML's per-process use | promised, not yet taken |
-//! | `want` | the new permit's declaration | what it will take |
-//! | [`MARGIN`] | constant | the new process's CUDA context, and slack |
-//!
-//! Admitted when `free >= reserved + want + MARGIN`.
-//!
-//! # Devices
-//!
-//! A GPU is named by its CUDA ordinal, as this process numbers its devices; `CUDA_VISIBLE_DEVICES`
-//! maps it to NVML's device (see [`memory`]). NVML numbers devices in PCI bus order; CUDA does too
-//! with `CUDA_DEVICE_ORDER=PCI_BUS_ID`, or where all GPUs are one model (its default,
-//! fastest first, breaks ties by bus id). On a mixed machine without it an index names the
-//! device NVML gives that index.
-//!
-//! NVML lists processes by their pid in the host's pid namespace: in a container with a pid
-//! namespace of its own, holders are not found among them, their declarations are reserved in
-//! full, and the container's processes may be named as foreign.
+//! NVML (`libnvidia-ml.so.1`), loaded at run time once per process, the calls the crate makes,
+//! and which NVML device a CUDA ordinal of this process names (`CUDA_VISIBLE_DEVICES`).
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
-use std::fmt::Write as _;
 
-use crate::config::format_bytes;
 use crate::sys::Library;
 
 /// One GPU's memory as NVML sees it now.
@@ -61,130 +24,6 @@ pub(crate) struct GpuProcess {
     /// The GPU memory it uses; `None` where the driver cannot tell (`NVML_VALUE_NOT_AVAILABLE`:
     /// WDDM on Windows, some MIG setups).
     pub(crate) used: Option<u64>,
-}
-
-/// What a new test process takes beside its declared memory: its CUDA context (300 to 500 MiB
-/// on current GPUs and drivers, more with lazy module loading off) and some slack for the
-/// allocator's rounding and for memory freed a moment later than NVML reports.
-pub(crate) const MARGIN: u64 = 512 << 20;
-
-/// What [`admit`] decided.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Admission {
-    /// There is room: take the permit.
-    Admit,
-    /// Not enough free memory yet: wait, and say why.
-    Short(Shortfall),
-}
-
-/// Why a permit does not fit on a GPU now: the terms of [`admit`]'s rule, and who uses the
-/// memory without a permit.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Shortfall {
-    /// The permit's declared memory.
-    pub(crate) want: u64,
-    /// The GPU's free memory.
-    pub(crate) free: u64,
-    /// What holders declared and have not yet allocated.
-    pub(crate) reserved: u64,
-    /// [`MARGIN`].
-    pub(crate) margin: u64,
-    /// Processes using memory on the GPU that hold no permit (not a holder pid, not own_pid),
-    /// most memory first.
-    pub(crate) foreign: Vec<GpuProcess>,
-}
-
-impl Shortfall {
-    /// One line for a wait message, e.g. "GPU 3 has 2.1 GiB free; this permit needs 6 GiB +
-    /// 512 MiB margin, and holders declared 1 GiB they have not yet allocated; using memory
-    /// without a permit: pid 4242 (python3) 70.2 GiB". Process names come from
-    /// [`process_name`].
-    pub(crate) fn describe(&self, gpu: usize) -> String {
-        self.describe_with(gpu, process_name)
-    }
-
-    /// [`Shortfall::describe`] with the names from `name`.
-    fn describe_with(&self, gpu: usize, name: impl Fn(u32) -> Option<String>) -> String {
-        let mut line = format!(
-            "GPU {gpu} has {} free; this permit needs {} + {} margin",
-            format_bytes(self.free),
-            format_bytes(self.want),
-            format_bytes(self.margin)
-        );
-        if self.reserved > 0 {
-            let _ = write!(
-                line,
-                ", and holders declared {} they have not yet allocated",
-                format_bytes(self.reserved)
-            );
-        }
-        if !self.foreign.is_empty() {
-            line.push_str("; using memory without a permit:");
-            for (i, p) in self.foreign.iter().enumerate() {
-                let _ = write!(line, "{} pid {}", if i == 0 { "" } else { "," }, p.pid);
-                if let Some(name) = name(p.pid) {
-                    let _ = write!(line, " ({name})");
-                }
-                match p.used {
-                    Some(used) => {
-                        let _ = write!(line, " {}", format_bytes(used));
-                    }
-                    None => line.push_str(" (use not reported)"),
-                }
-            }
-        }
-        line
-    }
-}
-
-/// Admission rule, pure: may a permit declaring `want` bytes be admitted on a GPU whose state
-/// is `mem`, given the permit holders now on that GPU as `(pid, declared bytes)` pairs?
-///
-/// `reserved` is the sum over holder pids of what each pid declared (several holders in one
-/// process share its pid: their declarations are summed first) less what NVML says that pid
-/// uses, never below 0; a pid NVML does not list, or whose use it cannot tell, has allocated
-/// nothing as far as this rule knows. Admitted when `mem.free >= reserved + want + MARGIN`.
-///
-/// `own_pid` is this process: its memory is not foreign even when it holds no permit yet (it
-/// is asking for one).
-pub(crate) fn admit(want: u64, mem: &GpuMemory, holders: &[(u32, u64)], own_pid: u32) -> Admission {
-    let mut declared: Vec<(u32, u64)> = Vec::new();
-    for &(pid, bytes) in holders {
-        match declared.iter_mut().find(|(p, _)| *p == pid) {
-            Some((_, sum)) => *sum = sum.saturating_add(bytes),
-            None => declared.push((pid, bytes)),
-        }
-    }
-    let used = |pid: u32| {
-        mem.processes
-            .iter()
-            .filter(|p| p.pid == pid)
-            .filter_map(|p| p.used)
-            .fold(0u64, u64::saturating_add)
-    };
-    let reserved = declared
-        .iter()
-        .map(|&(pid, bytes)| bytes.saturating_sub(used(pid)))
-        .fold(0u64, u64::saturating_add);
-    let needed = reserved.saturating_add(want).saturating_add(MARGIN);
-    if mem.free >= needed {
-        return Admission::Admit;
-    }
-    let mut foreign: Vec<GpuProcess> = mem
-        .processes
-        .iter()
-        .filter(|p| p.pid != own_pid && !declared.iter().any(|&(pid, _)| pid == p.pid))
-        .cloned()
-        .collect();
-    // Most memory first; unknown use last, then by pid for a stable line.
-    foreign.sort_by(|a, b| b.used.cmp(&a.used).then(a.pid.cmp(&b.pid)));
-    Admission::Short(Shortfall {
-        want,
-        free: mem.free,
-        reserved,
-        margin: MARGIN,
-        foreign,
-    })
 }
 
 /// The memory of CUDA device `gpu` now. `gpu` is a CUDA ordinal as this process numbers its
@@ -215,81 +54,6 @@ pub(crate) fn memory(gpu: usize) -> Option<GpuMemory> {
         total,
         free,
         processes: nvml.processes(device)?,
-    })
-}
-
-/// How long a query of NVML may take before the permits stop waiting for it: NVML calls into
-/// the driver, and a wedged driver can keep a call from returning.
-pub(crate) const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// [`memory`], asked of a thread of its own and waited for at most `limit`: `None` as well
-/// when NVML does not answer by then, or has not answered an earlier query yet (a wedged
-/// driver: the queries stop until it does, and the caller goes on without NVML's numbers).
-pub(crate) fn memory_within(gpu: usize, limit: std::time::Duration) -> Option<GpuMemory> {
-    within(limit, move || memory(gpu)).flatten()
-}
-
-/// Whether a query of NVML did not come back within its limit and has not come back since.
-pub(crate) fn stuck() -> bool {
-    STUCK.load(std::sync::atomic::Ordering::Acquire)
-}
-
-static STUCK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-type Query = Box<dyn FnOnce() + Send>;
-
-/// Runs `query` on the NVML thread (started at the first query) and waits up to `limit` for
-/// its answer. Queries run one at a time; while one is stuck, the others are not sent.
-fn within<T: Send + 'static>(
-    limit: std::time::Duration,
-    query: impl FnOnce() -> T + Send + 'static,
-) -> Option<T> {
-    use std::sync::atomic::Ordering;
-    use std::sync::mpsc;
-    static SEND: std::sync::Mutex<Option<mpsc::Sender<Query>>> = std::sync::Mutex::new(None);
-    if stuck() {
-        return None;
-    }
-    let (answer, answered) = mpsc::sync_channel(1);
-    let job: Query = Box::new(move || {
-        let value = query();
-        STUCK.store(false, Ordering::Release);
-        let _ = answer.send(value);
-    });
-    {
-        let mut send = SEND.lock().unwrap_or_else(|e| e.into_inner());
-        if send.is_none() {
-            let (tx, rx) = mpsc::channel::<Query>();
-            std::thread::Builder::new()
-                .name("gpu-test-permit-nvml".into())
-                .spawn(move || {
-                    for job in rx {
-                        job();
-                    }
-                })
-                .ok()?;
-            *send = Some(tx);
-        }
-        send.as_ref()?.send(job).ok()?;
-    }
-    match answered.recv_timeout(limit) {
-        Ok(value) => Some(value),
-        Err(_) => {
-            STUCK.store(true, Ordering::Release);
-            None
-        }
-    }
-}
-
-/// The name of a process for a message: the system's (`/proc/<pid>/comm` on Linux), else
-/// NVML's (`nvmlSystemGetProcessName`: a process of another pid namespace), asked within
-/// [`ANSWER_WITHIN`], else `None`.
-pub(crate) fn process_name(pid: u32) -> Option<String> {
-    crate::sys::process_name(pid).or_else(|| {
-        within(ANSWER_WITHIN, move || {
-            nvml().and_then(|n| n.process_name(pid))
-        })
-        .flatten()
     })
 }
 
@@ -398,7 +162,7 @@ type ProcessesFn = unsafe extern "C" fn(*mut c_void, *mut c_uint, *mut ProcessIn
 type ProcessNameFn = unsafe extern "C" fn(c_uint, *mut c_char, c_uint) -> c_int;
 
 /// NVML's calls this module makes; the optional ones are missing from old drivers.
-struct Nvml {
+pub(super) struct Nvml {
     count: CountFn,
     handle_by_index: HandleByIndexFn,
     handle_by_uuid: HandleByUuidFn,
@@ -411,7 +175,7 @@ struct Nvml {
 
 /// NVML, loaded and initialised once per process; `None` when the library or one of its
 /// required calls is missing, or `nvmlInit` fails (no NVIDIA driver).
-fn nvml() -> Option<&'static Nvml> {
+pub(super) fn nvml() -> Option<&'static Nvml> {
     static NVML: std::sync::OnceLock<Option<Nvml>> = std::sync::OnceLock::new();
     NVML.get_or_init(load).as_ref()
 }
@@ -537,7 +301,7 @@ impl Nvml {
         Some(merge(&compute, &graphics))
     }
 
-    fn process_name(&self, pid: u32) -> Option<String> {
+    pub(super) fn process_name(&self, pid: u32) -> Option<String> {
         let call = self.process_name?;
         let mut buf = [0 as c_char; NAME_BUFFER];
         // SAFETY: `buf` has room for `NAME_BUFFER` bytes, which NVML writes at most.
@@ -616,145 +380,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stuck_query_stops_the_others_until_it_answers() {
-        use std::sync::mpsc;
-        use std::time::{Duration, Instant};
-        let (release, wait) = mpsc::channel::<()>();
-        let short = Duration::from_millis(50);
-        // A query that does not come back in time: none, and NVML counts as stuck.
-        assert_eq!(within(short, move || wait.recv().is_ok()), None);
-        assert!(stuck());
-        // While it is stuck, another query is not sent and does not wait.
-        let started = Instant::now();
-        assert_eq!(within(Duration::from_secs(5), || 1), None);
-        assert!(started.elapsed() < Duration::from_secs(1));
-        // Once it answers, queries are answered again.
-        release.send(()).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while stuck() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(within(Duration::from_secs(5), || 2), Some(2));
-    }
-
-    const GIB: u64 = 1 << 30;
-
-    fn process(pid: u32, used: Option<u64>) -> GpuProcess {
-        GpuProcess { pid, used }
-    }
-
-    fn mem(free: u64, processes: Vec<GpuProcess>) -> GpuMemory {
-        GpuMemory {
-            total: 80 * GIB,
-            free,
-            processes,
-        }
-    }
-
-    fn short(a: Admission) -> Shortfall {
-        match a {
-            Admission::Short(s) => s,
-            Admission::Admit => panic!("admitted"),
-        }
-    }
-
-    #[test]
-    fn a_permit_fits_when_free_memory_covers_want_and_margin() {
-        let m = mem(4 * GIB + MARGIN, vec![]);
-        assert_eq!(admit(4 * GIB, &m, &[], 1), Admission::Admit);
-        let s = short(admit(4 * GIB + 1, &m, &[], 1));
-        assert_eq!(
-            (s.want, s.free, s.reserved, s.margin),
-            (4 * GIB + 1, m.free, 0, MARGIN)
-        );
-    }
-
-    #[test]
-    fn holders_reserve_what_they_declared_and_have_not_allocated() {
-        // pid 10 declared 6 GiB and uses 2: 4 reserved; pid 11 declared 1 and uses nothing.
-        let m = mem(10 * GIB, vec![process(10, Some(2 * GIB))]);
-        let holders = [(10, 6 * GIB), (11, GIB)];
-        assert_eq!(short(admit(5 * GIB, &m, &holders, 1)).reserved, 5 * GIB);
-        assert_eq!(admit(5 * GIB - MARGIN, &m, &holders, 1), Admission::Admit);
-    }
-
-    #[test]
-    fn holders_of_one_process_are_summed_before_its_use_is_taken_off() {
-        // Two permits of pid 10, 3 GiB each, and it uses 4: 2 GiB reserved, not 0 + 0.
-        let m = mem(GIB, vec![process(10, Some(4 * GIB))]);
-        let s = short(admit(GIB, &m, &[(10, 3 * GIB), (10, 3 * GIB)], 1));
-        assert_eq!(s.reserved, 2 * GIB);
-    }
-
-    #[test]
-    fn a_holder_using_more_than_it_declared_reserves_nothing() {
-        let m = mem(GIB, vec![process(10, Some(9 * GIB))]);
-        let s = short(admit(GIB, &m, &[(10, 2 * GIB)], 1));
-        assert_eq!(s.reserved, 0);
-        assert!(s.foreign.is_empty(), "{s:?}");
-    }
-
-    #[test]
-    fn a_use_nvml_cannot_tell_counts_as_nothing_allocated() {
-        let m = mem(GIB, vec![process(10, None), process(20, None)]);
-        let s = short(admit(GIB, &m, &[(10, 3 * GIB)], 1));
-        assert_eq!(s.reserved, 3 * GIB);
-        assert_eq!(s.foreign, [process(20, None)]);
-    }
-
-    #[test]
-    fn foreign_processes_are_not_holders_nor_this_process_and_come_most_memory_first() {
-        let m = mem(
-            GIB,
-            vec![
-                process(1, Some(5 * GIB)), // this process
-                process(10, Some(GIB)),    // a holder
-                process(30, Some(2 * GIB)),
-                process(31, None),
-                process(32, Some(70 * GIB)),
-                process(29, Some(2 * GIB)),
-            ],
-        );
-        let s = short(admit(GIB, &m, &[(10, GIB)], 1));
-        let pids: Vec<u32> = s.foreign.iter().map(|p| p.pid).collect();
-        assert_eq!(pids, [32, 29, 30, 31]);
-    }
-
-    #[test]
-    fn reserved_saturates_instead_of_overflowing() {
-        let m = mem(u64::MAX - 1, vec![]);
-        let s = short(admit(1, &m, &[(10, u64::MAX), (11, u64::MAX)], 1));
-        assert_eq!(s.reserved, u64::MAX);
-    }
-
-    #[test]
-    fn a_shortfall_reads_as_one_line() {
-        let s = Shortfall {
-            want: 6 * GIB,
-            free: 2 * GIB + GIB / 10,
-            reserved: GIB,
-            margin: MARGIN,
-            foreign: vec![process(4242, Some(70 * GIB + GIB / 5)), process(7, None)],
-        };
-        let names = |pid| (pid == 4242).then(|| "python3".to_string());
-        assert_eq!(
-            s.describe_with(3, names),
-            "GPU 3 has 2.1 GiB free; this permit needs 6 GiB + 512 MiB margin, and holders \
-             declared 1 GiB they have not yet allocated; using memory without a permit: pid \
-             4242 (python3) 70.2 GiB, pid 7 (use not reported)"
-        );
-        let plain = Shortfall {
-            reserved: 0,
-            foreign: vec![],
-            ..s
-        };
-        assert_eq!(
-            plain.describe_with(0, |_| None),
-            "GPU 0 has 2.1 GiB free; this permit needs 6 GiB + 512 MiB margin"
-        );
-    }
-
-    #[test]
     fn without_the_variable_an_ordinal_is_nvmls_index() {
         assert_eq!(visible_entry(None, 0), Some(Entry::Index(0)));
         assert_eq!(visible_entry(None, 7), Some(Entry::Index(7)));
@@ -794,6 +419,7 @@ mod tests {
 
     #[test]
     fn processes_are_one_entry_per_pid() {
+        let process = |pid, used| GpuProcess { pid, used };
         let info = |pid, used| ProcessInfo {
             pid,
             used_gpu_memory: used,
@@ -842,6 +468,6 @@ mod tests {
             let _ = memory(0);
             assert!(device_by_uuid("GPU-fefefefe-fefe-fefe-fefe-fefefefefefe").is_none());
         }
-        assert_eq!(process_name(u32::MAX), None);
+        assert_eq!(crate::live::process_name(u32::MAX), None);
     }
 }
