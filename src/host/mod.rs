@@ -19,7 +19,7 @@
 //! |---|---|---|---|---|
 //! | `gpu0.layout` | every process using the directory | shared, while it has the slots open; exclusive only to (re)write it when nobody else uses it | N per GPU and the GPUs | [`layout`](Layout) |
 //! | `gpu0.gate` | the head of the queue | exclusive, from its first failed try to its grant | the head's record | `take_turn` below |
-//! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; all at once, or none, for a permit of several units or GPUs | the holder's record, stamped at the grant | `try_take`, `write_records` below; `fit.rs` |
+//! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; all at once, or none, for a permit of several units or GPUs | the holder's record, stamped at the grant | `try_take`, `write_records` below; `fit.rs`; `slot.rs` |
 //! | `gpu0.wait.<pid>` | its process | exclusive, for the process's life (made and locked as `gpu0.new-wait.<pid>`, then renamed, so never seen unlocked) | the waiting request's record and heartbeat (blank while none waits) | `queue.rs` |
 //! | `gpu0.notify` | nobody | written after every release | nothing: its change wakes the waiters | `queue.rs` |
 //! | `gpu0.budget` | a process reading or writing it | exclusive, for a read and perhaps a write | the memory budget its users convert with | `budget.rs` |
@@ -355,7 +355,7 @@ impl HostSlots {
                 match self.try_take(take) {
                     Ok(Some(got)) => break Ok(got),
                     Ok(None) => {}
-                    Err(e) => break Err(e),
+                    Err(e) => break Err(HostWaitError::Failed(e)),
                 }
                 if take.live.is_some()
                     && !said_memory
@@ -446,20 +446,20 @@ impl HostSlots {
     /// every waiter that watches the slots, this one included), so such slots are locked
     /// without a record for a moment: a wait that times out and [`status`] name their owner
     /// from `/proc/locks` on Linux.
-    fn try_take(&self, take: &Take<'_>) -> Result<Option<Vec<usize>>, HostWaitError> {
+    fn try_take(&self, take: &Take<'_>) -> Result<Option<Vec<usize>>, HostError> {
         let gpus = self.layout.gpus;
         if take.exclusive {
-            return self.try_take_in_order(self.slots.len(), 1);
+            return self.slots.take_in_order(self.slots.len(), 1);
         }
         let live = take.live.is_some();
         if gpus == 1 && !live {
-            return self.try_take_in_order(take.units, 1);
+            return self.slots.take_in_order(take.units, 1);
         }
         if take.gpus == 1 && take.placement == Placement::Spread && take.topology.is_flat() && !live
         {
             // The lowest free slot for one unit; else the first GPU with enough.
             let step = if take.units == 1 { 1 } else { gpus };
-            return self.try_take_in_order(take.units, step);
+            return self.slots.take_in_order(take.units, step);
         }
         // Every slot's state, to place the request. A free slot is locked and let go at once:
         // a process stopped while it probes keeps one slot at most, not every free one (the
@@ -475,8 +475,8 @@ impl HostSlots {
         let mut perfect = None;
         'probe: for &gpu in take.topology.groups().iter().flatten() {
             for i in (gpu..self.slots.len()).step_by(gpus) {
-                if self.lock_slot(i)? {
-                    self.unlock_unrecorded(&[i]);
+                if self.slots.lock(i)? {
+                    self.slots.unlock_unrecorded(&[i]);
                     free[gpu].push(i);
                 }
             }
@@ -509,10 +509,10 @@ impl HostSlots {
             .iter()
             .flat_map(|&gpu| free[gpu][..take.units].iter().copied())
         {
-            match self.lock_slot(i) {
+            match self.slots.lock(i) {
                 Ok(true) => got.push(i),
                 taken_or_failed => {
-                    self.unlock_unrecorded(&got);
+                    self.slots.unlock_unrecorded(&got);
                     return taken_or_failed.map(|_| None);
                 }
             }
@@ -591,68 +591,6 @@ impl HostSlots {
     /// (NVML), if it did: one line naming the processes that use the memory without a permit.
     pub(crate) fn held_back_by_memory(&self) -> Option<String> {
         self.held_back.lock().clone()
-    }
-
-    /// Takes `units` free slots of one GPU now, or none: trying GPUs in order, each GPU's slots
-    /// from every `step`-th slot on (`step` 1: any slots, the lowest free first).
-    fn try_take_in_order(
-        &self,
-        units: usize,
-        step: usize,
-    ) -> Result<Option<Vec<usize>>, HostWaitError> {
-        for gpu in 0..step {
-            let mut got = Vec::with_capacity(units);
-            for i in (gpu..self.slots.len()).step_by(step) {
-                if got.len() == units {
-                    break;
-                }
-                match self.lock_slot(i) {
-                    Ok(true) => got.push(i),
-                    Ok(false) => {}
-                    Err(e) => {
-                        self.unlock_unrecorded(&got);
-                        return Err(e);
-                    }
-                }
-            }
-            if got.len() < units {
-                self.unlock_unrecorded(&got);
-                continue;
-            }
-            // The records are written by the caller, once the gate is free (`write_records`).
-            return Ok(Some(got));
-        }
-        Ok(None)
-    }
-
-    /// Locks slot `i` for this process if it is free: `Ok(true)` when it locked it now (and
-    /// marked it held), `Ok(false)` when a holder (this process included) has it.
-    fn lock_slot(&self, i: usize) -> Result<bool, HostWaitError> {
-        let slot = &self.slots[i];
-        if slot.held.load(Ordering::Acquire) {
-            return Ok(false);
-        }
-        let file = self.slots.file_now(i).map_err(HostWaitError::Failed)?;
-        match file.try_lock() {
-            Ok(()) => {
-                slot.held.store(true, Ordering::Release);
-                Ok(true)
-            }
-            Err(TryLockError::WouldBlock) => Ok(false),
-            Err(TryLockError::Error(e)) => Err(HostWaitError::Failed(io_err(&slot.path)(e))),
-        }
-    }
-
-    /// Gives back slots taken by a request that could not get all it asked for. Nothing was
-    /// written to them, and nobody is woken: the other waiters' own re-checks cover the moment.
-    fn unlock_unrecorded(&self, slots: &[usize]) {
-        for &i in slots {
-            let slot = &self.slots[i];
-            if let Some(file) = slot.opened() {
-                let _ = file.unlock();
-            }
-            slot.held.store(false, Ordering::Release);
-        }
     }
 
     /// Whether another process has a waiting request older than `record` (by the time it
@@ -757,17 +695,7 @@ impl HostSlots {
         if slots.is_empty() {
             return;
         }
-        let blank = [b' '; RECORD_LEN];
-        for &i in slots {
-            let slot = &self.slots[i];
-            if let Some(file) = slot.opened() {
-                let _ = sys::write_at(file, &blank, 0);
-                // Unlocking can only fail for a descriptor that is not ours; the lock then
-                // dies with the process at the latest.
-                let _ = file.unlock();
-            }
-            slot.held.store(false, Ordering::Release);
-        }
+        self.slots.release(slots);
         self.notify();
     }
 

@@ -1,5 +1,6 @@
 //! This process's slot files: each opened (and created, where no process made it yet) at its
-//! first use, with a descriptor kept in reserve for it until then.
+//! first use, with a descriptor kept in reserve for it until then; and the locks on them,
+//! taken and given back.
 //!
 //! A test process under nextest takes one permit: it opens the one slot file it locks, not
 //! all N of them (two system calls, a path walk and a `stat`, for every slot it never
@@ -13,13 +14,14 @@
 //! A waiter opens every slot before it watches them for changes (inotify watches names that
 //! exist); a permit of every slot opens them all as it takes them.
 
-use std::fs::File;
+use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::error::{HostError, io_err};
 use super::layout::{Layout, fd_budget_counted};
+use super::record::RECORD_LEN;
 use crate::sys;
 
 #[derive(Debug)]
@@ -152,6 +154,83 @@ impl Slots {
         };
         // Another thread of this process may have opened it meanwhile: the first one stays.
         Ok(slot.file.get_or_init(|| file))
+    }
+
+    /// Locks slot `i` for this process if it is free: `Ok(true)` when it locked it now (and
+    /// marked it held), `Ok(false)` when a holder (this process included) has it.
+    pub(super) fn lock(&self, i: usize) -> Result<bool, HostError> {
+        let slot = &self.slots[i];
+        if slot.held.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let file = self.file_now(i)?;
+        match file.try_lock() {
+            Ok(()) => {
+                slot.held.store(true, Ordering::Release);
+                Ok(true)
+            }
+            Err(TryLockError::WouldBlock) => Ok(false),
+            Err(TryLockError::Error(e)) => Err(io_err(&slot.path)(e)),
+        }
+    }
+
+    /// Gives back slots taken by a request that could not get all it asked for. Nothing was
+    /// written to them, and nobody is woken: the other waiters' own re-checks cover the moment.
+    pub(super) fn unlock_unrecorded(&self, slots: &[usize]) {
+        for &i in slots {
+            let slot = &self.slots[i];
+            if let Some(file) = slot.opened() {
+                let _ = file.unlock();
+            }
+            slot.held.store(false, Ordering::Release);
+        }
+    }
+
+    /// Takes `units` free slots of one GPU now, or none: trying GPUs in order, each GPU's slots
+    /// from every `step`-th slot on (`step` 1: any slots, the lowest free first). The records
+    /// are written by the caller.
+    pub(super) fn take_in_order(
+        &self,
+        units: usize,
+        step: usize,
+    ) -> Result<Option<Vec<usize>>, HostError> {
+        for gpu in 0..step {
+            let mut got = Vec::with_capacity(units);
+            for i in (gpu..self.slots.len()).step_by(step) {
+                if got.len() == units {
+                    break;
+                }
+                match self.lock(i) {
+                    Ok(true) => got.push(i),
+                    Ok(false) => {}
+                    Err(e) => {
+                        self.unlock_unrecorded(&got);
+                        return Err(e);
+                    }
+                }
+            }
+            if got.len() < units {
+                self.unlock_unrecorded(&got);
+                continue;
+            }
+            return Ok(Some(got));
+        }
+        Ok(None)
+    }
+
+    /// Frees slots held by this process: each holder record blanked, each lock let go.
+    pub(super) fn release(&self, slots: &[usize]) {
+        let blank = [b' '; RECORD_LEN];
+        for &i in slots {
+            let slot = &self.slots[i];
+            if let Some(file) = slot.opened() {
+                let _ = sys::write_at(file, &blank, 0);
+                // Unlocking can only fail for a descriptor that is not ours; the lock then
+                // dies with the process at the latest.
+                let _ = file.unlock();
+            }
+            slot.held.store(false, Ordering::Release);
+        }
     }
 
     /// Opens every slot not opened yet, as far as it can (before watching them all).
