@@ -553,10 +553,9 @@ impl HostSlots {
             if free.contains(&i) {
                 continue;
             }
-            if let Some(r) = self
-                .slots
-                .file_now(i)
-                .ok()
+            // Every slot of this GPU was opened to probe it (or is held by this process).
+            if let Some(r) = self.slots[i]
+                .opened()
                 .and_then(read_record)
                 .filter(|r| r.memory.is_some())
                 && !holders.contains(&r)
@@ -571,14 +570,15 @@ impl HostSlots {
         // A process started under a holder's permit (`gpu-test-permit run`'s command and what
         // it starts) allocates for that holder, and one this process started for itself.
         let mut memory = memory;
+        let own = sys::pid();
         let mut ours: Vec<u32> = declared.iter().map(|&(pid, _)| pid).collect();
-        ours.push(sys::pid());
+        ours.push(own);
         for p in &mut memory.processes {
             if let Some(holder) = sys::ancestor_among(p.pid, &ours) {
                 p.pid = holder;
             }
         }
-        match crate::live::admit(want, &memory, &declared, sys::pid()) {
+        match crate::live::admit(want, &memory, &declared, own) {
             crate::live::Admission::Admit => true,
             crate::live::Admission::Short(short) => {
                 *self.held_back.lock() = Some(short.describe(ordinal));

@@ -56,35 +56,37 @@ fn reserve(
     layout_file: &File,
     slots: usize,
 ) -> Result<Vec<File>, HostError> {
-    let mut reserve = Vec::with_capacity(slots);
-    for _ in 0..slots {
-        let copy = match layout_file.try_clone() {
-            Err(e) if sys::is_too_many_open_files(&e) => {
-                fd_budget_counted(dir, layout, sys::Counted::Exhausted)?;
-                layout_file.try_clone()
-            }
-            copied => copied,
-        };
-        reserve.push(copy.map_err(io_err(&dir.join("gpu0.layout")))?);
-    }
-    Ok(reserve)
+    let path = dir.join("gpu0.layout");
+    (0..slots)
+        .map(|_| counted(dir, layout, &path, || layout_file.try_clone()))
+        .collect()
 }
 
-/// Opens (creating if needed) a lock file of `dir`; out of descriptors, it says how many the
-/// layout needs and the limits, or raises the soft limit where the hard one allows and tries
-/// again, as a layout refused up front would.
+/// Opens (creating if needed) a lock file of `dir`, as [`counted`] does out of descriptors.
 pub(super) fn open_counted(
     dir: &Path,
     layout: Layout,
     path: &Path,
     shared: bool,
 ) -> Result<File, HostError> {
-    match sys::open_lock_file(path, shared) {
+    counted(dir, layout, path, || sys::open_lock_file(path, shared))
+}
+
+/// Makes a descriptor for the file at `path` with `make`; out of descriptors, it says how many
+/// the layout needs and the limits, or raises the soft limit where the hard one allows and
+/// tries once more, as a layout refused up front would.
+fn counted(
+    dir: &Path,
+    layout: Layout,
+    path: &Path,
+    make: impl Fn() -> std::io::Result<File>,
+) -> Result<File, HostError> {
+    match make() {
         Err(e) if sys::is_too_many_open_files(&e) => {
             fd_budget_counted(dir, layout, sys::Counted::Exhausted)?;
-            sys::open_lock_file(path, shared)
+            make()
         }
-        opened => opened,
+        made => made,
     }
     .map_err(io_err(path))
 }

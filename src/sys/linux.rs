@@ -85,13 +85,27 @@ impl ChangeWatch {
     }
 }
 
+/// The fields of `/proc/<pid>/stat` after the command ("S ppid ..."): the command may itself
+/// contain ") ", so the line is split at the last one.
+fn stat_after_command(pid: u32) -> Option<String> {
+    let mut stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let command_end = stat.rfind(") ")?;
+    stat.drain(..command_end + 2);
+    Some(stat)
+}
+
+/// `pid`'s parent, from `/proc`.
+fn parent_of(pid: u32) -> Option<u32> {
+    stat_after_command(pid)?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 pub(super) fn process_is_stopped(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // "pid (comm) S ...": the command may itself contain ") ", so split at the last one.
-    stat.rsplit_once(") ")
-        .and_then(|(_, rest)| rest.chars().next())
+    stat_after_command(pid)
+        .and_then(|rest| rest.chars().next())
         .is_some_and(|state| matches!(state, 'T' | 't'))
 }
 
@@ -113,10 +127,7 @@ pub(super) fn is_self_or_ancestor(pid: u32) -> Option<bool> {
         if current <= 1 {
             return Some(false);
         }
-        let stat = std::fs::read_to_string(format!("/proc/{current}/stat")).ok()?;
-        // "pid (comm) S ppid ...".
-        let (_, rest) = stat.rsplit_once(") ")?;
-        current = rest.split_whitespace().nth(1)?.parse().ok()?;
+        current = parent_of(current)?;
     }
     None
 }
@@ -133,10 +144,7 @@ pub(super) fn ancestor_among(pid: u32, among: &[u32]) -> Option<u32> {
         if current <= 1 {
             return None;
         }
-        let stat = std::fs::read_to_string(format!("/proc/{current}/stat")).ok()?;
-        // "pid (comm) S ppid ...".
-        let (_, rest) = stat.rsplit_once(") ")?;
-        current = rest.split_whitespace().nth(1)?.parse().ok()?;
+        current = parent_of(current)?;
     }
     None
 }

@@ -16,6 +16,11 @@ pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
         edges.push((e.ts, units));
         edges.push((e.end(), -units));
     }
+    peak_of(edges)
+}
+
+/// The most held at once by `edges`, `(time, units taken or, negative, given back)`.
+fn peak_of(mut edges: Vec<(u64, i64)>) -> usize {
     // At equal timestamps, count releases before acquisitions.
     edges.sort_by_key(|&(t, d)| (t, d));
     let (mut cur, mut peak) = (0i64, 0i64);
@@ -52,22 +57,15 @@ pub fn peak_per_gpu(events: &[TraceEvent]) -> Vec<usize> {
     if gpus <= 1 {
         return Vec::new();
     }
-    let mut edges: Vec<(u64, i64, usize)> = Vec::new();
+    let mut edges: Vec<Vec<(u64, i64)>> = vec![Vec::new(); gpus];
     for e in holds {
         let g = e.args.gpus.max(1);
         for slot in &e.args.slots {
-            edges.push((e.ts, 1, slot % g));
-            edges.push((e.end(), -1, slot % g));
+            edges[slot % g].push((e.ts, 1));
+            edges[slot % g].push((e.end(), -1));
         }
     }
-    edges.sort_by_key(|&(t, d, _)| (t, d));
-    let mut cur = vec![0i64; gpus];
-    let mut peak = vec![0usize; gpus];
-    for (_, d, gpu) in edges {
-        cur[gpu] += d;
-        peak[gpu] = peak[gpu].max(cur[gpu].max(0) as usize);
-    }
-    peak
+    edges.into_iter().map(peak_of).collect()
 }
 
 /// Wait and hold times of one test in a trace.

@@ -112,10 +112,8 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
                     .join(",");
                 let on = match s.layout {
                     Some(l) if l.gpus > 1 => {
-                        let mut gpus: Vec<usize> = held.iter().map(|i| i % l.gpus).collect();
-                        gpus.sort_unstable();
-                        gpus.dedup();
-                        let gpus: Vec<String> = gpus.iter().map(usize::to_string).collect();
+                        let gpus: Vec<String> =
+                            gpus_of(held, l.gpus).iter().map(usize::to_string).collect();
                         let word = if gpus.len() == 1 { "GPU" } else { "GPUs" };
                         format!(" ({word} {})", gpus.join(","))
                     }
@@ -208,6 +206,14 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The GPUs slots `slots` are on (slot `i` on GPU `i % gpus`), in increasing order.
+fn gpus_of(slots: &[usize], gpus: usize) -> Vec<usize> {
+    let mut on: Vec<usize> = slots.iter().map(|i| i % gpus.max(1)).collect();
+    on.sort_unstable();
+    on.dedup();
+    on
 }
 
 /// Each GPU's memory as NVML reports it, where it does (`libnvidia-ml.so.1`): free of total,
@@ -367,11 +373,9 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         let wide: Vec<&gpu_test_permit::trace::TraceEvent> = events
             .iter()
             .filter(|e| {
-                let g = e.args.gpus.max(1);
-                let mut on: Vec<usize> = e.args.slots.iter().map(|s| s % g).collect();
-                on.sort_unstable();
-                on.dedup();
-                e.name == "hold" && !e.args.exclusive && on.len() > 1
+                e.name == "hold"
+                    && !e.args.exclusive
+                    && gpus_of(&e.args.slots, e.args.gpus).len() > 1
             })
             .collect();
         if !wide.is_empty() {
