@@ -184,21 +184,32 @@ pub(super) fn peek(file: &File) -> Option<(Layout, Option<String>)> {
     Layout::decode_tagged(&buf[..n]).ok().flatten()
 }
 
-/// Settles the layout of `dir` and leaves `file` locked shared. Returns the layout in force,
-/// and whether this process wrote `want`'s `auto` choice. `want` is written only where nobody
-/// else uses the directory (and, for `auto`, no process of its run has written its choice),
-/// and only once [`fd_budget`] allows it.
+/// What [`agree_on_layout`] settled.
+pub(super) struct Agreed {
+    /// The layout in force.
+    pub(super) layout: Layout,
+    /// Whether this process wrote `want`'s `auto` choice, and it is the one in force.
+    pub(super) chose: bool,
+    /// Whether this process wrote the layout file (it found nobody using the directory, and
+    /// another layout or none recorded): it makes the layout's slot files.
+    pub(super) wrote: bool,
+}
+
+/// Settles the layout of `dir` and leaves `file` locked shared. `want` is written only where
+/// nobody else uses the directory (and, for `auto`, no process of its run has written its
+/// choice), and only once [`fd_budget`] allows it.
 pub(super) fn agree_on_layout(
     dir: &Path,
     path: &Path,
     file: &File,
     want: Want<'_>,
-) -> Result<(Layout, bool), HostError> {
+) -> Result<Agreed, HostError> {
     let give_up = Instant::now() + LAYOUT_WAIT;
     let mut pause = Duration::from_millis(1);
     let wanted = want.layout();
     let run = want.run().map(str::to_string);
     let mut chose = false;
+    let mut wrote = false;
     loop {
         match file.try_lock() {
             Ok(()) => {
@@ -226,6 +237,7 @@ pub(super) fn agree_on_layout(
                     })
                 };
                 chose = run.is_some() && !already && written.is_ok();
+                wrote |= !already && written.is_ok();
                 // Not atomic: another process may set its layout in between; read it again
                 // under the shared lock below.
                 let _ = file.unlock();
@@ -239,7 +251,13 @@ pub(super) fn agree_on_layout(
                 let mut buf = vec![0u8; LAYOUT_LEN];
                 let n = sys::read_at_start(file, &mut buf).map_err(io_err(path))?;
                 match Layout::decode(&buf[..n]) {
-                    Ok(Some(layout)) => return Ok((layout, chose && layout == wanted)),
+                    Ok(Some(layout)) => {
+                        return Ok(Agreed {
+                            layout,
+                            chose: chose && layout == wanted,
+                            wrote,
+                        });
+                    }
                     // Not written yet, by a process that failed or was killed before it
                     // wrote: the next round rewrites it if nobody else uses the directory.
                     Ok(None) => {

@@ -48,9 +48,10 @@
 //! Only the order among waiters is judged from records; the cap is the slot locks themselves,
 //! so no record, forged or stale, can put more than N holders on a GPU. A process needs one
 //! descriptor per slot plus four; the soft descriptor limit is raised (up to the hard one) where
-//! that is not enough, and a layout that cannot fit is refused before any file is created. A
-//! slot's file is opened, and made where no process made it yet, at the slot's first use, with
-//! a descriptor kept in reserve for it until then (`slot.rs`).
+//! that is not enough, and a layout that cannot fit is refused before any file is created. The
+//! process that lays the directory out makes every slot file; each process opens a slot's file
+//! at the slot's first use (making it, should it be missing), with a descriptor kept in reserve
+//! for it until then (`slot.rs`).
 
 mod budget;
 mod error;
@@ -93,7 +94,7 @@ pub use status::{
 
 use error::io_err;
 pub(crate) use layout::Want;
-use layout::{agree_on_layout, fd_budget, peek};
+use layout::{Agreed, agree_on_layout, fd_budget, peek};
 use lock::is_locked_at;
 use queue::{RECHECK, Waiting, Watch, head_liveness, wait_entries};
 use record::{RECORD_LEN, read_record, read_start};
@@ -239,7 +240,11 @@ impl HostSlots {
         let want = want(&layout_file);
         // The descriptor budget is checked before any slot file is made: a layout that cannot
         // be opened must leave nothing behind.
-        let (layout, chose) = agree_on_layout(dir, &layout_path, &layout_file, want)?;
+        let Agreed {
+            layout,
+            chose,
+            wrote,
+        } = agree_on_layout(dir, &layout_path, &layout_file, want)?;
         fd_budget(dir, layout)?;
         let wanted = want.layout();
         if layout != wanted && matches!(want, Want::Fixed(_)) {
@@ -254,6 +259,13 @@ impl HostSlots {
         let (gate_path, gate) = open("gpu0.gate", layout)?;
         let (notify_path, notify) = open("gpu0.notify", layout)?;
         let slots = Slots::new(dir, layout, shared, &layout_file)?;
+        if wrote {
+            // Whoever lays the directory out makes every slot file of it, so that they are
+            // its user's, as the layout file is: in a directory shared through a group, a file
+            // another member made may be closed to an owner outside the group. The others
+            // open a slot's file at its first use.
+            slots.make_every();
+        }
         let host = HostSlots {
             dir: dir.to_path_buf(),
             layout,

@@ -11,8 +11,11 @@
 //! many descriptors as it did with every slot open, and one that finds none left frees a copy
 //! and tries again.
 //!
-//! A waiter opens every slot before it watches them for changes (inotify watches names that
-//! exist); a permit of every slot opens them all as it takes them.
+//! The process that lays the directory out makes every slot file ([`Slots::make_every`]), so
+//! that they belong to its user as the layout file does: in a directory shared through a group,
+//! a file another member made may be closed to an owner outside the group. A waiter opens every
+//! slot before it watches them for changes (inotify watches names that exist); a permit of
+//! every slot opens them all as it takes them.
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
@@ -232,6 +235,14 @@ impl Slots {
                 let _ = file.unlock();
             }
             slot.held.store(false, Ordering::Release);
+        }
+    }
+
+    /// Makes every slot's file that does not exist yet, as far as it can, without keeping it
+    /// open (what cannot be made is said by the acquisition that meets it).
+    pub(super) fn make_every(&self) {
+        for slot in &self.slots {
+            let _ = sys::open_lock_file(&slot.path, self.shared);
         }
     }
 

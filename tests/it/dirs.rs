@@ -152,6 +152,54 @@ fn shared_group_directory_works_across_users_with_any_umask() {
     assert_eq!((mode, gid), (0o660, group), "mode {mode:o}");
 }
 
+/// Whoever lays out a shared directory makes every slot file of it, as it makes the layout:
+/// a member of the group who takes a slot nobody used yet finds that slot's file made, and the
+/// directory's owner, outside the group, can still take it after the member.
+#[test]
+fn the_user_who_lays_out_a_shared_directory_makes_every_slot_file() {
+    if !root_or_skip("the_user_who_lays_out_a_shared_directory_makes_every_slot_file") {
+        return;
+    }
+    let [group, a, a_gid, b] = ids(4)[..] else {
+        unreachable!()
+    };
+    let root = tempdir();
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = root.path().join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(a), Some(group)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o2770)).unwrap();
+    let hold = |uid, gid| {
+        let mut c = cli_as(Some(&dir), uid, gid, &["hold"]);
+        c.env("REALIZAR_GPU_TEST_CONCURRENCY", "2");
+        Holder::spawn(c)
+    };
+    // A lays the directory out (N = 2) and holds slot 0.
+    let a1 = hold(a, a_gid);
+    assert!(a1.held_within(LONG), "user A could not hold");
+    let owner = |name: &str| std::fs::metadata(dir.join(name)).unwrap().uid();
+    assert_eq!(
+        owner("gpu0.slot1"),
+        a,
+        "slot 1's file is made by whoever lays out"
+    );
+    // B, a member, takes slot 1; a second process of A waits for it, and takes it after B.
+    let b1 = hold(b, group);
+    assert!(b1.held_within(LONG), "user B could not hold");
+    let a2 = hold(a, a_gid);
+    assert!(
+        !a2.held_within(Duration::from_millis(500)),
+        "a third permit at N = 2"
+    );
+    let (status, err) = b1.release();
+    assert!(status.success(), "user B failed: {err}");
+    assert!(a2.held_within(LONG), "user A never got slot 1 after user B");
+    for holder in [a1, a2] {
+        let (status, err) = holder.release();
+        assert!(status.success(), "user A failed: {err}");
+    }
+}
+
 #[test]
 fn sticky_world_writable_directory_works_across_users_with_any_umask() {
     if !root_or_skip("sticky_world_writable_directory_works_across_users_with_any_umask") {

@@ -606,10 +606,9 @@ mod processes {
         let dir = tempdir();
         let a = hold(dir.path(), 2, &[], &[]);
         assert!(a.held_within(Duration::from_secs(20)));
-        assert!(
-            !dir.path().join("gpu0.slot1").exists(),
-            "a holder of one slot makes that slot's file alone"
-        );
+        // The holder laid the directory out and made both slot files; it keeps open only the
+        // one it holds. Without slot 1's file, the child has to make it.
+        std::fs::remove_file(dir.path().join("gpu0.slot1")).unwrap();
         let out = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -634,28 +633,53 @@ mod processes {
     #[test]
     fn a_process_that_takes_one_permit_opens_one_slot_file_and_status_shows_every_slot() {
         let dir = tempdir();
+        let slot_files_open = || {
+            std::fs::read_dir("/proc/self/fd")
+                .unwrap()
+                .filter_map(|e| std::fs::read_link(e.unwrap().path()).ok())
+                .filter(|target| {
+                    target.parent() == Some(dir.path())
+                        && target
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("gpu0.slot"))
+                })
+                .collect::<Vec<_>>()
+        };
+        // The first pool lays the directory out and makes its slot files, keeping none open.
+        let first = crate::util::pool(dir.path(), 8);
+        // A pool that adopts the layout, as every later test process does, opens the one slot
+        // file it takes.
         let pool = crate::util::pool(dir.path(), 8);
         let permit = pool.acquire();
-        let made: Vec<String> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("gpu0.slot"))
-            .collect();
-        assert_eq!(made, ["gpu0.slot0"]);
+        if cfg!(target_os = "linux") {
+            assert_eq!(slot_files_open(), [dir.path().join("gpu0.slot0")]);
+        }
+        // A slot of the layout whose file nobody has made is free.
+        for i in 2..8 {
+            std::fs::remove_file(dir.path().join(format!("gpu0.slot{i}"))).unwrap();
+        }
         let s = gpu_test_permit::host::status(dir.path()).unwrap();
         assert_eq!(s.slots.len(), 8, "{s:?}");
         assert_eq!(
             s.slots.iter().map(|s| s.held).collect::<Vec<_>>(),
             [true, false, false, false, false, false, false, false]
         );
-        // A second pool of the process, as another test process would be: its permit makes
-        // the next slot's file.
+        // Another pool of the process, as another test process would be: its permit takes the
+        // next slot, and one of those nobody made is made when a permit takes it.
         let other = crate::util::pool(dir.path(), 8);
         let second = other
             .try_acquire(gpu_test_permit::PermitKind::Shared)
             .unwrap();
-        assert!(dir.path().join("gpu0.slot1").exists());
-        drop((permit, second));
+        let third = first
+            .try_acquire(gpu_test_permit::PermitKind::Shared)
+            .unwrap();
+        assert!(dir.path().join("gpu0.slot2").exists());
+        let s = gpu_test_permit::host::status(dir.path()).unwrap();
+        assert_eq!(
+            s.slots.iter().map(|s| s.held).collect::<Vec<_>>(),
+            [true, true, true, false, false, false, false, false]
+        );
+        drop((permit, second, third));
     }
 
     const NO_WATCH_CHILD: &str = "GTP_NO_WATCH_CHILD_DIR";
