@@ -21,6 +21,10 @@ pub enum HostError {
     /// A permit inherited from a parent process (`gpu-test-permit run`) is held but cannot
     /// be used here; the message says why and what to change.
     Inherited(String),
+    /// The process is a child forked (without `exec`) from the process that opened the
+    /// slots: it shares that process's open files, and with them its locks, so it takes no
+    /// permit of its own; the message says what to do instead.
+    Forked(String),
 }
 
 impl Clone for HostError {
@@ -30,6 +34,7 @@ impl Clone for HostError {
             HostError::Directory(m) => HostError::Directory(m.clone()),
             HostError::Descriptors(m) => HostError::Descriptors(m.clone()),
             HostError::Inherited(m) => HostError::Inherited(m.clone()),
+            HostError::Forked(m) => HostError::Forked(m.clone()),
             HostError::Io { path, error } => HostError::Io {
                 path: path.clone(),
                 error: match error.raw_os_error() {
@@ -44,9 +49,10 @@ impl Clone for HostError {
 impl std::fmt::Display for HostError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            HostError::Directory(msg) | HostError::Descriptors(msg) | HostError::Inherited(msg) => {
-                write!(f, "{msg}")
-            }
+            HostError::Directory(msg)
+            | HostError::Descriptors(msg)
+            | HostError::Inherited(msg)
+            | HostError::Forked(msg) => write!(f, "{msg}"),
             HostError::Io { path, error } => write!(
                 f,
                 "cannot use slot file {}: {error}; check the slot directory or set \
@@ -61,7 +67,10 @@ impl std::error::Error for HostError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             HostError::Io { error, .. } => Some(error),
-            HostError::Directory(_) | HostError::Descriptors(_) | HostError::Inherited(_) => None,
+            HostError::Directory(_)
+            | HostError::Descriptors(_)
+            | HostError::Inherited(_)
+            | HostError::Forked(_) => None,
         }
     }
 }

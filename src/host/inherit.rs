@@ -5,7 +5,7 @@ use std::fs::{File, TryLockError};
 use std::path::PathBuf;
 
 use super::layout::Layout;
-use super::lock::{in_use, is_locked_at};
+use super::lock::{Probe, in_use, is_locked_at};
 use crate::sys;
 
 /// Why a permit inherited from a parent process cannot be used.
@@ -108,15 +108,22 @@ pub(crate) fn share_dir(permit: &crate::config::InheritedPermit) -> PathBuf {
 }
 
 /// Another user's directory for the processes inside `permit` ([`share_dir`] is one per
-/// user) that is in use now, if there is one. Only one process tree holds a slot at a time,
-/// so its users are inside the same permit: two such directories at once would give that
-/// permit's units twice. To be checked once this process uses its own, so that of two
+/// user) that is in use now, or may be, if there is one: with why it could not be told,
+/// where it could not (see [`let_other_users_probe`]). Only one process tree holds a slot at
+/// a time, so its users are inside the same permit: two such directories at once would give
+/// that permit's units twice. To be checked once this process uses its own, so that of two
 /// processes that start at once, at least one sees the other.
-pub(crate) fn other_share_dir_in_use(permit: &crate::config::InheritedPermit) -> Option<PathBuf> {
+pub(crate) fn other_share_dir_in_use(
+    permit: &crate::config::InheritedPermit,
+) -> Option<(PathBuf, Option<String>)> {
     let own = share_dir(permit);
     let prefix = own.file_name()?.to_str()?.rsplit_once('-')?.0.to_string() + "-";
-    std::fs::read_dir(&permit.dir)
-        .ok()?
+    let entries = match std::fs::read_dir(&permit.dir) {
+        Ok(entries) => entries,
+        // Nothing known of the others: in use, as far as this process can tell.
+        Err(e) => return Some((permit.dir.clone(), Some(format!("cannot list it: {e}")))),
+    };
+    entries
         .flatten()
         .map(|e| e.path())
         .filter(|p| {
@@ -125,7 +132,21 @@ pub(crate) fn other_share_dir_in_use(permit: &crate::config::InheritedPermit) ->
                     .and_then(|n| n.to_str())
                     .is_some_and(|n| n.starts_with(&prefix))
         })
-        .find(|p| in_use(&p.join("gpu0.layout")))
+        .find_map(|p| match in_use(&p.join("gpu0.layout")) {
+            Probe::Free => None,
+            Probe::Locked => Some((p, None)),
+            // Made empty and never used, by a process that died at once: nobody in it.
+            Probe::Unknown(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Probe::Unknown(e) => Some((p, Some(e.to_string()))),
+        })
+}
+
+/// Lets other users probe whether the processes inside a permit use the share directory
+/// `dir` (this user's [`share_dir`]): the directory may be entered (not listed) and its
+/// layout file read by anyone, so that [`other_share_dir_in_use`] of another user's process
+/// inside the same permit can see it in use rather than be unable to tell.
+pub(crate) fn let_other_users_probe(dir: &std::path::Path) {
+    sys::let_others_probe(dir, &dir.join("gpu0.layout"));
 }
 
 /// How the processes inside `permit` lay out their shared slots: as many as the parent holds

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::budget::forget_budget;
 use super::error::HostError;
 use super::error::io_err;
+use super::lock::{Mode, Probe, probe_at};
 use super::queue::RECHECK;
 use super::record::{padded, padded_text};
 use crate::sys;
@@ -25,8 +26,9 @@ pub(super) const LAYOUT_LEN: usize = 256;
 const LAYOUT_VERSION: u32 = 1;
 /// How long opening waits for another process that is laying out the directory.
 const LAYOUT_WAIT: Duration = Duration::from_secs(10);
-/// Files a process keeps open besides its slots: layout, gate, notify and its wait file.
-const FIXED_FILES: usize = 4;
+/// Files a process keeps open besides its slots: layout, gate, notify, its wait file, and one
+/// kept for letting go of a slot (which opens the slot's file again).
+const FIXED_FILES: usize = 5;
 
 /// How a slot directory is laid out: permits per GPU and GPUs. Recorded in the directory by
 /// the first process that uses it; see the [module docs](crate::host).
@@ -213,35 +215,54 @@ pub(super) fn agree_on_layout(
     loop {
         match file.try_lock() {
             Ok(()) => {
-                // Nobody else uses the directory: its layout is ours to set, and the memory
-                // budget of its last users goes with them.
-                forget_budget(dir);
-                // Already ours (the usual case: the last users wanted the same, or a process
-                // of this run chose): nothing to write, and the descriptor budget is checked
-                // before the slots are opened.
                 let mut buf = [0u8; LAYOUT_LEN];
                 let recorded = sys::read_at_start(file, &mut buf)
                     .ok()
                     .and_then(|n| Layout::decode_tagged(&buf[..n]).ok().flatten());
-                let already = match (&run, recorded) {
-                    (None, Some((layout, _))) => layout == wanted,
-                    (Some(run), Some((_, Some(theirs)))) => *run == theirs,
-                    _ => false,
-                };
-                let written = if already {
-                    Ok(())
+                // Nobody holds the layout, but the directory is in use while any of its slots
+                // is locked: by a command that inherited it from a `run` killed since, its
+                // background jobs, a child forked without `exec`. Its layout then stays, and
+                // is adopted below.
+                let busy = slots_in_use(dir);
+                if let Some(busy) = busy {
+                    let _ = file.unlock();
+                    if recorded.is_none() {
+                        return Err(HostError::Directory(format!(
+                            "the layout file {} of slot directory {} is missing or unreadable \
+                             while {busy}; stop the processes that hold its slots (or let \
+                             them end) and the next process rewrites it, or set \
+                             GPU_TEST_PERMIT_DIR to another directory",
+                            path.display(),
+                            dir.display()
+                        )));
+                    }
                 } else {
-                    fd_budget(dir, wanted).and_then(|()| {
-                        sys::write_at(file, &wanted.encode_for(run.as_deref()), 0)
-                            .map_err(io_err(path))
-                    })
-                };
-                chose = run.is_some() && !already && written.is_ok();
-                wrote |= !already && written.is_ok();
-                // Not atomic: another process may set its layout in between; read it again
-                // under the shared lock below.
-                let _ = file.unlock();
-                written?;
+                    // Nobody else uses the directory: its layout is ours to set, and the
+                    // memory budget of its last users goes with them.
+                    forget_budget(dir);
+                    // Already ours (the usual case: the last users wanted the same, or a process
+                    // of this run chose): nothing to write, and the descriptor budget is checked
+                    // before the slots are opened.
+                    let already = match (&run, recorded) {
+                        (None, Some((layout, _))) => layout == wanted,
+                        (Some(run), Some((_, Some(theirs)))) => *run == theirs,
+                        _ => false,
+                    };
+                    let written = if already {
+                        Ok(())
+                    } else {
+                        fd_budget(dir, wanted).and_then(|()| {
+                            sys::write_at(file, &wanted.encode_for(run.as_deref()), 0)
+                                .map_err(io_err(path))
+                        })
+                    };
+                    chose = run.is_some() && !already && written.is_ok();
+                    wrote |= !already && written.is_ok();
+                    // Not atomic: another process may set its layout in between; read it again
+                    // under the shared lock below.
+                    let _ = file.unlock();
+                    written?;
+                }
             }
             Err(TryLockError::WouldBlock) => {}
             Err(TryLockError::Error(e)) => return Err(io_err(path)(e)),
@@ -299,6 +320,47 @@ pub(super) fn agree_on_layout(
     }
 }
 
+/// Whether a slot file of `dir` is locked, or may be (its lock cannot be probed): what says
+/// so, or `None` when every one is known to be free. Every `gpu0.slot<i>` file counts, not
+/// only those of the recorded layout.
+fn slots_in_use(dir: &Path) -> Option<String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => return Some(format!("its slot files cannot be listed ({e})")),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let is_slot = name.to_str().is_some_and(|n| {
+            n.strip_prefix("gpu0.slot")
+                .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+        });
+        if !is_slot {
+            continue;
+        }
+        let path = entry.path();
+        match probe_at(&path, Mode::Shared) {
+            Probe::Free => {}
+            // Removed since it was listed.
+            Probe::Unknown(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Probe::Locked => {
+                let by = sys::open_regular_for_reading(&path)
+                    .ok()
+                    .and_then(|f| sys::lock_owner(&f))
+                    .map(|pid| format!(" by pid {pid}"))
+                    .unwrap_or_default();
+                return Some(format!("slot file {} is locked{by}", path.display()));
+            }
+            Probe::Unknown(e) => {
+                return Some(format!(
+                    "whether slot file {} is locked cannot be told ({e})",
+                    path.display()
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// Makes sure this process may open the files of `layout` (raising the soft descriptor limit
 /// where the hard one allows), before any of them is created.
 pub(super) fn fd_budget(dir: &Path, layout: Layout) -> Result<(), HostError> {
@@ -316,13 +378,15 @@ pub(super) fn fd_budget_counted(
     sys::ensure_descriptors(needed, counted).map_err(|limits| {
         HostError::Descriptors(format!(
             "{layout} needs {needed} open files in every process using slot directory {}, but \
-             this process may open only {} more (descriptor limit {}, hard limit {}); lower \
-             REALIZAR_GPU_TEST_CONCURRENCY (or GPU_TEST_PERMIT_GPUS), or raise the limit \
-             (`ulimit -n`, or `nofile` in /etc/security/limits.conf)",
+             this process may open only {} more (descriptor limit {}, hard limit {}, of which \
+             {} are left free for the program itself); lower REALIZAR_GPU_TEST_CONCURRENCY (or \
+             GPU_TEST_PERMIT_GPUS), or raise the limit (`ulimit -n`, or `nofile` in \
+             /etc/security/limits.conf)",
             dir.display(),
             limits.available,
             limits.soft,
             limits.hard,
+            limits.headroom,
         ))
     })
 }

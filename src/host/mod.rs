@@ -47,7 +47,7 @@
 //!
 //! Only the order among waiters is judged from records; the cap is the slot locks themselves,
 //! so no record, forged or stale, can put more than N holders on a GPU. A process needs one
-//! descriptor per slot plus four; the soft descriptor limit is raised (up to the hard one) where
+//! descriptor per slot plus five; the soft descriptor limit is raised (up to the hard one) where
 //! that is not enough, and a layout that cannot fit is refused before any file is created. The
 //! process that lays the directory out makes every slot file; each process opens a slot's file
 //! at the slot's first use (making it, should it be missing), with a descriptor kept in reserve
@@ -80,7 +80,8 @@ pub use fit::Placement;
 pub const LIVE_MARGIN: u64 = crate::live::MARGIN;
 pub(crate) use fit::Topology;
 pub(crate) use inherit::{
-    InheritError, adopt_inherited, other_share_dir_in_use, share_dir, share_layout,
+    InheritError, adopt_inherited, let_other_users_probe, other_share_dir_in_use, share_dir,
+    share_layout,
 };
 pub use layout::Layout;
 pub(crate) use queue::GRACE;
@@ -125,6 +126,10 @@ pub(crate) struct HostSlots {
     held_back: parking_lot::Mutex<Option<String>>,
     /// Whether this process said that NVML stopped answering.
     said_stuck: AtomicBool,
+    /// The process that opened the slots. A child forked from it without `exec` shares its
+    /// open file descriptions, and with them their locks: it neither takes slots nor lets go
+    /// of the parent's ([`HostSlots::forked`]).
+    pid: u32,
 }
 
 /// A request waiting for slots, or the head of the queue, as a timed-out wait sees it.
@@ -279,6 +284,7 @@ impl HostSlots {
             warned_corrupt: AtomicBool::new(false),
             held_back: parking_lot::Mutex::new(None),
             said_stuck: AtomicBool::new(false),
+            pid: sys::pid(),
         };
         Ok((host, chose))
     }
@@ -300,6 +306,16 @@ impl HostSlots {
             .expect("a slot this process holds was opened to lock it")
     }
 
+    /// Whether this process is a child forked (without `exec`) from the one that opened the
+    /// slots. It shares the parent's open file descriptions: `flock` would grant it a lock the
+    /// parent holds through one of them, and an unlock through its copy would end the
+    /// parent's. So it takes no slots (its requests fail with [`HostError::Forked`]) and lets
+    /// go of none: the parent's permits that it drops stay held through its copies of their
+    /// descriptions until it exits, because whatever it started on the GPU is inside them.
+    pub(crate) fn forked(&self) -> bool {
+        sys::pid() != self.pid
+    }
+
     /// Takes `take.units` slots on each of `take.gpus` GPUs (every slot when
     /// `take.exclusive`), waiting until `deadline`. Returns the slot indices.
     pub(crate) fn acquire(
@@ -308,6 +324,19 @@ impl HostSlots {
         deadline: Option<Instant>,
         record: &HolderRecord,
     ) -> Result<Vec<usize>, HostWaitError> {
+        if self.forked() {
+            return Err(HostWaitError::Failed(HostError::Forked(format!(
+                "this process (pid {}) was forked without exec from pid {}, which opened the \
+                 slots of {}; it shares that process's open files and their locks, so it takes \
+                 no permit of its own. Take permits in a process started with exec \
+                 (std::process::Command), or take the permit before fork and use it in the \
+                 child: a permit held when the child was forked stays held until both have \
+                 let go of it",
+                sys::pid(),
+                self.pid,
+                self.dir.display()
+            ))));
+        }
         let mut turn = match deadline {
             None => self.acquire_lock.lock(),
             Some(d) => match self.acquire_lock.try_lock_until(d) {
@@ -702,9 +731,10 @@ impl HostSlots {
         budget::agree_on_budget(&self.dir, own)
     }
 
-    /// Frees slots held by this process.
+    /// Frees slots held by this process (nothing in a forked child: see
+    /// [`forked`](Self::forked)).
     pub(crate) fn release(&self, slots: &[usize]) {
-        if slots.is_empty() {
+        if slots.is_empty() || self.forked() {
             return;
         }
         self.slots.release(slots);

@@ -52,7 +52,8 @@ impl Slot {
     }
 }
 
-/// The descriptors kept for the slots not opened yet: one copy of `layout_file` per slot.
+/// The descriptors kept for the slots not opened yet, one copy of `layout_file` per slot, and
+/// one more for letting go of a slot ([`Slots::release`] opens the slot's file again).
 fn reserve(
     dir: &Path,
     layout: Layout,
@@ -60,7 +61,7 @@ fn reserve(
     slots: usize,
 ) -> Result<Vec<File>, HostError> {
     let path = dir.join("gpu0.layout");
-    (0..slots)
+    (0..=slots)
         .map(|_| counted(dir, layout, &path, || layout_file.try_clone()))
         .collect()
 }
@@ -179,8 +180,12 @@ impl Slots {
         }
     }
 
-    /// Gives back slots taken by a request that could not get all it asked for. Nothing was
-    /// written to them, and nobody is woken: the other waiters' own re-checks cover the moment.
+    /// Gives back slots taken by a request that could not get all it asked for (or locked
+    /// for a moment to see that they are free). Nothing was written to them, and nobody is
+    /// woken: the other waiters' own re-checks cover the moment. Unlocked rather than let go
+    /// ([`Slots::release`]): these descriptions never carried a grant, so no other process
+    /// works inside a permit through them (a child forked in those microseconds refuses
+    /// requests of its own).
     pub(super) fn unlock_unrecorded(&self, slots: &[usize]) {
         for &i in slots {
             let slot = &self.slots[i];
@@ -223,16 +228,47 @@ impl Slots {
         Ok(None)
     }
 
-    /// Frees slots held by this process: each holder record blanked, each lock let go.
+    /// Frees slots held by this process: each holder record blanked, and this process's
+    /// share in each lock let go ([`sys::let_go`]): the description that held it is closed,
+    /// never unlocked, because other processes may share it (a command the permit was passed
+    /// to, its background jobs, a child forked without `exec`), and their work is inside the
+    /// permit until they end. Where the slot file cannot be opened again (out of descriptors,
+    /// the directory removed), the slot stays held by this process until it exits, and says
+    /// so: never a lock ended under a process that shares it.
     pub(super) fn release(&self, slots: &[usize]) {
         let blank = [b' '; RECORD_LEN];
         for &i in slots {
             let slot = &self.slots[i];
             if let Some(file) = slot.opened() {
                 let _ = sys::write_at(file, &blank, 0);
-                // Unlocking can only fail for a descriptor that is not ours; the lock then
-                // dies with the process at the latest.
-                let _ = file.unlock();
+                let let_go = loop {
+                    match sys::let_go(file, &slot.path, self.shared) {
+                        // Out of descriptors: the copy kept for letting go makes room, or a
+                        // soft limit raised where the hard one allows.
+                        Err(e) if sys::is_too_many_open_files(&e) => {
+                            if self.reserve.lock().pop().is_some() {
+                                continue;
+                            }
+                            break fd_budget_counted(
+                                &self.dir,
+                                self.layout,
+                                sys::Counted::Exhausted,
+                            )
+                            .map_err(|_| e)
+                            .and_then(|()| sys::let_go(file, &slot.path, self.shared));
+                        }
+                        done => break done,
+                    }
+                };
+                if let Err(e) = let_go {
+                    crate::notice::line(&format!(
+                        "cannot let go of slot {} ({e}): it stays held by this process (pid \
+                         {}) until it exits, so that no process that shares its lock loses it",
+                        slot.path.display(),
+                        sys::pid()
+                    ));
+                    continue;
+                }
             }
             slot.held.store(false, Ordering::Release);
         }

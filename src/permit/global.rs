@@ -94,13 +94,21 @@ impl PermitPool {
         b.probe_budget = true;
         b.placement = cfg.placement;
         let host = HostSlots::open(&dir, layout).and_then(|host| {
-            if let Some(other) = crate::host::other_share_dir_in_use(&inherited.permit) {
+            crate::host::let_other_users_probe(&dir);
+            if let Some((other, unknown)) = crate::host::other_share_dir_in_use(&inherited.permit) {
+                let seen = match unknown {
+                    None => format!("{} is in use", other.display()),
+                    Some(why) => format!(
+                        "whether {} is in use cannot be told ({why}), so it counts as in use; \
+                         once no process uses it, its owner or root may remove it",
+                        other.display()
+                    ),
+                };
                 Err(HostError::Inherited(format!(
                     "processes of another user work inside the permit inherited through \
-                     {INHERITED_VAR} now ({} is in use), and each user's processes would \
-                     share its units apart from the others': run the processes inside one \
-                     permit as one user",
-                    other.display()
+                     {INHERITED_VAR} now ({seen}), and each user's processes would share its \
+                     units apart from the others': run the processes inside one permit as one \
+                     user"
                 )))
             } else if host.layout() == layout {
                 Ok(host)

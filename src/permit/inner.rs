@@ -285,7 +285,7 @@ impl PoolInner {
                 super::watchdog::unwatch(watch);
             }
             let end = pool.tracer.as_ref().map(|_| SystemTime::now());
-            if let Some(host) = &pool.host {
+            if let Some(host) = pool.host.as_ref().filter(|h| !h.forked()) {
                 // Stamped before the slots are free, so that no record shows this permit
                 // beside the next holder of its slots.
                 let recorded = detail

@@ -17,6 +17,39 @@ pub(super) fn coarse_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// Milliseconds of `CLOCK_BOOTTIME`: one clock for every process of the host, which neither
+/// a clock step nor NTP moves, and which counts time suspended.
+pub(super) fn boot_ms() -> Option<u64> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to write to.
+    (unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } == 0)
+        .then(|| ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000)
+}
+
+/// Space for `len` bytes from the start of `file`, allocated now without changing its length
+/// or contents (`fallocate` with `FALLOC_FL_KEEP_SIZE`): later writes within it do not need
+/// space the file system may no longer have.
+pub(super) fn reserve(file: &std::fs::File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `fallocate` on an open descriptor; it touches no memory of ours.
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            len as libc::off_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// The kernel thread id.
 pub(super) fn raw_thread_number() -> u64 {
     // SAFETY: gettid has no preconditions and cannot fail.

@@ -387,6 +387,39 @@ pub(crate) fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
     os::write_at(file, buf, offset)
 }
 
+/// Ends this process's share in the lock held through `file`'s open file description,
+/// without unlocking that description: `file` is made to refer to a new description of the
+/// file at `path` (which holds no lock) and the old one is closed here. Where nobody else
+/// shares the old description, that ends its lock; where somebody does (a command the permit
+/// was passed to and its background jobs, a child forked without `exec`), the lock stays
+/// theirs until they close it too. An unlock (`LOCK_UN`) would end it for all of them.
+///
+/// Fails, changing nothing, when the file cannot be opened again (out of descriptors, the
+/// directory removed).
+pub(crate) fn let_go(file: &File, path: &Path, shared_dir: bool) -> io::Result<()> {
+    os::let_go(file, path, shared_dir)
+}
+
+/// Lets every user enter (not list) directory `dir` and read `file` in it, so that other
+/// users' processes can probe the file's lock (Unix; only the owner can change modes, and a
+/// failure changes nothing). Nothing to do elsewhere.
+pub(crate) fn let_others_probe(dir: &Path, file: &Path) {
+    os::let_others_probe(dir, file)
+}
+
+/// Allocates space for the first `len` bytes of `file` without changing it, so that records
+/// written there later fit on a file system that has filled up since (Linux; elsewhere
+/// nothing is reserved).
+pub(crate) fn reserve(file: &File, len: u64) -> io::Result<()> {
+    kernel::reserve(file, len)
+}
+
+/// Milliseconds of a clock that every process of the host shares and no clock step moves
+/// (`CLOCK_BOOTTIME` on Linux), where there is one.
+pub(crate) fn boot_ms() -> Option<u64> {
+    kernel::boot_ms()
+}
+
 /// Reads up to `buf.len()` bytes at offset 0.
 pub(crate) fn read_at_start(file: &File, buf: &mut [u8]) -> io::Result<usize> {
     os::read_at_start(file, buf)
@@ -470,6 +503,9 @@ pub(crate) struct DescriptorLimits {
     pub(crate) soft: u64,
     /// The hard limit.
     pub(crate) hard: u64,
+    /// Descriptors left free for the program itself (its test, the GPU driver, pipes), not
+    /// counted in `available`.
+    pub(crate) headroom: u64,
 }
 
 /// What is taken to be open where the descriptors open in a process cannot be counted.

@@ -295,6 +295,47 @@ pub(super) fn write_at(file: &File, buf: &[u8], offset: u64) -> io::Result<()> {
     std::os::unix::fs::FileExt::write_all_at(file, buf, offset)
 }
 
+pub(super) fn let_others_probe(dir: &Path, file: &Path) {
+    let add = |path: &Path, bits: u32| {
+        if let Ok(meta) = std::fs::symlink_metadata(path)
+            && !meta.file_type().is_symlink()
+            && meta.mode() & bits != bits
+            && meta.uid() == effective_uid()
+        {
+            let mode = (meta.mode() | bits) & 0o7777;
+            let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+        }
+    };
+    add(dir, 0o011);
+    add(file, 0o044);
+}
+
+/// See [`super::let_go`]. Linux and Android replace the descriptor with `dup3` (close-on-exec
+/// set in the same call); elsewhere `dup2` clears the flag, and it is set again at once.
+pub(super) fn let_go(file: &File, path: &Path, shared_dir: bool) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (fresh, _) = open_lock_file(path, shared_dir)?;
+    let (from, to) = (fresh.as_raw_fd(), file.as_raw_fd());
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    // SAFETY: both are open descriptors of this process; `dup3` makes `to` name `from`'s
+    // description, closing `to`'s old one, in one step (no other thread can see `to` closed).
+    let rc = unsafe { libc::dup3(from, to, libc::O_CLOEXEC) };
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    // SAFETY: as above, with `dup2`; then the close-on-exec flag that `dup2` cleared.
+    let rc = unsafe {
+        let rc = libc::dup2(from, to);
+        if rc >= 0 {
+            libc::fcntl(to, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+        rc
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // `fresh` closes its own number; `to` keeps the new description.
+    Ok(())
+}
+
 pub(super) fn read_at_start(file: &File, buf: &mut [u8]) -> io::Result<usize> {
     std::os::unix::fs::FileExt::read_at(file, buf, 0)
 }
@@ -312,7 +353,9 @@ pub(super) fn ensure_descriptors(
     counted: Counted,
     open_descriptors: fn() -> u64,
 ) -> Result<(), DescriptorLimits> {
-    /// Left free for the program itself (its test, the GPU driver, pipes).
+    /// Left free for the program itself (its test, the GPU driver, pipes): 64, or a quarter
+    /// of a soft limit below 256, so that a small limit (`ulimit -n 64`) still leaves room for
+    /// the slots.
     const HEADROOM: u64 = 64;
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -335,7 +378,12 @@ pub(super) fn ensure_descriptors(
         libc::RLIM_INFINITY as u64,
     );
     let unlimited = |v: u64| v == infinity;
-    let least = (needed as u64).saturating_add(HEADROOM);
+    let headroom = if unlimited(soft) {
+        HEADROOM
+    } else {
+        HEADROOM.min(soft / 4)
+    };
+    let least = (needed as u64).saturating_add(headroom);
     if unlimited(soft)
         || (counted == Counted::IfTight && least.saturating_add(UNCOUNTED_SPARE) <= soft)
     {
@@ -361,9 +409,10 @@ pub(super) fn ensure_descriptors(
         }
     }
     Err(DescriptorLimits {
-        available: soft.saturating_sub(open).saturating_sub(HEADROOM),
+        available: soft.saturating_sub(open).saturating_sub(headroom),
         soft,
         hard,
+        headroom,
     })
 }
 

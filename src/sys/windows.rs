@@ -42,6 +42,14 @@ pub(super) fn open_lock_file(path: &Path, _shared_dir: bool) -> io::Result<(File
     Ok((file, len))
 }
 
+pub(super) fn let_others_probe(_dir: &Path, _file: &Path) {}
+
+/// See [`super::let_go`]: no process shares a handle's lock here (no `fork`, and permits
+/// are not passed on), so unlocking is letting go.
+pub(super) fn let_go(file: &File, _path: &Path, _shared_dir: bool) -> io::Result<()> {
+    file.unlock()
+}
+
 pub(super) fn open_private_file(_dir: &Path, _name: &str) -> Option<File> {
     None
 }

@@ -465,7 +465,7 @@ mod processes {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{err}");
         assert!(
-            err.contains("needs 1028 open files") && err.contains("ulimit -n"),
+            err.contains("needs 1029 open files") && err.contains("ulimit -n"),
             "{err}"
         );
         assert_eq!(
@@ -539,7 +539,7 @@ mod processes {
             if hard == soft {
                 assert!(!out.status.success(), "{err}");
                 assert!(
-                    err.contains("needs 12 open files") && err.contains("ulimit -n"),
+                    err.contains("needs 13 open files") && err.contains("ulimit -n"),
                     "{err}"
                 );
             } else {

@@ -3,6 +3,7 @@
 #![allow(missing_docs, unreachable_pub)]
 
 mod cap;
+mod cap_breaks;
 #[cfg(feature = "cuda")]
 mod capture;
 mod cli;

@@ -1,0 +1,448 @@
+//! The cap and the waits against descriptors that travel: each test is one way the cap or a
+//! wait was broken, named after it, with real processes (see `docs/protocol.md`, whose
+//! invariants these attack). The scenarios use the CLI (`hold`, `run`) and, where a process
+//! must use the library itself, [`break_client`] in a child of this test binary.
+
+#![cfg(unix)]
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpu_test_permit::host::{Layout, status};
+
+use crate::util::{Holder, bin, cli, tempdir};
+
+const LONG: Duration = Duration::from_secs(20);
+/// Set for [`break_client`]: what it does.
+const ROLE: &str = "GTP_BREAK_ROLE";
+const DIR: &str = "GTP_BREAK_DIR";
+
+/// Whether a process other than this one holds a lock on the file at `path` (probed through
+/// a description of this test's own).
+fn locked_elsewhere(path: &Path) -> bool {
+    let file = File::open(path).unwrap();
+    match file.try_lock() {
+        Ok(()) => {
+            file.unlock().unwrap();
+            false
+        }
+        Err(std::fs::TryLockError::WouldBlock) => true,
+        Err(std::fs::TryLockError::Error(e)) => panic!("{}: {e}", path.display()),
+    }
+}
+
+fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
+    let give_up = Instant::now() + LONG;
+    while !f() {
+        assert!(Instant::now() < give_up, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").unwrap();
+    out.flush().unwrap();
+}
+
+/// The library side of the tests below, in a child of this test binary; passes at once when
+/// run on its own.
+#[test]
+#[ignore = "a child of the tests in this module"]
+fn break_client() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let dir = PathBuf::from(std::env::var(DIR).unwrap());
+    let slot = dir.join("gpu0.slot0");
+    let pool = || crate::util::pool(&dir, 1);
+    match role.as_str() {
+        // A permit taken and returned, then fork: parent and child each ask for one.
+        "fork-request" => {
+            let pool = pool();
+            drop(pool.acquire());
+            // SAFETY: the child only calls the library, prints and leaves with `_exit`.
+            let pid = unsafe { libc::fork() };
+            let who = if pid == 0 { "child" } else { "parent" };
+            match pool.try_acquire_for(Duration::from_millis(500)) {
+                Ok(p) => {
+                    say(&format!("{who} granted"));
+                    std::thread::sleep(Duration::from_millis(300));
+                    drop(p);
+                }
+                Err(e) => say(&format!("{who} refused: {e}")),
+            }
+            if pid == 0 {
+                // SAFETY: leaves the forked child without running the parent's exit handlers.
+                unsafe { libc::_exit(0) };
+            }
+            reap(pid);
+        }
+        // A permit held, then fork: the child drops its copy of the guard and exits; the
+        // parent's slot must stay held.
+        "fork-drop" => {
+            let pool = pool();
+            let permit = pool.acquire();
+            // SAFETY: as above.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                drop(permit);
+                // SAFETY: as above.
+                unsafe { libc::_exit(0) };
+            }
+            reap(pid);
+            // A description of this process's own conflicts with the permit's as another
+            // process's would.
+            say(&format!(
+                "after the child dropped its copy: slot {}",
+                if locked_elsewhere(&slot) {
+                    "held"
+                } else {
+                    "free"
+                }
+            ));
+            drop(permit);
+        }
+        // A permit held, then fork: the parent returns it at once, the child works on in it
+        // for a while. Another process must not get the slot until the child has exited.
+        "fork-outlive" => {
+            let pool = pool();
+            let permit = pool.acquire();
+            // SAFETY: as above.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                std::thread::sleep(Duration::from_millis(800));
+                // SAFETY: as above.
+                unsafe { libc::_exit(0) };
+            }
+            drop(permit);
+            say(&format!(
+                "parent returned its permit while the child works: slot {}",
+                if locked_elsewhere(&slot) {
+                    "held"
+                } else {
+                    "free"
+                }
+            ));
+            reap(pid);
+            say(&format!(
+                "after the child exited: slot {}",
+                if locked_elsewhere(&slot) {
+                    "held"
+                } else {
+                    "free"
+                }
+            ));
+        }
+        // With every descriptor taken after the pool is made, one unit behind a stopped head
+        // that waits for two (N = 2, one unit held).
+        "out-of-descriptors" => {
+            let pool = crate::util::pool(&dir, 2);
+            let asked = Instant::now();
+            let taken = take_every_descriptor();
+            let got = pool.try_acquire_for(Duration::from_secs(6));
+            let took = asked.elapsed();
+            give_back(taken);
+            match got {
+                Ok(p) => say(&format!(
+                    "granted slot {:?} after {} ms",
+                    p.slots(),
+                    took.as_millis()
+                )),
+                Err(e) => say(&format!("refused after {} ms: {e}", took.as_millis())),
+            }
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn reap(pid: libc::pid_t) {
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+}
+
+/// Copies of standard error until the process may open no more descriptors, with the hard
+/// limit lowered to the soft one (so nothing can raise it).
+fn take_every_descriptor() -> Vec<i32> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: valid rlimit to read into and set from; dup of standard error.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_max = lim.rlim_cur;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    let mut taken = Vec::new();
+    loop {
+        // SAFETY: as above.
+        let fd = unsafe { libc::dup(2) };
+        if fd < 0 {
+            return taken;
+        }
+        taken.push(fd);
+    }
+}
+
+fn give_back(taken: Vec<i32>) {
+    for fd in taken {
+        // SAFETY: closes copies made by `take_every_descriptor`.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Runs [`break_client`] as `role` on `dir`; returns its standard output.
+fn client(role: &str, dir: &Path) -> String {
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    crate::util::clear_permit_env(&mut c);
+    let out = c
+        .args([
+            "--exact",
+            "cap_breaks::break_client",
+            "--nocapture",
+            "--include-ignored",
+            "--test-threads",
+            "1",
+        ])
+        .env(ROLE, role)
+        .env(DIR, dir)
+        .env("GPU_TEST_PERMIT_TIMEOUT", "30s")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Finding 1: `run -- sh -c '( job & ); exit'`. `run` returned its permit when its command
+/// exited by unlocking the slot's description, which the job shares; the next process was
+/// granted the slot while the job still worked inside the permit.
+#[test]
+fn a_background_job_of_runs_command_keeps_the_permit_after_run_returns() {
+    let dir = tempdir();
+    let job = dir.path().join("job");
+    let script = format!(
+        "( '{bin}' hold --for 30s >'{job}' 2>&1 </dev/null & ); \
+         while ! grep -q held '{job}'; do sleep 0.01; done; exit 0",
+        bin = bin().display(),
+        job = job.display()
+    );
+    let out = cli(dir.path(), 1)
+        .env("GPU_TEST_PERMIT_TIMEOUT", "30s")
+        .args(["run", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let held = std::fs::read_to_string(&job).unwrap();
+    let pid: libc::pid_t = held
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("pid="))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{held}"));
+    // `run` has returned; the job works on inside its permit.
+    let next = Holder::spawn({
+        let mut c = cli(dir.path(), 1);
+        c.arg("hold");
+        c
+    });
+    let early = next.held_within(Duration::from_millis(700));
+    // SAFETY: kill(2) on the job this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert!(
+        !early,
+        "another process was granted the slot while run's background job held it"
+    );
+    assert!(
+        next.held_within(LONG),
+        "the slot stayed taken after the job died"
+    );
+}
+
+/// Finding 2: after `fork` without `exec`, flock granted the child the lock its parent's
+/// description already held, and both held slot 0 at N = 1.
+#[test]
+fn a_child_forked_without_exec_takes_no_permit_of_its_own() {
+    let dir = tempdir();
+    let out = client("fork-request", dir.path());
+    assert!(out.contains("parent granted"), "{out}");
+    assert!(out.contains("child refused"), "{out}");
+    assert!(out.contains("forked without exec"), "{out}");
+}
+
+/// Finding 2: a forked child that dropped its copy of the parent's guard unlocked the
+/// parent's slot.
+#[test]
+fn a_forked_child_that_drops_its_copy_of_a_guard_leaves_the_parents_slot_held() {
+    let dir = tempdir();
+    let out = client("fork-drop", dir.path());
+    assert!(
+        out.contains("after the child dropped its copy: slot held"),
+        "{out}"
+    );
+}
+
+/// Finding 2: a permit held when a child was forked is the child's too; the parent's
+/// release leaves it held until the child has exited.
+#[test]
+fn a_permit_held_at_fork_stays_held_until_the_child_exits() {
+    let dir = tempdir();
+    let out = client("fork-outlive", dir.path());
+    assert!(
+        out.contains("parent returned its permit while the child works: slot held"),
+        "{out}"
+    );
+    assert!(out.contains("after the child exited: slot free"), "{out}");
+}
+
+/// `setpriv` to `nobody`, where this test runs as root and `nobody` can run the CLI.
+fn as_nobody() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let setpriv = "setpriv --reuid=65534 --regid=65534 --clear-groups";
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{setpriv} '{}' help", bin().display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then(|| setpriv.to_string())
+}
+
+/// Finding 3: a descendant of `run` that changes user shared `run`'s units through a share
+/// directory of its own, because the other user's private share directory could not be
+/// opened and "cannot open" was read as "not in use".
+#[test]
+fn a_second_user_inside_one_run_takes_no_units_beside_the_first() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(setpriv) = as_nobody() else {
+        eprintln!("not run: needs root, setpriv and a CLI that user nobody may run");
+        return;
+    };
+    let dir = tempdir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let slots = dir.path().join("slots");
+    let out = dir.path().join("out");
+    for d in [&slots, &out] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    }
+    let (a, b) = (out.join("a"), out.join("b"));
+    let script = format!(
+        "'{bin}' hold --for 3s >'{a}' 2>&1 </dev/null & \
+         while ! grep -q held '{a}'; do sleep 0.01; done; \
+         {setpriv} '{bin}' hold --for 1s >'{b}' 2>&1 </dev/null; wait",
+        bin = bin().display(),
+        a = a.display(),
+        b = b.display()
+    );
+    let run = cli(&slots, 1)
+        .env("GPU_TEST_PERMIT_TIMEOUT", "5s")
+        .args(["run", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (a, b) = (
+        std::fs::read_to_string(&a).unwrap(),
+        std::fs::read_to_string(&b).unwrap(),
+    );
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(a.contains("held"), "{a}\n{err}");
+    assert!(
+        !b.contains("held"),
+        "a second user held a unit beside the first inside a one-unit permit:\n{b}"
+    );
+    assert!(b.contains("another user"), "{b}");
+}
+
+/// Finding 4: `run` held slot 1 at N = 2 and was killed; its command kept the slot but
+/// nobody held the layout, so a process configured with N = 1 took the directory for unused,
+/// rewrote the layout and took slot 0: two holders under N = 1.
+#[test]
+fn the_layout_stays_while_a_killed_runs_command_holds_a_slot() {
+    let dir = tempdir();
+    let first = Holder::spawn({
+        let mut c = cli(dir.path(), 2);
+        c.arg("hold");
+        c
+    });
+    assert!(first.held_within(LONG));
+    let mut run = cli(dir.path(), 2)
+        .args(["run", "--", "sh", "-c", "echo $$; exec sleep 30"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(run.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let command: libc::pid_t = line.trim().parse().unwrap();
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let (status_first, _) = first.release();
+    assert!(status_first.success());
+    // Only the command holds a slot now (slot 1), and nobody the layout.
+    assert!(locked_elsewhere(&dir.path().join("gpu0.slot1")));
+    let second = Holder::spawn({
+        let mut c = cli(dir.path(), 1);
+        c.arg("hold");
+        c
+    });
+    let held = second.held_within(LONG);
+    let layout = status(dir.path()).unwrap().layout;
+    // SAFETY: kill(2) on the command this test started.
+    unsafe { libc::kill(command, libc::SIGKILL) };
+    assert!(held);
+    assert_eq!(
+        layout,
+        Some(Layout {
+            per_gpu: 2,
+            gpus: 1
+        }),
+        "the layout was rewritten while a slot was held"
+    );
+}
+
+/// Finding 5: a waiter out of descriptors probed the gate through a new open file; the open
+/// failed, "cannot probe" was read as "not locked", the stopped head was never judged, and
+/// the wait ran out its timeout with slot 1 free.
+#[test]
+fn a_waiter_out_of_descriptors_goes_past_a_stopped_head() {
+    let dir = tempdir();
+    let holder = Holder::spawn({
+        let mut c = cli(dir.path(), 2);
+        c.arg("hold");
+        c
+    });
+    assert!(holder.held_within(LONG));
+    // The head: two units, one free; it holds the gate and waits. Then it is stopped.
+    let head = Holder::spawn({
+        let mut c = cli(dir.path(), 2);
+        c.args(["hold", "--units", "2"]);
+        c
+    });
+    let gate = dir.path().join("gpu0.gate");
+    wait_for(|| locked_elsewhere(&gate), "the head to take the gate");
+    // SAFETY: kill(2) on the head this test started.
+    unsafe { libc::kill(head.child.id() as libc::pid_t, libc::SIGSTOP) };
+    let out = client("out-of-descriptors", dir.path());
+    // SAFETY: as above.
+    unsafe { libc::kill(head.child.id() as libc::pid_t, libc::SIGCONT) };
+    assert!(out.contains("granted slot [1]"), "{out}");
+}
