@@ -149,6 +149,26 @@ pub(crate) fn let_other_users_probe(dir: &std::path::Path) {
     sys::let_others_probe(dir, &dir.join("gpu0.layout"));
 }
 
+/// The slot directory that `dir` is a share directory in ([`share_dir`], nested as deep as
+/// `run`s inside `run`s go), or `dir` itself: the directory whose N is the host's.
+pub(crate) fn outermost_dir(dir: &std::path::Path) -> PathBuf {
+    let mut dir = dir;
+    while let (Some(name), Some(parent)) = (dir.file_name().and_then(|n| n.to_str()), dir.parent())
+    {
+        let is_share = name
+            .strip_prefix("gpu0.slot")
+            .and_then(|rest| rest.split_once(".inside"))
+            .is_some_and(|(index, _)| {
+                !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())
+            });
+        if !is_share {
+            break;
+        }
+        dir = parent;
+    }
+    dir.to_path_buf()
+}
+
 /// How the processes inside `permit` lay out their shared slots: as many as the parent holds
 /// on each of its GPUs, over those GPUs, for a shared permit; the parent's whole layout for an
 /// exclusive one.

@@ -329,6 +329,11 @@ fn slots_in_use(dir: &Path) -> Option<String> {
         Err(e) => return Some(format!("its slot files cannot be listed ({e})")),
     };
     for entry in entries.flatten() {
+        // Anything but a regular file at a slot's name is no slot anybody holds: every
+        // process refuses it (and the acquisition that meets it says so).
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
         let name = entry.file_name();
         let is_slot = name.to_str().is_some_and(|n| {
             n.strip_prefix("gpu0.slot")

@@ -80,8 +80,8 @@ pub use fit::Placement;
 pub const LIVE_MARGIN: u64 = crate::live::MARGIN;
 pub(crate) use fit::Topology;
 pub(crate) use inherit::{
-    InheritError, adopt_inherited, let_other_users_probe, other_share_dir_in_use, share_dir,
-    share_layout,
+    InheritError, adopt_inherited, let_other_users_probe, other_share_dir_in_use, outermost_dir,
+    share_dir, share_layout,
 };
 pub use layout::Layout;
 pub(crate) use queue::GRACE;

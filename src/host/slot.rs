@@ -142,15 +142,19 @@ impl Slots {
         if let Some(file) = slot.opened() {
             return Ok(file);
         }
+        let mut made_room = false;
         let file = loop {
             match sys::open_lock_file(&slot.path, self.shared) {
                 Ok(file) => {
-                    // Opened beside the reserve: give a copy back.
-                    drop(self.reserve.lock().pop());
+                    // Opened beside the reserve: give a copy back (unless one made room).
+                    if !made_room {
+                        drop(self.reserve.lock().pop());
+                    }
                     break file;
                 }
                 // Out of descriptors: a copy kept for this slot makes room.
                 Err(e) if sys::is_too_many_open_files(&e) => {
+                    made_room = true;
                     if self.reserve.lock().pop().is_none() {
                         break open_counted(&self.dir, self.layout, &slot.path, self.shared)?;
                     }

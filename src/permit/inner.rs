@@ -68,6 +68,27 @@ impl PoolInner {
         }
     }
 
+    /// The N (with the GPUs) and the slot directory that records and messages name. Inside a
+    /// permit inherited from `run`, those of the permit passed on and of the outermost slot
+    /// directory: the processes inside share a part of the host's units through a directory
+    /// of their own, whose N (the units `run` holds) is no N of the host, and which neither
+    /// `history` nor `auto` reads.
+    pub(super) fn named(&self) -> (Layout, Option<std::path::PathBuf>) {
+        match &self.inherited {
+            Some(inherited) => (
+                Layout {
+                    per_gpu: inherited.permit.per_gpu,
+                    gpus: inherited.permit.gpus,
+                },
+                Some(crate::host::outermost_dir(&inherited.permit.dir)),
+            ),
+            None => (
+                self.layout(),
+                self.host.as_ref().map(|h| h.dir().to_path_buf()),
+            ),
+        }
+    }
+
     /// Units of one GPU as N counts them; inside an inherited permit, N of the parent's slot
     /// directory (memory is converted with it).
     pub(super) fn units_per_gpu(&self) -> usize {

@@ -581,6 +581,7 @@ impl PermitPool {
         seat.thread
             .store(crate::sys::thread_number(), Ordering::Relaxed);
         if let Some(deadline) = inner.hold_timeout {
+            let (layout, slot_dir) = inner.named();
             let (test, thread) = match &detail {
                 Some(d) => (d.test.clone(), d.thread.clone()),
                 None => (crate::nextest::current_test_name(), thread_label()),
@@ -591,8 +592,8 @@ impl PermitPool {
                 exclusive,
                 units,
                 deadline,
-                layout: inner.layout(),
-                slot_dir: inner.host.as_ref().map(|h| h.dir().to_path_buf()),
+                layout,
+                slot_dir,
             });
             seat.watch.store(id, Ordering::Relaxed);
         }

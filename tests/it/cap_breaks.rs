@@ -446,3 +446,37 @@ fn a_waiter_out_of_descriptors_goes_past_a_stopped_head() {
     unsafe { libc::kill(head.child.id() as libc::pid_t, libc::SIGCONT) };
     assert!(out.contains("granted slot [1]"), "{out}");
 }
+
+/// Finding 6: a hold deadline that fired inside `run` (N = 4) recorded the hang with the N of
+/// the processes' share of `run`'s permit (N = 1), in their share directory, where neither
+/// `history` nor `auto` reads it.
+#[test]
+fn a_hang_inside_run_is_recorded_with_the_hosts_n_in_the_hosts_directory() {
+    let dir = tempdir();
+    let slots = dir.path().join("slots");
+    let script = format!(
+        "sleep 3 | GPU_TEST_PERMIT_HOLD_TIMEOUT=1s '{}' hold",
+        bin().display()
+    );
+    let out = cli(&slots, 4)
+        .args(["run", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("N = 4 permit(s) per GPU"), "{err}");
+    let hangs = gpu_test_permit::host::recorded_hangs(&slots);
+    assert_eq!(hangs.len(), 1, "{hangs:?}\n{err}");
+    assert_eq!((hangs[0].per_gpu, hangs[0].gpus), (4, 1), "{hangs:?}");
+    let share = std::fs::read_dir(&slots)
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().contains(".inside-"))
+        .expect("the share directory")
+        .path();
+    assert!(
+        gpu_test_permit::host::recorded_hangs(&share).is_empty(),
+        "a hang recorded in the share directory"
+    );
+}
