@@ -243,16 +243,37 @@ impl OldHang {
     }
 }
 
+/// How far past now a record's date may lie and still count: one dated later was written
+/// under a clock that was wrong then, or forged, and trusting it would rule its N out until
+/// that date plus [`TRUSTED_FOR`]. Such a record does not count (nor is it shown as too old).
+pub const FUTURE_SKEW: Duration = Duration::from_secs(3600);
+
+/// Whether a record dated `unix_ms` counts at `now_ms`: not older than [`TRUSTED_FOR`], and
+/// not dated past now by more than [`FUTURE_SKEW`]. The one rule for hang, casualty and
+/// history records.
+pub(crate) fn trusted_at(unix_ms: u64, now_ms: u64) -> bool {
+    !from_the_future(unix_ms, now_ms)
+        && now_ms.saturating_sub(unix_ms) <= TRUSTED_FOR.as_millis() as u64
+}
+
+/// Whether a record dated `unix_ms` lies past `now_ms` by more than [`FUTURE_SKEW`].
+pub(crate) fn from_the_future(unix_ms: u64, now_ms: u64) -> bool {
+    unix_ms > now_ms.saturating_add(FUTURE_SKEW.as_millis() as u64)
+}
+
 /// What `records` say at `now_unix_ms`: a record counts for [`TRUSTED_FOR`]; an older one
 /// counts only where a newer record confirms it (the same N or a smaller one hung since, which
 /// then rules out at least as much), and is otherwise reported as too old.
 pub fn advice(records: &[HangRecord], now_unix_ms: u64) -> HangAdvice {
-    let trusted_ms = TRUSTED_FOR.as_millis() as u64;
-    let recent = |r: &&HangRecord| now_unix_ms.saturating_sub(r.unix_ms) <= trusted_ms;
+    let recent = |r: &&HangRecord| trusted_at(r.unix_ms, now_unix_ms);
     let hung_at = records.iter().filter(recent).map(HangRecord::n).min();
     let too_old = records
         .iter()
-        .filter(|r| !recent(r) && hung_at.is_none_or(|h| r.n() < h))
+        .filter(|r| {
+            !recent(r)
+                && !from_the_future(r.unix_ms, now_unix_ms)
+                && hung_at.is_none_or(|h| r.n() < h)
+        })
         .map(HangRecord::n)
         .min()
         .map(|n| OldHang {
@@ -286,6 +307,18 @@ pub(crate) fn utc_date(unix_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A hang dated in the future (a clock that was wrong when it was written, or a forged
+    /// record) neither rules its N out nor shows as too old.
+    #[test]
+    fn a_hang_dated_in_the_future_is_not_trusted() {
+        let now = 100 * 86_400_000;
+        assert_eq!(advice(&[at(3, now)], now).hung_at, Some(3));
+        let future = advice(&[at(3, now + 10 * 86_400_000)], now);
+        assert_eq!((future.hung_at, future.too_old), (None, None));
+        let within = advice(&[at(3, now + FUTURE_SKEW.as_millis() as u64)], now);
+        assert_eq!(within.hung_at, Some(3));
+    }
 
     const DAY: u64 = 86_400_000;
 

@@ -97,7 +97,7 @@ use error::io_err;
 pub(crate) use layout::Want;
 use layout::{Agreed, agree_on_layout, fd_budget, peek};
 use lock::is_locked_at;
-use queue::{RECHECK, Waiting, Watch, head_liveness, wait_entries};
+use queue::{RECHECK, Waiting, Watch, head_liveness, read_head, wait_entries};
 use record::{RECORD_LEN, read_record, read_start};
 use slot::Slots;
 
@@ -262,6 +262,10 @@ impl HostSlots {
             ));
         }
         let (gate_path, gate) = open("gpu0.gate", layout)?;
+        if wrote {
+            // The head's record and heartbeat, while the disk has room for them.
+            let _ = sys::reserve(&gate, queue::RECORD_AND_BEAT);
+        }
         let (notify_path, notify) = open("gpu0.notify", layout)?;
         let slots = Slots::new(dir, layout, shared, &layout_file)?;
         if wrote {
@@ -416,8 +420,16 @@ impl HostSlots {
             }
             if gate && !gate_recorded {
                 // Who heads the queue, for the others to judge whether it can still take its
-                // turn, and for diagnostics.
+                // turn, and for diagnostics. The space was reserved when the gate was made
+                // (here too, for a gate an earlier version made), so that a full disk does
+                // not silence the head.
+                let _ = sys::reserve(&self.gate, queue::RECORD_AND_BEAT);
                 gate_recorded = sys::write_at(&self.gate, &record.encode(), 0).is_ok();
+            }
+            if gate {
+                // The head's sign of life, beside its record (its wait file's may not have
+                // found space).
+                Waiting::beat_gate(&self.gate);
             }
             // A watch armed just now: check once more, since a release between the check
             // above and the arming would otherwise go unseen.
@@ -432,9 +444,16 @@ impl HostSlots {
         // would let it go first and wait for the next change.
         let was_listed = waiting.listed;
         waiting.unlist();
+        // A grant through the gate that declares memory writes its records before it lets go
+        // of the gate: the next head weighs the memory its GPU's holders declared, and must
+        // find this one's declaration there (the others write theirs after, see below).
+        let recorded_under_gate = gate && record.memory.is_some() && result.is_ok();
+        if recorded_under_gate && let Ok(got) = &result {
+            self.write_records(got, record);
+        }
         if gate {
             if gate_recorded {
-                let _ = sys::write_at(&self.gate, &[b' '; RECORD_LEN], 0);
+                let _ = sys::write_at(&self.gate, &[b' '; queue::RECORD_AND_BEAT as usize], 0);
             }
             if let Err(e) = self.gate.unlock() {
                 if let Ok(got) = &result {
@@ -444,6 +463,8 @@ impl HostSlots {
             }
         }
         match &result {
+            // Written under the gate: wake whoever waits for it now that it is free.
+            Ok(_) if recorded_under_gate => self.notify(),
             // The holder's records, written now that the gate is free and this request off the
             // list: each write is a change to a slot file every waiter watches, so it also
             // wakes whoever waits for the gate or let this request go first.
@@ -638,12 +659,11 @@ impl HostSlots {
     /// began to wait, then by pid) that keeps its turn ([`Liveness::Active`]).
     fn older_waiter_first(&self, record: &HolderRecord) -> bool {
         let own = (record.since_unix_ms, record.pid);
-        let now = crate::clock::now_unix_ms();
         wait_entries(&self.dir).iter().any(|w| {
             let r = &w.record;
             r.pid != record.pid
                 && (r.since_unix_ms, r.pid) < own
-                && Liveness::judge(r.pid, w.beat_ms, now).keeps_turn()
+                && Liveness::judge(r.pid, w.beat_age_ms).keeps_turn()
         })
     }
 
@@ -656,7 +676,11 @@ impl HostSlots {
             *seen = None;
             return false;
         }
-        let record = read_record(&self.gate);
+        let head = read_head(&self.gate);
+        let (record, beat) = match head {
+            Some((record, beat)) => (Some(record), beat),
+            None => (None, None),
+        };
         if record.as_ref().is_some_and(|r| r.pid == std::process::id()) {
             return false;
         }
@@ -670,29 +694,36 @@ impl HostSlots {
             }
         };
         match record {
-            Some(record) => !self.head_liveness(&record, Some(first_seen)).keeps_turn(),
+            Some(record) => !self
+                .head_liveness(&record, beat, Some(first_seen))
+                .keeps_turn(),
             None => first_seen.elapsed() > GRACE,
         }
     }
 
-    /// How the head of the queue, recorded as `record`, stands: judged by its wait file's
-    /// heartbeat, or where it has none, by how long it has been seen (`first_seen`; when not
-    /// known, since it began to wait).
-    fn head_liveness(&self, record: &HolderRecord, first_seen: Option<Instant>) -> Liveness {
-        head_liveness(&self.dir, record, first_seen)
+    /// How the head of the queue, recorded as `record`, stands: judged by its heartbeat in the
+    /// gate (`beat`: its age) or else in its wait file, or where it has none, by how long it
+    /// has been seen (`first_seen`; when not known, since it began to wait).
+    fn head_liveness(
+        &self,
+        record: &HolderRecord,
+        beat: Option<i64>,
+        first_seen: Option<Instant>,
+    ) -> Liveness {
+        head_liveness(&self.dir, record, beat, first_seen)
     }
 
     /// The head of the queue as its gate record tells, when another process holds the gate and
     /// has recorded itself (a head that takes slots at once never writes one).
     fn head(&self) -> Option<WaitingRequest> {
-        let record = read_record(&self.gate)?;
+        let (record, beat) = read_head(&self.gate)?;
         // Probed through a description of its own: this process's gate description may hold
         // the gate for another of its threads.
         if record.pid == std::process::id() || !is_locked_at(&self.gate_path) {
             return None;
         }
         Some(WaitingRequest {
-            liveness: self.head_liveness(&record, None),
+            liveness: self.head_liveness(&record, beat, None),
             record,
             head: true,
         })
@@ -786,7 +817,6 @@ impl HostSlots {
             self.notify();
         }
         let mut waiting: Vec<WaitingRequest> = self.head().into_iter().collect();
-        let now = crate::clock::now_unix_ms();
         for entry in wait_entries(&self.dir) {
             let record = entry.record;
             if record.pid == std::process::id()
@@ -795,7 +825,7 @@ impl HostSlots {
                 continue;
             }
             waiting.push(WaitingRequest {
-                liveness: Liveness::judge(record.pid, entry.beat_ms, now),
+                liveness: Liveness::judge(record.pid, entry.beat_age_ms),
                 record,
                 head: false,
             });

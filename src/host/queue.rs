@@ -67,20 +67,19 @@ impl Liveness {
         self == Liveness::Active
     }
 
-    /// Judges process `pid` whose last heartbeat was at `beat_ms` (Unix milliseconds), now
-    /// being `now_ms`. A heartbeat from the future beyond the grace period (a forged one, or
-    /// a clock set back) counts as none.
-    pub(super) fn judge(pid: u32, beat_ms: u64, now_ms: u64) -> Liveness {
+    /// Judges process `pid` whose last heartbeat is `age_ms` old ([`beat_age_ms`]; negative:
+    /// from the future). A heartbeat from the future beyond the grace period (a forged one)
+    /// counts as none.
+    pub(super) fn judge(pid: u32, age_ms: i64) -> Liveness {
         if !sys::process_is_visible(pid) {
             return Liveness::Unseen;
         }
         if sys::process_is_stopped(pid) {
             return Liveness::Stopped;
         }
-        let grace = GRACE.as_millis() as u64;
-        let age = now_ms.saturating_sub(beat_ms);
-        if age > grace || beat_ms > now_ms.saturating_add(grace) {
-            Liveness::Silent(Duration::from_millis(age))
+        let grace = GRACE.as_millis() as i64;
+        if age_ms > grace || age_ms < -grace {
+            Liveness::Silent(Duration::from_millis(age_ms.unsigned_abs()))
         } else {
             Liveness::Active
         }
@@ -123,6 +122,8 @@ fn make_wait_file(dir: &Path, path: &Path) -> Option<std::fs::File> {
         let made = if sys::RENAMES_OPEN_FILES {
             let staging = dir.join(format!("{STAGING_PREFIX}{}", std::process::id()));
             let file = sys::open_lock_file(&staging, shared).ok()?;
+            // The record's and heartbeat's space, while the disk has it.
+            let _ = sys::reserve(&file, RECORD_AND_BEAT);
             (file.try_lock().is_ok() && std::fs::rename(&staging, path).is_ok()).then_some(file)
         } else {
             let file = sys::open_lock_file(path, shared).ok()?;
@@ -163,31 +164,72 @@ pub(super) fn sweep_wait_files(dir: &Path) {
     }
 }
 
-/// How the head of the queue of `dir`, recorded as `record`, stands; see
+/// How the head of the queue of `dir`, recorded as `record` in the gate with heartbeat
+/// `gate_beat` (the age of the one written after the record, if any), stands; see
 /// [`HostSlots::head_liveness`].
 pub(super) fn head_liveness(
     dir: &Path,
     record: &HolderRecord,
+    gate_beat: Option<i64>,
     first_seen: Option<Instant>,
 ) -> Liveness {
-    let now = crate::clock::now_unix_ms();
-    let beat = wait_entry(&dir.join(format!("{WAIT_PREFIX}{}", record.pid)))
-        .filter(|w| w.record.pid == record.pid)
-        .map(|w| w.beat_ms);
-    let beat = match (beat, first_seen) {
-        (Some(b), _) => b,
-        (None, Some(at)) => now.saturating_sub(at.elapsed().as_millis() as u64),
-        (None, None) => record.since_unix_ms,
+    let beat = gate_beat.or_else(|| {
+        wait_entry(&dir.join(format!("{WAIT_PREFIX}{}", record.pid)))
+            .filter(|w| w.record.pid == record.pid)
+            .map(|w| w.beat_age_ms)
+    });
+    let age = match (beat, first_seen) {
+        (Some(age), _) => age,
+        (None, Some(at)) => at.elapsed().as_millis() as i64,
+        (None, None) => wall_age_ms(record.since_unix_ms),
     };
-    Liveness::judge(record.pid, beat, now)
+    Liveness::judge(record.pid, age)
+}
+
+/// The head's record in the gate and the age of the heartbeat after it, if it wrote one.
+pub(super) fn read_head(gate: &File) -> Option<(HolderRecord, Option<i64>)> {
+    let raw = read_start(gate, RECORD_AND_BEAT as usize)?;
+    let record = HolderRecord::decode(&raw[..raw.len().min(RECORD_LEN)]).ok()??;
+    Some((record, raw.get(RECORD_LEN..).and_then(beat_age_ms)))
+}
+
+/// A heartbeat to write now: `b` and the milliseconds of the boot clock ([`sys::boot_ms`]),
+/// which every process of the host shares and no clock step moves; the wall clock's Unix
+/// milliseconds where there is no such clock.
+pub(super) fn beat_now() -> Vec<u8> {
+    let text = match sys::boot_ms() {
+        Some(ms) => format!("b{ms}"),
+        None => crate::clock::now_unix_ms().to_string(),
+    };
+    padded(text.into_bytes(), BEAT_LEN)
+}
+
+/// How many milliseconds ago heartbeat `raw` ([`beat_now`]) was written; negative when it
+/// is from the future. `None` for none, or one this process cannot read: a boot-clock beat
+/// where there is no boot clock, or anything else.
+pub(super) fn beat_age_ms(raw: &[u8]) -> Option<i64> {
+    let text = padded_text(raw).ok().flatten()?;
+    match text.strip_prefix('b') {
+        Some(boot) => {
+            let beat = boot.parse::<u64>().ok()?;
+            Some(sys::boot_ms()? as i64 - beat as i64)
+        }
+        // A wall-clock beat (an earlier version's, or a host without a boot clock).
+        None => text.parse::<u64>().ok().map(wall_age_ms),
+    }
+}
+
+/// How long ago Unix milliseconds `ms` were, by the wall clock.
+pub(super) fn wall_age_ms(ms: u64) -> i64 {
+    crate::clock::now_unix_ms() as i64 - ms as i64
 }
 
 /// A waiting request as its wait file tells: its record and its last heartbeat.
 pub(super) struct WaitEntry {
     pub(super) record: HolderRecord,
-    /// Unix milliseconds of the last heartbeat; a file without one (written by an earlier
-    /// version) counts from when the wait began.
-    pub(super) beat_ms: u64,
+    /// How long ago its last heartbeat was written ([`beat_age_ms`]); a file without one
+    /// counts from when the wait began.
+    pub(super) beat_age_ms: i64,
 }
 
 /// The waiting requests of live processes (locked wait files with a record in them), oldest
@@ -219,12 +261,14 @@ pub(super) fn wait_entry(path: &Path) -> Option<WaitEntry> {
     if !is_locked(&file) {
         return None;
     }
-    let beat_ms = raw
+    let beat_age_ms = raw
         .get(RECORD_LEN..)
-        .and_then(|b| padded_text(b).ok().flatten())
-        .and_then(|t| t.parse::<u64>().ok())
-        .unwrap_or(record.since_unix_ms);
-    Some(WaitEntry { record, beat_ms })
+        .and_then(beat_age_ms)
+        .unwrap_or_else(|| wall_age_ms(record.since_unix_ms));
+    Some(WaitEntry {
+        record,
+        beat_age_ms,
+    })
 }
 
 /// How this process waits for changes.
@@ -281,14 +325,19 @@ impl Waiting {
         self.beat();
     }
 
+    /// Renews the heartbeat of the head of the queue, written after its record in the gate
+    /// (whose space was reserved when it was made: a full disk does not silence the head).
+    pub(super) fn beat_gate(gate: &File) {
+        let _ = sys::write_at(gate, &beat_now(), RECORD_LEN as u64);
+    }
+
     /// Renews the heartbeat of the listed request: the sign of life by which the requests
     /// behind it judge that it can still use its turn ([`Liveness`]).
     pub(super) fn beat(&self) {
         if self.listed
             && let Some((_, file)) = &self.file
         {
-            let now = crate::clock::now_unix_ms().to_string().into_bytes();
-            let _ = sys::write_at(file, &padded(now, BEAT_LEN), RECORD_LEN as u64);
+            let _ = sys::write_at(file, &beat_now(), RECORD_LEN as u64);
         }
     }
 
@@ -333,5 +382,8 @@ impl Drop for Waiting {
 }
 
 pub(super) const WAIT_PREFIX: &str = "gpu0.wait.";
-/// Size of a wait file's heartbeat, written after its record.
-const BEAT_LEN: usize = 32;
+/// Size of a heartbeat, written after the record in a wait file and in the gate.
+pub(super) const BEAT_LEN: usize = 32;
+/// The space a wait file's or the gate's record and heartbeat take, reserved when the file
+/// is made ([`sys::reserve`]).
+pub(super) const RECORD_AND_BEAT: u64 = (RECORD_LEN + BEAT_LEN) as u64;

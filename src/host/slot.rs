@@ -282,7 +282,10 @@ impl Slots {
     /// open (what cannot be made is said by the acquisition that meets it).
     pub(super) fn make_every(&self) {
         for slot in &self.slots {
-            let _ = sys::open_lock_file(&slot.path, self.shared);
+            // With its holder record's space, while the disk has it.
+            if let Ok(file) = sys::open_lock_file(&slot.path, self.shared) {
+                let _ = sys::reserve(&file, RECORD_LEN as u64);
+            }
         }
     }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::layout::{LAYOUT_LEN, Layout};
 use super::lock::is_locked;
-use super::queue::{Liveness, WAIT_PREFIX, head_liveness, wait_entry};
+use super::queue::{Liveness, WAIT_PREFIX, head_liveness, read_head, wait_entry};
 use super::record::{HolderRecord, read_record, read_start};
 use crate::sys;
 
@@ -97,7 +97,6 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
         head: None,
     };
     let mut waiting = Vec::new();
-    let now = crate::clock::now_unix_ms();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
@@ -158,7 +157,7 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
                 })
             }
             None if held => waiting.extend(wait_entry(&path).map(|w| {
-                let liveness = Liveness::judge(w.record.pid, w.beat_ms, now);
+                let liveness = Liveness::judge(w.record.pid, w.beat_age_ms);
                 (w.record, liveness)
             })),
             // A killed waiter's leftover.
@@ -195,8 +194,8 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
     if let Ok(gate) = sys::open_regular_for_reading(&dir.join("gpu0.gate"))
         && is_locked(&gate)
     {
-        out.head = read_record(&gate).map(|request| {
-            let liveness = head_liveness(dir, &request, None);
+        out.head = read_head(&gate).map(|(request, beat)| {
+            let liveness = head_liveness(dir, &request, beat, None);
             QueueHead {
                 stopped: liveness == Liveness::Stopped,
                 liveness,

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use super::history::HistoryEntry;
-use crate::hangs::{HangRecord, TRUSTED_FOR};
+use crate::hangs::HangRecord;
 use crate::runs::CasualtyRecord;
 
 /// The N of a run with no history on its GPU: the seed, known safe on the GPU this crate was
@@ -117,7 +117,7 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
     };
     // A record counts against this GPU unless it is known to be of another.
     let applies = |run: Option<&str>| run.and_then(gpu_of).is_none_or(|g| g == gpu);
-    let trusted = |unix_ms: u64| now_ms.saturating_sub(unix_ms) <= TRUSTED_FOR.as_millis() as u64;
+    let trusted = |unix_ms: u64| crate::hangs::trusted_at(unix_ms, now_ms);
     let mut limit = ceiling;
     let mut limit_why: Option<String> = None;
     let mut rule_out = |n: usize, why: String| {
@@ -363,6 +363,7 @@ fn per_gpu(per_gpu: usize, gpus_then: usize, gpus: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::hangs::TRUSTED_FOR;
 
     const DAY: u64 = 86_400_000;
 
@@ -477,6 +478,48 @@ mod tests {
         let c = pick(&history, &[], 8, 2 * DAY);
         assert_eq!((c.per_gpu, c.step), (2, Step::Settle), "{c}");
         assert!(c.why.contains("seldom waited"), "{c}");
+    }
+
+    /// Finding 8: hang, casualty and history records dated in the future stayed trusted until
+    /// that date plus 30 days (a clock that was wrong when they were written, or forged ones).
+    #[test]
+    fn hang_casualty_and_history_records_dated_in_the_future_are_not_trusted() {
+        let now = 40 * DAY;
+        let later = now + 10 * DAY;
+        let history = [entry("a", 2, 2.0, 0.9, "", DAY * 39)];
+        let with =
+            |hangs: &[HangRecord], casualties: &[CasualtyRecord], history: &[HistoryEntry]| {
+                choose(&Inputs {
+                    history,
+                    hangs,
+                    casualties,
+                    gpu: "",
+                    gpus: 1,
+                    ceiling: 8,
+                    now_ms: now,
+                })
+            };
+        // Dated now, each rules N = 3 out; dated ten days from now, none does.
+        let mut h = hang("x", 3, now);
+        h.run = None;
+        assert_eq!(with(std::slice::from_ref(&h), &[], &history).per_gpu, 2);
+        h.unix_ms = later;
+        assert_eq!(with(&[h], &[], &history).per_gpu, 3);
+        let mut c: CasualtyRecord = serde_json::from_str(&format!(
+            r#"{{"unix_ms":{now},"run":"a","binary":"b","test":"t","per_gpu":3,"gpus":1,"units_beside":2,"beside":[]}}"#
+        ))
+        .unwrap();
+        assert_eq!(with(&[], std::slice::from_ref(&c), &history).per_gpu, 2);
+        c.unix_ms = later;
+        assert_eq!(with(&[], &[c], &history).per_gpu, 3);
+        // A history entry from the future: as if there were none (N = 2, where to start).
+        let future = [entry("a", 2, 2.0, 0.9, "", later)];
+        let c = with(&[], &[], &future);
+        assert_eq!(c, with(&[], &[], &[]), "{c}");
+        // Within the skew a record still counts.
+        let mut h = hang("x", 3, now + crate::hangs::FUTURE_SKEW.as_millis() as u64);
+        h.run = None;
+        assert_eq!(with(&[h], &[], &history).per_gpu, 2);
     }
 
     #[test]

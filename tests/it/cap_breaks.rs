@@ -419,6 +419,24 @@ fn the_layout_stays_while_a_killed_runs_command_holds_a_slot() {
     );
 }
 
+/// Stops process `pid`, a head that re-checks the free slot `free` now and then, at a moment
+/// when it does not hold that slot: one stopped in the microseconds of a try keeps the slot it
+/// had just locked (as a stopped holder keeps its permit).
+fn stop_between_tries(pid: u32, free: &Path) {
+    for _ in 0..50 {
+        // SAFETY: kill(2) on a process the test started.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
+        std::thread::sleep(Duration::from_millis(20));
+        if !locked_elsewhere(free) {
+            return;
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(pid as libc::pid_t, libc::SIGCONT) };
+        std::thread::sleep(Duration::from_millis(7));
+    }
+    panic!("the head held {} whenever it was stopped", free.display());
+}
+
 /// Finding 5: a waiter out of descriptors probed the gate through a new open file; the open
 /// failed, "cannot probe" was read as "not locked", the stopped head was never judged, and
 /// the wait ran out its timeout with slot 1 free.
@@ -439,8 +457,7 @@ fn a_waiter_out_of_descriptors_goes_past_a_stopped_head() {
     });
     let gate = dir.path().join("gpu0.gate");
     wait_for(|| locked_elsewhere(&gate), "the head to take the gate");
-    // SAFETY: kill(2) on the head this test started.
-    unsafe { libc::kill(head.child.id() as libc::pid_t, libc::SIGSTOP) };
+    stop_between_tries(head.child.id(), &dir.path().join("gpu0.slot1"));
     let out = client("out-of-descriptors", dir.path());
     // SAFETY: as above.
     unsafe { libc::kill(head.child.id() as libc::pid_t, libc::SIGCONT) };
@@ -478,5 +495,221 @@ fn a_hang_inside_run_is_recorded_with_the_hosts_n_in_the_hosts_directory() {
     assert!(
         gpu_test_permit::host::recorded_hangs(&share).is_empty(),
         "a hang recorded in the share directory"
+    );
+}
+
+/// A tmpfs of `size` bytes mounted on a directory of its own, unmounted on drop: a disk that
+/// fills up. Needs root (CI runs as root); `None` elsewhere.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount(size: &str) -> Option<SmallDisk> {
+        let dir = tempdir();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(SmallDisk { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file until the disk is full.
+    fn fill(&self) {
+        let mut f = File::create(self.path().join("filler")).unwrap();
+        let block = [0u8; 4096];
+        while f.write_all(&block).is_ok() {}
+        assert!(f.write_all(&block).is_err(), "the disk is full");
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Finding 7: the gate and wait files were made empty, so on a full disk the head could not
+/// write its record or heartbeat, lost its turn after a second, and a light request that came
+/// later was granted before the waiting 2-unit request; `status` showed nobody waiting.
+#[test]
+fn on_a_full_disk_the_head_of_the_queue_keeps_its_turn() {
+    let Some(disk) = SmallDisk::mount("512k") else {
+        eprintln!("not run: mounting a tmpfs needs root");
+        return;
+    };
+    let dir = disk.path().join("slots");
+    let hold = |args: &[&str]| {
+        let mut c = cli(&dir, 2);
+        c.arg("hold").args(args);
+        Holder::spawn(c)
+    };
+    let first = hold(&[]);
+    assert!(first.held_within(LONG));
+    disk.fill();
+    let head = hold(&["--units", "2"]);
+    let gate = dir.join("gpu0.gate");
+    wait_for(|| locked_elsewhere(&gate), "the head to take the gate");
+    let light = hold(&[]);
+    // Well past the grace after which a head that shows no sign of life loses its turn.
+    let light_early = light.held_within(Duration::from_millis(2500));
+    let seen = status(&dir).unwrap().head;
+    assert!(
+        !light_early,
+        "a light request went past the head of the queue on a full disk"
+    );
+    let seen = seen.expect("status shows the head of the queue");
+    assert_eq!(seen.request.pid, head.child.id());
+    assert_eq!(seen.request.units, 2);
+    drop(first.release());
+    assert!(head.held_within(LONG), "the head got its two units");
+    drop(head.release());
+    assert!(light.held_within(LONG));
+}
+
+/// Finding 8: with `ulimit -n 64` every pool was refused ("may open only 0 more") while
+/// about 60 descriptors were free: a fixed headroom of 64 was kept for the program.
+#[test]
+fn a_small_descriptor_limit_still_leaves_room_for_the_slots() {
+    let dir = tempdir();
+    let c = cli(dir.path(), 2);
+    let mut sh = Command::new("sh");
+    for (k, v) in c.get_envs() {
+        match v {
+            Some(v) => sh.env(k, v),
+            None => sh.env_remove(k),
+        };
+    }
+    let out = sh
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 64 && exec '{}' hold --for 1ms",
+            bin().display()
+        ))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("held"));
+    // Where the slots do not fit, the message says how many are kept for the program.
+    let out = Command::new("sh")
+        .envs(
+            cli(dir.path(), 64)
+                .get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
+        )
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 64 && exec '{}' hold --for 1ms",
+            bin().display()
+        ))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("left free for the program itself"), "{err}");
+}
+
+/// Finding 8: heartbeats were wall-clock times, so a head whose clock reads otherwise than
+/// the waiter's (a clock step between a beat and its reading, a process under another wall
+/// clock) looked silent or from the future, and lost its turn. The head here runs under
+/// `faketime` an hour ahead (its monotonic and boot clocks untouched).
+#[test]
+fn a_wall_clock_step_does_not_silence_the_head_of_the_queue() {
+    let faketime = Command::new("faketime")
+        .args(["-f", "+1h", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !faketime {
+        eprintln!("not run: needs faketime (apt-get install faketime)");
+        return;
+    }
+    let dir = tempdir();
+    let hold = |args: &[&str], ahead: bool| {
+        let c = cli(dir.path(), 2);
+        let mut cmd = if ahead {
+            let mut f = Command::new("faketime");
+            f.args(["-f", "+1h"]).arg(c.get_program());
+            f.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+            f
+        } else {
+            Command::new(c.get_program())
+        };
+        for (k, v) in c.get_envs() {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        cmd.arg("hold").args(args);
+        Holder::spawn(cmd)
+    };
+    let first = hold(&[], false);
+    assert!(first.held_within(LONG));
+    let head = hold(&["--units", "2"], true);
+    let gate = dir.path().join("gpu0.gate");
+    wait_for(|| locked_elsewhere(&gate), "the head to take the gate");
+    let light = hold(&[], false);
+    let light_early = light.held_within(Duration::from_millis(2500));
+    assert!(
+        !light_early,
+        "a light request went past a head whose wall clock reads an hour ahead"
+    );
+    drop(first.release());
+    assert!(head.held_within(LONG));
+    drop(head.release());
+    assert!(light.held_within(LONG));
+}
+
+/// Finding 8: a grant that declares memory wrote its declaration into its slots only after
+/// it let go of the gate, so the next head's memory check (NVML's free memory less what the
+/// holders declared) could miss it. The order of the system calls, logged by an LD_PRELOAD
+/// library (`tests/stub/lock_log.c`), shows the declaration written before the gate is let go.
+#[test]
+fn a_memory_declaration_is_written_before_the_gate_is_let_go() {
+    let dir = tempdir();
+    let lib = crate::stub::library_dir("lock_log", &["liblock_log.so"]);
+    let log = dir.path().join("log");
+    let slots = dir.path().join("slots");
+    let out = cli(&slots, 2)
+        .env("GPU_TEST_PERMIT_GPU_MEMORY", "2GiB")
+        .env("LD_PRELOAD", lib.join("liblock_log.so"))
+        .env("LOCK_LOG", &log)
+        .args(["hold", "--memory", "1GiB", "--for", "1ms"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let log = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let gate = format!("{}/gpu0.gate", slots.display());
+    // The grant's record: the first write of a record (`{`) into a slot file.
+    let record = lines
+        .iter()
+        .position(|l| l.starts_with("pwrite ") && l.contains("/gpu0.slot") && l.ends_with(" 0 {"))
+        .unwrap_or_else(|| panic!("no record written:\n{log}"));
+    // The gate let go (LOCK_UN = 8).
+    let unlock = lines
+        .iter()
+        .position(|l| *l == format!("flock {gate} 8"))
+        .unwrap_or_else(|| panic!("the gate was never let go:\n{log}"));
+    assert!(
+        record < unlock,
+        "the declaration was written after the gate was let go:\n{log}"
     );
 }
