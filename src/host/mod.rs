@@ -46,7 +46,12 @@
 //!    a change to files every waiter watches, which wakes them.
 //!
 //! Only the order among waiters is judged from records; the cap is the slot locks themselves,
-//! so no record, forged or stale, can put more than N holders on a GPU. A process needs one
+//! so no record, forged or stale, can put more than N holders on a GPU. What keeps the cap
+//! (who may share a lock's open file description, who may ever unlock one, when a directory
+//! counts as unused, what "cannot tell" means) is written down, with the code and the tests
+//! of each rule, in `docs/protocol.md`: a held slot is let go by closing this process's copy
+//! of its description, never by unlocking it (`slot.rs`), and a child forked without `exec`
+//! neither takes slots nor lets go of any ([`HostSlots::forked`]). A process needs one
 //! descriptor per slot plus five; the soft descriptor limit is raised (up to the hard one) where
 //! that is not enough, and a layout that cannot fit is refused before any file is created. The
 //! process that lays the directory out makes every slot file; each process opens a slot's file

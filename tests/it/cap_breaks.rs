@@ -89,6 +89,11 @@ fn break_client() {
             // SAFETY: as above.
             let pid = unsafe { libc::fork() };
             if pid == 0 {
+                // The forking thread's permit serves its nested requests in the child too.
+                match pool.try_acquire(gpu_test_permit::PermitKind::Shared) {
+                    Ok(nested) => say(&format!("child nested: {}", nested.is_nested())),
+                    Err(e) => say(&format!("child refused a nested request: {e}")),
+                }
                 drop(permit);
                 // SAFETY: as above.
                 unsafe { libc::_exit(0) };
@@ -289,6 +294,7 @@ fn a_child_forked_without_exec_takes_no_permit_of_its_own() {
 fn a_forked_child_that_drops_its_copy_of_a_guard_leaves_the_parents_slot_held() {
     let dir = tempdir();
     let out = client("fork-drop", dir.path());
+    assert!(out.contains("child nested: true"), "{out}");
     assert!(
         out.contains("after the child dropped its copy: slot held"),
         "{out}"
