@@ -170,14 +170,19 @@ fn implausible_budget(bytes: u64) -> &'static str {
     }
 }
 
-/// Blanks the budget record of a directory nobody uses (its users' budget goes with them). A
+/// Blanks the budget record of a directory nobody uses (its users' budget goes with them),
+/// unless `in_use` finds a slot of it held (see `agree_on_layout`). A
 /// blank record rather than none: in a sticky shared directory only its owner could remove it.
 /// Anything but a regular file at its name is left alone (without blocking on a FIFO): the
 /// next process to use the directory names it.
-pub(super) fn forget_budget(dir: &Path) {
+pub(super) fn forget_budget(dir: &Path, in_use: impl FnOnce() -> bool) {
     let path = dir.join(BUDGET_FILE);
     if let Ok(file) = sys::open_regular_for_reading(&path) {
         drop(file);
+        // Its users are still there, holding slots without the layout.
+        if in_use() {
+            return;
+        }
         if let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) {
             let _ = sys::write_at(&file, &[b' '; BUDGET_LEN], 0);
         }

@@ -221,48 +221,50 @@ pub(super) fn agree_on_layout(
                     .and_then(|n| Layout::decode_tagged(&buf[..n]).ok().flatten());
                 // Nobody holds the layout, but the directory is in use while any of its slots
                 // is locked: by a command that inherited it from a `run` killed since, its
-                // background jobs, a child forked without `exec`. Its layout then stays, and
-                // is adopted below.
-                let busy = slots_in_use(dir);
-                if let Some(busy) = busy {
-                    let _ = file.unlock();
+                // background jobs, a child forked without `exec`. Its layout then stays (it is
+                // adopted below), and so does its memory budget. Looked at only where it
+                // matters: the usual process finds the layout it wants and no budget.
+                let already = match (&run, &recorded) {
+                    (None, Some((layout, _))) => *layout == wanted,
+                    (Some(run), Some((_, Some(theirs)))) => run == theirs,
+                    _ => false,
+                };
+                let mut busy = None;
+                let mut in_use = || busy.get_or_insert_with(|| slots_in_use(dir)).is_some();
+                // The memory budget of its last users goes with them.
+                forget_budget(dir, &mut in_use);
+                let written = if already {
+                    // Already ours (the last users wanted the same, or a process of this run
+                    // chose): nothing to write, and the descriptor budget is checked before
+                    // the slots are opened.
+                    Ok(())
+                } else if in_use() {
                     if recorded.is_none() {
+                        let _ = file.unlock();
                         return Err(HostError::Directory(format!(
                             "the layout file {} of slot directory {} is missing or unreadable \
-                             while {busy}; stop the processes that hold its slots (or let \
-                             them end) and the next process rewrites it, or set \
-                             GPU_TEST_PERMIT_DIR to another directory",
+                             while {}; stop the processes that hold its slots (or let them \
+                             end) and the next process rewrites it, or set GPU_TEST_PERMIT_DIR \
+                             to another directory",
                             path.display(),
-                            dir.display()
+                            dir.display(),
+                            busy.flatten().unwrap_or_default()
                         )));
                     }
+                    Ok(())
                 } else {
-                    // Nobody else uses the directory: its layout is ours to set, and the
-                    // memory budget of its last users goes with them.
-                    forget_budget(dir);
-                    // Already ours (the usual case: the last users wanted the same, or a process
-                    // of this run chose): nothing to write, and the descriptor budget is checked
-                    // before the slots are opened.
-                    let already = match (&run, recorded) {
-                        (None, Some((layout, _))) => layout == wanted,
-                        (Some(run), Some((_, Some(theirs)))) => *run == theirs,
-                        _ => false,
-                    };
-                    let written = if already {
-                        Ok(())
-                    } else {
-                        fd_budget(dir, wanted).and_then(|()| {
-                            sys::write_at(file, &wanted.encode_for(run.as_deref()), 0)
-                                .map_err(io_err(path))
-                        })
-                    };
-                    chose = run.is_some() && !already && written.is_ok();
-                    wrote |= !already && written.is_ok();
-                    // Not atomic: another process may set its layout in between; read it again
-                    // under the shared lock below.
-                    let _ = file.unlock();
-                    written?;
-                }
+                    let written = fd_budget(dir, wanted).and_then(|()| {
+                        sys::write_at(file, &wanted.encode_for(run.as_deref()), 0)
+                            .map_err(io_err(path))
+                    });
+                    chose = run.is_some() && written.is_ok();
+                    wrote |= written.is_ok();
+                    written
+                };
+                // Not atomic: another process may set its layout in between; read it again
+                // under the shared lock below.
+                let _ = file.unlock();
+                written?;
             }
             Err(TryLockError::WouldBlock) => {}
             Err(TryLockError::Error(e)) => return Err(io_err(path)(e)),
