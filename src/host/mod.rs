@@ -51,7 +51,7 @@
 //! counts as unused, what "cannot tell" means) is written down, with the code and the tests
 //! of each rule, in `docs/protocol.md`: a held slot is let go by closing this process's copy
 //! of its description, never by unlocking it (`slot.rs`), and a child forked without `exec`
-//! neither takes slots nor lets go of any ([`HostSlots::forked`]). A process needs one
+//! neither takes slots nor lets go of any (`HostSlots::forked`). A process needs one
 //! descriptor per slot plus five; the soft descriptor limit is raised (up to the hard one) where
 //! that is not enough, and a layout that cannot fit is refused before any file is created. The
 //! process that lays the directory out makes every slot file; each process opens a slot's file
