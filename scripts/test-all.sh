@@ -103,4 +103,5 @@ calls=$(wc -l < "$stub/cuinit-calls")
 echo "== CUDA probes in a nextest run of $(grep -c '^fn ' example-suite/tests/cuda.rs) test processes: $calls"
 [ "$calls" -eq 1 ] || { echo "expected exactly one CUDA probe in the run"; exit 1; }
 
+scripts/chaos.sh --ci  # the adversary: seeded scenarios that try to break the cap (docs/adversary.md)
 RUSTFLAGS="--cfg loom" cargo test --release --target-dir target/loom --test loom
