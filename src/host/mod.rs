@@ -376,6 +376,7 @@ impl HostSlots {
     ) -> Result<Vec<usize>, HostWaitError> {
         let mut gate = false;
         let mut gate_recorded = false;
+        let mut gate_beat: Option<Instant> = None;
         let mut said_memory = false;
         let mut head_seen = None;
         let result = loop {
@@ -431,10 +432,12 @@ impl HostSlots {
                 let _ = sys::reserve(&self.gate, queue::RECORD_AND_BEAT);
                 gate_recorded = sys::write_at(&self.gate, &record.encode(), 0).is_ok();
             }
-            if gate {
+            if gate && gate_beat.is_none_or(|at| at.elapsed() >= queue::GATE_BEAT) {
                 // The head's sign of life, beside its record (its wait file's may not have
-                // found space).
+                // found space). Now and then only: every waiter watches the gate, the head
+                // included, and each write wakes them all.
                 Waiting::beat_gate(&self.gate);
+                gate_beat = Some(Instant::now());
             }
             // A watch armed just now: check once more, since a release between the check
             // above and the arming would otherwise go unseen.

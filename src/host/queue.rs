@@ -173,11 +173,15 @@ pub(super) fn head_liveness(
     gate_beat: Option<i64>,
     first_seen: Option<Instant>,
 ) -> Liveness {
-    let beat = gate_beat.or_else(|| {
-        wait_entry(&dir.join(format!("{WAIT_PREFIX}{}", record.pid)))
-            .filter(|w| w.record.pid == record.pid)
-            .map(|w| w.beat_age_ms)
-    });
+    // The fresher of the two: the gate's is renewed less often, the wait file's may have found
+    // no space.
+    let listed = wait_entry(&dir.join(format!("{WAIT_PREFIX}{}", record.pid)))
+        .filter(|w| w.record.pid == record.pid)
+        .map(|w| w.beat_age_ms);
+    let beat = match (gate_beat, listed) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let age = match (beat, first_seen) {
         (Some(age), _) => age,
         (None, Some(at)) => at.elapsed().as_millis() as i64,
@@ -382,6 +386,10 @@ impl Drop for Waiting {
 }
 
 pub(super) const WAIT_PREFIX: &str = "gpu0.wait.";
+/// How often the head of the queue renews its heartbeat in the gate: well within [`GRACE`],
+/// and seldom, because every write to the gate wakes every waiter (the head included).
+pub(super) const GATE_BEAT: Duration = Duration::from_millis(200);
+
 /// Size of a heartbeat, written after the record in a wait file and in the gate.
 pub(super) const BEAT_LEN: usize = 32;
 /// The space a wait file's or the gate's record and heartbeat take, reserved when the file

@@ -719,3 +719,45 @@ fn a_memory_declaration_is_written_before_the_gate_is_let_go() {
         "the declaration was written after the gate was let go:\n{log}"
     );
 }
+
+/// CPU time (user and system) process `pid` has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Past the command name, which may hold spaces: fields 14 and 15 of the line.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// The head of the queue renews a heartbeat beside its record in the gate, which every waiter
+/// watches, the head included: renewed at every wake-up, each write woke the head again, and
+/// it spun (two thirds of a core). A waiting head sleeps.
+#[test]
+#[cfg(target_os = "linux")]
+fn the_head_of_the_queue_sleeps_while_it_waits() {
+    let dir = tempdir();
+    let first = Holder::spawn({
+        let mut c = cli(dir.path(), 2);
+        c.arg("hold");
+        c
+    });
+    assert!(first.held_within(LONG));
+    let head = Holder::spawn({
+        let mut c = cli(dir.path(), 2);
+        c.args(["hold", "--units", "2"]);
+        c
+    });
+    let gate = dir.path().join("gpu0.gate");
+    wait_for(|| locked_elsewhere(&gate), "the head to take the gate");
+    let before = cpu_ticks(head.child.id());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = cpu_ticks(head.child.id()) - before;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    assert!(
+        used * 10 < 2 * hz,
+        "the waiting head used {used} ticks of CPU in 2 s ({hz} a second)"
+    );
+    drop(first.release());
+    assert!(head.held_within(LONG));
+}
