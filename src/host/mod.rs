@@ -310,8 +310,10 @@ impl HostSlots {
     /// The open file of slot `index`, whose description holds the slot's lock while this
     /// process holds the slot (for passing a held permit on to a command).
     pub(crate) fn slot_file(&self, index: usize) -> &File {
-        self.slots[index]
-            .opened()
+        let slot = &self.slots[index];
+        // Another process will share its description: it is let go, never unlocked.
+        slot.pass_on();
+        slot.opened()
             .expect("a slot this process holds was opened to lock it")
     }
 

@@ -112,6 +112,43 @@ pub(crate) fn pid() -> u32 {
     pid
 }
 
+/// How many times this process has forked (`fork` without a new process image: the child
+/// shares every open file description) since [`watch_forks`] was first called. A lock taken
+/// when this read `n`, and let go when it still reads `n`, was shared with no child made by
+/// `fork`: a child forked before the lock shares the description, but held no permit through
+/// it. Always 0 where there is no `fork`.
+pub(crate) fn forks() -> u64 {
+    #[cfg(unix)]
+    {
+        FORKS.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    #[cfg(not(unix))]
+    {
+        0
+    }
+}
+
+#[cfg(unix)]
+static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Starts counting this process's forks ([`forks`]), once: an `atfork` handler that runs in
+/// the parent after each `fork` (after the child exists, so that a count read before a lock
+/// is taken misses no fork that copied the lock).
+pub(crate) fn watch_forks() {
+    #[cfg(unix)]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        extern "C" fn forked() {
+            // Async-signal-safe: one atomic add.
+            FORKS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        ONCE.call_once(|| {
+            // SAFETY: registers a handler that only adds to an atomic.
+            unsafe { libc::pthread_atfork(None, Some(forked), None) };
+        });
+    }
+}
+
 /// Calls of [`pid`] that ask the kernel before it caches the answer.
 const PID_ASKED: u32 = 8;
 
