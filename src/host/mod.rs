@@ -431,8 +431,15 @@ impl HostSlots {
                 // turn, and for diagnostics. The space was reserved when the gate was made
                 // (here too, for a gate an earlier version made), so that a full disk does
                 // not silence the head.
+                // With the first heartbeat, in one write: each write to the gate wakes every
+                // waiter.
                 let _ = sys::reserve(&self.gate, queue::RECORD_AND_BEAT);
-                gate_recorded = sys::write_at(&self.gate, &record.encode(), 0).is_ok();
+                let mut head = record.encode();
+                head.extend_from_slice(&queue::beat_now());
+                gate_recorded = sys::write_at(&self.gate, &head, 0).is_ok();
+                if gate_recorded {
+                    gate_beat = Some(Instant::now());
+                }
             }
             if gate && gate_beat.is_none_or(|at| at.elapsed() >= queue::GATE_BEAT) {
                 // The head's sign of life, beside its record (its wait file's may not have
