@@ -35,8 +35,9 @@ pub(super) struct Slot {
     /// Held by a permit of this process: the lock belongs to the shared open file, so the
     /// kernel would grant it again to another thread of ours.
     pub(super) held: AtomicBool,
-    /// [`sys::forks`] as read just before the lock was taken.
-    forks: AtomicU64,
+    /// [`sys::forks`] as read just before the lock was taken: begun and finished.
+    forks_begun: AtomicU64,
+    forks_finished: AtomicU64,
     /// Whether the held lock's description was passed on to a command (`pass_to`).
     passed: AtomicBool,
 }
@@ -47,7 +48,8 @@ impl Slot {
             path,
             file: OnceLock::new(),
             held: AtomicBool::new(false),
-            forks: AtomicU64::new(0),
+            forks_begun: AtomicU64::new(0),
+            forks_finished: AtomicU64::new(0),
             passed: AtomicBool::new(false),
         }
     }
@@ -58,9 +60,13 @@ impl Slot {
     }
 
     /// Whether another process may share the held lock's description: it was passed on, or
-    /// this process has forked since the lock was taken.
+    /// this process has forked since the lock was taken, or is forking now.
     fn may_be_shared(&self) -> bool {
-        self.passed.load(Ordering::Acquire) || sys::forks() != self.forks.load(Ordering::Acquire)
+        let (begun, finished) = sys::forks();
+        self.passed.load(Ordering::Acquire)
+            || begun != finished
+            || begun != self.forks_begun.load(Ordering::Acquire)
+            || finished != self.forks_finished.load(Ordering::Acquire)
     }
 
     /// The slot's file, if this process has opened it: always for a slot it holds.
@@ -193,10 +199,11 @@ impl Slots {
         let file = self.file_now(i)?;
         // Read before the lock is taken: a fork after it counts.
         sys::watch_forks();
-        let forks = sys::forks();
+        let (begun, finished) = sys::forks();
         match file.try_lock() {
             Ok(()) => {
-                slot.forks.store(forks, Ordering::Release);
+                slot.forks_begun.store(begun, Ordering::Release);
+                slot.forks_finished.store(finished, Ordering::Release);
                 slot.passed.store(false, Ordering::Release);
                 slot.held.store(true, Ordering::Release);
                 Ok(true)

@@ -112,39 +112,48 @@ pub(crate) fn pid() -> u32 {
     pid
 }
 
-/// How many times this process has forked (`fork` without a new process image: the child
-/// shares every open file description) since [`watch_forks`] was first called. A lock taken
-/// when this read `n`, and let go when it still reads `n`, was shared with no child made by
-/// `fork`: a child forked before the lock shares the description, but held no permit through
-/// it. Always 0 where there is no `fork`.
-pub(crate) fn forks() -> u64 {
+/// How many forks this process has begun and finished (`fork` without a new process image:
+/// the child shares every open file description) since [`watch_forks`] was first called, as
+/// `(begun, finished)`. A lock taken after reading `f`, and let go when this reads `f` again,
+/// was copied into no child made by `fork` while it was held: a fork whose child was made in
+/// between changed one of the counts, or is still under way (begun and finished differ).
+/// Always `(0, 0)` where there is no `fork`.
+pub(crate) fn forks() -> (u64, u64) {
     #[cfg(unix)]
     {
-        FORKS.load(std::sync::atomic::Ordering::SeqCst)
+        use std::sync::atomic::Ordering::SeqCst;
+        // Finished first: a fork that finishes between the two reads shows as under way.
+        let finished = FORKS_FINISHED.load(SeqCst);
+        (FORKS_BEGUN.load(SeqCst), finished)
     }
     #[cfg(not(unix))]
     {
-        0
+        (0, 0)
     }
 }
 
 #[cfg(unix)]
-static FORKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FORKS_BEGUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+#[cfg(unix)]
+static FORKS_FINISHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Starts counting this process's forks ([`forks`]), once: an `atfork` handler that runs in
-/// the parent after each `fork` (after the child exists, so that a count read before a lock
-/// is taken misses no fork that copied the lock).
+/// Starts counting this process's forks ([`forks`]), once: `atfork` handlers that count a
+/// fork as begun before the child is made and as finished in the parent after.
 pub(crate) fn watch_forks() {
     #[cfg(unix)]
     {
+        use std::sync::atomic::Ordering::SeqCst;
         static ONCE: std::sync::Once = std::sync::Once::new();
-        extern "C" fn forked() {
+        extern "C" fn begun() {
             // Async-signal-safe: one atomic add.
-            FORKS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            FORKS_BEGUN.fetch_add(1, SeqCst);
+        }
+        extern "C" fn finished() {
+            FORKS_FINISHED.fetch_add(1, SeqCst);
         }
         ONCE.call_once(|| {
-            // SAFETY: registers a handler that only adds to an atomic.
-            unsafe { libc::pthread_atfork(None, Some(forked), None) };
+            // SAFETY: registers handlers that only add to atomics.
+            unsafe { libc::pthread_atfork(Some(begun), Some(finished), None) };
         });
     }
 }
