@@ -425,6 +425,22 @@ fn the_layout_stays_while_a_killed_runs_command_holds_a_slot() {
     );
 }
 
+/// At N = 2 in `dir`: a `hold` of one unit, granted, and a `hold --units 2` behind it that
+/// heads the queue (holds the gate) and waits.
+fn holder_and_waiting_head(dir: &Path) -> (Holder, Holder) {
+    let hold = |args: &[&str]| {
+        let mut c = cli(dir, 2);
+        c.arg("hold").args(args);
+        Holder::spawn(c)
+    };
+    let holder = hold(&[]);
+    assert!(holder.held_within(LONG));
+    let head = hold(&["--units", "2"]);
+    let gate = dir.join("gpu0.gate");
+    wait_for(|| locked_elsewhere(&gate), "the head to take the gate");
+    (holder, head)
+}
+
 /// Stops process `pid`, a head that re-checks the free slot `free` now and then, at a moment
 /// when it does not hold that slot: one stopped in the microseconds of a try keeps the slot it
 /// had just locked (as a stopped holder keeps its permit).
@@ -449,20 +465,8 @@ fn stop_between_tries(pid: u32, free: &Path) {
 #[test]
 fn a_waiter_out_of_descriptors_goes_past_a_stopped_head() {
     let dir = tempdir();
-    let holder = Holder::spawn({
-        let mut c = cli(dir.path(), 2);
-        c.arg("hold");
-        c
-    });
-    assert!(holder.held_within(LONG));
     // The head: two units, one free; it holds the gate and waits. Then it is stopped.
-    let head = Holder::spawn({
-        let mut c = cli(dir.path(), 2);
-        c.args(["hold", "--units", "2"]);
-        c
-    });
-    let gate = dir.path().join("gpu0.gate");
-    wait_for(|| locked_elsewhere(&gate), "the head to take the gate");
+    let (_holder, head) = holder_and_waiting_head(dir.path());
     stop_between_tries(head.child.id(), &dir.path().join("gpu0.slot1"));
     let out = client("out-of-descriptors", dir.path());
     // SAFETY: as above.
@@ -736,19 +740,7 @@ fn cpu_ticks(pid: u32) -> u64 {
 #[cfg(target_os = "linux")]
 fn the_head_of_the_queue_sleeps_while_it_waits() {
     let dir = tempdir();
-    let first = Holder::spawn({
-        let mut c = cli(dir.path(), 2);
-        c.arg("hold");
-        c
-    });
-    assert!(first.held_within(LONG));
-    let head = Holder::spawn({
-        let mut c = cli(dir.path(), 2);
-        c.args(["hold", "--units", "2"]);
-        c
-    });
-    let gate = dir.path().join("gpu0.gate");
-    wait_for(|| locked_elsewhere(&gate), "the head to take the gate");
+    let (first, head) = holder_and_waiting_head(dir.path());
     let before = cpu_ticks(head.child.id());
     std::thread::sleep(Duration::from_secs(2));
     let used = cpu_ticks(head.child.id()) - before;
