@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use super::layout::Layout;
 use super::lock::{Probe, in_use, is_locked_at};
+use super::slot::{slot_index, slot_name};
 use crate::sys;
 
 /// Why a permit inherited from a parent process cannot be used.
@@ -35,7 +36,7 @@ pub(crate) fn adopt_inherited(
 ) -> Result<Vec<File>, InheritError> {
     let mut files = Vec::with_capacity(permit.slots.len());
     for slot in &permit.slots {
-        let path = permit.dir.join(format!("gpu0.slot{}", slot.index));
+        let path = permit.dir.join(slot_name(slot.index));
         // Through a description of our own: held by somebody at all?
         if !is_locked_at(&path) {
             return Err(InheritError::Leftover(format!(
@@ -104,7 +105,7 @@ pub(crate) fn share_dir(permit: &crate::config::InheritedPermit) -> PathBuf {
     let first = permit.slots.iter().map(|s| s.index).min().unwrap_or(0);
     permit
         .dir
-        .join(sys::per_user_name(&format!("gpu0.slot{first}.inside")))
+        .join(sys::per_user_name(&format!("{}.inside", slot_name(first))))
 }
 
 /// Another user's directory for the processes inside `permit` ([`share_dir`] is one per
@@ -156,11 +157,8 @@ pub(crate) fn outermost_dir(dir: &std::path::Path) -> PathBuf {
     while let (Some(name), Some(parent)) = (dir.file_name().and_then(|n| n.to_str()), dir.parent())
     {
         let is_share = name
-            .strip_prefix("gpu0.slot")
-            .and_then(|rest| rest.split_once(".inside"))
-            .is_some_and(|(index, _)| {
-                !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit())
-            });
+            .split_once(".inside")
+            .is_some_and(|(slot, _)| slot_index(slot).is_some());
         if !is_share {
             break;
         }

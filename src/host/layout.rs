@@ -18,6 +18,7 @@ use super::error::io_err;
 use super::lock::{Mode, Probe, probe_at};
 use super::queue::RECHECK;
 use super::record::{padded, padded_text};
+use super::slot::slot_index;
 use crate::sys;
 
 /// Size of the layout record.
@@ -336,12 +337,7 @@ fn slots_in_use(dir: &Path) -> Option<String> {
         if !entry.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
-        let name = entry.file_name();
-        let is_slot = name.to_str().is_some_and(|n| {
-            n.strip_prefix("gpu0.slot")
-                .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
-        });
-        if !is_slot {
+        if entry.file_name().to_str().and_then(slot_index).is_none() {
             continue;
         }
         let path = entry.path();

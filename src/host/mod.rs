@@ -49,9 +49,10 @@
 //! so no record, forged or stale, can put more than N holders on a GPU. What keeps the cap
 //! (who may share a lock's open file description, who may ever unlock one, when a directory
 //! counts as unused, what "cannot tell" means) is written down, with the code and the tests
-//! of each rule, in `docs/protocol.md`: a held slot is let go by closing this process's copy
-//! of its description, never by unlocking it (`slot.rs`), and a child forked without `exec`
-//! neither takes slots nor lets go of any (`HostSlots::forked`). A process needs one
+//! of each rule, in `docs/protocol.md`: a held slot whose description another process may
+//! share is let go by closing this process's copy of it, never by unlocking it (`slot.rs`),
+//! and a child forked without `exec` neither takes slots nor lets go of any
+//! (`HostSlots::forked`). A process needs one
 //! descriptor per slot plus five; the soft descriptor limit is raised (up to the hard one) where
 //! that is not enough, and a layout that cannot fit is refused before any file is created. The
 //! process that lays the directory out makes every slot file; each process opens a slot's file
@@ -428,11 +429,10 @@ impl HostSlots {
             }
             if gate && !gate_recorded {
                 // Who heads the queue, for the others to judge whether it can still take its
-                // turn, and for diagnostics. The space was reserved when the gate was made
-                // (here too, for a gate an earlier version made), so that a full disk does
-                // not silence the head.
-                // With the first heartbeat, in one write: each write to the gate wakes every
-                // waiter.
+                // turn, and for diagnostics, with its first heartbeat in the same write (each
+                // write to the gate wakes every waiter). The space was reserved when the gate
+                // was made (here too, for a gate an earlier version made), so that a full disk
+                // does not silence the head.
                 let _ = sys::reserve(&self.gate, queue::RECORD_AND_BEAT);
                 let mut head = record.encode();
                 head.extend_from_slice(&queue::beat_now());
@@ -474,7 +474,7 @@ impl HostSlots {
             }
             if let Err(e) = self.gate.unlock() {
                 if let Ok(got) = &result {
-                    self.release(got);
+                    let _ = self.release(got);
                 }
                 return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
             }
@@ -693,11 +693,7 @@ impl HostSlots {
             *seen = None;
             return false;
         }
-        let head = read_head(&self.gate);
-        let (record, beat) = match head {
-            Some((record, beat)) => (Some(record), beat),
-            None => (None, None),
-        };
+        let (record, beat) = read_head(&self.gate).map_or((None, None), |(r, b)| (Some(r), b));
         if record.as_ref().is_some_and(|r| r.pid == std::process::id()) {
             return false;
         }
@@ -779,14 +775,18 @@ impl HostSlots {
         budget::agree_on_budget(&self.dir, own)
     }
 
-    /// Frees slots held by this process (nothing in a forked child: see
-    /// [`forked`](Self::forked)).
-    pub(crate) fn release(&self, slots: &[usize]) {
-        if slots.is_empty() || self.forked() {
-            return;
+    /// Frees slots held by this process. Returns false, freeing nothing, in a forked child
+    /// (see [`forked`](Self::forked)): its copies of the parent's permits are not its to
+    /// return.
+    pub(crate) fn release(&self, slots: &[usize]) -> bool {
+        if self.forked() {
+            return false;
         }
-        self.slots.release(slots);
-        self.notify();
+        if !slots.is_empty() {
+            self.slots.release(slots);
+            self.notify();
+        }
+        true
     }
 
     fn notify(&self) {

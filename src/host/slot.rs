@@ -27,6 +27,20 @@ use super::layout::{Layout, fd_budget_counted};
 use super::record::RECORD_LEN;
 use crate::sys;
 
+/// The file name of slot `i`.
+pub(super) fn slot_name(i: usize) -> String {
+    format!("gpu0.slot{i}")
+}
+
+/// The index of the slot whose file is named `name` ([`slot_name`] exactly), if it is one.
+pub(super) fn slot_index(name: &str) -> Option<usize> {
+    let digits = name.strip_prefix("gpu0.slot")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
 #[derive(Debug)]
 pub(super) struct Slot {
     pub(super) path: PathBuf,
@@ -145,7 +159,7 @@ impl Slots {
             layout,
             shared,
             slots: (0..layout.slots())
-                .map(|i| Slot::new(dir.join(format!("gpu0.slot{i}"))))
+                .map(|i| Slot::new(dir.join(slot_name(i))))
                 .collect(),
             reserve: parking_lot::Mutex::new(reserve(dir, layout, layout_file, layout.slots())?),
         })

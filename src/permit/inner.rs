@@ -306,15 +306,18 @@ impl PoolInner {
                 super::watchdog::unwatch(watch);
             }
             let end = pool.tracer.as_ref().map(|_| SystemTime::now());
-            if let Some(host) = pool.host.as_ref().filter(|h| !h.forked()) {
+            if let Some(host) = &pool.host {
                 // Stamped before the slots are free, so that no record shows this permit
                 // beside the next holder of its slots.
                 let recorded = detail
                     .as_ref()
                     .filter(|d| d.run_hold != 0)
                     .map(|d| (d.run_hold, SystemTime::now()));
-                host.release(&slots);
-                if let Some((hold, at)) = recorded {
+                // A child forked without `exec` returns nothing of its parent's, and records
+                // nothing of it.
+                if host.release(&slots)
+                    && let Some((hold, at)) = recorded
+                {
                     crate::runs::released(host.dir(), hold, at, used);
                 }
             }

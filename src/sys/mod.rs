@@ -85,7 +85,6 @@ pub(crate) fn per_user_name(base: &str) -> String {
 /// few calls) would fault in for nothing, which costs more than the system calls it saves.
 pub(crate) fn pid() -> u32 {
     use std::sync::atomic::{AtomicU32, Ordering};
-    static PID: AtomicU32 = AtomicU32::new(0);
     static CALLS: AtomicU32 = AtomicU32::new(0);
     let cached = PID.load(Ordering::Relaxed);
     if cached != 0 {
@@ -94,23 +93,15 @@ pub(crate) fn pid() -> u32 {
     if CALLS.fetch_add(1, Ordering::Relaxed) < PID_ASKED {
         return std::process::id();
     }
-    #[cfg(unix)]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        extern "C" fn forget_in_child() {
-            // Async-signal-safe: one atomic store.
-            PID.store(0, Ordering::Relaxed);
-        }
-        ONCE.call_once(|| {
-            // SAFETY: registers a handler that only stores to an atomic; no other handler of
-            // this crate is touched.
-            unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
-        });
-    }
+    // The fork handlers forget the cached pid in a child.
+    watch_forks();
     let pid = std::process::id();
     PID.store(pid, Ordering::Relaxed);
     pid
 }
+
+/// [`pid`]'s cache: 0 until it is set, and in a child made by `fork` (see [`watch_forks`]).
+static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// How many forks this process has begun and finished (`fork` without a new process image:
 /// the child shares every open file description) since [`watch_forks`] was first called, as
@@ -137,23 +128,29 @@ static FORKS_BEGUN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64:
 #[cfg(unix)]
 static FORKS_FINISHED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Starts counting this process's forks ([`forks`]), once: `atfork` handlers that count a
-/// fork as begun before the child is made and as finished in the parent after.
+/// Registers this crate's `atfork` handlers, once: they count a fork as begun before the child
+/// is made and as finished in the parent after ([`forks`]), and make the child forget the
+/// parent's cached process id ([`pid`]). Registered at the first use of either, not at start:
+/// registering touches a page of the C library that a process which never needs them would
+/// fault in for nothing.
 pub(crate) fn watch_forks() {
     #[cfg(unix)]
     {
-        use std::sync::atomic::Ordering::SeqCst;
+        use std::sync::atomic::Ordering::{Relaxed, SeqCst};
         static ONCE: std::sync::Once = std::sync::Once::new();
+        // Async-signal-safe, all three: one atomic operation each.
         extern "C" fn begun() {
-            // Async-signal-safe: one atomic add.
             FORKS_BEGUN.fetch_add(1, SeqCst);
         }
         extern "C" fn finished() {
             FORKS_FINISHED.fetch_add(1, SeqCst);
         }
+        extern "C" fn forget_pid_in_child() {
+            PID.store(0, Relaxed);
+        }
         ONCE.call_once(|| {
-            // SAFETY: registers handlers that only add to atomics.
-            unsafe { libc::pthread_atfork(Some(begun), Some(finished), None) };
+            // SAFETY: registers handlers that only operate on atomics.
+            unsafe { libc::pthread_atfork(Some(begun), Some(finished), Some(forget_pid_in_child)) };
         });
     }
 }
