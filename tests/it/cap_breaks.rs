@@ -6,7 +6,7 @@
 #![cfg(unix)]
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -389,18 +389,7 @@ fn the_layout_stays_while_a_killed_runs_command_holds_a_slot() {
         c
     });
     assert!(first.held_within(LONG));
-    let mut run = cli(dir.path(), 2)
-        .args(["run", "--", "sh", "-c", "echo $$; exec sleep 30"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(run.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let command: libc::pid_t = line.trim().parse().unwrap();
-    run.kill().unwrap();
-    run.wait().unwrap();
+    let orphan = crate::util::Orphan::start(dir.path(), 2);
     let (status_first, _) = first.release();
     assert!(status_first.success());
     // Only the command holds a slot now (slot 1), and nobody the layout.
@@ -412,8 +401,7 @@ fn the_layout_stays_while_a_killed_runs_command_holds_a_slot() {
     });
     let held = second.held_within(LONG);
     let layout = status(dir.path()).unwrap().layout;
-    // SAFETY: kill(2) on the command this test started.
-    unsafe { libc::kill(command, libc::SIGKILL) };
+    drop(orphan);
     assert!(held);
     assert_eq!(
         layout,

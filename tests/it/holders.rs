@@ -3,54 +3,14 @@
 
 #![cfg(unix)]
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
 use std::process::Stdio;
 
-use crate::util::cli;
-
-/// A command left running by a `run` that was killed: it holds `run`'s slot through the
-/// descriptor it inherited. Killed on drop, whatever the test's outcome.
-struct Orphan {
-    /// The pid of the killed `run`, which the slot's record names.
-    run: u32,
-    command: libc::pid_t,
-}
-
-impl Orphan {
-    /// `run -- sleep 60` on `dir` (N = 1), with `run` killed once the command has started.
-    fn start(dir: &Path) -> Orphan {
-        let mut run = cli(dir, 1)
-            .env("GPU_TEST_PERMIT_GPUS", "1")
-            .args(["run", "--", "sh", "-c", "echo $$; exec sleep 60"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(run.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let orphan = Orphan {
-            run: run.id(),
-            command: line.trim().parse().unwrap(),
-        };
-        run.kill().unwrap();
-        run.wait().unwrap();
-        orphan
-    }
-}
-
-impl Drop for Orphan {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) on the pid of the command the test started.
-        unsafe { libc::kill(self.command, libc::SIGKILL) };
-    }
-}
+use crate::util::{Orphan, cli};
 
 #[test]
 fn status_says_that_the_commands_of_a_killed_run_hold_its_slot() {
     let dir = crate::util::tempdir();
-    let orphan = Orphan::start(dir.path());
+    let orphan = Orphan::start(dir.path(), 1);
     let out = cli(dir.path(), 1)
         .args(["status", "--dir"])
         .arg(dir.path())
@@ -76,7 +36,7 @@ fn status_says_that_the_commands_of_a_killed_run_hold_its_slot() {
 #[test]
 fn a_timed_out_wait_says_that_the_commands_of_a_killed_run_hold_its_slot() {
     let dir = crate::util::tempdir();
-    let orphan = Orphan::start(dir.path());
+    let orphan = Orphan::start(dir.path(), 1);
     let out = cli(dir.path(), 1)
         .env("GPU_TEST_PERMIT_GPUS", "1")
         .env("GPU_TEST_PERMIT_TIMEOUT", "1s")

@@ -1,8 +1,6 @@
 //! A command under `gpu-test-permit run` works inside `run`'s permit
 //! (`GPU_TEST_PERMIT_INHERITED`): real processes, real slot files.
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use gpu_test_permit::{AcquireError, PermitKind};
@@ -140,26 +138,14 @@ fn under_run_exclusive_the_command_gets_every_slot() {
 #[test]
 fn the_slot_stays_locked_while_the_command_lives_after_run_is_killed() {
     let dir = tempdir();
-    let mut run = cli(dir.path(), 1)
-        .args(["run", "--", "sh", "-c", "echo $$; exec sleep 30"])
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(run.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let command: libc::pid_t = line.trim().parse().unwrap();
-    run.kill().unwrap();
-    run.wait().unwrap();
+    let orphan = crate::util::Orphan::start(dir.path(), 1);
     let waiter = Holder::spawn({
         let mut c = cli(dir.path(), 1);
         c.arg("hold");
         c
     });
     let held_early = waiter.held_within(Duration::from_millis(500));
-    // SAFETY: kill(2) on the pid of the command, which the test started.
-    unsafe { libc::kill(command, libc::SIGKILL) };
+    drop(orphan);
     assert!(!held_early, "the slot was free while the command still ran");
     assert!(
         waiter.held_within(LONG),

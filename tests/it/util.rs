@@ -139,3 +139,45 @@ impl Drop for Holder {
         let _ = self.child.wait();
     }
 }
+
+/// A command left running by a `run` that was killed: it holds `run`'s slot through the
+/// descriptor it inherited. Killed on drop, whatever the test's outcome.
+#[cfg(unix)]
+pub struct Orphan {
+    /// The pid of the killed `run`, which the slot's record names.
+    pub run: u32,
+    pub command: libc::pid_t,
+}
+
+#[cfg(unix)]
+impl Orphan {
+    /// `run -- sleep 60` on `dir` (N = `n`, one GPU), with `run` killed once the command has
+    /// started.
+    pub fn start(dir: &Path, n: usize) -> Orphan {
+        let mut run = cli(dir, n)
+            .env("GPU_TEST_PERMIT_GPUS", "1")
+            .args(["run", "--", "sh", "-c", "echo $$; exec sleep 60"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(run.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let orphan = Orphan {
+            run: run.id(),
+            command: line.trim().parse().unwrap(),
+        };
+        run.kill().unwrap();
+        run.wait().unwrap();
+        orphan
+    }
+}
+
+#[cfg(unix)]
+impl Drop for Orphan {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the pid of the command the test started.
+        unsafe { libc::kill(self.command, libc::SIGKILL) };
+    }
+}
