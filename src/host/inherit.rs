@@ -4,9 +4,8 @@
 use std::fs::{File, TryLockError};
 use std::path::PathBuf;
 
-use super::layout::Layout;
+use super::layout::{Layout, slot_index, slot_name};
 use super::lock::{Probe, in_use, is_locked_at};
-use super::slot::{slot_index, slot_name};
 use crate::sys;
 
 /// Why a permit inherited from a parent process cannot be used.

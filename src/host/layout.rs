@@ -18,7 +18,6 @@ use super::error::io_err;
 use super::lock::{Mode, Probe, probe_at};
 use super::queue::RECHECK;
 use super::record::{padded, padded_text};
-use super::slot::slot_index;
 use crate::sys;
 
 /// Size of the layout record.
@@ -105,6 +104,20 @@ impl LayoutRecord {
             run,
         })
     }
+}
+
+/// The file name of slot `i`.
+pub(super) fn slot_name(i: usize) -> String {
+    format!("gpu0.slot{i}")
+}
+
+/// The index of the slot whose file is named `name` ([`slot_name`] exactly), if it is one.
+pub(super) fn slot_index(name: &str) -> Option<usize> {
+    let digits = name.strip_prefix("gpu0.slot")?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// The layout a process asks for.

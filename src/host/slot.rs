@@ -23,23 +23,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::error::{HostError, io_err};
-use super::layout::{Layout, fd_budget_counted};
+use super::layout::{Layout, fd_budget_counted, slot_name};
 use super::record::RECORD_LEN;
 use crate::sys;
-
-/// The file name of slot `i`.
-pub(super) fn slot_name(i: usize) -> String {
-    format!("gpu0.slot{i}")
-}
-
-/// The index of the slot whose file is named `name` ([`slot_name`] exactly), if it is one.
-pub(super) fn slot_index(name: &str) -> Option<usize> {
-    let digits = name.strip_prefix("gpu0.slot")?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    digits.parse().ok()
-}
 
 #[derive(Debug)]
 pub(super) struct Slot {
