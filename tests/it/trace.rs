@@ -116,14 +116,14 @@ fn trace_summary_matches_the_quadratic_algorithm_on_random_traces() {
     }
 }
 
-/// The H100 traces of the example suite (`../shared/data/h100-example-suite`, beside the
-/// checkout): `(file, events, wall seconds from the data's README)`.
+/// The H100 traces of the example suite (`tests/data/h100-example-suite`, in the repository):
+/// `(file, events, wall seconds from the data's README)`.
 fn h100_traces() -> Vec<(String, Vec<gpu_test_permit::trace::TraceEvent>, f64)> {
     let dir =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/data/h100-example-suite");
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/h100-example-suite");
     let readme = std::fs::read_to_string(dir.join("README.md")).unwrap_or_else(|e| {
         panic!(
-            "the H100 traces are missing ({}: {e}); CI has ../shared beside the checkout",
+            "the H100 traces are missing ({}: {e}); they are part of the repository",
             dir.display()
         )
     });
