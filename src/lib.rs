@@ -81,6 +81,7 @@ pub mod config;
 mod cuda_codes;
 pub mod decision;
 pub mod devices;
+pub mod drivers;
 mod fixture;
 pub mod hangs;
 pub mod host;

@@ -302,6 +302,8 @@ impl PoolInner {
             };
             // Read everything first: once unclaimed, the seat belongs to the next permit.
             s.claimed.store(false, Ordering::Release);
+            #[cfg(not(loom))]
+            crate::drivers::permit_returned();
             if watch != 0 {
                 super::watchdog::unwatch(watch);
             }

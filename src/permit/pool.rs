@@ -613,6 +613,9 @@ impl PermitPool {
                 generation,
             })
         });
+        // Which GPU drivers the process loaded without a permit (looked at once, at its first).
+        #[cfg(not(loom))]
+        crate::drivers::permit_taken();
         Ok(GpuTestPermit {
             pool,
             seat: seat_index,

@@ -9,7 +9,9 @@
 //! - a **grant** of a host-wide permit, with the test, its attempt (nextest's
 //!   `NEXTEST_ATTEMPT`), its units and the N in force;
 //! - a **release**, with how the test stood then ([`Outcome`]: panicking means failed;
-//!   `gpu-test-permit run` records its command's exit).
+//!   `gpu-test-permit run` records its command's exit);
+//! - **drivers** a test process loaded without a permit, or every driver it loaded where it
+//!   was watched ([`DriversRecord`], see [`drivers`](crate::drivers)).
 //!
 //! Each line is written with one write under the file's lock, so lines of the run's
 //! processes never interleave; a process that dies mid-hold leaves a grant without a release.
@@ -63,17 +65,19 @@ use std::time::SystemTime;
 
 pub use casualty::{CasualtyRecord, forget_casualties, recorded_casualties};
 pub use read::{RecordedRun, RunRecords, RunsError, last_run, read_run, recorded_runs};
-pub use record::{ChoiceRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
+pub use record::{
+    ChoiceRecord, DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord,
+};
 pub use summary::{
-    Casualty, LearnedWeight, RunSummary, SkippedTest, TestKey, Unreleased, summarize,
+    Casualty, Escaped, LearnedWeight, RunSummary, SkippedTest, TestKey, Unreleased, summarize,
 };
 pub use trace::casualties_in_trace;
-#[doc(hidden)]
-pub use write::set_command_outcome;
 pub(crate) use write::{
-    Granted, append, current_test, flush, granted, nextest_run, outcome_now, record_skip, released,
-    run_id, traced_attempt,
+    Granted, append, current_test, flush, granted, nextest_run, outcome_now, record_drivers,
+    record_skip, released, run_id, traced_attempt,
 };
+#[doc(hidden)]
+pub use write::{record_watched, set_command_outcome};
 
 /// The names of run files start with this.
 pub(crate) const FILE_PREFIX: &str = "gpu0.run.";

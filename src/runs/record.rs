@@ -15,6 +15,8 @@ pub enum RunRecord {
     Release(ReleaseRecord),
     /// `REALIZAR_GPU_TEST_CONCURRENCY=auto` chose the run's N (see [`tune`](crate::tune)).
     Choice(ChoiceRecord),
+    /// A test process loaded GPU drivers (see [`drivers`](crate::drivers)).
+    Drivers(DriversRecord),
 }
 
 impl RunRecord {
@@ -25,6 +27,7 @@ impl RunRecord {
             RunRecord::Grant(r) => &r.run,
             RunRecord::Release(r) => &r.run,
             RunRecord::Choice(r) => &r.run,
+            RunRecord::Drivers(r) => &r.run,
         }
     }
 
@@ -35,6 +38,7 @@ impl RunRecord {
             RunRecord::Grant(r) => r.unix_us,
             RunRecord::Release(r) => r.unix_us,
             RunRecord::Choice(r) => r.unix_us,
+            RunRecord::Drivers(r) => r.unix_us,
         }
     }
 }
@@ -154,6 +158,44 @@ pub struct ChoiceRecord {
     pub gpu: String,
     /// Why, in one line.
     pub why: String,
+}
+
+/// GPU drivers a test process loaded, and whether it held a permit then (see
+/// [`drivers`](crate::drivers)).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DriversRecord {
+    /// The run id.
+    pub run: String,
+    /// When it was written, microseconds since the Unix epoch.
+    pub unix_us: u64,
+    /// The test's process.
+    pub pid: u32,
+    /// The test binary.
+    pub binary: String,
+    /// The test's name.
+    pub test: String,
+    /// The attempt (1 for the first).
+    pub attempt: u32,
+    /// The GPU driver libraries seen: every one the process loaded where it was watched, the
+    /// ones it had mapped where it looked at itself.
+    pub drivers: Vec<String>,
+    /// Those it loaded while it held no permit.
+    pub unpermitted: Vec<String>,
+    /// Whether it loaded one before its first permit, or held none at all.
+    pub before_first_permit: bool,
+    /// Whether the process held a permit at all.
+    pub held: bool,
+    /// How it was seen: `watched` (the loader's log, every load) or `mapped` (the process
+    /// looked at what it had mapped at its first permit or as it exited).
+    pub seen: String,
+}
+
+impl DriversRecord {
+    /// Whether the process reached a GPU driver without a permit.
+    pub fn escaped(&self) -> bool {
+        !self.unpermitted.is_empty()
+    }
 }
 
 /// How a test stood when its permit was returned.

@@ -97,6 +97,20 @@ pub struct LearnedWeight {
     pub learned: u64,
 }
 
+/// A test whose process reached a GPU driver without a permit: it escaped the cap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Escaped {
+    /// The test.
+    pub key: TestKey,
+    /// The drivers it loaded while holding no permit (file names).
+    pub drivers: Vec<String>,
+    /// Whether it held a permit at all (then it loaded one before its first, or between two).
+    pub held: bool,
+    /// How it was seen: `watched` or `mapped` (see [`DriversRecord`](super::DriversRecord)).
+    pub seen: String,
+}
+
 /// What a run's records say ([`summarize`]).
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
@@ -130,6 +144,11 @@ pub struct RunSummary {
     pub choice: Option<super::record::ChoiceRecord>,
     /// Tests that held learned units, most units first.
     pub learned: Vec<LearnedWeight>,
+    /// Tests whose process loaded a GPU driver while it held no permit, by name.
+    pub escaped: Vec<Escaped>,
+    /// Tests whose process was watched loading a GPU driver (with a permit or without), by
+    /// name: the run's GPU tests as the drivers tell them.
+    pub loaded_drivers: Vec<TestKey>,
 }
 
 /// One permit's life, as the records tell it.
@@ -162,8 +181,34 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
     let mut attempt_start: HashMap<(TestKey, u32), u64> = HashMap::new();
     let mut skips: BTreeMap<TestKey, SkippedTest> = BTreeMap::new();
     let mut skip_order: Vec<TestKey> = Vec::new();
+    let mut escaped: BTreeMap<TestKey, Escaped> = BTreeMap::new();
+    let mut loaded: BTreeSet<TestKey> = BTreeSet::new();
     for r in records {
         let (key, attempt, at) = match r {
+            RunRecord::Drivers(d) => {
+                let key = key_of(&d.binary, &d.test);
+                if d.seen == "watched" {
+                    loaded.insert(key.clone());
+                }
+                if d.escaped() {
+                    let e = escaped.entry(key.clone()).or_insert_with(|| Escaped {
+                        key,
+                        drivers: Vec::new(),
+                        held: d.held,
+                        seen: d.seen.clone(),
+                    });
+                    for lib in &d.unpermitted {
+                        let name = lib.rsplit('/').next().unwrap_or(lib).to_string();
+                        if !e.drivers.contains(&name) {
+                            e.drivers.push(name);
+                        }
+                    }
+                    if d.seen == "watched" {
+                        e.seen = d.seen.clone();
+                    }
+                }
+                continue;
+            }
             RunRecord::Release(rel) => {
                 releases
                     .entry((rel.pid, rel.hold))
@@ -198,6 +243,8 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
         let start = attempt_start.entry((key, attempt)).or_insert(at);
         *start = (*start).min(at);
     }
+    s.escaped = escaped.into_values().collect();
+    s.loaded_drivers = loaded.into_iter().collect();
     s.gpu_tests = last_attempt.len();
     s.retried = last_attempt
         .iter()

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::record::{GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
+use super::record::{DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
 use super::{FILE_PREFIX, RUNS_KEPT, file_name, run_files};
 use crate::config::Config;
 use crate::sys;
@@ -296,6 +296,70 @@ pub(crate) fn record_skip(backend: &str, reason: &str) {
         reason: cut(reason.to_string()),
     });
     append(&dir, record);
+}
+
+/// Records that this process (a test) had GPU `drivers` mapped without a permit: at its first
+/// permit (`at_first_permit`) or as it exited without ever holding one.
+pub(crate) fn record_drivers(drivers: Vec<String>, at_first_permit: bool) {
+    let Some(run) = nextest_run() else { return };
+    let Ok(dir) = Config::global().slot_dir_path() else {
+        return;
+    };
+    let (binary, test) = current_test();
+    let record = RunRecord::Drivers(DriversRecord {
+        run: run.to_string(),
+        unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
+        pid: crate::sys::pid(),
+        binary,
+        test,
+        attempt: attempts().0,
+        unpermitted: drivers.clone(),
+        drivers,
+        before_first_permit: true,
+        held: at_first_permit,
+        seen: "mapped".into(),
+    });
+    append(&dir, record);
+}
+
+/// Records what the loader's log of watched process `pid` (the running test's, as the
+/// watcher `gpu-test-permit watch` sees it) says: the drivers it `loaded`, those of them
+/// `unpermitted`, whether one came `before_first_permit` and whether it `held` one (see
+/// `drivers::WatchLog`), when it loaded a GPU driver and this runs under nextest. Returns
+/// whether a record was written.
+#[doc(hidden)]
+pub fn record_watched(
+    pid: u32,
+    loaded: &[String],
+    unpermitted: &[String],
+    before_first_permit: bool,
+    held: bool,
+) -> bool {
+    if loaded.is_empty() {
+        return false;
+    }
+    let Some(run) = nextest_run() else {
+        return false;
+    };
+    let Ok(dir) = Config::global().slot_dir_path() else {
+        return false;
+    };
+    let (binary, test) = current_test();
+    let record = RunRecord::Drivers(DriversRecord {
+        run: run.to_string(),
+        unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
+        pid,
+        binary,
+        test,
+        attempt: attempts().0,
+        drivers: loaded.iter().map(|d| cut(d.clone())).collect(),
+        unpermitted: unpermitted.iter().map(|d| cut(d.clone())).collect(),
+        before_first_permit,
+        held,
+        seen: "watched".into(),
+    });
+    append(&dir, record);
+    true
 }
 
 /// What a permit's grant records: see [`granted`].

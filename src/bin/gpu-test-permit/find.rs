@@ -1,21 +1,33 @@
-//! `find-gpu-tests [-- NEXTEST-ARGS...]`: which tests of a suite need a GPU, found by running
-//! them once with every GPU driver hidden, and the nextest filter that names exactly those.
+//! `find-gpu-tests [--skip-mark TEXT ...] [--by loads|hidden] [-- NEXTEST-ARGS...]`: which
+//! tests of a suite need a GPU, and the nextest filter that names exactly those.
 //!
 //! A filter by name (`test(/gpu/)`) is a guess: it misses every GPU test whose name does not
-//! say so. Here a test is a GPU test when, with no driver to be found, it fails or it prints
-//! this crate's skip line (`gpu-test-permit: SKIP ...`, see `decision::skip_line`), or the text
-//! given with `--skip-mark` (a suite's own "no GPU; skipping"; the option may be repeated). A test that returns early
-//! without a word looks like a CPU test: nothing outside it can tell.
+//! say so. Here a test is a GPU test by what it does, found two ways (both by default):
 //!
-//! 1. `cargo nextest list --message-format json NEXTEST-ARGS`: every test, by test binary.
-//! 2. `cargo nextest run NEXTEST-ARGS` under a profile of this command's own (a nextest tool
-//!    config file in a private directory: no fail-fast, no retries, a JUnit report that keeps
-//!    every test's output), in an environment that hides the drivers ([`hide_gpu_drivers`]).
-//! 3. The report's failures and skip lines decide; [`filterset`] names the GPU tests, one
+//! - **loads** — with the drivers present, every test runs under `gpu-test-permit run
+//!   --watch` (cargo's target runner for the run), which holds a permit while the test runs
+//!   and watches which libraries its process maps (glibc's loader log, see
+//!   `gpu_test_permit::drivers`): a test whose process maps a GPU driver (libcuda, a Vulkan
+//!   driver, libnvidia-*) is a GPU test, and so is one that skips with this crate's skip line
+//!   (no device of its backend). This finds the tests that fall back to the CPU when no GPU
+//!   is found, which hiding the drivers cannot. Linux with glibc.
+//! - **hidden** — with every GPU driver hidden ([`hide_gpu_drivers`]), a test that fails, or
+//!   prints the crate's skip line (`gpu-test-permit: SKIP ...`, see `decision::skip_line`),
+//!   or a text given with `--skip-mark` (a suite's own "no GPU; skipping"), is a GPU test. A
+//!   test that returns early without a word, or falls back to the CPU, looks like a CPU test
+//!   this way.
+//!
+//! 1. `cargo nextest list --message-format json NEXTEST-ARGS`: every test, by test binary
+//!    (options only `cargo nextest run` takes, such as `-j`, are left out of the listing).
+//! 2. `cargo nextest run NEXTEST-ARGS` once per way, under a profile of this command's own (a
+//!    nextest tool config file in a private directory: no fail-fast, no retries, a JUnit
+//!    report that keeps every test's output), with slots (and so the run's records) in a
+//!    private directory.
+//! 3. Each test found is named on standard error with why; [`filterset`] names them all, one
 //!    test binary per line, the whole binary where all its tests need the GPU.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -33,6 +45,104 @@ const PROFILE: &str = "gpu-test-permit-find";
 /// The start of the line the crate prints where a test skips (`decision::skip_line`).
 const SKIP_MARK: &str = "gpu-test-permit: SKIP ";
 
+/// Options of `cargo nextest run` that `cargo nextest list` rejects, and whether each takes a
+/// value (as the next argument, or after `=`).
+const RUN_ONLY: &[(&str, bool)] = &[
+    ("-j", true),
+    ("--test-threads", true),
+    ("-R", true),
+    ("--rerun", true),
+    ("--retries", true),
+    ("--fail-fast", false),
+    ("--no-fail-fast", false),
+    ("--max-fail", true),
+    ("--no-capture", false),
+    ("--nocapture", false),
+    ("--no-run", false),
+    ("--no-tests", true),
+    ("--success-output", true),
+    ("--failure-output", true),
+    ("--status-level", true),
+    ("--final-status-level", true),
+    ("--flaky-result", true),
+    ("--hide-progress-bar", false),
+    ("--max-progress-running", true),
+    ("--message-format", true),
+    ("--message-format-version", true),
+    ("--no-input-handler", false),
+    ("--no-output-indent", false),
+    ("--stress-count", true),
+    ("--stress-duration", true),
+    ("--debugger", true),
+    ("--tracer", true),
+];
+
+/// `args` without the options of [`RUN_ONLY`] (and their values), up to a `--` after which
+/// the arguments are the test binaries' own.
+pub(crate) fn listing_args(args: &[OsString]) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut rest = args.iter();
+    while let Some(a) = rest.next() {
+        if a == "--" {
+            out.push(a.clone());
+            out.extend(rest.cloned());
+            break;
+        }
+        let text = a.to_string_lossy();
+        let (name, inline) = match text.split_once('=') {
+            Some((n, _)) if n.starts_with("--") => (n, true),
+            _ => (&*text, false),
+        };
+        // `-j4` as well as `-j 4`.
+        let short_joined = RUN_ONLY
+            .iter()
+            .any(|(o, v)| *v && o.len() == 2 && name.len() > 2 && name.starts_with(o));
+        match RUN_ONLY.iter().find(|(o, _)| *o == name) {
+            Some((_, true)) if !inline => {
+                rest.next();
+            }
+            Some(_) => {}
+            None if short_joined => {}
+            None => out.push(a.clone()),
+        }
+    }
+    out
+}
+
+/// How the tests are found (`--by`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ways {
+    loads: bool,
+    hidden: bool,
+}
+
+/// Why a test is a GPU test.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Why {
+    /// Its process mapped these GPU drivers (file names).
+    Loaded(Vec<String>),
+    /// It printed the crate's skip line with the drivers present (its backend had no device).
+    SkippedPresent,
+    /// It failed with every driver hidden.
+    FailedHidden,
+    /// It printed the crate's skip line with every driver hidden.
+    SkippedHidden,
+    /// It printed one of the suite's own `--skip-mark` texts with every driver hidden.
+    MarkedHidden,
+}
+
+impl std::fmt::Display for Why {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Why::Loaded(d) => write!(f, "loaded {}", d.join(", ")),
+            Why::SkippedPresent => f.write_str("skipped with the crate's skip line"),
+            Why::FailedHidden => f.write_str("failed with no GPU driver"),
+            Why::SkippedHidden => f.write_str("printed the crate's skip line with no GPU driver"),
+            Why::MarkedHidden => f.write_str("printed a --skip-mark text with no GPU driver"),
+        }
+    }
+}
+
 pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     let nextest_args = args.operands();
     let own_marks: Vec<String> = args
@@ -43,65 +153,86 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     if own_marks.iter().any(String::is_empty) {
         return Err(args.error("--skip-mark needs a text to look for"));
     }
-    let marks: Vec<&str> = std::iter::once(SKIP_MARK)
-        .chain(own_marks.iter().map(String::as_str))
-        .collect();
+    let ways = match args.value("--by").map(OsStr::to_string_lossy).as_deref() {
+        None => Ways {
+            loads: true,
+            hidden: true,
+        },
+        Some("loads") => Ways {
+            loads: true,
+            hidden: false,
+        },
+        Some("hidden") => Ways {
+            loads: false,
+            hidden: true,
+        },
+        Some(other) => {
+            return Err(args.error(format_args!(
+                "--by takes `loads` or `hidden`, not `{other}`"
+            )));
+        }
+    };
     let work = WorkDir::new()?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
 
     let mut list = Command::new(&cargo);
     list.args(["nextest", "list", "--message-format", "json"])
-        .args(nextest_args);
+        .args(listing_args(nextest_args));
     hide_gpu_drivers(&mut list, &work.0);
-    let out = list
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run `cargo nextest list`: {e}"))?;
+    let out = list.stdin(Stdio::null()).output().map_err(|e| {
+        format!("cannot run `cargo nextest list` (is cargo-nextest installed?): {e}")
+    })?;
     if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let missing = err.contains("no such command") || err.contains("no such subcommand");
         return Err(format!(
-            "find-gpu-tests: `cargo nextest list` failed ({}); is cargo-nextest installed?",
-            out.status
+            "find-gpu-tests: `cargo nextest list` failed ({}){}:
+{}",
+            out.status,
+            if missing {
+                "; install cargo-nextest (cargo install cargo-nextest --locked)"
+            } else {
+                ""
+            },
+            tail(&err, 4000)
         ));
     }
     let listed = parse_listing(&String::from_utf8_lossy(&out.stdout))?;
     let to_run = listed.values().flatten().filter(|t| t.runs).count();
 
-    let mut cases = Vec::new();
-    if to_run > 0 {
-        let junit = work.0.join("junit.xml");
-        let tool_config = work.0.join("find.toml");
-        std::fs::write(&tool_config, profile_config(&junit))
-            .map_err(|e| format!("cannot write {}: {e}", tool_config.display()))?;
-        let mut tool_arg = OsString::from(format!("{TOOL}:"));
-        tool_arg.push(&tool_config);
-        let mut run = Command::new(&cargo);
-        run.args(["nextest", "run", "--profile", PROFILE, "--tool-config-file"])
-            .arg(tool_arg)
-            .args(["--no-fail-fast", "--retries", "0"])
-            .args(["--success-output", "never", "--failure-output", "never"])
-            .args(["--status-level", "slow", "--final-status-level", "none"])
-            .args(nextest_args);
-        hide_gpu_drivers(&mut run, &work.0);
+    let mut why: BTreeMap<(String, String), Vec<Why>> = BTreeMap::new();
+    let mut ran: BTreeSet<(String, String)> = BTreeSet::new();
+    if to_run > 0 && ways.loads {
+        eprintln!(
+            "find-gpu-tests: running {to_run} tests with the GPU drivers present, each under \
+             `gpu-test-permit run --watch`"
+        );
+        let dir = work.0.join("present");
+        let (cases, records) = present_run(&cargo, nextest_args, &dir)?;
+        for c in &cases {
+            ran.insert((c.binary.clone(), c.name.clone()));
+            if c.marks.crate_line {
+                add(&mut why, c, Why::SkippedPresent);
+            }
+        }
+        for (key, drivers) in records {
+            why.entry(key).or_default().push(Why::Loaded(drivers));
+        }
+    }
+    if to_run > 0 && ways.hidden {
         eprintln!("find-gpu-tests: running {to_run} tests with every GPU driver hidden");
-        // Standard output carries the filter: nextest's goes to standard error.
-        let status = run
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(std::io::stderr()))
-            .status()
-            .map_err(|e| format!("cannot run `cargo nextest run`: {e}"))?;
-        let report = std::fs::read_to_string(&junit).map_err(|e| {
-            format!(
-                "find-gpu-tests: `cargo nextest run` ended ({status}) without its report {}: {e}",
-                junit.display()
-            )
-        })?;
-        cases = parse_junit(&report, &marks);
+        let dir = work.0.join("hidden");
+        let cases = hidden_run(&cargo, nextest_args, &dir, &own_marks)?;
+        hidden_reasons(&cases, &mut why, &mut ran);
     }
 
-    let found = classify(&listed, &cases);
-    for (binary, name) in &found.failed {
-        eprintln!("find-gpu-tests: failed with no GPU driver: {binary} {name}");
+    let found = classify(&listed, &why, &ran);
+    for ((binary, name), reasons) in &why {
+        let reasons: Vec<String> = reasons.iter().map(ToString::to_string).collect();
+        eprintln!(
+            "find-gpu-tests: GPU test {binary} {name}: {}",
+            reasons.join("; ")
+        );
     }
     if found.not_run > 0 {
         eprintln!(
@@ -110,8 +241,198 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
             found.not_run
         );
     }
-    print!("{}", override_block(&found, &listed));
+    print!("{}", override_block(&found, &listed, &why));
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the run with every driver hidden says of its `cases`: those that failed or printed a
+/// skip line are GPU tests.
+fn hidden_reasons(
+    cases: &[Case],
+    why: &mut BTreeMap<(String, String), Vec<Why>>,
+    ran: &mut BTreeSet<(String, String)>,
+) {
+    for c in cases {
+        ran.insert((c.binary.clone(), c.name.clone()));
+        if c.failed {
+            add(why, c, Why::FailedHidden);
+        }
+        if c.marks.crate_line {
+            add(why, c, Why::SkippedHidden);
+        }
+        if c.marks.own {
+            add(why, c, Why::MarkedHidden);
+        }
+    }
+}
+
+fn add(why: &mut BTreeMap<(String, String), Vec<Why>>, c: &Case, reason: Why) {
+    let reasons = why.entry((c.binary.clone(), c.name.clone())).or_default();
+    if !reasons.contains(&reason) {
+        reasons.push(reason);
+    }
+}
+
+/// The last `most` bytes of `text` (at a character boundary).
+fn tail(text: &str, most: usize) -> &str {
+    let mut start = text.len().saturating_sub(most);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+/// `cargo nextest run` of the suite with the drivers present, every test under `run --watch`;
+/// its JUnit cases, and the tests whose process loaded a GPU driver, with the drivers' names.
+#[allow(clippy::type_complexity)]
+fn present_run(
+    cargo: &OsStr,
+    nextest_args: &[OsString],
+    dir: &Path,
+) -> Result<(Vec<Case>, Vec<((String, String), Vec<String>)>), String> {
+    std::fs::create_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find this program's own path: {e}"))?;
+    let exe = exe.to_string_lossy();
+    if exe.chars().any(char::is_whitespace) {
+        return Err(format!(
+            "find-gpu-tests: this program's path has a space ({exe}), which cargo's target \
+             runner variable cannot carry; install it elsewhere, or use --by hidden"
+        ));
+    }
+    let mut run = nextest_run(cargo, nextest_args, dir)?;
+    let runner = format!("{exe} run --watch --");
+    let triples = targets(nextest_args);
+    if triples.is_empty() {
+        return Err("find-gpu-tests: cannot tell this host's target triple (`rustc -vV`)".into());
+    }
+    for triple in triples {
+        let var = format!(
+            "CARGO_TARGET_{}_RUNNER",
+            triple.to_ascii_uppercase().replace(['-', '.'], "_")
+        );
+        run.env(var, &runner);
+    }
+    keep_apart(&mut run, dir);
+    let cases = run_and_read(&mut run, dir, &[])?;
+    let slots = dir.join("slots");
+    let mut loaded = Vec::new();
+    if let Some(records) = gpu_test_permit::runs::last_run(&slots).map_err(|e| e.to_string())? {
+        let mut by_test: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        for r in &records.records {
+            if let gpu_test_permit::runs::RunRecord::Drivers(d) = r {
+                let names = by_test
+                    .entry((d.binary.clone(), d.test.clone()))
+                    .or_default();
+                for lib in &d.drivers {
+                    let name = lib.rsplit('/').next().unwrap_or(lib).to_string();
+                    if !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        loaded = by_test.into_iter().collect();
+    }
+    if loaded.is_empty() && !cfg!(all(target_os = "linux", target_env = "gnu")) {
+        eprintln!(
+            "find-gpu-tests: driver loads can be watched only on Linux with glibc; here only \
+             the skip lines count in this run"
+        );
+    }
+    Ok((cases, loaded))
+}
+
+/// The target triples the run builds for: `--target` values, else this host's.
+fn targets(args: &[OsString]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
+    while let Some(a) = it.next() {
+        if a == "--" {
+            break;
+        }
+        if a == "--target" {
+            out.extend(it.next());
+        } else if let Some(t) = a.strip_prefix("--target=") {
+            out.push(t.to_string());
+        }
+    }
+    if out.is_empty() {
+        out.extend(host_triple());
+    }
+    out
+}
+
+/// This host's target triple, as `rustc -vV` says it.
+fn host_triple() -> Option<String> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let out = Command::new(rustc).arg("-vV").output().ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .map(|h| h.trim().to_string())
+}
+
+/// `cargo nextest run` of the suite with every GPU driver hidden; its JUnit cases.
+fn hidden_run(
+    cargo: &OsStr,
+    nextest_args: &[OsString],
+    dir: &Path,
+    own_marks: &[String],
+) -> Result<Vec<Case>, String> {
+    std::fs::create_dir(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let mut run = nextest_run(cargo, nextest_args, dir)?;
+    hide_gpu_drivers(&mut run, dir);
+    let marks: Vec<&str> = own_marks.iter().map(String::as_str).collect();
+    run_and_read(&mut run, dir, &marks)
+}
+
+/// `cargo nextest run NEXTEST-ARGS` under this command's profile, its report in `dir`.
+fn nextest_run(cargo: &OsStr, nextest_args: &[OsString], dir: &Path) -> Result<Command, String> {
+    let junit = dir.join("junit.xml");
+    let tool_config = dir.join("find.toml");
+    std::fs::write(&tool_config, profile_config(&junit))
+        .map_err(|e| format!("cannot write {}: {e}", tool_config.display()))?;
+    let mut tool_arg = OsString::from(format!("{TOOL}:"));
+    tool_arg.push(&tool_config);
+    let mut run = Command::new(cargo);
+    run.args(["nextest", "run", "--profile", PROFILE, "--tool-config-file"])
+        .arg(tool_arg)
+        .args(nextest_args)
+        .args(["--no-fail-fast", "--retries", "0"])
+        .args(["--success-output", "never", "--failure-output", "never"])
+        .args(["--status-level", "slow", "--final-status-level", "none"]);
+    Ok(run)
+}
+
+/// Runs `run` and reads its JUnit report in `dir`, looking for `own_marks` besides the crate's
+/// skip line.
+fn run_and_read(run: &mut Command, dir: &Path, own_marks: &[&str]) -> Result<Vec<Case>, String> {
+    // Standard output carries the filter: nextest's goes to standard error.
+    let status = run
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(std::io::stderr()))
+        .status()
+        .map_err(|e| format!("cannot run `cargo nextest run`: {e}"))?;
+    let junit = dir.join("junit.xml");
+    let report = std::fs::read_to_string(&junit).map_err(|e| {
+        format!(
+            "find-gpu-tests: `cargo nextest run` ended ({status}) without its report {}: {e}",
+            junit.display()
+        )
+    })?;
+    Ok(parse_junit(&report, own_marks))
+}
+
+/// Keeps the run's permits and records apart from the host's: slots in `work`, and no trace,
+/// skip log, state directory or inherited permit of the caller's; tests skip where a backend
+/// has no device instead of failing.
+fn keep_apart(cmd: &mut Command, work: &Path) {
+    for var in [TRACE_VAR, SKIP_LOG_VAR, STATE_VAR, INHERITED_VAR] {
+        cmd.env_remove(var);
+    }
+    cmd.env(REQUIRE_VAR, "none")
+        .env(DIR_VAR, work.join("slots"));
 }
 
 /// Hides every GPU driver from `cmd` and what it starts, and keeps its permits apart from the
@@ -142,10 +463,6 @@ pub(crate) fn hide_gpu_drivers(cmd: &mut Command, work: &Path) {
         "__EGL_VENDOR_LIBRARY_DIRS",
         "DISPLAY",
         "WAYLAND_DISPLAY",
-        TRACE_VAR,
-        SKIP_LOG_VAR,
-        STATE_VAR,
-        INHERITED_VAR,
     ] {
         cmd.env_remove(var);
     }
@@ -156,9 +473,8 @@ pub(crate) fn hide_gpu_drivers(cmd: &mut Command, work: &Path) {
     ] {
         cmd.env(var, "-1");
     }
-    cmd.env("WGPU_BACKEND", "vulkan")
-        .env(REQUIRE_VAR, "none")
-        .env(DIR_VAR, work.join("slots"));
+    cmd.env("WGPU_BACKEND", "vulkan");
+    keep_apart(cmd, work);
 }
 
 /// The tool config file of the run: the [`PROFILE`], with a JUnit report at `junit` that
@@ -198,28 +514,34 @@ struct WorkDir(PathBuf);
 
 impl WorkDir {
     fn new() -> Result<WorkDir, String> {
-        let base = std::env::temp_dir();
-        let mut last = None;
-        for attempt in 0..16 {
-            let dir = base.join(format!(
-                "gpu-test-permit-find-{}-{attempt}",
-                std::process::id()
-            ));
-            #[cfg_attr(not(unix), allow(unused_mut))]
-            let mut builder = std::fs::DirBuilder::new();
-            #[cfg(unix)]
-            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-            match builder.create(&dir) {
-                Ok(()) => return Ok(WorkDir(dir)),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(format!(
-            "cannot create a directory in {}: {}",
-            base.display(),
-            last.map_or_else(String::new, |e| e.to_string())
-        ))
+        private_dir("find").map(WorkDir)
     }
+}
+
+/// A new directory only this user can enter, `gpu-test-permit-<what>-<pid>-<n>` in the
+/// temporary directory.
+pub(crate) fn private_dir(what: &str) -> Result<PathBuf, String> {
+    let base = std::env::temp_dir();
+    let mut last = None;
+    for attempt in 0..16 {
+        let dir = base.join(format!(
+            "gpu-test-permit-{what}-{}-{attempt}",
+            std::process::id()
+        ));
+        #[cfg_attr(not(unix), allow(unused_mut))]
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        match builder.create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(format!(
+        "cannot create a directory in {}: {}",
+        base.display(),
+        last.map_or_else(String::new, |e| e.to_string())
+    ))
 }
 
 impl Drop for WorkDir {
@@ -278,14 +600,23 @@ pub(crate) struct Case {
     pub(crate) binary: String,
     pub(crate) name: String,
     pub(crate) failed: bool,
-    /// Its output has the crate's skip line, or the suite's own mark.
-    pub(crate) skipped: bool,
+    /// Which skip lines its output has.
+    pub(crate) marks: Marks,
+}
+
+/// The skip lines in a test's output.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Marks {
+    /// The crate's skip line ([`SKIP_MARK`]).
+    pub(crate) crate_line: bool,
+    /// One of the suite's own `--skip-mark` texts.
+    pub(crate) own: bool,
 }
 
 /// The test cases of nextest's JUnit report: `<testcase name=".." classname="..">`, failed
-/// where a `<failure>` or `<error>` is inside, skipped where the output inside has one of
-/// `marks` (the crate's skip line, a suite's own).
-pub(crate) fn parse_junit(xml: &str, marks: &[&str]) -> Vec<Case> {
+/// where a `<failure>` or `<error>` is inside, with the skip lines in the output inside: the
+/// crate's, and those of `own_marks` (a suite's own).
+pub(crate) fn parse_junit(xml: &str, own_marks: &[&str]) -> Vec<Case> {
     let mut cases = Vec::new();
     let mut rest = xml;
     while let Some(at) = rest.find("<testcase ") {
@@ -305,9 +636,12 @@ pub(crate) fn parse_junit(xml: &str, marks: &[&str]) -> Vec<Case> {
                 binary,
                 name,
                 failed: body.contains("<failure") || body.contains("<error"),
-                skipped: {
+                marks: {
                     let text = unescape_xml(body);
-                    marks.iter().any(|m| text.contains(m))
+                    Marks {
+                        crate_line: text.contains(SKIP_MARK),
+                        own: own_marks.iter().any(|m| text.contains(m)),
+                    }
                 },
             });
         }
@@ -359,41 +693,37 @@ fn unescape_xml(s: &str) -> String {
     out
 }
 
-/// What the run showed.
+/// What the runs showed.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Found {
     /// The GPU tests, by binary id.
     pub(crate) gpu: BTreeMap<String, BTreeSet<String>>,
-    /// Of those, the ones that failed (binary id, name); the others printed the skip line.
-    pub(crate) failed: Vec<(String, String)>,
     /// Tests that ran and are not GPU tests.
     pub(crate) cpu: usize,
     /// Listed tests that did not run.
     pub(crate) not_run: usize,
 }
 
-pub(crate) fn classify(listed: &BTreeMap<String, Vec<Listed>>, cases: &[Case]) -> Found {
+/// The GPU tests (those with a reason in `why`) among the tests that `ran`, and the listed
+/// tests that did not run.
+pub(crate) fn classify(
+    listed: &BTreeMap<String, Vec<Listed>>,
+    why: &BTreeMap<(String, String), Vec<Why>>,
+    ran: &BTreeSet<(String, String)>,
+) -> Found {
     let mut found = Found::default();
-    let mut ran = BTreeSet::new();
-    for c in cases {
-        ran.insert((c.binary.as_str(), c.name.as_str()));
-        if c.failed || c.skipped {
-            found
-                .gpu
-                .entry(c.binary.clone())
-                .or_default()
-                .insert(c.name.clone());
-            if c.failed {
-                found.failed.push((c.binary.clone(), c.name.clone()));
-            }
-        } else {
-            found.cpu += 1;
-        }
+    for (binary, name) in why.keys() {
+        found
+            .gpu
+            .entry(binary.clone())
+            .or_default()
+            .insert(name.clone());
     }
+    found.cpu = ran.iter().filter(|k| !why.contains_key(*k)).count();
     found.not_run = listed
         .iter()
-        .flat_map(|(b, tests)| tests.iter().map(move |t| (b.as_str(), t.name.as_str())))
-        .filter(|k| !ran.contains(k))
+        .flat_map(|(b, tests)| tests.iter().map(move |t| (b.clone(), t.name.clone())))
+        .filter(|k| !ran.contains(k) && !why.contains_key(k))
         .count();
     found
 }
@@ -445,22 +775,47 @@ pub(crate) fn filterset(found: &Found, listed: &BTreeMap<String, Vec<Listed>>) -
 }
 
 /// The override that puts the GPU tests in the test group, with what was found.
-fn override_block(found: &Found, listed: &BTreeMap<String, Vec<Listed>>) -> String {
+fn override_block(
+    found: &Found,
+    listed: &BTreeMap<String, Vec<Listed>>,
+    why: &BTreeMap<(String, String), Vec<Why>>,
+) -> String {
     let gpu: usize = found.gpu.values().map(BTreeSet::len).sum();
     let ran = gpu + found.cpu;
-    let failed = found.failed.len();
+    let count = |f: fn(&Why) -> bool| why.values().filter(|w| w.iter().any(f)).count();
+    let mut ways = Vec::new();
+    for (n, what) in [
+        (
+            count(|w| matches!(w, Why::Loaded(_))),
+            "loaded a GPU driver",
+        ),
+        (
+            count(|w| matches!(w, Why::SkippedPresent | Why::SkippedHidden)),
+            "printed the crate's skip line",
+        ),
+        (
+            count(|w| matches!(w, Why::FailedHidden)),
+            "failed with every GPU driver hidden",
+        ),
+        (
+            count(|w| matches!(w, Why::MarkedHidden)),
+            "printed a --skip-mark text with every GPU driver hidden",
+        ),
+    ] {
+        if n > 0 {
+            ways.push(format!("# - {n} {what}\n"));
+        }
+    }
     format!(
         "# The GPU tests that `gpu-test-permit find-gpu-tests` found: {gpu} of the {ran} tests \
-         run\n\
-         # with every GPU driver hidden failed ({failed}) or printed the crate's skip line \
-         ({}).\n\
+         run,\n# found by what they did (a test may count in two lines):\n{}\
          # For the tool config file that `gpu-test-permit nextest-snippet` prints, in place \
          of its\n\
          # override by name (with --wrapper, the same filter goes in the scripts' filter).\n\
          [[profile.default.overrides]]\n\
          filter = '''\n{}\n'''\n\
          test-group = '{GROUP}'\n",
-        gpu - failed,
+        ways.concat(),
         filterset(found, listed)
     )
 }
@@ -490,8 +845,18 @@ mod tests {
             binary: binary.into(),
             name: name.into(),
             failed,
-            skipped,
+            marks: Marks {
+                crate_line: skipped,
+                own: false,
+            },
         }
+    }
+
+    /// What the hidden run's `cases` find.
+    fn classify(listed: &BTreeMap<String, Vec<Listed>>, cases: &[Case]) -> Found {
+        let (mut why, mut ran) = (BTreeMap::new(), BTreeSet::new());
+        hidden_reasons(cases, &mut why, &mut ran);
+        super::classify(listed, &why, &ran)
     }
 
     #[test]
@@ -550,7 +915,7 @@ mod tests {
     </testsuite>
 </testsuites>"#;
         assert_eq!(
-            parse_junit(xml, &[SKIP_MARK]),
+            parse_junit(xml, &[]),
             [
                 case("s::t", "skips", false, true),
                 case("s::t", "fails", true, false),
@@ -563,8 +928,15 @@ mod tests {
             "<system-out>ok",
             "<system-out>no GPU &amp; no skip line; skipping",
         );
-        let cases = parse_junit(&own, &[SKIP_MARK, "no GPU & no skip line; skipping"]);
-        assert!(cases[3].skipped, "{cases:?}");
+        let cases = parse_junit(&own, &["no GPU & no skip line; skipping"]);
+        assert!(
+            cases[3].marks.own && !cases[3].marks.crate_line,
+            "{cases:?}"
+        );
+        assert!(
+            cases[0].marks.crate_line && !cases[0].marks.own,
+            "{cases:?}"
+        );
     }
 
     #[test]
@@ -585,7 +957,7 @@ mod tests {
                 case("s::cpu", "c", false, false),
             ],
         );
-        assert_eq!((found.cpu, found.not_run, found.failed.len()), (2, 0, 2));
+        assert_eq!((found.cpu, found.not_run), (2, 0));
         assert_eq!(
             filterset(&found, &listed),
             "binary_id(=s::all)\n| (binary_id(=s::mixed) & (test(=boids) | test(=water)))"
@@ -631,6 +1003,60 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("\n  | test(=module::test_7)\n))"), "{text}");
+    }
+
+    #[test]
+    fn run_only_options_are_left_out_of_the_listing() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            listing_args(&args(&[
+                "--lib",
+                "-j",
+                "4",
+                "-p",
+                "x",
+                "-j8",
+                "--test-threads=3",
+                "--retries",
+                "2",
+                "--no-capture",
+                "-E",
+                "test(a)",
+                "--status-level=all",
+                "--",
+                "-j",
+                "1",
+            ])),
+            args(&["--lib", "-p", "x", "-E", "test(a)", "--", "-j", "1"])
+        );
+        // Options the listing takes stay, with their values.
+        let kept = args(&[
+            "--workspace",
+            "--target",
+            "x86_64-unknown-linux-gnu",
+            "-P",
+            "ci",
+        ]);
+        assert_eq!(listing_args(&kept), kept);
+    }
+
+    #[test]
+    fn the_targets_are_the_runs_or_this_hosts() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            targets(&args(&[
+                "--target",
+                "a-b-c",
+                "--target=d-e-f",
+                "--",
+                "--target",
+                "x"
+            ])),
+            ["a-b-c", "d-e-f"]
+        );
+        let host = targets(&[]);
+        assert_eq!(host.len(), 1, "{host:?}");
+        assert!(host[0].contains('-'), "{host:?}");
     }
 
     #[test]

@@ -70,8 +70,8 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "run",
-            synopsis: "[--exclusive | --units K | --memory SIZE] [--gpus K] [--group GROUP] [--filter TEXT] [--] \
-                       COMMAND [ARGS...]",
+            synopsis: "[--exclusive | --units K | --memory SIZE] [--gpus K] [--group GROUP] [--filter TEXT] \
+                       [--watch] [--] COMMAND [ARGS...]",
             about: "run COMMAND while holding a permit, and exit as it did (killed by a signal: the\n\
                     same signal); SIGTERM, SIGINT, SIGHUP and SIGQUIT are passed on to COMMAND and the\n\
                     permit is held until it has exited; COMMAND and ARGS pass byte for byte, and the\n\
@@ -85,13 +85,33 @@ static COMMANDS: &[Command] = &[
                     TEXT. `run -- \"$SHELL\"` gives an interactive shell that holds a permit. Past\n\
                     GPU_TEST_PERMIT_HOLD_TIMEOUT, run ends COMMAND (SIGTERM, SIGKILL 5s later; to its\n\
                     process group unless a terminal is attached), then prints the diagnosis, records\n\
-                    the hang and exits with 124",
-            flags: &["--exclusive"],
+                    the hang and exits with 124. --watch records which GPU drivers COMMAND's process\n\
+                    loaded (as `watch` does), which `find-gpu-tests` reads",
+            flags: &["--exclusive", "--watch"],
             options: &["--group", "--filter", "--units", "--memory", "--gpus"],
             lists: &[],
             operands: Operands::CommandLine,
         },
         run: run::main,
+        checks_config: true,
+    },
+    Command {
+        spec: Spec {
+            name: "watch",
+            synopsis: "[--] COMMAND [ARGS...]",
+            about: "run COMMAND with no permit of its own and watch which GPU drivers its process\n\
+                    loads (libcuda, Vulkan drivers, libnvidia-*), and whether it held a permit of\n\
+                    the crate's then; exit as it did. As nextest's wrapper script (or cargo's target\n\
+                    runner) it names the tests that reach a GPU without a permit: under nextest the\n\
+                    run's records get what it saw (see `report`), otherwise it says so on standard\n\
+                    error. Linux with glibc (the loader's LD_DEBUG log). `run --watch` watches the\n\
+                    same way inside run's permit",
+            flags: &[],
+            options: &[],
+            lists: &[],
+            operands: Operands::CommandLine,
+        },
+        run: run::watch,
         checks_config: true,
     },
     Command {
@@ -213,16 +233,20 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "find-gpu-tests",
-            synopsis: "[--skip-mark TEXT ...] [-- NEXTEST-ARGS...]",
-            about: "run the suite's tests once with every GPU driver hidden (Vulkan, EGL, CUDA) and\n\
-                    print the nextest override whose filter names the GPU tests: those that fail\n\
-                    or print the crate's skip line then, or a TEXT (a suite's own skip message; a\n\
-                    test that skips without a word looks like a CPU test). NEXTEST-ARGS (-p,\n\
-                    --workspace, -E, --features, ...) go to both `cargo nextest list` and `cargo\n\
-                    nextest run`; the run uses a profile of its own, and its permits a slot\n\
-                    directory of its own",
+            synopsis: "[--skip-mark TEXT ...] [--by loads|hidden] [-- NEXTEST-ARGS...]",
+            about: "find the suite's GPU tests by what they do, and print the nextest override whose\n\
+                    filter names them. By default two runs: with the drivers present, every test\n\
+                    under `run --watch` (a permit each), and a test whose process loads a GPU driver\n\
+                    (libcuda, a Vulkan driver, libnvidia-*; Linux with glibc) or prints the crate's\n\
+                    skip line is one; then with every GPU driver hidden (Vulkan, EGL, CUDA), where a\n\
+                    test that fails or prints the crate's skip line or a TEXT (a suite's own skip\n\
+                    message) is one. --by loads or --by hidden runs one of them. Each GPU test is\n\
+                    named on standard error with why. NEXTEST-ARGS (-p, --workspace, -E, --features,\n\
+                    -j, ...) go to `cargo nextest run`, and those it shares with `cargo nextest list`\n\
+                    to the listing too; the runs use a profile of their own, and their permits a slot\n\
+                    directory of their own",
             flags: &[],
-            options: &[],
+            options: &["--by"],
             lists: &["--skip-mark"],
             operands: Operands::Any,
         },

@@ -37,7 +37,7 @@
 //!   and keeps the slot until it exits.
 
 use std::ffi::{OsStr, OsString};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus};
 use std::time::Duration;
 
@@ -70,6 +70,10 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     ) {
         return sys::run_in_place(&mut cmd).map_err(cannot_run);
     }
+    let watch = match args.flag("--watch") {
+        true => Some(Watch::new()?),
+        false => None,
+    };
     // Before anything else starts a thread, so that every thread inherits the blocked mask.
     let signals = sys::Forwarder::start(Config::global().hold_timeout.is_some());
     let permit = crate::hold::take(ask)?;
@@ -80,9 +84,17 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
         Err(e) => return Err(format!("cannot pass the permit on: {e}")),
     }
     export_devices(&permit, &mut cmd)?;
+    if let Some(w) = &watch {
+        w.arm(&mut cmd);
+    }
     let ended = signals.run(&mut cmd).map_err(cannot_run)?;
     // The run's records say how the command ended (a test's failure, for `report`).
     gpu_test_permit::runs::set_command_outcome(ended.status.code(), signal_of(&ended.status));
+    if let Some(w) = &watch {
+        // The command held this permit all its life: whatever it loaded, it loaded with one.
+        let seen = w.read(ended.pid);
+        gpu_test_permit::runs::record_watched(ended.pid, &seen.loaded, &[], false, true);
+    }
     drop(permit);
     let Some(late) = ended.late else {
         return Ok(exit_like(ended.status));
@@ -110,6 +122,91 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     );
     late.record();
     Ok(ExitCode::from(HOLD_TIMEOUT_EXIT))
+}
+
+/// `watch [--] COMMAND [ARGS...]`: run a command with no permit of its own, watching which GPU
+/// drivers its process loads and whether it held a permit then (see
+/// [`gpu_test_permit::drivers`]), and end the way it ended. Under nextest the run's records get
+/// what was seen, for `report`; otherwise a command that loaded a driver without a permit is
+/// named on standard error.
+pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
+    let (program, program_args) = args.operands().split_first().ok_or("no command given")?;
+    let cannot_run =
+        |e: std::io::Error| format!("cannot run `{}`: {e}", Path::new(program).display());
+    let mut cmd = Command::new(program);
+    cmd.args(program_args);
+    if program_args.iter().any(|a| a == "--list") {
+        return sys::run_in_place(&mut cmd).map_err(cannot_run);
+    }
+    let watch = Watch::new()?;
+    let signals = sys::Forwarder::start(false);
+    watch.arm(&mut cmd);
+    let ended = signals.run(&mut cmd).map_err(cannot_run)?;
+    let seen = watch.read(ended.pid);
+    drop(watch);
+    let recorded = gpu_test_permit::runs::record_watched(
+        ended.pid,
+        &seen.loaded,
+        &seen.unpermitted,
+        seen.before_first_permit,
+        seen.held,
+    );
+    if !recorded && !seen.unpermitted.is_empty() {
+        let names: Vec<&str> = seen
+            .unpermitted
+            .iter()
+            .map(|d| d.rsplit('/').next().unwrap_or(d))
+            .collect();
+        eprintln!(
+            "gpu-test-permit: `{}` loaded a GPU driver while it held no permit{}: {}",
+            command_line(program, program_args),
+            if seen.before_first_permit && seen.held {
+                " (before its first permit)"
+            } else {
+                ""
+            },
+            names.join(", ")
+        );
+    }
+    Ok(exit_like(ended.status))
+}
+
+/// A private directory for the loader's log of a watched command (`LD_DEBUG=files`, glibc),
+/// removed when dropped.
+struct Watch(PathBuf);
+
+/// The most of a loader log read: a process that maps more than this is not a test.
+const WATCH_LOG_MOST: u64 = 64 << 20;
+
+impl Watch {
+    fn new() -> Result<Watch, String> {
+        crate::find::private_dir("watch").map(Watch)
+    }
+
+    /// Makes the loader of `cmd`'s process (and of what it starts) log every library it maps
+    /// into this directory, and tells the crate in it where to write its marks.
+    fn arm(&self, cmd: &mut Command) {
+        let log = self.0.join("ld");
+        cmd.env("LD_DEBUG", "files")
+            .env("LD_DEBUG_OUTPUT", &log)
+            .env(gpu_test_permit::drivers::WATCH_VAR, &log);
+    }
+
+    /// What the log of process `pid` says (nothing where the loader wrote none).
+    fn read(&self, pid: u32) -> gpu_test_permit::drivers::WatchLog {
+        use std::io::Read;
+        let mut text = Vec::new();
+        if let Ok(f) = std::fs::File::open(self.0.join(format!("ld.{pid}"))) {
+            let _ = f.take(WATCH_LOG_MOST).read_to_end(&mut text);
+        }
+        gpu_test_permit::drivers::read_watch_log(&String::from_utf8_lossy(&text))
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The command line as the hang record and the diagnosis name it (long ones shortened).
