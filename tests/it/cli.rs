@@ -356,8 +356,8 @@ fn an_unknown_option_is_named_with_its_command() {
         ),
         (
             &["run", "--bogus", "--", "true"],
-            "run [--exclusive | --units K | --memory SIZE] [--gpus K] [--group GROUP] [--filter TEXT] [--] \
-             COMMAND [ARGS...]",
+            "run [--exclusive | --units K | --memory SIZE] [--gpus K] [--group GROUP] [--filter TEXT] \
+             [--watch] [--] COMMAND [ARGS...]",
         ),
         (&["status", "--bogus"], "status [--dir DIR]"),
         (&["config", "--bogus"], "config"),

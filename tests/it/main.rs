@@ -2,6 +2,7 @@
 
 #![allow(missing_docs, unreachable_pub)]
 
+mod adoption;
 mod cap;
 mod cap_breaks;
 #[cfg(feature = "cuda")]

@@ -146,13 +146,15 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "report",
-            synopsis: "[--run-id ID] [--dir DIR] [--fail-on-casualty]",
-            about: "what the records of a cargo nextest run say: its GPU tests, those that skipped\n\
-                    and why, contention casualties (failed while other tests held permits, then\n\
-                    passed alone on a retry) with the tests beside them, permits never returned,\n\
-                    hangs, the peak and the N in force; the last run recorded in the slot directory,\n\
-                    or run ID. With --fail-on-casualty, exit 1 when a test passed only alone",
-            flags: &["--fail-on-casualty"],
+            synopsis: "[--run-id ID] [--dir DIR] [--fail-on-casualty] [--fail-on-unpermitted]",
+            about: "what the records of a cargo nextest run say: its GPU tests, the tests that loaded\n\
+                    a GPU driver without a permit, those that skipped and why, contention casualties\n\
+                    (failed while other tests held permits, then passed alone on a retry) with the\n\
+                    tests beside them, permits never returned, hangs, the peak and the N in force;\n\
+                    the last run recorded in the slot directory, or run ID. With --fail-on-casualty,\n\
+                    exit 1 when a test passed only alone; with --fail-on-unpermitted, when a test\n\
+                    loaded a GPU driver without a permit",
+            flags: &["--fail-on-casualty", "--fail-on-unpermitted"],
             options: &["--run-id", "--dir"],
             lists: &[],
             operands: Operands::None,

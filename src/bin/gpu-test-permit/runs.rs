@@ -10,7 +10,7 @@ use gpu_test_permit::runs::{RunSummary, TestKey, last_run, read_run, recorded_ru
 use crate::args::Args;
 use crate::report::{printable, printable_path};
 
-/// `report [--run-id ID] [--dir DIR] [--fail-on-casualty]`.
+/// `report [--run-id ID] [--dir DIR] [--fail-on-casualty] [--fail-on-unpermitted]`.
 pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
     let dir = args.slot_dir()?;
     let records = match args.value("--run-id") {
@@ -53,15 +53,27 @@ pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
             printable_path(&records.path)
         );
     }
+    let mut failed = false;
+    if args.flag("--fail-on-unpermitted") && !s.escaped.is_empty() {
+        eprintln!(
+            "gpu-test-permit: {} loaded a GPU driver without a permit (--fail-on-unpermitted)",
+            plural(s.escaped.len(), "test", "tests")
+        );
+        failed = true;
+    }
     if args.flag("--fail-on-casualty") && !s.casualties.is_empty() {
         eprintln!(
             "gpu-test-permit: {} test{} passed only alone (--fail-on-casualty)",
             s.casualties.len(),
             if s.casualties.len() == 1 { "" } else { "s" }
         );
-        return Ok(ExitCode::FAILURE);
+        failed = true;
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn name(k: &TestKey) -> String {
@@ -115,6 +127,32 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
             "({} of the file left out: not records of this run)",
             plural(s.unreadable, "line", "lines")
         );
+    }
+    if !s.escaped.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nloaded a GPU driver without a permit: {} (they escaped the cap: take a permit \
+             before building the GPU object)",
+            s.escaped.len()
+        );
+        for e in &s.escaped {
+            let when = if e.held {
+                "while holding none (before its first permit, or between two)"
+            } else {
+                "and took no permit"
+            };
+            let how = if e.seen == "watched" {
+                "watched"
+            } else {
+                "still mapped when looked at"
+            };
+            let _ = writeln!(
+                out,
+                "  {}: loaded {} {when} ({how})",
+                name(&e.key),
+                printable(&e.drivers.join(", ")),
+            );
+        }
     }
     let _ = writeln!(out, "\nskipped: {}", s.skipped.len());
     for k in &s.skipped {
