@@ -202,8 +202,13 @@ fn watch_file() -> Option<&'static std::fs::File> {
         let base = std::env::var_os(WATCH_VAR)?;
         let mut path = base;
         path.push(format!(".{}", std::process::id()));
-        // Appended to, never created: the loader made it as the process started.
-        std::fs::OpenOptions::new().append(true).open(path).ok()
+        // Appended to, never created (the loader made it as the process started), and never
+        // through a symbolic link.
+        let mut options = std::fs::OpenOptions::new();
+        options.append(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+        options.open(path).ok()
     })
     .as_ref()
 }

@@ -53,8 +53,8 @@ fn group_block(max_threads: usize) -> String {
 
 [[profile.default.overrides]]
 # A guess by name: GPU tests whose names lack \"gpu\" run outside the group. For the filter
-# that names them, run `gpu-test-permit find-gpu-tests` (it runs the tests with every GPU
-# driver hidden and lists the ones that fail or skip).
+# that names them, run `gpu-test-permit find-gpu-tests` (it runs the tests once watching
+# which load a GPU driver, once with every driver hidden, and lists the GPU tests).
 filter = '{GUESSED_FILTER}'
 test-group = '{GROUP}'
 "

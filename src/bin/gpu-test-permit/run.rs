@@ -179,8 +179,21 @@ struct Watch(PathBuf);
 const WATCH_LOG_MOST: u64 = 64 << 20;
 
 impl Watch {
+    /// A new private directory, written to once: where the loader cannot open its log it
+    /// writes it to the command's standard output instead, so a directory that takes no file
+    /// (a full disk) is an error here.
     fn new() -> Result<Watch, String> {
-        crate::find::private_dir("watch").map(Watch)
+        let watch = crate::find::private_dir("watch").map(Watch)?;
+        let probe = watch.0.join("ld.writable");
+        std::fs::write(&probe, b"gpu-test-permit\n")
+            .and_then(|()| std::fs::remove_file(&probe))
+            .map_err(|e| {
+                format!(
+                    "cannot watch: the loader's log cannot be written in {}: {e}",
+                    watch.0.display()
+                )
+            })?;
+        Ok(watch)
     }
 
     /// Makes the loader of `cmd`'s process (and of what it starts) log every library it maps
