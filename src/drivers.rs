@@ -182,7 +182,7 @@ static EVER: AtomicBool = AtomicBool::new(false);
 pub(crate) fn permit_taken() {
     if HELD.fetch_add(1, Ordering::AcqRel) == 0 {
         mark(HELD_MARK);
-        if !EVER.swap(true, Ordering::AcqRel) {
+        if !EVER.load(Ordering::Relaxed) && !EVER.swap(true, Ordering::AcqRel) {
             first_permit();
         }
     }

@@ -310,3 +310,33 @@ fn find_gpu_tests_names_exactly_the_gpu_tests_that_fall_back_to_the_cpu() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("found: 0 of the 9 tests run"), "{stdout}");
 }
+
+#[test]
+fn a_probe_under_watch_answers_as_it_does_without() {
+    // The probe child inherits the loader's log settings: its answer must come through
+    // unharmed, its loads are its own (not the watched process's), and `watch` ends as the
+    // command did.
+    let probe = |mode: &str, require: &str| {
+        let mut c = Command::new(bin());
+        clear_permit_env(&mut c);
+        c.args(["watch", "--"])
+            .arg(bin())
+            .args(["probe", "--json", "cuda"])
+            .env("CUDA_PROBE_STUB", mode)
+            .env(gpu_test_permit::config::REQUIRE_VAR, require);
+        with_stub_cuda(&mut c);
+        c.output().unwrap()
+    };
+    let out = probe("ok", "none");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["backends"][0]["outcome"]["status"], "devices", "{v}");
+    assert_eq!(v["backends"][0]["source"], "child", "{v}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("loaded a GPU driver"), "{stderr}");
+
+    let out = probe("nodevice", "cuda");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["backends"][0]["outcome"]["status"], "no_devices", "{v}");
+}
