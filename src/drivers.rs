@@ -7,7 +7,7 @@
 //! [`driver_library`]). Two ways to see it:
 //!
 //! - **Watched** (Linux with glibc): `gpu-test-permit watch -- COMMAND` (or `run --watch`), as
-//!   nextest's wrapper script or cargo's target runner, starts the test process with glibc's
+//!   cargo's target runner (for `cargo test` and nextest alike), starts the test process with glibc's
 //!   loader log (`LD_DEBUG=files`) in a private file, and names that file to the process in
 //!   [`WATCH_VAR`]. The loader writes one line for every library the process maps, as it maps
 //!   it; this crate writes a line into the same file each time the process goes from no permit

@@ -101,8 +101,8 @@ static COMMANDS: &[Command] = &[
             synopsis: "[--] COMMAND [ARGS...]",
             about: "run COMMAND with no permit of its own and watch which GPU drivers its process\n\
                     loads (libcuda, Vulkan drivers, libnvidia-*), and whether it held a permit of\n\
-                    the crate's then; exit as it did. As nextest's wrapper script (or cargo's target\n\
-                    runner) it names the tests that reach a GPU without a permit: under nextest the\n\
+                    the crate's then; exit as it did. As cargo's target runner (for cargo test and\n\
+                    nextest) it names the tests that reach a GPU without a permit: under nextest the\n\
                     run's records get what it saw (see `report`), otherwise it says so on standard\n\
                     error. Linux with glibc (the loader's LD_DEBUG log). `run --watch` watches the\n\
                     same way inside run's permit",
