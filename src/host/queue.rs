@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use super::lock::is_locked;
 use super::record::{HolderRecord, RECORD_LEN, padded, padded_text, read_start};
+use super::threads::{THREADS_PREFIX, THREADS_STAGING_PREFIX};
 use crate::sys::{self, ChangeWatch};
 
 /// Longest sleep between re-checks while waiting, as a safety net under the change watch (the
@@ -117,14 +118,20 @@ pub(super) const STAGING_PREFIX: &str = "gpu0.new-wait.";
 /// again, a little later each time. `None` when it cannot be had: the request then waits
 /// unlisted.
 fn make_wait_file(dir: &Path, path: &Path) -> Option<std::fs::File> {
+    let staging = dir.join(format!("{STAGING_PREFIX}{}", std::process::id()));
+    make_locked_file(dir, &staging, path)
+}
+
+/// A file of this process at `path`, made and locked as [`make_wait_file`] makes a wait file
+/// (through `staging` where open files can be renamed).
+pub(super) fn make_locked_file(dir: &Path, staging: &Path, path: &Path) -> Option<std::fs::File> {
     let shared = sys::is_shared_dir(dir);
     for attempt in 0..8 {
         let made = if sys::RENAMES_OPEN_FILES {
-            let staging = dir.join(format!("{STAGING_PREFIX}{}", std::process::id()));
-            let file = sys::open_lock_file(&staging, shared).ok()?;
+            let file = sys::open_lock_file(staging, shared).ok()?;
             // The record's and heartbeat's space, while the disk has it.
             let _ = sys::reserve(&file, RECORD_AND_BEAT);
-            (file.try_lock().is_ok() && std::fs::rename(&staging, path).is_ok()).then_some(file)
+            (file.try_lock().is_ok() && std::fs::rename(staging, path).is_ok()).then_some(file)
         } else {
             let file = sys::open_lock_file(path, shared).ok()?;
             file.try_lock().is_ok().then_some(file)
@@ -138,7 +145,8 @@ fn make_wait_file(dir: &Path, path: &Path) -> Option<std::fs::File> {
     None
 }
 
-/// Removes wait files whose process is gone (unlocked ones). The global pool of a process is
+/// Removes wait files and threads files ([`super::threads`]) whose process is gone (unlocked
+/// ones). The global pool of a process is
 /// never dropped, so its wait file outlives it. Run by a process before its first wait in the
 /// directory: only waiters read wait files.
 pub(super) fn sweep_wait_files(dir: &Path) {
@@ -149,7 +157,13 @@ pub(super) fn sweep_wait_files(dir: &Path) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if !(name.starts_with(WAIT_PREFIX) || name.starts_with(STAGING_PREFIX)) || name == mine {
+        let ours = [
+            WAIT_PREFIX,
+            STAGING_PREFIX,
+            THREADS_PREFIX,
+            THREADS_STAGING_PREFIX,
+        ];
+        if !ours.iter().any(|p| name.starts_with(p)) || name == mine {
             continue;
         }
         let path = entry.path();

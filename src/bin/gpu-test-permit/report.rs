@@ -187,7 +187,7 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
             }
         );
     }
-    if s.waiters.is_empty() {
+    if s.waiters.is_empty() && s.in_process.is_empty() {
         println!("waiting: nobody");
     }
     for (w, liveness) in s.waiters.iter().zip(&s.waiter_liveness) {
@@ -197,6 +197,16 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
             format!(" ({liveness}: it lost its turn to the requests behind it)")
         };
         println!("waiting {}: {}{lost}", ago(w.since_unix_ms), who(w));
+    }
+    // The threads of one process queue inside it, behind its one request at the slots.
+    for t in &s.in_process {
+        println!(
+            "pid {}: {} thread{} waiting in-process (since {:.1}s)",
+            t.pid,
+            t.threads,
+            if t.threads == 1 { "" } else { "s" },
+            t.waited.as_secs_f64(),
+        );
     }
     for f in &s.skipped {
         println!(
