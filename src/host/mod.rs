@@ -266,9 +266,10 @@ impl HostSlots {
             crate::notice::line(&format!(
                 "slot directory {} serves {layout} (set by a process using it now); this process \
                  asked for {wanted} and uses the directory's layout, so that the cap holds. Give \
-                 every process that shares the directory the same REALIZAR_GPU_TEST_CONCURRENCY \
-                 and GPU_TEST_PERMIT_GPUS, or a GPU_TEST_PERMIT_DIR of its own",
-                dir.display()
+                 every process that shares the directory the same {} and GPU_TEST_PERMIT_GPUS, or \
+                 a GPU_TEST_PERMIT_DIR of its own",
+                dir.display(),
+                crate::config::Config::global().concurrency_var
             ));
         }
         let (gate_path, gate) = open("gpu0.gate", layout)?;

@@ -1112,3 +1112,51 @@ fn the_nextest_hint_is_given_in_full_once_per_run() {
     assert!(hold("run-3").contains(full));
     assert!(hold("run-3").contains(full));
 }
+
+/// `GPU_TEST_PERMIT_CONCURRENCY` alone sets N for a process, as `REALIZAR_GPU_TEST_CONCURRENCY`
+/// would, and wins over it when both are set.
+#[test]
+fn the_crates_own_concurrency_name_sets_n() {
+    let alone = |dir: &std::path::Path, extra: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(crate::util::bin());
+        crate::util::clear_permit_env(&mut c);
+        c.env("GPU_TEST_PERMIT_DIR", dir)
+            .env("GPU_TEST_PERMIT_CONCURRENCY", "3");
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        c
+    };
+    for extra in [vec![], vec![("REALIZAR_GPU_TEST_CONCURRENCY", "5")]] {
+        let dir = tempdir();
+        let out = alone(dir.path(), &extra)
+            .args(["hold", "--for", "1ms"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let out = cli(dir.path(), 1)
+            .args(["status", "--dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.lines()
+                .any(|l| l == "layout: N = 3 permit(s) per GPU x 1 GPU(s)"),
+            "{extra:?}: {text}"
+        );
+        let differ = "REALIZAR_GPU_TEST_CONCURRENCY='5' differs from \
+                      GPU_TEST_PERMIT_CONCURRENCY='3', which wins; using 3";
+        assert_eq!(err.contains(differ), !extra.is_empty(), "{extra:?}: {err}");
+        let out = alone(dir.path(), &extra).arg("config").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.lines().any(
+                |l| l.trim_start().starts_with("GPU_TEST_PERMIT_CONCURRENCY")
+                    && l.contains(" 3 (wins over REALIZAR_GPU_TEST_CONCURRENCY)")
+            ),
+            "{text}"
+        );
+    }
+}

@@ -24,8 +24,14 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
     } else {
         cfg.concurrency.to_string()
     };
+    // N comes from the crate's own name when it is set, whatever the other says.
+    let concurrency = if cfg.concurrency_var == c::CONCURRENCY_ALIAS_VAR {
+        format!("{concurrency} (wins over {})", c::CONCURRENCY_VAR)
+    } else {
+        concurrency
+    };
     let rows = [
-        (c::CONCURRENCY_VAR, concurrency),
+        (cfg.concurrency_var, concurrency),
         (c::MAX_CONCURRENCY_VAR, cfg.max_concurrency.to_string()),
         (
             c::GPUS_VAR,
