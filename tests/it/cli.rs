@@ -240,6 +240,7 @@ fn config_warnings_of_a_nextest_run_are_recorded_once_and_shown_by_config() {
         .lines()
         .skip_while(|l| !l.starts_with("configuration warnings of cargo nextest run run-a"))
         .skip(1)
+        .take_while(|l| l.starts_with("  "))
         .collect();
     assert_eq!(
         recorded,
@@ -1159,4 +1160,57 @@ fn the_crates_own_concurrency_name_sets_n() {
             "{text}"
         );
     }
+}
+
+/// The hint on adding a test group, which nextest shows only with a failing test's output, is
+/// kept in the slot directory: `report` prints it for the run it was given in, and `config`
+/// for the last such run.
+#[test]
+fn the_nextest_hint_is_shown_by_report_and_config() {
+    let dir = tempdir();
+    let test_process = |run: &str, group: &str| {
+        let out = cli(dir.path(), 3)
+            .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+            .env("NEXTEST_RUN_ID", run)
+            .env("NEXTEST_TEST_GROUP", group)
+            .env("NEXTEST_TEST_NAME", "gpu_test")
+            .args(["hold", "--for", "1ms"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    let command = |args: &[&str]| {
+        let out = cli(dir.path(), 3).args(args).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    let line = "GPU tests of cargo nextest run run-1 took permits outside a test group, so \
+                nextest started GPU test processes that then waited for a permit; put them in a \
+                group of max-threads = 3 (`gpu-test-permit nextest-snippet` prints one)";
+    let config = command(&["config"]);
+    assert!(
+        config.contains("no cargo nextest run recorded GPU tests outside a test group"),
+        "{config}"
+    );
+    test_process("run-1", "@global");
+    test_process("run-1", "@global");
+    let report = command(&["report", "--run-id", "run-1"]);
+    assert!(
+        report
+            .lines()
+            .any(|l| l == format!("outside a test group: {line}")),
+        "{report}"
+    );
+    let config = command(&["config"]);
+    assert!(
+        config
+            .lines()
+            .any(|l| l.starts_with("outside a test group (recorded ") && l.ends_with(line)),
+        "{config}"
+    );
+    // A run whose tests are in a group gets no hint, and its report none.
+    test_process("run-2", "gpu");
+    let report = command(&["report", "--run-id", "run-2"]);
+    assert!(!report.contains("outside a test group"), "{report}");
 }
