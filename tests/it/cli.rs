@@ -953,8 +953,8 @@ fn trace_command_reads_on_past_a_truncated_line_and_lists_the_lines_it_skipped()
     // Test b's hold, read from the line that was cut: both tests held one permit.
     let permits = |test: &str| {
         out.lines()
-            .find(|l| l.starts_with(&format!("{test} ")))
-            .and_then(|l| l.split_whitespace().nth(1))
+            .find(|l| l.ends_with(&format!("  {test}")))
+            .and_then(|l| l.split_whitespace().next())
             .map(str::to_string)
     };
     assert_eq!(permits("a").as_deref(), Some("1"), "{out}");

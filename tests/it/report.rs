@@ -435,3 +435,66 @@ fn trace_command_shows_where_the_gpu_saturates_from_runs_at_three_n() {
         "{text}"
     );
 }
+
+/// Test names of 60 to 90 characters leave the columns of `trace`'s tables aligned, and are
+/// shown in full in the per-test table.
+#[test]
+fn trace_tables_stay_aligned_with_long_test_names() {
+    let dir = tempdir();
+    let names: Vec<String> = [60, 75, 90, 1]
+        .iter()
+        .map(|&len| {
+            let mut name = format!("crate::tests::len_{len}_");
+            while name.len() < len {
+                name.push('x');
+            }
+            name
+        })
+        .collect();
+    let mut events = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let tid = i as u64 + 1;
+        let ts = i as u64 * 50_000;
+        let mut wait = event("wait", name, tid, ts, 0, false);
+        let mut hold = event("hold", name, tid, ts, 100_000, false);
+        // libtest names a test's thread after the test.
+        wait.args.thread = name.clone();
+        hold.args.thread = name.clone();
+        events.extend([wait, hold]);
+    }
+    let path = trace_file(dir.path(), &events);
+    let out = cli(dir.path(), 2)
+        .arg("trace")
+        .arg(&path)
+        .arg("--timeline")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    // Per-test table: every number ends in the same column, the full name follows.
+    let header = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("permits"))
+        .unwrap_or_else(|| panic!("no table: {text}"));
+    let hold_end = header.find("hold ms").unwrap() + "hold ms".len();
+    for name in &names {
+        let row = text
+            .lines()
+            .find(|l| l.ends_with(&format!("  {name}")))
+            .unwrap_or_else(|| panic!("no row for {name}: {text}"));
+        assert!(row[..hold_end].ends_with(".0"), "{row}\n{text}");
+        assert_eq!(&row[hold_end..hold_end + 2], "  ", "{row}\n{text}");
+    }
+    // Timeline: labels of at most 64 characters, so every row's slot column is at one place.
+    let timeline: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("process/thread"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(timeline.len(), 1 + names.len(), "{text}");
+    let slot_at = timeline[0].find("slot").unwrap();
+    for row in &timeline[1..] {
+        assert_eq!(&row[slot_at - 1..slot_at + 1], " 0", "{row}\n{text}");
+    }
+    assert!(timeline.iter().any(|r| r.contains("...")), "{text}");
+}

@@ -352,17 +352,15 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
     if show_timeline {
         println!("{}", timeline(&events, (s.span_us / 80_000).max(1)));
     }
-    println!(
-        "{:<60} {:>7} {:>11} {:>11}",
-        "test", "permits", "wait ms", "hold ms"
-    );
+    // The name last: a name of any length leaves the numbers' columns aligned.
+    println!("{:>7} {:>11} {:>11}  test", "permits", "wait ms", "hold ms");
     for t in &s.tests {
         println!(
-            "{:<60} {:>7} {:>11.1} {:>11.1}",
-            printable(&t.test),
+            "{:>7} {:>11.1} {:>11.1}  {}",
             t.permits,
             ms(t.wait_us),
-            ms(t.hold_us)
+            ms(t.hold_us),
+            printable(&t.test)
         );
     }
     println!(
