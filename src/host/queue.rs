@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 
 use super::lock::is_locked;
 use super::record::{HolderRecord, RECORD_LEN, padded, padded_text, read_start};
-use super::threads::{THREADS_PREFIX, THREADS_STAGING_PREFIX};
 use crate::sys::{self, ChangeWatch};
 
 /// Longest sleep between re-checks while waiting, as a safety net under the change watch (the
@@ -400,6 +399,11 @@ impl Drop for Waiting {
 }
 
 pub(super) const WAIT_PREFIX: &str = "gpu0.wait.";
+/// Prefix of the files of threads waiting inside a process (`threads.rs`), which
+/// [`sweep_wait_files`] clears with the wait files.
+pub(super) const THREADS_PREFIX: &str = "gpu0.threads.";
+/// Where such a file is made and locked before it is renamed to its name.
+pub(super) const THREADS_STAGING_PREFIX: &str = "gpu0.new-threads.";
 /// How often the head of the queue renews its heartbeat in the gate: well within [`GRACE`],
 /// and seldom, because every write to the gate wakes every waiter (the head included).
 pub(super) const GATE_BEAT: Duration = Duration::from_millis(200);

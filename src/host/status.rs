@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::layout::{LAYOUT_LEN, Layout};
 use super::lock::is_locked;
-use super::queue::{Liveness, WAIT_PREFIX, head_liveness, read_head, wait_entry};
+use super::queue::{Liveness, THREADS_PREFIX, WAIT_PREFIX, head_liveness, read_head, wait_entry};
 use super::record::{HolderRecord, read_record, read_start};
-use super::threads::{THREADS_PREFIX, ThreadsWaiting, read_threads};
+use super::threads::{ThreadsWaiting, read_threads};
 use crate::sys;
 
 /// One slot as [`status`] sees it.

@@ -22,14 +22,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::lock::is_locked;
-use super::queue::beat_age_ms;
+use super::queue::{THREADS_PREFIX, THREADS_STAGING_PREFIX, beat_age_ms};
 use super::record::{padded, padded_text, read_start};
 use crate::sys;
 
-/// Prefix of the files of threads waiting inside a process.
-pub(super) const THREADS_PREFIX: &str = "gpu0.threads.";
-/// Where such a file is made and locked before it is renamed to its name.
-pub(super) const THREADS_STAGING_PREFIX: &str = "gpu0.new-threads.";
 /// Size of the file's text: the count and the oldest wait's start.
 const THREADS_LEN: usize = 48;
 
