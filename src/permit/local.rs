@@ -76,7 +76,7 @@ pub(crate) struct LocalPool {
 }
 
 impl LocalPool {
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn new(capacity: usize) -> LocalPool {
         LocalPool::publishing(capacity, None)
     }
