@@ -238,6 +238,7 @@ fn cross_process_queue(
                 .env(CHILD_VAR, "handoff")
                 .env("GPU_TEST_PERMIT_DIR", dir)
                 .env("REALIZAR_GPU_TEST_CONCURRENCY", "1")
+                .env_remove("GPU_TEST_PERMIT_CONCURRENCY")
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -389,6 +390,7 @@ fn suite(c: &mut Criterion) {
                         .env("NEXTEST_TEST_GROUP_SLOT", "0")
                         .env("GPU_TEST_PERMIT_DIR", dir.path())
                         .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
+                        .env_remove("GPU_TEST_PERMIT_CONCURRENCY")
                         .spawn()
                         .unwrap(),
                 );

@@ -137,6 +137,7 @@ fn main() {
         let mut cmd = Command::new(&run.exe);
         cmd.args(&run.args)
             .env("REALIZAR_GPU_TEST_CONCURRENCY", "8")
+            .env_remove("GPU_TEST_PERMIT_CONCURRENCY")
             .env("GPU_TEST_PERMIT_DIR", dir.path())
             .env("NEXTEST_EXECUTION_MODE", "process-per-test")
             .env("NEXTEST_RUN_ID", "process-cost-bench")

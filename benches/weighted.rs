@@ -215,7 +215,8 @@ fn makespan_processes(c: &mut Criterion) {
                 .env("GPU_TEST_PERMIT_TRACE", &trace)
                 .env("GPU_TEST_PERMIT_GPU_MEMORY", BUDGET_TEXT)
                 .env("GPU_TEST_PERMIT_GPUS", "1")
-                .env("REALIZAR_GPU_TEST_CONCURRENCY", cap.n().to_string());
+                .env("REALIZAR_GPU_TEST_CONCURRENCY", cap.n().to_string())
+                .env_remove("GPU_TEST_PERMIT_CONCURRENCY");
             cmd
         };
         g.bench_function(cap.name(), |b| {
@@ -420,6 +421,7 @@ impl HandoffChild {
             .env("GPU_TEST_PERMIT_DIR", dir)
             .env("GPU_TEST_PERMIT_GPUS", "1")
             .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
+            .env_remove("GPU_TEST_PERMIT_CONCURRENCY")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()

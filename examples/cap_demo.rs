@@ -46,6 +46,7 @@ fn main() -> ExitCode {
                 .env(DIR_VAR, &slots)
                 .env(TRACE_VAR, &trace)
                 .env(CONCURRENCY_VAR, n.to_string())
+                .env_remove("GPU_TEST_PERMIT_CONCURRENCY")
                 .spawn()
                 .expect("starting a demo process")
         })

@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         .env(DIR_VAR, dir.join("slots"))
         .env(TRACE_VAR, &trace)
         .env(CONCURRENCY_VAR, n.to_string())
+        .env_remove("GPU_TEST_PERMIT_CONCURRENCY")
         .status()
         .expect("starting the demo process");
     let events = read_events(&trace).unwrap_or_default();

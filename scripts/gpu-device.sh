@@ -251,7 +251,7 @@ for n in $ns; do
         s=$(now)
         rc=0
         for b in "${suite[@]}"; do
-            (cd "$ws/example-suite" && REALIZAR_GPU_TEST_CONCURRENCY=$n GPU_TEST_PERMIT_DIR=$slots \
+            (cd "$ws/example-suite" && GPU_TEST_PERMIT_CONCURRENCY=$n REALIZAR_GPU_TEST_CONCURRENCY=$n GPU_TEST_PERMIT_DIR=$slots \
                 GPU_TEST_PERMIT_TRACE=$trace GPU_TEST_PERMIT_SKIP_LOG=$work/skips/cargo-test-N$n \
                 timeout -k 10 "$run_timeout" "$b") >>"$runlog" 2>&1 || rc=$?
             # A hung binary ends the round: the GPU may be wedged.
@@ -291,7 +291,7 @@ for n in $ns; do
     runlog=$work/nextest-N$n.log
     s=$(now)
     rc=0
-    REALIZAR_GPU_TEST_CONCURRENCY=$n GPU_TEST_PERMIT_DIR=$slots GPU_TEST_PERMIT_TRACE=$trace \
+    GPU_TEST_PERMIT_CONCURRENCY=$n REALIZAR_GPU_TEST_CONCURRENCY=$n GPU_TEST_PERMIT_DIR=$slots GPU_TEST_PERMIT_TRACE=$trace \
         GPU_TEST_PERMIT_SKIP_LOG=$work/skips/nextest-N$n \
         timeout -k 10 "$run_timeout" "$nextest" nextest run --archive-file "$archive" \
         --workspace-remap "$ws" --config-file "$nextest_config" --no-fail-fast --status-level fail \
@@ -336,7 +336,7 @@ if [ "$auto_runs" -gt 0 ]; then
         runlog=$work/nextest-auto-$i.log
         s=$(now)
         rc=0
-        REALIZAR_GPU_TEST_CONCURRENCY=auto GPU_TEST_PERMIT_MAX_CONCURRENCY=$auto_max \
+        GPU_TEST_PERMIT_CONCURRENCY=auto REALIZAR_GPU_TEST_CONCURRENCY=auto GPU_TEST_PERMIT_MAX_CONCURRENCY=$auto_max \
             GPU_TEST_PERMIT_DIR=$auto_slots GPU_TEST_PERMIT_STATE=$auto_state \
             timeout -k 10 "$run_timeout" "$nextest" nextest run --archive-file "$archive" \
             --workspace-remap "$ws" --config-file "$nextest_config" --no-fail-fast \
@@ -349,7 +349,7 @@ if [ "$auto_runs" -gt 0 ]; then
         [ -n "$n" ] || auto_ok=no
     done
     auto_history=$(GPU_TEST_PERMIT_DIR=$auto_slots GPU_TEST_PERMIT_STATE=$auto_state \
-        REALIZAR_GPU_TEST_CONCURRENCY=auto GPU_TEST_PERMIT_MAX_CONCURRENCY=$auto_max \
+        GPU_TEST_PERMIT_CONCURRENCY=auto REALIZAR_GPU_TEST_CONCURRENCY=auto GPU_TEST_PERMIT_MAX_CONCURRENCY=$auto_max \
         "$cli" history 2>&1 | tee -a "$log")
     result="runs: ${chosen[*]}"
     if [ "$auto_ok" != yes ]; then

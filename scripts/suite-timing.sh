@@ -26,8 +26,8 @@ time_runs "cargo test --test-threads=1" \
     cargo test -p "$pkg" --all-features -q -- --test-threads=1
 for n in 1 2 4; do
     time_runs "cargo test, N = $n" \
-        env REALIZAR_GPU_TEST_CONCURRENCY=$n cargo test -p "$pkg" --all-features -q
+        env GPU_TEST_PERMIT_CONCURRENCY=$n REALIZAR_GPU_TEST_CONCURRENCY=$n cargo test -p "$pkg" --all-features -q
     # The `gpu` test group in .config/nextest.toml starts at most 2 GPU tests at once.
     time_runs "cargo nextest run, N = $n (group max 2)" \
-        env REALIZAR_GPU_TEST_CONCURRENCY=$n cargo nextest run -p "$pkg" --all-features
+        env GPU_TEST_PERMIT_CONCURRENCY=$n REALIZAR_GPU_TEST_CONCURRENCY=$n cargo nextest run -p "$pkg" --all-features
 done

@@ -57,7 +57,8 @@ cargo run -q --all-features --example wgpu_demo
 # The example suite again, traced, under each runner; the trace proves the cap held. With a
 # memory budget, so that its heavy tests (256 MiB declared) hold two units of 128 MiB each
 # beside the light ones.
-n=${REALIZAR_GPU_TEST_CONCURRENCY:-2}
+# GPU_TEST_PERMIT_CONCURRENCY wins over REALIZAR_GPU_TEST_CONCURRENCY, as in the crate.
+n=${GPU_TEST_PERMIT_CONCURRENCY:-${REALIZAR_GPU_TEST_CONCURRENCY:-2}}
 traces=$(mktemp -d)
 trap 'rm -rf "$traces"' EXIT
 GPU_TEST_PERMIT_GPU_MEMORY=256MiB GPU_TEST_PERMIT_TRACE="$traces/cargo-test.json" \

@@ -6,7 +6,10 @@
 //! is better than starting them and letting them wait. When a test takes a permit under nextest
 //! outside any group, the crate says how to add the group ([`group_snippet`]): in full once per
 //! nextest run (the run is recorded in the slot directory), and in one line in the run's other
-//! processes.
+//! processes. Those lines go to standard error, which nextest shows for failing tests only
+//! (or with `--success-output`): in a green run nobody sees them. So the record stays in the
+//! slot directory ([`recorded_hint`]), and `gpu-test-permit report` (for that run) and
+//! `gpu-test-permit config` print it.
 //! Inside a group, [`NextestEnv::group_slot`](crate::config::NextestEnv::group_slot) tells which
 //! of the group's slots this test has, for choosing a device.
 
@@ -14,8 +17,8 @@ use std::io::{self, Read, Seek, Write};
 use std::path::Path;
 use std::sync::Once;
 
+use crate::config::Config;
 pub use crate::config::NextestEnv;
-use crate::config::{CONCURRENCY_VAR, Config};
 
 /// The tool name under which nextest reads this crate's configuration:
 /// `cargo nextest run --tool-config-file gpu-test-permit:/absolute/path.toml`. A tool config
@@ -173,8 +176,9 @@ pub fn group_hint(env: &NextestEnv, concurrency: usize) -> Option<String> {
         "gpu-test-permit: this test runs under cargo nextest outside a test group, so nextest \
          starts GPU test processes that then wait for a permit (and the wait counts toward \
          nextest's slow-timeout). Put GPU tests in a group of max-threads = {concurrency} \
-         ({CONCURRENCY_VAR} x GPUs) with a nextest tool config file, for example:\n{}\
+         ({} x GPUs) with a nextest tool config file, for example:\n{}\
          (said once per nextest run; `gpu-test-permit nextest-snippet` prints it again)",
+        Config::global().concurrency_var,
         group_snippet(concurrency)
     ))
 }
@@ -198,7 +202,7 @@ pub(crate) fn hint_once(concurrency: usize) {
                 return;
             };
             let first = match (&env.run_id, Config::global().slot_dir_path()) {
-                (Some(run), Ok(dir)) => first_of_run(&dir, run).unwrap_or(true),
+                (Some(run), Ok(dir)) => first_of_run(&dir, run, concurrency).unwrap_or(true),
                 _ => true,
             };
             if first {
@@ -211,20 +215,74 @@ pub(crate) fn hint_once(concurrency: usize) {
 }
 
 /// Whether this process is the first of nextest run `run_id` to ask: the first writes the run
-/// id to [`HINT_FILE`] (under its lock), the others find it there. A file naming another run
-/// is replaced.
-fn first_of_run(dir: &Path, run_id: &str) -> io::Result<bool> {
+/// id, the group size the hint gives (`concurrency`) and the time to [`HINT_FILE`] (under its
+/// lock), the others find it there. A file naming another run is replaced.
+fn first_of_run(dir: &Path, run_id: &str, concurrency: usize) -> io::Result<bool> {
     let mut file =
         crate::sys::open_lock_file(&dir.join(HINT_FILE), crate::sys::is_shared_dir(dir))?;
     file.lock()?;
     let mut recorded = String::new();
     // A file that is not text is replaced like another run's.
     let _ = file.read_to_string(&mut recorded);
-    if recorded.trim_end() == run_id {
+    if recorded.lines().next() == Some(run_id) {
         return Ok(false);
     }
     file.set_len(0)?;
     file.seek(io::SeekFrom::Start(0))?;
-    file.write_all(format!("{run_id}\n").as_bytes())?;
+    let now = crate::clock::now_unix_ms();
+    file.write_all(format!("{run_id}\nmax-threads {concurrency}\nat {now}\n").as_bytes())?;
     Ok(true)
+}
+
+/// The record of the last `cargo nextest` run whose tests took permits outside a test group
+/// ([`recorded_hint`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecordedHint {
+    /// The run's `NEXTEST_RUN_ID`.
+    pub run_id: String,
+    /// The `max-threads` of the group the hint gave: the host's permits.
+    pub max_threads: usize,
+    /// When its first such test took a permit, milliseconds since the Unix epoch.
+    pub recorded_unix_ms: u64,
+}
+
+impl RecordedHint {
+    /// The hint in one line, for the commands that show it.
+    pub fn line(&self) -> String {
+        format!(
+            "GPU tests of cargo nextest run {} took permits outside a test group, so nextest \
+             started GPU test processes that then waited for a permit; put them in a group of \
+             max-threads = {} (`gpu-test-permit nextest-snippet` prints one)",
+            self.run_id, self.max_threads
+        )
+    }
+}
+
+/// The last `cargo nextest` run recorded in slot directory `dir` whose tests took permits
+/// outside a test group, or `None` when none is recorded (or the record is of an earlier
+/// version, which kept only the run id).
+///
+/// # Errors
+///
+/// Reading the file failed (other than its not existing).
+pub fn recorded_hint(dir: &Path) -> io::Result<Option<RecordedHint>> {
+    let text = match std::fs::read_to_string(dir.join(HINT_FILE)) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::InvalidData => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut lines = text.lines();
+    let mut parse = || -> Option<RecordedHint> {
+        let run_id = lines.next()?.to_string();
+        let max_threads = lines.next()?.strip_prefix("max-threads ")?.parse().ok()?;
+        let recorded_unix_ms = lines.next()?.strip_prefix("at ")?.parse().ok()?;
+        Some(RecordedHint {
+            run_id,
+            max_threads,
+            recorded_unix_ms,
+        })
+    };
+    Ok(parse())
 }

@@ -23,7 +23,7 @@ for r in $(seq "$runs"); do
         rm -f "$trace"
         s=$(date +%s.%N)
         GPU_TEST_PERMIT_DIR=$out/slots GPU_TEST_PERMIT_REQUIRE=wgpu GPU_TEST_PERMIT_TRACE=$trace \
-            REALIZAR_GPU_TEST_CONCURRENCY=$n \
+            GPU_TEST_PERMIT_CONCURRENCY=$n REALIZAR_GPU_TEST_CONCURRENCY=$n \
             cargo nextest run -p "$pkg" --all-features --config-file "$config" --test-threads 16 \
             >/dev/null 2>&1
         e=$(date +%s.%N)

@@ -12,6 +12,7 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024), or `auto`: chosen at the start of each run from this host's history (see [`tune`](crate::tune)) | 2 |
+//! | `GPU_TEST_PERMIT_CONCURRENCY` | the same as `REALIZAR_GPU_TEST_CONCURRENCY`; when both are set this one wins, with a warning if they differ | `REALIZAR_GPU_TEST_CONCURRENCY` |
 //! | `GPU_TEST_PERMIT_MAX_CONCURRENCY` | the most permits per GPU `auto` may choose | 4 |
 //! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit: `90`, `90s`, `1500ms`, `10m`, `1h` | 10m |
 //! | `GPU_TEST_PERMIT_HOLD_TIMEOUT` | longest a permit may be held; past it the process prints who holds permits, since when and the N in force, records the hang, and aborts (a wedged driver becomes a failure, not a hung run; `gpu-test-permit run` instead ends its command, then exits with 124); keep it below nextest's `slow-timeout` termination | off |
@@ -106,6 +107,9 @@ pub struct Config {
     /// Permits per GPU, from [`CONCURRENCY_VAR`]; with `auto`, the seed (2, or the ceiling
     /// when lower), which a pool with no slot directory uses.
     pub concurrency: NonZeroUsize,
+    /// The variable N is read from: [`CONCURRENCY_ALIAS_VAR`] when it is set (it wins), else
+    /// [`CONCURRENCY_VAR`] (also when neither is set: the name messages give for it).
+    pub concurrency_var: &'static str,
     /// [`CONCURRENCY_VAR`] is `auto`: the N of each run is chosen from this host's history
     /// when its slot directory is laid out ([`tune`](crate::tune)).
     pub auto_concurrency: bool,
@@ -312,7 +316,28 @@ impl Config {
             }),
         };
         let mut auto_concurrency = false;
-        let concurrency = match lookup(CONCURRENCY_VAR) {
+        // The crate's own name wins; the other, when it says something else, is ignored with
+        // a warning.
+        let (concurrency_var, raw_concurrency) = match lookup(CONCURRENCY_ALIAS_VAR) {
+            Some(own) => {
+                if let Some(other) = lookup(CONCURRENCY_VAR)
+                    && concurrency_meaning(&other) != concurrency_meaning(&own)
+                {
+                    warnings.push(warning(
+                        CONCURRENCY_VAR,
+                        &other,
+                        format!(
+                            "differs from {CONCURRENCY_ALIAS_VAR}='{}', which wins",
+                            own.to_string_lossy()
+                        ),
+                        own.to_string_lossy().trim(),
+                    ));
+                }
+                (CONCURRENCY_ALIAS_VAR, Some(own))
+            }
+            None => (CONCURRENCY_VAR, lookup(CONCURRENCY_VAR)),
+        };
+        let concurrency = match raw_concurrency {
             None => NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap(),
             Some(raw)
                 if raw
@@ -325,7 +350,7 @@ impl Config {
                     .min(max_concurrency)
             }
             Some(raw) => parse_concurrency(&raw).unwrap_or_else(|problem| {
-                warnings.push(warning(CONCURRENCY_VAR, &raw, problem, DEFAULT_CONCURRENCY));
+                warnings.push(warning(concurrency_var, &raw, problem, DEFAULT_CONCURRENCY));
                 NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap()
             }),
         };
@@ -547,6 +572,7 @@ impl Config {
             hold_timeout,
             gpus,
             concurrency,
+            concurrency_var,
             auto_concurrency,
             max_concurrency,
             timeout,
@@ -643,4 +669,76 @@ pub(crate) unsafe fn take_probe_request() -> Option<OsString> {
 #[cfg(feature = "wgpu")]
 pub(crate) fn wgpu_backend_set() -> bool {
     std::env::var_os(WGPU_BACKEND_VAR).is_some()
+}
+
+/// What a value of [`CONCURRENCY_VAR`] means, for telling whether two values agree: `auto`, a
+/// valid N, or the value itself (trimmed).
+fn concurrency_meaning(raw: &OsString) -> String {
+    let text = raw.to_string_lossy().trim().to_ascii_lowercase();
+    match parse_concurrency(raw) {
+        Ok(n) => n.to_string(),
+        Err(_) => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(vars: &[(&str, &str)]) -> Config {
+        let vars: Vec<(String, OsString)> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn the_crates_own_concurrency_name_sets_n_alone_and_wins_over_the_other() {
+        let alone = config(&[(CONCURRENCY_ALIAS_VAR, "3")]);
+        assert_eq!(alone.concurrency.get(), 3);
+        assert_eq!(alone.concurrency_var, CONCURRENCY_ALIAS_VAR);
+        assert!(alone.warnings.is_empty(), "{:?}", alone.warnings);
+
+        let other = config(&[(CONCURRENCY_VAR, "5")]);
+        assert_eq!(other.concurrency.get(), 5);
+        assert_eq!(other.concurrency_var, CONCURRENCY_VAR);
+
+        let both = config(&[(CONCURRENCY_ALIAS_VAR, "3"), (CONCURRENCY_VAR, "5")]);
+        assert_eq!(both.concurrency.get(), 3);
+        assert_eq!(
+            both.warnings
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            [format!(
+                "{CONCURRENCY_VAR}='5' differs from {CONCURRENCY_ALIAS_VAR}='3', which wins; \
+                 using 3"
+            )]
+        );
+    }
+
+    #[test]
+    fn concurrency_names_that_agree_give_no_warning() {
+        for (own, other) in [("3", " 3"), ("auto", "AUTO "), ("2", "2")] {
+            let c = config(&[(CONCURRENCY_ALIAS_VAR, own), (CONCURRENCY_VAR, other)]);
+            assert!(c.warnings.is_empty(), "{own} {other}: {:?}", c.warnings);
+        }
+        let auto = config(&[(CONCURRENCY_ALIAS_VAR, "auto"), (CONCURRENCY_VAR, "4")]);
+        assert!(auto.auto_concurrency);
+        assert_eq!(auto.warnings.len(), 1, "{:?}", auto.warnings);
+    }
+
+    #[test]
+    fn a_bad_value_of_the_crates_own_concurrency_name_is_named_in_its_warning() {
+        let c = config(&[(CONCURRENCY_ALIAS_VAR, "x"), (CONCURRENCY_VAR, "4")]);
+        assert_eq!(c.concurrency.get(), DEFAULT_CONCURRENCY);
+        let text: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
+        assert!(
+            text.contains(&format!(
+                "{CONCURRENCY_ALIAS_VAR}='x' is not a whole number; using {DEFAULT_CONCURRENCY}"
+            )),
+            "{text:?}"
+        );
+    }
 }

@@ -4,7 +4,11 @@ use std::time::Duration;
 
 /// Permits per GPU (on a one-GPU host: per host). At least 1; or `auto`: chosen for each run
 /// from this host's history, up to [`MAX_CONCURRENCY_VAR`] (see [`tune`](crate::tune)).
+/// [`CONCURRENCY_ALIAS_VAR`] is the same, and wins when both are set.
 pub const CONCURRENCY_VAR: &str = "REALIZAR_GPU_TEST_CONCURRENCY";
+/// The crate's own name for [`CONCURRENCY_VAR`], with the same values. When both are set this
+/// one wins, with a configuration warning if they disagree.
+pub const CONCURRENCY_ALIAS_VAR: &str = "GPU_TEST_PERMIT_CONCURRENCY";
 /// The most permits per GPU that [`CONCURRENCY_VAR`]`=auto` may choose: the ceiling the user
 /// trusts. Default [`DEFAULT_MAX_CONCURRENCY`].
 pub const MAX_CONCURRENCY_VAR: &str = "GPU_TEST_PERMIT_MAX_CONCURRENCY";

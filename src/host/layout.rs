@@ -395,7 +395,7 @@ pub(super) fn fd_budget_counted(
         HostError::Descriptors(format!(
             "{layout} needs {needed} open files in every process using slot directory {}, but \
              this process may open only {} more (descriptor limit {}, hard limit {}, of which \
-             {} are left free for the program itself); lower REALIZAR_GPU_TEST_CONCURRENCY (or \
+             {} are left free for the program itself); lower {} (or \
              GPU_TEST_PERMIT_GPUS), or raise the limit (`ulimit -n`, or `nofile` in \
              /etc/security/limits.conf)",
             dir.display(),
@@ -403,6 +403,7 @@ pub(super) fn fd_budget_counted(
             limits.soft,
             limits.hard,
             limits.headroom,
+            crate::config::Config::global().concurrency_var,
         ))
     })
 }

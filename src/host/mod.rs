@@ -21,6 +21,7 @@
 //! | `gpu0.gate` | the head of the queue | exclusive, from its first failed try to its grant | the head's record | `take_turn` below |
 //! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; all at once, or none, for a permit of several units or GPUs | the holder's record, stamped at the grant | `try_take`, `write_records` below; `fit.rs`; `slot.rs` |
 //! | `gpu0.wait.<pid>` | its process | exclusive, for the process's life (made and locked as `gpu0.new-wait.<pid>`, then renamed, so never seen unlocked) | the waiting request's record and heartbeat (blank while none waits) | `queue.rs` |
+//! | `gpu0.threads.<pid>.<pool>` | its process | exclusive, for the pool's life (made and locked as `gpu0.new-threads.<pid>.<pool>`, then renamed), from the first wait of one of its threads | how many of the pool's threads wait in its in-process queue, and since when | `threads.rs` |
 //! | `gpu0.notify` | nobody | written after every release | nothing: its change wakes the waiters | `queue.rs` |
 //! | `gpu0.budget` | a process reading or writing it | exclusive, for a read and perhaps a write | the memory budget its users convert with | `budget.rs` |
 //! | `gpu0.slot<i>.inside-<uid>/` | the processes inside a passed-on permit | a directory like this one, as many slots as the permit | their share of the permit | `inherit.rs` |
@@ -69,6 +70,7 @@ mod queue;
 mod record;
 mod slot;
 mod status;
+mod threads;
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
@@ -98,6 +100,8 @@ pub use status::{
     GpuMemoryStatus, GpuProcessStatus, HostStatus, QueueHead, SkippedFile, SlotStatus, gpu_memory,
     status,
 };
+pub(crate) use threads::ThreadsFile;
+pub use threads::ThreadsWaiting;
 
 use error::io_err;
 pub(crate) use layout::Want;
@@ -262,9 +266,10 @@ impl HostSlots {
             crate::notice::line(&format!(
                 "slot directory {} serves {layout} (set by a process using it now); this process \
                  asked for {wanted} and uses the directory's layout, so that the cap holds. Give \
-                 every process that shares the directory the same REALIZAR_GPU_TEST_CONCURRENCY \
-                 and GPU_TEST_PERMIT_GPUS, or a GPU_TEST_PERMIT_DIR of its own",
-                dir.display()
+                 every process that shares the directory the same {} and GPU_TEST_PERMIT_GPUS, or \
+                 a GPU_TEST_PERMIT_DIR of its own",
+                dir.display(),
+                crate::config::Config::global().concurrency_var
             ));
         }
         let (gate_path, gate) = open("gpu0.gate", layout)?;

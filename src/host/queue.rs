@@ -117,14 +117,20 @@ pub(super) const STAGING_PREFIX: &str = "gpu0.new-wait.";
 /// again, a little later each time. `None` when it cannot be had: the request then waits
 /// unlisted.
 fn make_wait_file(dir: &Path, path: &Path) -> Option<std::fs::File> {
+    let staging = dir.join(format!("{STAGING_PREFIX}{}", std::process::id()));
+    make_locked_file(dir, &staging, path)
+}
+
+/// A file of this process at `path`, made and locked as [`make_wait_file`] makes a wait file
+/// (through `staging` where open files can be renamed).
+pub(super) fn make_locked_file(dir: &Path, staging: &Path, path: &Path) -> Option<std::fs::File> {
     let shared = sys::is_shared_dir(dir);
     for attempt in 0..8 {
         let made = if sys::RENAMES_OPEN_FILES {
-            let staging = dir.join(format!("{STAGING_PREFIX}{}", std::process::id()));
-            let file = sys::open_lock_file(&staging, shared).ok()?;
+            let file = sys::open_lock_file(staging, shared).ok()?;
             // The record's and heartbeat's space, while the disk has it.
             let _ = sys::reserve(&file, RECORD_AND_BEAT);
-            (file.try_lock().is_ok() && std::fs::rename(&staging, path).is_ok()).then_some(file)
+            (file.try_lock().is_ok() && std::fs::rename(staging, path).is_ok()).then_some(file)
         } else {
             let file = sys::open_lock_file(path, shared).ok()?;
             file.try_lock().is_ok().then_some(file)
@@ -138,7 +144,8 @@ fn make_wait_file(dir: &Path, path: &Path) -> Option<std::fs::File> {
     None
 }
 
-/// Removes wait files whose process is gone (unlocked ones). The global pool of a process is
+/// Removes wait files and threads files ([`super::threads`]) whose process is gone (unlocked
+/// ones). The global pool of a process is
 /// never dropped, so its wait file outlives it. Run by a process before its first wait in the
 /// directory: only waiters read wait files.
 pub(super) fn sweep_wait_files(dir: &Path) {
@@ -149,7 +156,13 @@ pub(super) fn sweep_wait_files(dir: &Path) {
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if !(name.starts_with(WAIT_PREFIX) || name.starts_with(STAGING_PREFIX)) || name == mine {
+        let ours = [
+            WAIT_PREFIX,
+            STAGING_PREFIX,
+            THREADS_PREFIX,
+            THREADS_STAGING_PREFIX,
+        ];
+        if !ours.iter().any(|p| name.starts_with(p)) || name == mine {
             continue;
         }
         let path = entry.path();
@@ -386,6 +399,11 @@ impl Drop for Waiting {
 }
 
 pub(super) const WAIT_PREFIX: &str = "gpu0.wait.";
+/// Prefix of the files of threads waiting inside a process (`threads.rs`), which
+/// [`sweep_wait_files`] clears with the wait files.
+pub(super) const THREADS_PREFIX: &str = "gpu0.threads.";
+/// Where such a file is made and locked before it is renamed to its name.
+pub(super) const THREADS_STAGING_PREFIX: &str = "gpu0.new-threads.";
 /// How often the head of the queue renews its heartbeat in the gate: well within [`GRACE`],
 /// and seldom, because every write to the gate wakes every waiter (the head included).
 pub(super) const GATE_BEAT: Duration = Duration::from_millis(200);

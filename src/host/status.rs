@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::layout::{LAYOUT_LEN, Layout};
 use super::lock::is_locked;
-use super::queue::{Liveness, WAIT_PREFIX, head_liveness, read_head, wait_entry};
+use super::queue::{Liveness, THREADS_PREFIX, WAIT_PREFIX, head_liveness, read_head, wait_entry};
 use super::record::{HolderRecord, read_record, read_start};
+use super::threads::{ThreadsWaiting, read_threads};
 use crate::sys;
 
 /// One slot as [`status`] sees it.
@@ -52,6 +53,10 @@ pub struct HostStatus {
     pub layout: Option<Layout>,
     /// The head of the cross-process queue, when a request waits at the gate.
     pub head: Option<QueueHead>,
+    /// Threads waiting inside live processes, in their in-process queues (behind the request
+    /// their process has in [`waiters`](Self::waiters), if any, or the permits it holds),
+    /// per pool that has such threads, longest waiting first.
+    pub in_process: Vec<ThreadsWaiting>,
 }
 
 /// The request at the head of the cross-process queue, as [`status`] sees it.
@@ -79,7 +84,8 @@ pub struct SkippedFile {
 }
 
 /// Reads who holds and who waits for the slots in `dir`, without creating or taking anything.
-/// A missing directory has no slots. Leftover wait records of killed processes are removed.
+/// A missing directory has no slots. Leftover wait records of killed processes, and their
+/// files of threads waiting in-process, are removed.
 /// Never blocks: a FIFO, device or symbolic link named like a slot file is skipped and listed in
 /// [`HostStatus::skipped`].
 ///
@@ -95,6 +101,7 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
         skipped: Vec::new(),
         layout: None,
         head: None,
+        in_process: Vec::new(),
     };
     let mut waiting = Vec::new();
     let entries = match std::fs::read_dir(dir) {
@@ -110,6 +117,12 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
             .strip_prefix("gpu0.slot")
             .and_then(|i| i.parse::<usize>().ok());
         let waiter = name.starts_with(WAIT_PREFIX);
+        if name.starts_with(THREADS_PREFIX) {
+            if let Ok(Some(t)) = read_threads(&path, &name) {
+                out.in_process.push(t);
+            }
+            continue;
+        }
         if index.is_none() && !waiter {
             continue;
         }
@@ -170,6 +183,8 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
     waiting.sort_by_key(|(w, _)| w.since_unix_ms);
     (out.waiters, out.waiter_liveness) = waiting.into_iter().unzip();
     out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
+    out.in_process
+        .sort_by(|a, b| b.waited.cmp(&a.waited).then(a.pid.cmp(&b.pid)));
     if let Ok(file) = sys::open_regular_for_reading(&dir.join("gpu0.layout")) {
         out.layout = read_start(&file, LAYOUT_LEN).and_then(|b| Layout::decode(&b).ok().flatten());
     }

@@ -266,10 +266,15 @@ impl PoolBuilder {
             }
             _ => None,
         };
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // Threads waiting in this pool are published beside the host's wait files.
+        let published = host
+            .as_ref()
+            .map(|h| crate::host::ThreadsFile::new(h.dir(), id));
         PermitPool {
             inner: NonNull::from(Box::leak(Box::new(PoolInner {
-                id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-                local: LocalPool::new(self.capacity()),
+                id,
+                local: LocalPool::publishing(self.capacity(), published),
                 seats: (0..seats).map(|_| Seat::new()).collect(),
                 gpus: self.gpus,
                 per_gpu: self.concurrency,

@@ -87,9 +87,9 @@ impl fmt::Display for AcquireError {
                 inherited: false,
             } => write!(
                 f,
-                "asked for a GPU permit of {asked} units, but a GPU has only {per_gpu} \
-                 (REALIZAR_GPU_TEST_CONCURRENCY); ask for at most {per_gpu} units, take the \
-                 exclusive permit, or raise N"
+                "asked for a GPU permit of {asked} units, but a GPU has only {per_gpu} ({}); \
+                 ask for at most {per_gpu} units, take the exclusive permit, or raise N",
+                crate::config::Config::global().concurrency_var
             ),
             AcquireError::TooLarge { asked, per_gpu, .. } => write!(
                 f,
@@ -396,9 +396,10 @@ impl fmt::Display for WaitTimeout {
             write!(
                 f,
                 "\nEvery holder held its permit for the whole wait: they look stuck rather than \
-                 busy, as in a GPU driver that deadlocked under concurrent use. A lower \
-                 REALIZAR_GPU_TEST_CONCURRENCY is the usual cure; GPU_TEST_PERMIT_HOLD_TIMEOUT \
-                 makes a stuck holder fail with a diagnosis."
+                 busy, as in a GPU driver that deadlocked under concurrent use. A lower {} is \
+                 the usual cure; GPU_TEST_PERMIT_HOLD_TIMEOUT makes a stuck holder fail with a \
+                 diagnosis.",
+                crate::config::Config::global().concurrency_var
             )
         } else {
             write!(

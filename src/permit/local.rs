@@ -56,6 +56,8 @@ pub(crate) struct LocalTimeout {
 #[derive(Debug)]
 struct Waiter {
     units: usize,
+    /// When it began to wait.
+    since: Instant,
     granted: AtomicBool,
     parker: Thread,
 }
@@ -67,15 +69,37 @@ pub(crate) struct LocalPool {
     /// Free units, releases in flight, [`CLOSED`] and [`QUEUED`].
     state: AtomicU64,
     queue: Mutex<VecDeque<Arc<Waiter>>>,
+    /// Where the queue's length and its oldest wait are published for `status` (a pool with
+    /// host slots): written under the queue's mutex when the queue changes, never on the path
+    /// of a request that does not wait. Boxed: the pool's hot words stay close together.
+    published: Option<Box<crate::host::ThreadsFile>>,
 }
 
 impl LocalPool {
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn new(capacity: usize) -> LocalPool {
+        LocalPool::publishing(capacity, None)
+    }
+
+    /// A pool whose queue is published in `published` (see [`crate::host::ThreadsFile`]).
+    pub(crate) fn publishing(
+        capacity: usize,
+        published: Option<crate::host::ThreadsFile>,
+    ) -> LocalPool {
         assert!((1..=u32::MAX as usize / 2).contains(&capacity));
         LocalPool {
             capacity,
             state: AtomicU64::new(capacity as u64),
             queue: Mutex::new(VecDeque::new()),
+            published: published.map(Box::new),
+        }
+    }
+
+    /// Publishes the queue's length and its oldest wait, where the pool publishes them.
+    /// Called with the queue locked, after it changed.
+    fn publish(&self, q: &VecDeque<Arc<Waiter>>) {
+        if let Some(p) = &self.published {
+            p.publish(q.len(), q.front().map(|w| w.since));
         }
     }
 
@@ -125,6 +149,7 @@ impl LocalPool {
             }
             let w = Arc::new(Waiter {
                 units,
+                since: start,
                 granted: AtomicBool::new(false),
                 parker: current(),
             });
@@ -133,6 +158,7 @@ impl LocalPool {
             self.state.fetch_or(QUEUED, Ordering::AcqRel);
             q.push_back(w.clone());
             self.grant(&mut q);
+            self.publish(&q);
             (w, deadline.resolve(start))
         };
         loop {
@@ -158,6 +184,7 @@ impl LocalPool {
         q.retain(|w| !Arc::ptr_eq(w, &waiter));
         // We may have been the head that blocked smaller requests behind us.
         self.grant(&mut q);
+        self.publish(&q);
         Err(LocalTimeout { since: start })
     }
 
@@ -213,6 +240,7 @@ impl LocalPool {
         {
             let mut q = self.queue.lock();
             self.grant(&mut q);
+            self.publish(&q);
         }
         let after = self.state.fetch_sub(IN_FLIGHT_ONE, Ordering::AcqRel) - IN_FLIGHT_ONE;
         self.is_done(after)

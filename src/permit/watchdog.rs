@@ -177,10 +177,10 @@ impl HoldTimeout {
             ));
         }
         msg.push_str(&format!(
-            "  in force: {}. A lower REALIZAR_GPU_TEST_CONCURRENCY is the usual cure; \
-             `gpu-test-permit status` shows the other processes' permits. This N is recorded \
-             as having hung on this host.",
-            self.layout
+            "  in force: {}. A lower {} is the usual cure; `gpu-test-permit status` shows the \
+             other processes' permits. This N is recorded as having hung on this host.",
+            self.layout,
+            crate::config::Config::global().concurrency_var
         ));
         msg
     }

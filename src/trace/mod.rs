@@ -20,6 +20,7 @@
 //!
 //! | file | what |
 //! |---|---|
+//! | `check` | [`check_estimates`]: the measured runs that the model's estimates for their own N do not account for |
 //! | `summary`, `timeline` | [`summarize`]: waits, holds, utilisation, the what-if and the model's estimates for other N, memory advice; [`timeline`]: a trace drawn as text |
 //! | `read` | [`read_trace`], [`read_events`]: a trace file's events and the lines it could not use |
 //! | `replay` | a run's requests replayed on a pool of another size: each hold as long as it was ([`replay_fixed`]), or event by event under the model ([`predict`]) |
@@ -89,10 +90,17 @@
 //!   test asks and the end after the last release are outside it (about 0.3 s of a nextest
 //!   run on the H100). Under a nextest test group whose `max-threads` is below the new N, the
 //!   group, not the permits, caps the tests: change both.
+//! - **Permits set the pace.** The model explains a run by its permits and the GPU they share.
+//!   A suite whose pace something else sets (a CPU-bound suite on a software renderer such as
+//!   lavapipe, whose tests slow each other down on the CPU whether or not they hold permits)
+//!   runs at other N unlike the model's estimate. Where a trace holds runs the model cannot
+//!   account for at their own N, [`check_estimates`] names them, and `gpu-test-permit trace`
+//!   says that the estimates are not to be trusted.
 //!
 //! Checked against runs of the example suite at N = 1 to 8 on an H100 and on lavapipe: see
 //! BENCHMARKS.md ("What-if model").
 
+mod check;
 mod event;
 mod fit;
 mod model;
@@ -102,6 +110,7 @@ mod requests;
 mod summary;
 mod timeline;
 
+pub use check::{Disagreement, ESTIMATE_TOLERANCE, NoGain, check_estimates};
 pub(crate) use event::Tracer;
 pub use event::{TraceArgs, TraceEvent};
 pub use model::{Prediction, Slowdown, SlowdownBasis};

@@ -10,7 +10,8 @@ use super::requests::RequestTimes;
 ///
 /// A row's timeline is at most 1,000 characters: where `tick_ms` would take more, the tick
 /// is as much coarser as it takes, and the header line says which it is. Labels are padded
-/// to the longest, up to 64 characters.
+/// to the longest, up to 64 characters; a longer one keeps its start and end with `...`
+/// between them (libtest names a test's thread after the test), so the columns stay aligned.
 ///
 /// ```
 /// use gpu_test_permit::trace::{TraceArgs, TraceEvent, timeline};
@@ -38,19 +39,23 @@ pub fn timeline(events: &[TraceEvent], tick_ms: u64) -> String {
     let tick_us = tick_ms.saturating_mul(1000);
     let mut holds: Vec<&TraceEvent> = events.iter().filter(|e| e.name == "hold").collect();
     holds.sort_by_key(|e| (e.ts, e.pid, e.tid));
+    const WIDEST: usize = 64;
     let label = |h: &TraceEvent| {
-        format!(
-            "pid {} {}",
-            h.pid,
-            crate::host::escape_controls(&h.args.thread)
+        elide_middle(
+            &format!(
+                "pid {} {}",
+                h.pid,
+                crate::host::escape_controls(&h.args.thread)
+            ),
+            WIDEST,
         )
     };
     let width = holds
         .iter()
-        .map(|h| label(h).len())
+        .map(|h| label(h).chars().count())
         .max()
         .unwrap_or(0)
-        .clamp(14, 64);
+        .clamp(14, WIDEST);
     let mut out = format!(
         "{:<width$} {:<5} timeline ({tick_ms} ms per character)\n",
         "process/thread", "slot"
@@ -71,4 +76,70 @@ pub fn timeline(events: &[TraceEvent], tick_ms: u64) -> String {
         );
     }
     out
+}
+
+/// `text` if it has at most `width` characters, else its start and end with `...` between
+/// them, `width` characters in all.
+fn elide_middle(text: &str, width: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= width {
+        return text.to_string();
+    }
+    let keep = width.saturating_sub(3);
+    let head = keep.div_ceil(2);
+    let tail = keep - head;
+    let mut out: String = chars[..head].iter().collect();
+    out.push_str("...");
+    out.extend(&chars[chars.len() - tail..]);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_labels_lose_their_middle_and_keep_the_columns() {
+        assert_eq!(elide_middle("short", 10), "short");
+        assert_eq!(elide_middle("abcdefghijkl", 10), "abcd...jkl");
+        assert_eq!(elide_middle("ééééééééééé", 5), "é...é");
+        let ev = |name: &str, tid: u64, thread: &str, ts, dur| TraceEvent {
+            name: name.into(),
+            cat: "gpu-test-permit".into(),
+            ph: "X".into(),
+            ts,
+            dur,
+            pid: 7,
+            tid,
+            args: crate::trace::TraceArgs {
+                test: thread.into(),
+                thread: thread.into(),
+                slots: vec![0],
+                capacity: 1,
+                ..Default::default()
+            },
+        };
+        let long = format!("tests::{}_end", "x".repeat(80));
+        let text = timeline(
+            &[
+                ev("wait", 1, &long, 0, 0),
+                ev("hold", 1, &long, 0, 100_000),
+                ev("wait", 2, "short", 0, 100_000),
+                ev("hold", 2, "short", 100_000, 100_000),
+            ],
+            50,
+        );
+        let rows: Vec<&str> = text.lines().collect();
+        // The slot column starts at the same place in every row: after 64 characters.
+        assert!(rows[1].starts_with("pid 7 tests::xxx"), "{text}");
+        assert!(
+            rows[1].contains("...") && rows[1].contains("x_end "),
+            "{text}"
+        );
+        assert_eq!(rows[1].chars().nth(64), Some(' '), "{text}");
+        assert_eq!(rows[2].chars().nth(64), Some(' '), "{text}");
+        assert_eq!(rows[1].chars().nth(65), Some('0'), "{text}");
+        assert_eq!(rows[2].chars().nth(65), Some('0'), "{text}");
+        assert_eq!(rows[0].chars().nth(65), Some('s'), "{text}");
+    }
 }

@@ -240,6 +240,7 @@ fn config_warnings_of_a_nextest_run_are_recorded_once_and_shown_by_config() {
         .lines()
         .skip_while(|l| !l.starts_with("configuration warnings of cargo nextest run run-a"))
         .skip(1)
+        .take_while(|l| l.starts_with("  "))
         .collect();
     assert_eq!(
         recorded,
@@ -952,8 +953,8 @@ fn trace_command_reads_on_past_a_truncated_line_and_lists_the_lines_it_skipped()
     // Test b's hold, read from the line that was cut: both tests held one permit.
     let permits = |test: &str| {
         out.lines()
-            .find(|l| l.starts_with(&format!("{test} ")))
-            .and_then(|l| l.split_whitespace().nth(1))
+            .find(|l| l.ends_with(&format!("  {test}")))
+            .and_then(|l| l.split_whitespace().next())
             .map(str::to_string)
     };
     assert_eq!(permits("a").as_deref(), Some("1"), "{out}");
@@ -1111,4 +1112,105 @@ fn the_nextest_hint_is_given_in_full_once_per_run() {
     std::fs::create_dir(&record).unwrap();
     assert!(hold("run-3").contains(full));
     assert!(hold("run-3").contains(full));
+}
+
+/// `GPU_TEST_PERMIT_CONCURRENCY` alone sets N for a process, as `REALIZAR_GPU_TEST_CONCURRENCY`
+/// would, and wins over it when both are set.
+#[test]
+fn the_crates_own_concurrency_name_sets_n() {
+    let alone = |dir: &std::path::Path, extra: &[(&str, &str)]| {
+        let mut c = std::process::Command::new(crate::util::bin());
+        crate::util::clear_permit_env(&mut c);
+        c.env("GPU_TEST_PERMIT_DIR", dir)
+            .env("GPU_TEST_PERMIT_CONCURRENCY", "3");
+        for (k, v) in extra {
+            c.env(k, v);
+        }
+        c
+    };
+    for extra in [vec![], vec![("REALIZAR_GPU_TEST_CONCURRENCY", "5")]] {
+        let dir = tempdir();
+        let out = alone(dir.path(), &extra)
+            .args(["hold", "--for", "1ms"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let out = cli(dir.path(), 1)
+            .args(["status", "--dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.lines()
+                .any(|l| l == "layout: N = 3 permit(s) per GPU x 1 GPU(s)"),
+            "{extra:?}: {text}"
+        );
+        let differ = "REALIZAR_GPU_TEST_CONCURRENCY='5' differs from \
+                      GPU_TEST_PERMIT_CONCURRENCY='3', which wins; using 3";
+        assert_eq!(err.contains(differ), !extra.is_empty(), "{extra:?}: {err}");
+        let out = alone(dir.path(), &extra).arg("config").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.lines().any(
+                |l| l.trim_start().starts_with("GPU_TEST_PERMIT_CONCURRENCY")
+                    && l.contains(" 3 (wins over REALIZAR_GPU_TEST_CONCURRENCY)")
+            ),
+            "{text}"
+        );
+    }
+}
+
+/// The hint on adding a test group, which nextest shows only with a failing test's output, is
+/// kept in the slot directory: `report` prints it for the run it was given in, and `config`
+/// for the last such run.
+#[test]
+fn the_nextest_hint_is_shown_by_report_and_config() {
+    let dir = tempdir();
+    let test_process = |run: &str, group: &str| {
+        let out = cli(dir.path(), 3)
+            .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+            .env("NEXTEST_RUN_ID", run)
+            .env("NEXTEST_TEST_GROUP", group)
+            .env("NEXTEST_TEST_NAME", "gpu_test")
+            .args(["hold", "--for", "1ms"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    let command = |args: &[&str]| {
+        let out = cli(dir.path(), 3).args(args).output().unwrap();
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(out.status.success(), "{text}");
+        text
+    };
+    let line = "GPU tests of cargo nextest run run-1 took permits outside a test group, so \
+                nextest started GPU test processes that then waited for a permit; put them in a \
+                group of max-threads = 3 (`gpu-test-permit nextest-snippet` prints one)";
+    let config = command(&["config"]);
+    assert!(
+        config.contains("no cargo nextest run recorded GPU tests outside a test group"),
+        "{config}"
+    );
+    test_process("run-1", "@global");
+    test_process("run-1", "@global");
+    let report = command(&["report", "--run-id", "run-1"]);
+    assert!(
+        report
+            .lines()
+            .any(|l| l == format!("outside a test group: {line}")),
+        "{report}"
+    );
+    let config = command(&["config"]);
+    assert!(
+        config
+            .lines()
+            .any(|l| l.starts_with("outside a test group (recorded ") && l.ends_with(line)),
+        "{config}"
+    );
+    // A run whose tests are in a group gets no hint, and its report none.
+    test_process("run-2", "gpu");
+    let report = command(&["report", "--run-id", "run-2"]);
+    assert!(!report.contains("outside a test group"), "{report}");
 }

@@ -38,5 +38,6 @@ mod trace;
 mod truth;
 mod tune;
 mod util;
+mod waiters;
 mod weighted;
 mod weighted_processes;

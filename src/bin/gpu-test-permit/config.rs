@@ -24,8 +24,14 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
     } else {
         cfg.concurrency.to_string()
     };
+    // N comes from the crate's own name when it is set, whatever the other says.
+    let concurrency = if cfg.concurrency_var == c::CONCURRENCY_ALIAS_VAR {
+        format!("{concurrency} (wins over {})", c::CONCURRENCY_VAR)
+    } else {
+        concurrency
+    };
     let rows = [
-        (c::CONCURRENCY_VAR, concurrency),
+        (cfg.concurrency_var, concurrency),
         (c::MAX_CONCURRENCY_VAR, cfg.max_concurrency.to_string()),
         (
             c::GPUS_VAR,
@@ -174,6 +180,17 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
             }
         }
         Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+    }
+    // The hint on adding a test group, said once per run on standard error, which nextest
+    // shows for failing tests only.
+    match gpu_test_permit::nextest::recorded_hint(&dir) {
+        Ok(Some(hint)) => println!(
+            "outside a test group (recorded {} ago): {}",
+            report::ago(hint.recorded_unix_ms),
+            report::printable(&hint.line())
+        ),
+        Ok(None) => println!("no cargo nextest run recorded GPU tests outside a test group"),
+        Err(e) => println!("cannot read the record of GPU tests outside a test group: {e}"),
     }
     Ok(ExitCode::SUCCESS)
 }

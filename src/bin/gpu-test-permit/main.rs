@@ -218,9 +218,10 @@ static COMMANDS: &[Command] = &[
             synopsis: "[--runner | --wrapper]",
             about: "print a nextest tool config file (for `cargo nextest run --tool-config-file\n\
                     gpu-test-permit:/absolute/path`, which keeps the suite's own\n\
-                    .config/nextest.toml) with a test group for GPU tests sized by\n\
-                    REALIZAR_GPU_TEST_CONCURRENCY x GPU_TEST_PERMIT_GPUS; its filter is a guess by\n\
-                    name: `find-gpu-tests` prints the one that names them. With --runner, the\n\
+                    .config/nextest.toml) with a test group for GPU tests sized by N\n\
+                    (GPU_TEST_PERMIT_CONCURRENCY, else REALIZAR_GPU_TEST_CONCURRENCY) x\n\
+                    GPU_TEST_PERMIT_GPUS; its filter is a guess by name:\n\
+                    `find-gpu-tests` prints the one that names them. With --runner, the\n\
                     configuration that caps a suite that does not use the crate through\n\
                     `gpu-test-permit run` as cargo's target runner; with --wrapper, the same as a\n\
                     nextest wrapper script (experimental in nextest, since 0.9.98)",

@@ -8,7 +8,8 @@ use gpu_test_permit::config::Config;
 use gpu_test_permit::host::{HolderRecord, SlotStatus, recorded_hangs, status as host_status};
 use gpu_test_permit::runs::{CasualtyRecord, casualties_in_trace, recorded_casualties};
 use gpu_test_permit::trace::{
-    SkippedLine, Slowdown, SlowdownBasis, Summary, read_trace, split_runs, summarize_with, timeline,
+    Disagreement, SkippedLine, Slowdown, SlowdownBasis, Summary, check_estimates, read_trace,
+    split_runs, summarize_with, timeline,
 };
 
 use crate::args::Args;
@@ -187,7 +188,7 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
             }
         );
     }
-    if s.waiters.is_empty() {
+    if s.waiters.is_empty() && s.in_process.is_empty() {
         println!("waiting: nobody");
     }
     for (w, liveness) in s.waiters.iter().zip(&s.waiter_liveness) {
@@ -197,6 +198,16 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
             format!(" ({liveness}: it lost its turn to the requests behind it)")
         };
         println!("waiting {}: {}{lost}", ago(w.since_unix_ms), who(w));
+    }
+    // The threads of one process queue inside it, behind its one request at the slots.
+    for t in &s.in_process {
+        println!(
+            "pid {}: {} thread{} waiting in-process (since {:.1}s)",
+            t.pid,
+            t.threads,
+            if t.threads == 1 { "" } else { "s" },
+            t.waited.as_secs_f64(),
+        );
     }
     for f in &s.skipped {
         println!(
@@ -342,17 +353,15 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
     if show_timeline {
         println!("{}", timeline(&events, (s.span_us / 80_000).max(1)));
     }
-    println!(
-        "{:<60} {:>7} {:>11} {:>11}",
-        "test", "permits", "wait ms", "hold ms"
-    );
+    // The name last: a name of any length leaves the numbers' columns aligned.
+    println!("{:>7} {:>11} {:>11}  test", "permits", "wait ms", "hold ms");
     for t in &s.tests {
         println!(
-            "{:<60} {:>7} {:>11.1} {:>11.1}",
-            printable(&t.test),
+            "{:>7} {:>11.1} {:>11.1}  {}",
             t.permits,
             ms(t.wait_us),
-            ms(t.hold_us)
+            ms(t.hold_us),
+            printable(&t.test)
         );
     }
     println!(
@@ -497,7 +506,12 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         let row = format!("  N = {n:<4} {:>15.1} ms   {model:<34}{mark}", ms(*span));
         println!("{}", row.trim_end());
     }
-    print_suggestion(&s, hung_at, casualty);
+    // The runs measured, at their own N, against what the model makes of them.
+    let measured: Vec<Vec<gpu_test_permit::trace::TraceEvent>> =
+        runs.iter().cloned().chain([events.clone()]).collect();
+    let disagreements = check_estimates(&measured, &s);
+    print_disagreements(&disagreements);
+    print_suggestion(&s, hung_at, casualty, !disagreements.is_empty());
     match max_peak {
         Some(max) if s.peak > max => {
             eprintln!("peak concurrency {} is above {max}", s.peak);
@@ -547,7 +561,60 @@ struct Marked {
 
 /// The smallest N whose model estimate is within 5 % of the fastest, below any N that hung on
 /// this host: more permits than that buy little time and load the GPU (and its driver) more.
-fn print_suggestion(s: &Summary, hung_at: Option<usize>, casualty: Option<&Marked>) {
+/// A span for a sentence: seconds from 1 s on, else milliseconds.
+fn duration_text(us: u64) -> String {
+    if us >= 1_000_000 {
+        format!("{:.1} s", us as f64 / 1e6)
+    } else {
+        format!("{:.1} ms", us as f64 / 1e3)
+    }
+}
+
+/// The measured runs that the model's estimates for their own N do not account for, and what
+/// that means for the estimates.
+fn print_disagreements(found: &[Disagreement]) {
+    if found.is_empty() {
+        return;
+    }
+    let runs: Vec<String> = found
+        .iter()
+        .map(|d| {
+            let mut text = format!(
+                "measured {} at N = {}, predicted {}",
+                duration_text(d.measured_us),
+                d.n,
+                if d.low_us.abs_diff(d.high_us) < 50 {
+                    duration_text(d.low_us)
+                } else {
+                    format!("{}-{}", duration_text(d.low_us), duration_text(d.high_us))
+                }
+            );
+            if let Some(g) = d.no_gain {
+                text.push_str(&format!(
+                    " (with more permits no faster: {} at N = {} against {} at N = {}, where \
+                     tests waited for permits)",
+                    duration_text(g.more.1),
+                    g.more.0,
+                    duration_text(g.fewer.1),
+                    g.fewer.0
+                ));
+            }
+            text
+        })
+        .collect();
+    println!(
+        "NOT TO BE TRUSTED: {}: something other than permits limits this suite (the CPU, \
+         memory, the disk?), so these estimates are not to be trusted",
+        runs.join("; ")
+    );
+}
+
+fn print_suggestion(
+    s: &Summary,
+    hung_at: Option<usize>,
+    casualty: Option<&Marked>,
+    untrusted: bool,
+) {
     let casualty_at = casualty.map(|c| c.n);
     let allowed: Vec<_> = s
         .predicted
@@ -594,7 +661,11 @@ fn print_suggestion(s: &Summary, hung_at: Option<usize>, casualty: Option<&Marke
             printable(&c.test)
         ));
     }
-    if s.slowdown.basis == SlowdownBasis::NotIdentified {
+    if untrusted {
+        line.push_str(
+            "; not to be trusted: the model does not account for the runs measured (above)",
+        );
+    } else if s.slowdown.basis == SlowdownBasis::NotIdentified {
         line.push_str(
             "; a guess: this trace cannot tell how holds slow each other (trace a run at \
              another N into the same file)",

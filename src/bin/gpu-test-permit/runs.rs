@@ -121,6 +121,12 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
             printable(&c.why)
         );
     }
+    // Said on standard error when it happened, which nextest shows for failing tests only.
+    if let Ok(Some(hint)) = gpu_test_permit::nextest::recorded_hint(dir)
+        && hint.run_id == s.run_id
+    {
+        let _ = writeln!(out, "outside a test group: {}", printable(&hint.line()));
+    }
     if s.unreadable > 0 {
         let _ = writeln!(
             out,

@@ -18,13 +18,14 @@ pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
         Ok(dir) if cfg.auto_concurrency => {
             let choice = gpu_test_permit::tune::choose_now(&dir, gpus, None);
             auto = format!(
-                "# REALIZAR_GPU_TEST_CONCURRENCY=auto: sized for the N a run starting now gets,\n\
+                "# {}=auto: sized for the N a run starting now gets,\n\
                  # {}.\n\
                  # The permits cap each run at the N it chooses, whatever the group's size. A\n\
                  # group smaller than that N keeps tests from waiting for permits, so auto never\n\
                  # sees the cap limit a run and does not step above the group; to let it explore\n\
                  # up to GPU_TEST_PERMIT_MAX_CONCURRENCY ({}), size the group to that (tests past\n\
                  # the chosen N then wait in their processes), and print this again once settled.\n",
+                cfg.concurrency_var,
                 choice.to_string().replace('\n', " "),
                 cfg.max_concurrency
             );
