@@ -74,9 +74,11 @@ pub fn decide(report: &ProbeReport, policy: &Policy) -> Decision {
     let required = policy.requires(b);
     let broken = outcome.is_broken();
     let hint = match outcome {
-        ProbeOutcome::NotBuilt => {
-            format!(" (enable the `{b}` feature of gpu-test-permit in your dev-dependencies)")
-        }
+        ProbeOutcome::NotBuilt => format!(
+            " (without its `{b}` feature gpu-test-permit probes wgpu through the Vulkan loader, \
+             which stands in for wgpu neither on macOS nor where WGPU_BACKEND names no Vulkan; \
+             enable the `{b}` feature in your dev-dependencies)"
+        ),
         _ => String::new(),
     };
     // A broken answer another test process found and the run cache kept: say so.

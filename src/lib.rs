@@ -77,7 +77,6 @@ mod backend;
 pub mod capture;
 mod clock;
 pub mod config;
-#[cfg(feature = "cuda")]
 mod cuda_codes;
 pub mod decision;
 pub mod devices;
