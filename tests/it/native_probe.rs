@@ -54,6 +54,7 @@ fn fixture() -> &'static Path {
 /// Runs the fixture's test `test` with `env` (and nothing of the outer run's GPU or driver
 /// settings).
 fn run(test: &str, env: &[(&str, OsString)]) -> Output {
+    let slots = tempdir();
     let mut c = Command::new(fixture());
     c.args(["--exact", test, "--nocapture", "--test-threads", "1"]);
     clear_permit_env(&mut c);
@@ -68,6 +69,7 @@ fn run(test: &str, env: &[(&str, OsString)]) -> Output {
             c.env_remove(&*k);
         }
     }
+    c.env("GPU_TEST_PERMIT_DIR", slots.path());
     for (k, v) in env {
         c.env(k, v);
     }
