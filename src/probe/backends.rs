@@ -36,11 +36,12 @@ fn wgpu() -> ProbeOutcome {
     }
     #[cfg(not(feature = "wgpu"))]
     {
-        let selected = std::env::var(crate::config::WGPU_BACKEND_VAR).ok();
-        if super::vulkan::vulkan_selected(selected.as_deref()) {
+        let selected = crate::config::wgpu_backend();
+        let has_loader = !crate::sys::VULKAN_LOADER_LIBRARIES.is_empty();
+        if has_loader && super::vulkan::vulkan_selected(selected.as_deref()) {
             super::vulkan::probe()
         } else {
-            // Only wgpu itself reaches Metal, DX12 and GL.
+            // Only wgpu itself reaches Metal (macOS's backend), DX12 and GL.
             ProbeOutcome::NotBuilt
         }
     }
