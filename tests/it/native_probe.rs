@@ -285,7 +285,7 @@ fn wgpu_backend_naming_no_vulkan_is_not_built_without_the_feature() {
 }
 
 #[test]
-fn a_crashing_vulkan_driver_skips_loudly_unless_required() {
+fn a_crashing_or_hanging_vulkan_driver_skips_loudly_unless_required() {
     let dir = tempdir();
     let manifest = crate::probe::vulkan_stub_manifest(dir.path());
     let env = vec![
@@ -300,11 +300,37 @@ fn a_crashing_vulkan_driver_skips_loudly_unless_required() {
          cannot run: the probe child crashed with signal 11 (SIGSEGV); its stderr ended with: \
          stub vulkan driver: about to dereference null",
     );
-    let out = run("wgpu_test", &with(env, &[(REQUIRE, "wgpu")]));
+    let out = run("wgpu_test", &with(env.clone(), &[(REQUIRE, "wgpu")]));
     assert_failed(
         &out,
         "GPU_TEST_PERMIT_REQUIRE=wgpu requires wgpu, but the probe child crashed with signal 11 \
          (SIGSEGV)",
+    );
+    // A driver that hangs is cut at the probe deadline.
+    let hang: Vec<_> = env
+        .into_iter()
+        .filter(|(k, _)| *k != "VULKAN_STUB")
+        .collect();
+    let out = run(
+        "wgpu_test",
+        &with(
+            hang,
+            &[
+                ("VULKAN_STUB", "hang"),
+                (REQUIRE, "wgpu"),
+                ("GPU_TEST_PERMIT_PROBE_TIMEOUT", "700ms"),
+            ],
+        ),
+    );
+    assert_failed(
+        &out,
+        "GPU_TEST_PERMIT_REQUIRE=wgpu requires wgpu, but the probe child did not answer within \
+         700 ms and was killed",
+    );
+    let (_, stderr) = text(&out);
+    assert!(
+        stderr.contains("stub vulkan driver: waiting forever"),
+        "{stderr}"
     );
 }
 
