@@ -55,6 +55,11 @@ fn fixture() -> &'static Path {
 /// settings).
 fn run(test: &str, env: &[(&str, OsString)]) -> Output {
     let slots = tempdir();
+    run_in(slots.path(), test, env)
+}
+
+/// [`run`] with the slot directory `slots`.
+fn run_in(slots: &Path, test: &str, env: &[(&str, OsString)]) -> Output {
     let mut c = Command::new(fixture());
     c.args(["--exact", test, "--nocapture", "--test-threads", "1"]);
     clear_permit_env(&mut c);
@@ -69,7 +74,7 @@ fn run(test: &str, env: &[(&str, OsString)]) -> Output {
             c.env_remove(&*k);
         }
     }
-    c.env("GPU_TEST_PERMIT_DIR", slots.path());
+    c.env("GPU_TEST_PERMIT_DIR", slots);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -461,6 +466,56 @@ fn without_libcuda_a_cuda_test_skips_as_not_installed() {
             &out,
             "GPU_TEST_PERMIT_REQUIRE=cuda requires cuda, but not installed (the dynamic loader \
              finds no libcuda.so.1",
+        );
+    }
+}
+
+/// Under nextest the skips of a project without features are recorded, and `report` names
+/// them with their reasons.
+#[test]
+fn report_names_the_skips_of_a_nextest_run_without_features() {
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let nextest = |test: &str| {
+        vec![
+            ("NEXTEST_RUN_ID", OsString::from("native-run")),
+            ("NEXTEST_EXECUTION_MODE", "process-per-test".into()),
+            (
+                "NEXTEST_BINARY_ID",
+                "gpu-test-permit-no-features::native".into(),
+            ),
+            ("NEXTEST_TEST_NAME", test.into()),
+            ("NEXTEST_ATTEMPT", "1".into()),
+            ("NEXTEST_TOTAL_ATTEMPTS", "1".into()),
+            ("NEXTEST_TEST_GROUP", "gpu".into()),
+        ]
+    };
+    let mut env = no_vulkan_driver(work.path());
+    env.extend(nextest("wgpu_test"));
+    assert_skipped(&run_in(&slots, "wgpu_test", &env), "gpu-test-permit: SKIP");
+    let mut env = cuda_stub("nodevice");
+    env.extend(nextest("cuda_test"));
+    assert_skipped(&run_in(&slots, "cuda_test", &env), "gpu-test-permit: SKIP");
+    let out = crate::util::cli(&slots, 2).arg("report").output().unwrap();
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("skipped: 2"), "{stdout}");
+    for (test, reason) in [
+        (
+            "wgpu_test",
+            "backend=wgpu: wgpu no devices (vkCreateInstance reported \
+             VK_ERROR_INCOMPATIBLE_DRIVER (-9)",
+        ),
+        (
+            "cuda_test",
+            "backend=cuda: cuda no devices (cuInit reported CUDA_ERROR_NO_DEVICE (100))",
+        ),
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.contains(&format!("{test}: {reason}"))),
+            "{test}: {reason:?} expected:\n{stdout}"
         );
     }
 }
