@@ -36,7 +36,7 @@ impl Backend {
 
     /// Whether this build of the crate can probe the backend on this platform: CUDA always
     /// (through the driver library); wgpu with the `wgpu` feature, or without it where the
-    /// Vulkan loader stands in for it (Linux and other Unix but macOS, Windows).
+    /// Vulkan loader stands in for it (every Unix but macOS, and Windows).
     ///
     /// ```
     /// use gpu_test_permit::probe::Backend;
