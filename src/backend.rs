@@ -13,9 +13,12 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// NVIDIA CUDA through `cudarc` (feature `cuda`).
+    /// NVIDIA CUDA. Probed through the driver library, with or without the `cuda` feature
+    /// (which adds the `cudarc` fixture).
     Cuda,
-    /// WebGPU over Vulkan, Metal, DX12 or GL through `wgpu` (feature `wgpu`).
+    /// WebGPU over Vulkan, Metal, DX12 or GL. Probed through `wgpu` with the `wgpu` feature
+    /// (which adds the fixture); without it, through the Vulkan loader, on the platforms where
+    /// wgpu's default backend is Vulkan (not macOS).
     Wgpu,
 }
 
@@ -31,11 +34,21 @@ impl Backend {
         }
     }
 
-    /// Whether this build of the crate can probe the backend (its cargo feature is enabled).
+    /// Whether this build of the crate can probe the backend on this platform: CUDA always
+    /// (through the driver library); wgpu with the `wgpu` feature, or without it where the
+    /// Vulkan loader stands in for it (every Unix but macOS, and Windows).
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert!(Backend::Cuda.is_built());
+    /// ```
     pub const fn is_built(self) -> bool {
         match self {
-            Backend::Cuda => cfg!(feature = "cuda"),
-            Backend::Wgpu => cfg!(feature = "wgpu"),
+            Backend::Cuda => true,
+            Backend::Wgpu => {
+                cfg!(feature = "wgpu") || !crate::sys::VULKAN_LOADER_LIBRARIES.is_empty()
+            }
         }
     }
 

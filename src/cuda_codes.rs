@@ -3,21 +3,30 @@
 //! Formatting cudarc's `DriverError` calls `cuGetErrorName`/`cuGetErrorString`, that is, back
 //! into a driver that may be missing, the toolkit's stub or the very thing that just failed.
 //! [`DriverCode`] prints the same name as `CUresult`'s `Debug` without calling anything. The
-//! capture guard, the CUDA fixture and the CUDA probe all report codes through it.
+//! capture guard, the CUDA fixture and the CUDA probe (which calls the driver library itself,
+//! with or without the `cuda` feature) all report codes through it.
+
+// Without the `cuda` feature only the probe names codes: the constants and the public path
+// (`capture::DriverCode`) are the feature's.
+#![cfg_attr(not(feature = "cuda"), allow(dead_code, unreachable_pub))]
 
 use std::fmt;
 
+#[cfg(feature = "cuda")]
 use cudarc::driver::DriverError;
 
 /// A raw CUDA driver result code (`CUresult`), printable without calling the driver.
 ///
 /// ```
+/// # #[cfg(feature = "cuda")] fn main() {
 /// use gpu_test_permit::capture::DriverCode;
 ///
 /// assert_eq!(DriverCode(901), DriverCode::STREAM_CAPTURE_INVALIDATED);
 /// assert_eq!(DriverCode(901).name(), Some("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"));
 /// assert_eq!(DriverCode(901).to_string(), "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901)");
 /// assert_eq!(DriverCode(12345).to_string(), "CUDA error 12345");
+/// # }
+/// # #[cfg(not(feature = "cuda"))] fn main() {}
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DriverCode(pub u32);
@@ -155,6 +164,7 @@ impl DriverCode {
     }
 }
 
+#[cfg(feature = "cuda")]
 impl From<DriverError> for DriverCode {
     fn from(error: DriverError) -> Self {
         // The discriminant is the CUresult value; Display/Debug would call the driver.

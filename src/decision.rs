@@ -74,6 +74,11 @@ pub fn decide(report: &ProbeReport, policy: &Policy) -> Decision {
     let required = policy.requires(b);
     let broken = outcome.is_broken();
     let hint = match outcome {
+        ProbeOutcome::NotBuilt if b == Backend::Wgpu => " (without its `wgpu` feature \
+             gpu-test-permit probes wgpu through the Vulkan loader, which stands in for wgpu \
+             neither on macOS nor where WGPU_BACKEND names no Vulkan; enable the `wgpu` feature \
+             in your dev-dependencies)"
+            .to_string(),
         ProbeOutcome::NotBuilt => {
             format!(" (enable the `{b}` feature of gpu-test-permit in your dev-dependencies)")
         }
@@ -201,6 +206,10 @@ pub fn report_skip(backend: Backend, reason: &str) {
 /// Skips (returns early from) or fails the calling test unless `backend` may run, per
 /// [`check`]. On a skip it prints the stable skip line ([`report_skip`]) and returns from the
 /// enclosing function; on a failure it panics with the reason.
+///
+/// It needs none of the crate's features, so a project on its own wgpu or CUDA bindings uses it
+/// before building its own device: the probe loads the CUDA driver library and, without the
+/// `wgpu` feature, the Vulkan loader at run time ([what is asked](crate::probe#what-is-asked)).
 ///
 /// The plain form `return`s `()`; in a test that returns something else, give the value to
 /// return on a skip as a second argument.

@@ -32,7 +32,8 @@
 //! - [`nextest`] awareness and a [`trace`] of every wait and hold that Perfetto opens.
 //! - [`probe`]: which backends and devices this machine has, found in a child process so that
 //!   a crashing or hanging driver cannot take the test run down; cached per process and per
-//!   nextest run. [`decision`] turns it and `GPU_TEST_PERMIT_REQUIRE` into run, skip or fail
+//!   nextest run. It loads the driver libraries (`libcuda`, the Vulkan loader) at run time, so
+//!   it needs none of the features and none of the project's GPU crates. [`decision`] turns it and `GPU_TEST_PERMIT_REQUIRE` into run, skip or fail
 //!   ([`require_backend!`]).
 //! - Fixtures: `wgpu::device_or_skip!()` and `cuda::context_or_skip!()` (features `wgpu`,
 //!   `cuda`) take a permit, consult the probe and create the GPU objects, which drop before
@@ -77,7 +78,6 @@ mod backend;
 pub mod capture;
 mod clock;
 pub mod config;
-#[cfg(feature = "cuda")]
 mod cuda_codes;
 pub mod decision;
 pub mod devices;

@@ -34,7 +34,7 @@
 //! | `WGPU_ADAPTER_NAME` | wgpu's own: the wgpu fixture uses only adapters whose name contains this text (case-insensitive), as `wgpu::util::initialize_adapter_from_env` does; no match fails the test with the list of adapters | best adapter |
 //! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | the same for this crate's fixture only (your own `WGPU_ADAPTER_NAME` code is not affected); wins over `WGPU_ADAPTER_NAME` when both are set | `WGPU_ADAPTER_NAME` |
 //! | `WGPU_POWER_PREF` | wgpu's own: `high` (discrete GPUs first), `low` (integrated first) or `none` (device type not considered: every adapter in wgpu's order); the order of the wgpu fixture's adapter choice | discrete, integrated, virtual, other, CPU |
-//! | `WGPU_BACKEND` | wgpu's own: when set, the probe and the fixture try exactly the backends it names | Vulkan, Metal, DX12, then GL |
+//! | `WGPU_BACKEND` | wgpu's own: when set, the probe and the fixture try exactly the backends it names (without the `wgpu` feature the probe, through the Vulkan loader, answers "not built" unless it names `vulkan`) | Vulkan, Metal, DX12, then GL (without the `wgpu` feature: Vulkan) |
 //!
 //! Durations are a whole number with an optional unit: `90`, `90s`, `1500ms`, `10m`, `1h`.
 //!
@@ -669,6 +669,13 @@ pub(crate) unsafe fn take_probe_request() -> Option<OsString> {
 #[cfg(feature = "wgpu")]
 pub(crate) fn wgpu_backend_set() -> bool {
     std::env::var_os(WGPU_BACKEND_VAR).is_some()
+}
+
+/// wgpu's own [`WGPU_BACKEND_VAR`], when set (lossily as text). Read afresh, for the probe
+/// child without the `wgpu` feature: it asks before `main`.
+#[cfg(not(feature = "wgpu"))]
+pub(crate) fn wgpu_backend() -> Option<String> {
+    std::env::var_os(WGPU_BACKEND_VAR).map(|v| v.to_string_lossy().into_owned())
 }
 
 /// What a value of [`CONCURRENCY_VAR`] means, for telling whether two values agree: `auto`, a

@@ -1,4 +1,6 @@
-//! The probes themselves, run in the probe child (or in-process when asked).
+//! The probes themselves, run in the probe child (or in-process when asked): CUDA through the
+//! driver library (`cuda`), wgpu through the `wgpu` crate with its feature, else through the
+//! Vulkan loader (`vulkan`).
 
 use super::outcome::ProbeOutcome;
 use crate::backend::Backend;
@@ -19,108 +21,29 @@ pub(super) fn probe_here_catching(backend: Backend) -> ProbeOutcome {
 
 fn probe_here(backend: Backend) -> ProbeOutcome {
     match backend {
-        #[cfg(feature = "cuda")]
-        Backend::Cuda => cuda::probe(),
-        #[cfg(feature = "wgpu")]
-        Backend::Wgpu => wgpu_probe::probe(),
-        #[allow(unreachable_patterns)] // reachable when a feature is off
-        _ => ProbeOutcome::NotBuilt,
+        Backend::Cuda => super::cuda::probe(),
+        Backend::Wgpu => wgpu(),
     }
 }
 
-#[cfg(feature = "cuda")]
-mod cuda {
-    use cudarc::driver::{result, sys};
-
-    // Codes are named from a static table, not by `cuGetErrorName`: formatting cudarc's
-    // `DriverError` calls into the driver, which may be absent or broken.
-    use crate::cuda_codes::DriverCode;
-    use crate::probe::outcome::{Device, DeviceKind, ProbeOutcome};
-
-    pub(super) fn probe() -> ProbeOutcome {
-        // SAFETY: only asks the dynamic loader for the driver library under its usual names;
-        // every other cudarc entry point panics when the library is missing.
-        if !unsafe { sys::is_culib_present() } {
-            return ProbeOutcome::NotInstalled {
-                detail: "the dynamic loader finds no libcuda (the NVIDIA driver library); \
-                         install the driver or put its directory in LD_LIBRARY_PATH"
-                    .into(),
-            };
+/// wgpu's answer: with the `wgpu` feature, wgpu's own enumeration (every backend it has here:
+/// Vulkan, Metal, DX12, GL); without it, the Vulkan loader's, where wgpu's default backend is
+/// Vulkan and `WGPU_BACKEND`, when set, names it.
+fn wgpu() -> ProbeOutcome {
+    #[cfg(feature = "wgpu")]
+    {
+        wgpu_probe::probe()
+    }
+    #[cfg(not(feature = "wgpu"))]
+    {
+        let selected = crate::config::wgpu_backend();
+        let has_loader = !crate::sys::VULKAN_LOADER_LIBRARIES.is_empty();
+        if has_loader && super::vulkan::vulkan_selected(selected.as_deref()) {
+            super::vulkan::probe()
+        } else {
+            // Only wgpu itself reaches Metal (macOS's backend), DX12 and GL.
+            ProbeOutcome::NotBuilt
         }
-        if let Err(e) = result::init() {
-            return match e.0 {
-                sys::CUresult::CUDA_ERROR_NO_DEVICE => ProbeOutcome::NoDevices {
-                    detail: format!("cuInit reported {}", DriverCode::from(e)),
-                },
-                // The CUDA toolkit's stub libcuda, found where no driver is installed.
-                sys::CUresult::CUDA_ERROR_STUB_LIBRARY => ProbeOutcome::NotInstalled {
-                    detail: format!(
-                        "cuInit reported {}: the libcuda found is the toolkit's stub, not a driver",
-                        DriverCode::from(e)
-                    ),
-                },
-                _ => ProbeOutcome::Error {
-                    detail: format!("cuInit failed with {}", DriverCode::from(e)),
-                },
-            };
-        }
-        let mut version = 0;
-        // SAFETY: writes one int through a valid pointer; the library is loaded and initialised.
-        let driver = match unsafe { sys::cuDriverGetVersion(&mut version) } {
-            sys::CUresult::CUDA_SUCCESS => {
-                Some(format!("CUDA {}.{}", version / 1000, (version % 1000) / 10))
-            }
-            _ => None,
-        };
-        let count = match result::device::get_count() {
-            Ok(n) => n,
-            Err(e) => {
-                return ProbeOutcome::Error {
-                    detail: format!("cuDeviceGetCount failed with {}", DriverCode::from(e)),
-                };
-            }
-        };
-        if count <= 0 {
-            return ProbeOutcome::NoDevices {
-                detail: format!("cuInit succeeded but cuDeviceGetCount reports {count} devices"),
-            };
-        }
-        let mut devices = Vec::new();
-        for i in 0..count {
-            let fail = |call: &str, e: result::DriverError| ProbeOutcome::Error {
-                detail: format!("{call} for device {i} failed with {}", DriverCode::from(e)),
-            };
-            let dev = match result::device::get(i) {
-                Ok(d) => d,
-                Err(e) => return fail("cuDeviceGet", e),
-            };
-            let name = match result::device::get_name(dev) {
-                Ok(n) => n,
-                Err(e) => return fail("cuDeviceGetName", e),
-            };
-            // SAFETY: `dev` came from cuDeviceGet.
-            let memory = unsafe { result::device::total_mem(dev) }.ok();
-            // SAFETY: `dev` came from cuDeviceGet.
-            let integrated = unsafe {
-                result::device::get_attribute(
-                    dev,
-                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_INTEGRATED,
-                )
-            };
-            devices.push(Device {
-                index: i as u32,
-                name,
-                api: "cuda".into(),
-                kind: match integrated {
-                    Ok(0) => DeviceKind::Discrete,
-                    Ok(_) => DeviceKind::Integrated,
-                    Err(_) => DeviceKind::Other,
-                },
-                driver: driver.clone(),
-                memory_bytes: memory.map(|m| m as u64),
-            });
-        }
-        ProbeOutcome::Devices { devices }
     }
 }
 

@@ -1,10 +1,29 @@
 //! Which GPU backends and devices does this machine have? Asked safely, and once.
 //!
-//! GPU drivers crash (SIGSEGV, aborts) or hang inside their initialisation, and `cudarc` panics
-//! when `libcuda` is absent. So by default [`probe`] asks in a **child process**: the current
-//! executable is started again with a private, verified request (see below), a constructor in
-//! this crate answers before the child's `main` runs (no test code runs in the child), writes a
-//! structured answer on its standard output and exits without unwinding. The parent enforces a
+//! # What is asked
+//!
+//! The probe needs none of the project's GPU crates, and none of this crate's features:
+//! - **CUDA**: the driver library (`libcuda.so.1`, or `libcuda.so`; `nvcuda.dll` on Windows)
+//!   is loaded at run time and asked through the driver API: `cuInit`, the driver version, the
+//!   device count, and each device's name, memory and whether it is integrated. A project on
+//!   any CUDA bindings (any `cudarc`, or none) gets the same answer.
+//! - **wgpu**, with the `wgpu` feature: wgpu's own adapter enumeration, so every backend wgpu
+//!   has on the platform (Vulkan, Metal, DX12, GL), in the order the wgpu fixture tries them.
+//! - **wgpu**, without the feature: the Vulkan loader (`libvulkan.so.1`, or `libvulkan.so`;
+//!   `vulkan-1.dll` on Windows) is loaded at run time, and a Vulkan 1.0 instance lists its
+//!   physical devices: name, type (discrete, integrated, CPU, ...), driver and API version,
+//!   device-local memory. This is wgpu's Vulkan backend's view of the machine, driven by the
+//!   same `VK_DRIVER_FILES`/`VK_ICD_FILENAMES`. It answers
+//!   [`NotBuilt`](ProbeOutcome::NotBuilt) where only wgpu itself could: on macOS (Metal), and
+//!   where `WGPU_BACKEND` names no Vulkan (`gl`, `dx12`, `metal`).
+//!
+//! # Where it is asked
+//!
+//! GPU drivers crash (SIGSEGV, aborts) or hang inside their initialisation. So by default
+//! [`probe`] asks in a **child process**: the current executable is started again with a
+//! private, verified request (see below), a constructor in this crate answers before the
+//! child's `main` runs (no test code runs in the child), writes a structured answer on its
+//! standard output and exits without unwinding. The parent enforces a
 //! deadline (`GPU_TEST_PERMIT_PROBE_TIMEOUT`, default 10 s), kills and reaps a child that passes
 //! it, and classifies what happened as a [`ProbeOutcome`]. Each backend gets its own child, so a
 //! crashing CUDA driver cannot spoil the wgpu answer.
@@ -84,7 +103,9 @@ use crate::config::Config;
 // probe now, in process or in a child; `classify` (what a child's run means), `spawn` (the
 // parent side: start, read, deadline, reap) and `child` (the constructor that answers in the
 // child); `protocol`, the request and the answer line both sides speak; `backends`, the
-// probing itself; `outcome`, `report` and `options`, the types. A probe flows
+// probing itself, which calls `cuda` (the CUDA driver library) and `vulkan` (the Vulkan
+// loader), both through `native` (libraries loaded at run time); `outcome`, `report` and
+// `options`, the types. A probe flows
 // probe -> cache -> fresh -> spawn -> (child: protocol -> backends -> protocol) -> classify.
 
 use std::sync::OnceLock;
@@ -93,12 +114,15 @@ mod backends;
 mod cache;
 mod child;
 mod classify;
+mod cuda;
 mod fresh;
+mod native;
 mod options;
 mod outcome;
 mod protocol;
 mod report;
 mod spawn;
+mod vulkan;
 
 pub use fresh::{probe_with, self_test};
 pub use options::ProbeOptions;

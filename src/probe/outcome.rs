@@ -42,13 +42,16 @@ pub struct Device {
     /// The name the driver gives, e.g. `NVIDIA GB10` or `llvmpipe (LLVM 15.0.6, 256 bits)`.
     pub name: String,
     /// The API the device is reached through: `cuda`, or wgpu's backend (`vulkan`, `metal`,
-    /// `dx12`, `gl`).
+    /// `dx12`, `gl`; only `vulkan` without the `wgpu` feature).
     pub api: String,
     /// Discrete, integrated, CPU, ...
     pub kind: DeviceKind,
-    /// The driver and its version as far as the backend says, e.g. `12.8` or `llvmpipe Mesa 22.3.6`.
+    /// The driver and its version as far as the backend says, e.g. `CUDA 12.8`, `llvmpipe Mesa
+    /// 22.3.6` (wgpu) or `22.3.6 (Vulkan 1.3.230)` (the Vulkan loader).
     pub driver: Option<String>,
-    /// Total device memory in bytes, where the backend reports it (CUDA does, wgpu does not).
+    /// Total device memory in bytes, where the backend reports it: CUDA does, wgpu does not,
+    /// the Vulkan loader gives the sum of the device-local heaps (for a CPU device, what the
+    /// driver offers of the host's memory).
     pub memory_bytes: Option<u64>,
 }
 
@@ -72,7 +75,9 @@ pub enum ProbeOutcome {
         /// What was looked for.
         detail: String,
     },
-    /// This build of the crate lacks the backend's cargo feature.
+    /// This build of the crate cannot probe the backend here: wgpu without the `wgpu` feature
+    /// where the Vulkan loader cannot stand in for it (macOS, whose wgpu backend is Metal, or
+    /// `WGPU_BACKEND` naming no Vulkan).
     NotBuilt,
     /// The driver returned an error.
     Error {
@@ -163,7 +168,7 @@ impl fmt::Display for ProbeOutcome {
             ProbeOutcome::NoDevices { detail } => write!(f, "no devices ({detail})"),
             ProbeOutcome::NotInstalled { detail } => write!(f, "not installed ({detail})"),
             ProbeOutcome::NotBuilt => f.write_str(
-                "not built: gpu-test-permit was compiled without this backend's feature",
+                "not built: without this backend's feature gpu-test-permit cannot probe it here",
             ),
             ProbeOutcome::Error { detail } => write!(f, "driver error: {detail}"),
             ProbeOutcome::Crashed {

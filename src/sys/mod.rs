@@ -659,8 +659,8 @@ pub(crate) fn pass_to_child(cmd: &mut Command, file: &File) -> io::Result<u64> {
     os::pass_to_child(cmd, file)
 }
 
-/// A shared library loaded at run time and never unloaded (Unix: `dlopen`; Windows: none are
-/// loaded). Used for optional driver libraries the crate does not link against.
+/// A shared library loaded at run time and never unloaded (Unix: `dlopen`; Windows:
+/// `LoadLibraryA`). Used for optional driver libraries the crate does not link against.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Library(std::ptr::NonNull<std::ffi::c_void>);
 
@@ -685,6 +685,19 @@ impl Library {
         os::library_symbol(self.0, symbol)
     }
 }
+
+/// The names under which the CUDA driver library is looked for, in order (`libcuda.so.1`,
+/// `nvcuda.dll`, ...).
+pub(crate) const CUDA_DRIVER_LIBRARIES: &[&std::ffi::CStr] = os::CUDA_DRIVER_LIBRARIES;
+
+/// The names under which the Vulkan loader is looked for, in order (`libvulkan.so.1`,
+/// `vulkan-1.dll`); empty where wgpu does not use Vulkan by default (macOS, whose wgpu backend
+/// is Metal).
+pub(crate) const VULKAN_LOADER_LIBRARIES: &[&std::ffi::CStr] = os::VULKAN_LOADER_LIBRARIES;
+
+/// The environment variable that adds directories to the dynamic loader's search
+/// (`LD_LIBRARY_PATH`, `DYLD_LIBRARY_PATH`, `PATH`), for messages.
+pub(crate) const LIBRARY_PATH_VAR: &str = os::LIBRARY_PATH_VAR;
 
 #[cfg(all(test, unix))]
 mod pid_tests {

@@ -549,6 +549,22 @@ pub(super) fn pass_to_child(cmd: &mut Command, file: &File) -> io::Result<u64> {
     Ok(number as u64)
 }
 
+#[cfg(not(target_vendor = "apple"))]
+pub(super) const CUDA_DRIVER_LIBRARIES: &[&std::ffi::CStr] = &[c"libcuda.so.1", c"libcuda.so"];
+#[cfg(target_vendor = "apple")]
+pub(super) const CUDA_DRIVER_LIBRARIES: &[&std::ffi::CStr] = &[c"libcuda.dylib"];
+
+#[cfg(not(target_vendor = "apple"))]
+pub(super) const VULKAN_LOADER_LIBRARIES: &[&std::ffi::CStr] =
+    &[c"libvulkan.so.1", c"libvulkan.so"];
+#[cfg(target_vendor = "apple")]
+pub(super) const VULKAN_LOADER_LIBRARIES: &[&std::ffi::CStr] = &[];
+
+#[cfg(not(target_vendor = "apple"))]
+pub(super) const LIBRARY_PATH_VAR: &str = "LD_LIBRARY_PATH";
+#[cfg(target_vendor = "apple")]
+pub(super) const LIBRARY_PATH_VAR: &str = "DYLD_LIBRARY_PATH";
+
 /// A shared library opened with `dlopen` (`RTLD_NOW | RTLD_LOCAL`), never closed: the symbols
 /// taken from it stay valid for the life of the process.
 pub(super) fn open_library(name: &std::ffi::CStr) -> Option<std::ptr::NonNull<std::ffi::c_void>> {

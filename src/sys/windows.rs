@@ -151,17 +151,37 @@ pub(super) fn pass_to_child(_cmd: &mut Command, _file: &File) -> io::Result<u64>
     ))
 }
 
-/// Shared libraries are loaded on Unix only (NVML for the CUDA fixture's memory measurement);
-/// on Windows the fixture does without.
-pub(super) fn open_library(_name: &std::ffi::CStr) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
-    None
+pub(super) const CUDA_DRIVER_LIBRARIES: &[&std::ffi::CStr] = &[c"nvcuda.dll"];
+
+pub(super) const VULKAN_LOADER_LIBRARIES: &[&std::ffi::CStr] = &[c"vulkan-1.dll"];
+
+pub(super) const LIBRARY_PATH_VAR: &str = "PATH";
+
+#[link(name = "kernel32")]
+unsafe extern "system" {
+    fn LoadLibraryA(name: *const std::ffi::c_char) -> *mut std::ffi::c_void;
+    fn GetProcAddress(
+        module: *mut std::ffi::c_void,
+        name: *const std::ffi::c_char,
+    ) -> *mut std::ffi::c_void;
 }
 
+/// A DLL loaded with `LoadLibraryA`, never freed: the symbols taken from it stay valid for the
+/// life of the process.
+pub(super) fn open_library(name: &std::ffi::CStr) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
+    // SAFETY: `name` is a valid C string; loading a library runs its initialisers, which is
+    // what the caller asks for.
+    std::ptr::NonNull::new(unsafe { LoadLibraryA(name.as_ptr()) })
+}
+
+/// The address of `symbol` in a library from [`open_library`].
 pub(super) fn library_symbol(
-    _library: std::ptr::NonNull<std::ffi::c_void>,
-    _symbol: &std::ffi::CStr,
+    library: std::ptr::NonNull<std::ffi::c_void>,
+    symbol: &std::ffi::CStr,
 ) -> Option<std::ptr::NonNull<std::ffi::c_void>> {
-    None
+    // SAFETY: `library` is a live module handle (never freed) and `symbol` a valid C string;
+    // `GetProcAddress` only looks the name up.
+    std::ptr::NonNull::new(unsafe { GetProcAddress(library.as_ptr(), symbol.as_ptr()) })
 }
 
 /// Not told here: every process counts as visible.

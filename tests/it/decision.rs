@@ -259,7 +259,6 @@ fn macro_helper() {
     println!("REACHED the test body");
 }
 
-#[cfg(feature = "cuda")]
 fn macro_child(mode: &str, require: Option<&str>, log: &std::path::Path) -> std::process::Output {
     let mut c = crate::probe::helper("decision::macro_helper");
     c.env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
@@ -271,7 +270,6 @@ fn macro_child(mode: &str, require: Option<&str>, log: &std::path::Path) -> std:
     c.output().unwrap()
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn macro_skips_with_one_line_and_a_ledger_entry() {
     let dir = crate::util::tempdir();
@@ -295,7 +293,6 @@ fn macro_skips_with_one_line_and_a_ledger_entry() {
     assert_eq!(ledger, format!("{want}\n").repeat(3));
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn macro_runs_fails_and_rejects_typos() {
     let dir = crate::util::tempdir();

@@ -25,6 +25,8 @@ mod live;
 #[cfg(target_os = "linux")]
 mod live_memory;
 mod multi_gpu;
+#[cfg(target_os = "linux")]
+mod native_probe;
 mod permit;
 mod platform;
 mod probe;

@@ -1,7 +1,5 @@
 //! The backend probe: fault injection against stand-in CUDA drivers, the real wgpu probe, the
 //! per-process and per-nextest-run caches.
-// Most of these tests need the `cuda` feature's stand-in drivers.
-#![cfg_attr(not(feature = "cuda"), allow(dead_code, unused_imports))]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -48,14 +46,12 @@ fn opts() -> ProbeOptions {
     ProbeOptions::from_config(&Config::from_lookup(|_| None)).timeout(Duration::from_secs(60))
 }
 
-#[cfg(feature = "cuda")]
 fn stub(mode: &str) -> ProbeOptions {
     opts()
         .env("LD_LIBRARY_PATH", crate::stub::driver_dir("cuda_probe"))
         .env("CUDA_PROBE_STUB", mode)
 }
 
-#[cfg(feature = "cuda")]
 fn tail(o: &ProbeOutcome) -> &str {
     match o {
         ProbeOutcome::Crashed { stderr_tail, .. }
@@ -65,7 +61,6 @@ fn tail(o: &ProbeOutcome) -> &str {
     }
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn stub_driver_with_devices() {
     let r = probe::probe_with(
@@ -94,19 +89,22 @@ fn stub_driver_with_devices() {
     );
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn driver_noise_on_stdout_does_not_spoil_the_answer() {
     let r = probe::probe_with(Backend::Cuda, &stub("chatty"));
     assert_eq!(r.outcome.devices().map(<[_]>::len), Some(1), "{r}");
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn stub_driver_faults_are_classified() {
     // (mode, expected outcome kind, text the outcome must contain)
-    let cases: [(&str, &str, &str); 8] = [
+    let cases: [(&str, &str, &str); 9] = [
         ("nodevice", "NoDevices", "CUDA_ERROR_NO_DEVICE (100)"),
+        (
+            "stub",
+            "NotInstalled",
+            "CUDA_ERROR_STUB_LIBRARY (34): the libcuda.so.1 found is the toolkit's stub",
+        ),
         ("zero", "NoDevices", "reports 0 devices"),
         (
             "error",
@@ -144,7 +142,7 @@ fn stub_driver_faults_are_classified() {
     assert!(tail(&abort).contains("fatal error in cuInit"), "{abort:?}");
 }
 
-#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 #[test]
 fn a_hanging_driver_is_cut_at_the_deadline_and_reaped() {
     let dir = crate::util::tempdir();
@@ -189,7 +187,6 @@ fn a_hanging_driver_is_cut_at_the_deadline_and_reaped() {
     assert!(!alive, "probe child {pid} still exists");
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn no_driver_means_not_installed_in_child_and_in_process() {
     // An empty library path adds nothing; a machine with a real driver reports its devices.
@@ -212,8 +209,8 @@ fn no_driver_means_not_installed_in_child_and_in_process() {
 }
 
 /// Builds `tests/stub/vulkan_icd.c` and a loader manifest for it; returns the manifest.
-#[cfg(all(feature = "wgpu", target_os = "linux"))]
-fn vulkan_stub_manifest(dir: &Path) -> std::path::PathBuf {
+#[cfg(target_os = "linux")]
+pub(crate) fn vulkan_stub_manifest(dir: &Path) -> std::path::PathBuf {
     let src = crate::util::manifest_dir().join("tests/stub/vulkan_icd.c");
     let lib = dir.join("libstub_vulkan_icd.so");
     crate::stub::compile(&src, &lib);
@@ -260,6 +257,31 @@ fn a_crashing_or_hanging_vulkan_driver_is_classified() {
         "{:?}",
         r.duration
     );
+}
+
+/// A library under the driver's name that lacks an entry point the probe needs is an error
+/// naming the entry point, not a crash of the probe child.
+#[test]
+fn a_driver_library_without_an_entry_point_is_an_error_naming_it() {
+    let dir = crate::stub::driver_dir("cuda_missing_symbols");
+    let r = probe::probe_with(Backend::Cuda, &opts().env("LD_LIBRARY_PATH", &dir));
+    assert_eq!(r.source, ProbeSource::Child);
+    match &r.outcome {
+        ProbeOutcome::Error { detail } => assert_eq!(
+            detail,
+            "libcuda.so.1 has no entry point cuDeviceGetName: not a driver library this probe \
+             understands"
+        ),
+        other => panic!("expected an error, got {other:?}"),
+    }
+}
+
+#[test]
+fn every_backend_is_built_where_a_driver_library_stands_in() {
+    // CUDA through its driver library in every build; wgpu through wgpu, or the Vulkan loader.
+    assert!(Backend::Cuda.is_built());
+    #[cfg(any(feature = "wgpu", target_os = "linux", windows))]
+    assert!(Backend::Wgpu.is_built());
 }
 
 #[test]
@@ -317,7 +339,6 @@ fn run_cache_child() {
     println!("REPORT {}", serde_json::to_string(&r).unwrap());
 }
 
-#[cfg(feature = "cuda")]
 fn run_children(n: usize, run_id: &str, slots: &Path, count: &Path) -> Vec<ProbeReport> {
     let children: Vec<_> = (0..n)
         .map(|_| {
@@ -349,14 +370,12 @@ fn run_children(n: usize, run_id: &str, slots: &Path, count: &Path) -> Vec<Probe
         .collect()
 }
 
-#[cfg(feature = "cuda")]
 fn driver_calls(count: &Path) -> usize {
     std::fs::read_to_string(count)
         .map(|s| s.lines().count())
         .unwrap_or(0)
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn run_cache_one_probe_per_nextest_run() {
     let dir = crate::util::tempdir();
@@ -416,7 +435,6 @@ fn run_cache_one_probe_per_nextest_run() {
     );
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn outside_nextest_each_process_probes_for_itself() {
     let dir = crate::util::tempdir();
@@ -439,7 +457,6 @@ fn outside_nextest_each_process_probes_for_itself() {
 
 // ---- the `probe` command ----
 
-#[cfg(feature = "cuda")]
 #[test]
 fn cli_probe_prints_table_and_json_and_fails_on_a_failed_requirement() {
     let dir = crate::util::tempdir();
@@ -492,7 +509,7 @@ fn cli_probe_prints_table_and_json_and_fails_on_a_failed_requirement() {
 // ---- hardening: deadlines, leftovers, parent death, stale requests ----
 
 /// The pid a stub driver wrote into its count file on a line `<what> pid <n>`.
-#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 fn stub_pid(count: &Path, what: &str) -> Option<i32> {
     let text = std::fs::read_to_string(count).ok()?;
     text.lines()
@@ -502,7 +519,7 @@ fn stub_pid(count: &Path, what: &str) -> Option<i32> {
 
 /// Whether process `pid` is gone: no entry, or a zombie (dead, waiting for a reaper that in a
 /// container may never come).
-#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 fn is_gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
@@ -512,7 +529,7 @@ fn is_gone(pid: i32) -> bool {
     }
 }
 
-#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 fn gone_within(pid: i32, within: Duration) -> bool {
     let until = std::time::Instant::now() + within;
     loop {
@@ -526,7 +543,7 @@ fn gone_within(pid: i32, within: Duration) -> bool {
     }
 }
 
-#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 fn kill_if_alive(pid: Option<i32>) {
     if let Some(pid) = pid {
         // SAFETY: sends a signal; a stale pid at worst gets ESRCH.
@@ -534,7 +551,7 @@ fn kill_if_alive(pid: Option<i32>) {
     }
 }
 
-#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 #[test]
 fn chatty_probe_child_is_killed_at_its_deadline() {
     let dir = crate::util::tempdir();
@@ -571,7 +588,7 @@ fn chatty_probe_child_is_killed_at_its_deadline() {
     assert!(is_gone(pid), "probe child {pid} still running");
 }
 
-#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 #[test]
 fn crashing_probe_child_is_judged_by_its_exit_not_by_its_pipes() {
     // The driver starts a helper that keeps the pipes open, then crashes: the crash is
@@ -603,7 +620,7 @@ fn crashing_probe_child_is_judged_by_its_exit_not_by_its_pipes() {
     );
 }
 
-#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 #[test]
 fn probe_child_dies_with_its_parent() {
     // A real parent (the CLI) probing a hanging driver is SIGKILLed mid-probe.
@@ -637,7 +654,6 @@ fn probe_child_dies_with_its_parent() {
     assert!(gone, "probe child {child} outlived its SIGKILLed parent");
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn stale_probe_child_variable_does_not_divert_a_program() {
     let dir = crate::util::tempdir();
@@ -681,7 +697,7 @@ fn stale_probe_child_variable_does_not_divert_a_program() {
 /// A constructor of this test binary that probes, as a user's own constructor might. Its
 /// prioritised `.init_array` entry runs before gpu-test-permit's plain one, so in a probe
 /// child it calls the probe before the crate's constructor has answered.
-#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 mod probe_from_a_constructor {
     #[used]
     #[unsafe(link_section = ".init_array.00500")]
@@ -716,7 +732,7 @@ mod probe_from_a_constructor {
     }
 }
 
-#[cfg(all(feature = "cuda", target_os = "linux"))]
+#[cfg(target_os = "linux")]
 #[test]
 fn probe_from_a_constructor_in_a_probe_child_does_not_recurse() {
     let dir = crate::util::tempdir();
@@ -739,7 +755,6 @@ fn probe_from_a_constructor_in_a_probe_child_does_not_recurse() {
 
 /// One test process of nextest run `run_id` probing CUDA through the caches, with `env` on
 /// top of a stand-in driver with one device; returns its report and its standard error.
-#[cfg(feature = "cuda")]
 fn cache_child(
     run_id: &str,
     slots: &Path,
@@ -766,7 +781,6 @@ fn cache_child(
 }
 
 /// The run cache files of `run_id` for CUDA under the slot directory `slots`.
-#[cfg(feature = "cuda")]
 fn cache_files(slots: &Path, run_id: &str) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
     for dir in std::fs::read_dir(slots).into_iter().flatten().flatten() {
@@ -784,7 +798,6 @@ fn cache_files(slots: &Path, run_id: &str) -> Vec<std::path::PathBuf> {
     files
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn run_cache_retries_a_timed_out_probe_before_keeping_it() {
     let dir = crate::util::tempdir();
@@ -828,7 +841,6 @@ fn run_cache_retries_a_timed_out_probe_before_keeping_it() {
     assert_eq!(driver_calls(&count), 5);
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn skips_from_a_cached_failure_name_the_run_cache() {
     use gpu_test_permit::decision::{Decision, Policy, decide};
@@ -854,7 +866,6 @@ fn skips_from_a_cached_failure_name_the_run_cache() {
     }
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn run_cache_is_keyed_by_deadline_and_backend_environment() {
     let dir = crate::util::tempdir();
@@ -882,7 +893,7 @@ fn run_cache_is_keyed_by_deadline_and_backend_environment() {
     assert_eq!(cache_files(&slots, run).len(), 5);
 }
 
-#[cfg(all(feature = "cuda", unix))]
+#[cfg(unix)]
 #[test]
 fn run_cache_lock_wait_has_a_deadline() {
     let dir = crate::util::tempdir();
@@ -920,7 +931,6 @@ fn run_cache_lock_wait_has_a_deadline() {
     drop(lock);
 }
 
-#[cfg(feature = "cuda")]
 #[test]
 fn corrupt_cache_numbers_are_ignored_and_reprobed() {
     let dir = crate::util::tempdir();

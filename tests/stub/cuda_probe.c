@@ -4,6 +4,7 @@
  *   ok (default)  succeed; CUDA_PROBE_STUB_DEVICES devices (default 1), device 1 integrated
  *   chatty        like ok, but the driver prints noise on stdout and stderr first
  *   nodevice      cuInit returns CUDA_ERROR_NO_DEVICE (100)
+ *   stub          cuInit returns CUDA_ERROR_STUB_LIBRARY (34), as the toolkit's stub libcuda does
  *   zero          cuInit succeeds, cuDeviceGetCount reports 0
  *   error         cuInit returns CUDA_ERROR_UNKNOWN (999)
  *   segv          cuInit dereferences a null pointer (SIGSEGV)
@@ -62,6 +63,7 @@ CUresult cuInit(unsigned int flags) {
         return 0;
     }
     if (is("nodevice")) return 100;
+    if (is("stub")) return 34;
     if (is("error")) return 999;
     if (is("segv")) {
         say(2, "stub driver: about to dereference null\n");

@@ -1,0 +1,84 @@
+//! Driver libraries loaded at run time for the probes of `cuda` and `vulkan`: the first of a
+//! list of names the dynamic loader finds, and its entry points by name, each a typed function
+//! pointer or an error that names the missing symbol.
+
+use std::ffi::{CStr, c_void};
+
+use super::outcome::ProbeOutcome;
+use crate::sys::Library;
+
+/// The first of `names` that loads, with the name it loaded under.
+pub(super) fn open_first(names: &[&'static CStr]) -> Option<(Library, &'static CStr)> {
+    names
+        .iter()
+        .find_map(|name| Library::open(name).map(|lib| (lib, *name)))
+}
+
+/// The names, for messages: `libcuda.so.1, libcuda.so`.
+pub(super) fn listed(names: &[&CStr]) -> String {
+    names
+        .iter()
+        .map(|n| n.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `symbol` of `library` as the function pointer type `F`; `None` when the library lacks it.
+///
+/// # Safety
+///
+/// `F` must be the `unsafe extern "system" fn` type of the C function `symbol` names.
+pub(super) unsafe fn function<F: Copy>(library: &Library, symbol: &CStr) -> Option<F> {
+    // A function pointer, not some other type of another size.
+    const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
+    let address = library.symbol(symbol)?.as_ptr();
+    // SAFETY: `address` is non-null and is the entry point of `symbol`; the caller promises
+    // that `F` is its function pointer type, which has the size of a pointer (checked above).
+    Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
+}
+
+/// [`function`], or the probe's error naming the missing `symbol` of `library_name`.
+///
+/// # Safety
+///
+/// As for [`function`].
+pub(super) unsafe fn required<F: Copy>(
+    library: &Library,
+    library_name: &CStr,
+    symbol: &CStr,
+) -> Result<F, ProbeOutcome> {
+    // SAFETY: passed on from the caller.
+    unsafe { function(library, symbol) }.ok_or_else(|| ProbeOutcome::Error {
+        detail: format!(
+            "{} has no entry point {}: not a driver library this probe understands",
+            library_name.to_string_lossy(),
+            symbol.to_string_lossy()
+        ),
+    })
+}
+
+/// The text of a NUL-terminated C string in `buffer`, or of all of it when it has no NUL.
+pub(super) fn text(buffer: &[u8]) -> String {
+    match CStr::from_bytes_until_nul(buffer) {
+        Ok(s) => s.to_string_lossy().trim().to_string(),
+        Err(_) => String::from_utf8_lossy(buffer).trim().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_stops_at_the_first_nul_and_survives_none() {
+        assert_eq!(text(b"llvmpipe\0junk"), "llvmpipe");
+        assert_eq!(text(b"no nul"), "no nul");
+        assert_eq!(text(b"\0"), "");
+    }
+
+    #[test]
+    fn a_library_that_is_not_there_does_not_load() {
+        assert!(open_first(&[c"libgpu-test-permit-no-such-library.so.7"]).is_none());
+        assert_eq!(listed(&[c"a.so.1", c"a.so"]), "a.so.1, a.so");
+    }
+}
