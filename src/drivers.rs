@@ -7,11 +7,11 @@
 //! [`driver_library`]). Two ways to see it:
 //!
 //! - **Watched** (Linux with glibc): `gpu-test-permit watch -- COMMAND` (or `run --watch`), as
-//!   cargo's target runner (for `cargo test` and nextest alike), starts the test process with glibc's
-//!   loader log (`LD_DEBUG=files`) in a private file, and names that file to the process in
-//!   [`WATCH_VAR`]. The loader writes one line for every library the process maps, as it maps
-//!   it; this crate writes a line into the same file each time the process goes from no permit
-//!   to one and back ([`mark_held`]). The order of the lines says which drivers were loaded
+//!   cargo's target runner (for `cargo test` and nextest alike), starts the test process with
+//!   glibc's loader log (`LD_DEBUG=files`) in a private file, and names that file to the
+//!   process in [`WATCH_VAR`]. The loader writes one line for every library the process maps,
+//!   as it maps it; this crate writes a line into the same file each time the process goes
+//!   from no permit to one and back ([`HELD_MARK`], [`FREE_MARK`]). The order of the lines says which drivers were loaded
 //!   while the process held no permit ([`read_watch_log`]), however briefly they stayed. When
 //!   the command exits the watcher records what it saw in the run's records, which `report`
 //!   reads.
