@@ -50,10 +50,7 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-/// Set by the watcher for the process it watches: the loader's log file of the process
-/// without its `.<pid>` suffix (`LD_DEBUG_OUTPUT`), into which this crate writes its
-/// [`HELD_MARK`] and [`FREE_MARK`] lines.
-pub const WATCH_VAR: &str = "GPU_TEST_PERMIT_WATCH";
+pub use crate::config::WATCH_VAR;
 
 /// The line written into a watched process's loader log when it goes from no permit to one.
 pub const HELD_MARK: &str = "gpu-test-permit: held";
@@ -93,21 +90,8 @@ pub fn driver_library(path: &str) -> bool {
 /// The GPU driver libraries this process has mapped now, by path, or `None` where this cannot
 /// be seen (not Linux, or `/proc` unreadable).
 pub fn loaded_drivers() -> Option<Vec<String>> {
-    #[cfg(target_os = "linux")]
-    {
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let mut out: Vec<String> = Vec::new();
-        for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
-            if path.starts_with('/') && driver_library(path) && !out.iter().any(|p| p == path) {
-                out.push(path.to_string());
-            }
-        }
-        Some(out)
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        None
-    }
+    let mapped = crate::sys::mapped_files()?;
+    Some(mapped.into_iter().filter(|p| driver_library(p)).collect())
 }
 
 /// What a watched process's loader log says.
@@ -199,16 +183,11 @@ pub(crate) fn permit_returned() {
 fn watch_file() -> Option<&'static std::fs::File> {
     static FILE: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
     FILE.get_or_init(|| {
-        let base = std::env::var_os(WATCH_VAR)?;
-        let mut path = base;
+        let mut path = crate::config::watch_log()?;
         path.push(format!(".{}", std::process::id()));
         // Appended to, never created (the loader made it as the process started), and never
         // through a symbolic link.
-        let mut options = std::fs::OpenOptions::new();
-        options.append(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
-        options.open(path).ok()
+        crate::sys::open_regular_for_append_no_follow(std::path::Path::new(&path)).ok()
     })
     .as_ref()
 }
@@ -221,7 +200,7 @@ fn mark(line: &str) {
 
 /// Drivers mapped at this process's first permit: loaded before it.
 fn first_permit() {
-    if std::env::var_os(crate::config::INHERITED_VAR).is_some() {
+    if crate::config::inherits_a_permit() {
         // Inside `gpu-test-permit run`: the process has held its permit since it started.
         return;
     }
@@ -239,7 +218,7 @@ fn first_permit() {
 /// The drivers mapped now, where some are and they can be judged: an in-process probe
 /// (`GPU_TEST_PERMIT_PROBE=in-process`) loads drivers without a permit on purpose.
 fn unpermitted_now() -> Option<Vec<String>> {
-    if std::env::var_os(WATCH_VAR).is_some() {
+    if crate::config::watch_log().is_some() {
         // The watcher sees every load, and says what it saw.
         return None;
     }
@@ -288,7 +267,7 @@ fn at_exit() {
 // Under nextest, a test process that never took a permit looks at its drivers as it exits.
 #[ctor::ctor(unsafe)]
 fn look_at_exit() {
-    if std::env::var_os("NEXTEST_RUN_ID").is_none() {
+    if !crate::config::in_nextest_run() {
         return;
     }
     unsafe extern "C" {
@@ -296,9 +275,7 @@ fn look_at_exit() {
     }
     extern "C" fn look() {
         let _ = std::panic::catch_unwind(|| {
-            if EVER.load(Ordering::Acquire)
-                || std::env::var_os(crate::config::INHERITED_VAR).is_some()
-            {
+            if EVER.load(Ordering::Acquire) || crate::config::inherits_a_permit() {
                 return;
             }
             if let Some(drivers) = unpermitted_now() {

@@ -31,6 +31,7 @@
 //! | `GPU_TEST_PERMIT_WEIGHTS` | `declared`: a permit takes the units its test declares (one when it declares nothing); `learned`: with a memory budget in force, a test that declares nothing takes the units its measured peak GPU memory plus [`LEARNED_MARGIN_PERCENT`] needs (at most a whole GPU), the peak being the most its fixture reported in the runs recorded on this host ([`tune`](crate::tune)); a declaration always wins | `declared` |
 //! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
 //! | `GPU_TEST_PERMIT_INHERITED` | set by `gpu-test-permit run` for its command: the permit it holds, which the command and its descendants work inside instead of taking host slots (see [`InheritedPermit`]); not for setting by hand | unset |
+//! | `GPU_TEST_PERMIT_WATCH` | set by `gpu-test-permit watch` (and `run --watch`) for its command: the loader log into which the crate marks when the process holds a permit (see [`drivers`](crate::drivers)); not for setting by hand | unset |
 //! | `WGPU_ADAPTER_NAME` | wgpu's own: the wgpu fixture uses only adapters whose name contains this text (case-insensitive), as `wgpu::util::initialize_adapter_from_env` does; no match fails the test with the list of adapters | best adapter |
 //! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | the same for this crate's fixture only (your own `WGPU_ADAPTER_NAME` code is not affected); wins over `WGPU_ADAPTER_NAME` when both are set | `WGPU_ADAPTER_NAME` |
 //! | `WGPU_POWER_PREF` | wgpu's own: `high` (discrete GPUs first), `low` (integrated first) or `none` (device type not considered: every adapter in wgpu's order); the order of the wgpu fixture's adapter choice | discrete, integrated, virtual, other, CPU |
@@ -662,6 +663,23 @@ pub(crate) unsafe fn take_probe_request() -> Option<OsString> {
     // SAFETY: the caller guarantees that no other thread uses the environment now.
     unsafe { std::env::remove_var(PROBE_REQUEST_VAR) };
     Some(raw)
+}
+
+/// The loader log named by [`WATCH_VAR`], where a watcher runs this process. Read afresh.
+pub(crate) fn watch_log() -> Option<OsString> {
+    std::env::var_os(WATCH_VAR)
+}
+
+/// Whether this process runs inside a permit passed on to it ([`INHERITED_VAR`] set). Read
+/// afresh, without the rest of the configuration (at exit, in a constructor).
+pub(crate) fn inherits_a_permit() -> bool {
+    std::env::var_os(INHERITED_VAR).is_some()
+}
+
+/// Whether this process belongs to a nextest run (`NEXTEST_RUN_ID` set). Read afresh, without
+/// the rest of the configuration (in a constructor).
+pub(crate) fn in_nextest_run() -> bool {
+    std::env::var_os("NEXTEST_RUN_ID").is_some()
 }
 
 /// Whether wgpu's own [`WGPU_BACKEND_VAR`] is set. Read afresh: the probe child asks before

@@ -119,3 +119,9 @@ pub const MAX_MEMORY: u64 = 1 << 50;
 
 /// Wait deadline when [`TIMEOUT_VAR`] is not set.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Set by `gpu-test-permit watch` (and `run --watch`) for the process it watches: the
+/// dynamic loader's log file of the process without its `.<pid>` suffix (`LD_DEBUG_OUTPUT`),
+/// into which the crate writes a line each time the process goes from no permit to one and
+/// back (see [`drivers`](crate::drivers)).
+pub const WATCH_VAR: &str = "GPU_TEST_PERMIT_WATCH";

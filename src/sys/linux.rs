@@ -256,6 +256,19 @@ pub(super) fn child_has_exited(
     Ok(unsafe { info.si_pid() } != 0)
 }
 
+/// The files this process has mapped now, by path, each once (`/proc/self/maps`); `None` when
+/// that cannot be read.
+pub(super) fn mapped_files() -> Option<Vec<String>> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let mut out: Vec<String> = Vec::new();
+    for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+        if path.starts_with('/') && !out.iter().any(|p| p == path) {
+            out.push(path.to_string());
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -343,6 +343,28 @@ pub(crate) fn open_regular_for_reading(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// The files this process has mapped now (its executable, libraries, mapped data), by path;
+/// `None` where that cannot be seen (Linux only: `/proc/self/maps`).
+pub(crate) fn mapped_files() -> Option<Vec<String>> {
+    kernel::mapped_files()
+}
+
+/// Opens an existing regular file for appending, never through a symbolic link and without
+/// blocking on a FIFO at its name.
+pub(crate) fn open_regular_for_append_no_follow(path: &Path) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.append(true);
+    os::no_follow_no_block(&mut opts);
+    let file = opts
+        .open(path)
+        .map_err(|e| os::explain_open_error(path, e))?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(not_a_regular_file(&meta));
+    }
+    Ok(file)
+}
+
 /// Opens an existing file for appending without blocking on a FIFO or device at its name:
 /// anything but a regular file is refused. A symbolic link at `path` is followed (the path is
 /// one a user chose for output, as with a shell's `>>`); one that leads nowhere is an error,

@@ -93,3 +93,8 @@ pub(super) fn boot_ms() -> Option<u64> {
 pub(super) fn reserve(_file: &std::fs::File, _len: u64) -> std::io::Result<()> {
     Ok(())
 }
+
+/// The files this process has mapped: not seen here.
+pub(super) fn mapped_files() -> Option<Vec<String>> {
+    None
+}
