@@ -156,26 +156,32 @@ pub fn read_watch_log(text: &str) -> WatchLog {
 }
 
 /// Permits this process holds now (outermost ones: a permit a thread takes inside its own
-/// counts once).
+/// counts once), counted only where the process is watched.
 static HELD: AtomicUsize = AtomicUsize::new(0);
 /// Whether this process has held a permit.
 static EVER: AtomicBool = AtomicBool::new(false);
 
 /// This process took a permit. The first one looks for drivers loaded before it; where the
 /// process is watched, every change between none and some is marked in the loader's log.
+/// Unwatched, this is two loads and two branches after the first permit: the uncontended
+/// acquire path pays nothing more.
 pub(crate) fn permit_taken() {
-    if HELD.fetch_add(1, Ordering::AcqRel) == 0 {
-        mark(HELD_MARK);
-        if !EVER.load(Ordering::Relaxed) && !EVER.swap(true, Ordering::AcqRel) {
-            first_permit();
-        }
+    if !EVER.load(Ordering::Relaxed) && !EVER.swap(true, Ordering::AcqRel) {
+        first_permit();
+    }
+    if let Some(file) = watch_file()
+        && HELD.fetch_add(1, Ordering::AcqRel) == 0
+    {
+        mark(file, HELD_MARK);
     }
 }
 
 /// This process returned a permit.
 pub(crate) fn permit_returned() {
-    if HELD.fetch_sub(1, Ordering::AcqRel) == 1 {
-        mark(FREE_MARK);
+    if let Some(file) = watch_file()
+        && HELD.fetch_sub(1, Ordering::AcqRel) == 1
+    {
+        mark(file, FREE_MARK);
     }
 }
 
@@ -192,10 +198,8 @@ fn watch_file() -> Option<&'static std::fs::File> {
     .as_ref()
 }
 
-fn mark(line: &str) {
-    if let Some(mut file) = watch_file() {
-        let _ = file.write_all(format!("{line}\n").as_bytes());
-    }
+fn mark(mut file: &std::fs::File, line: &str) {
+    let _ = file.write_all(format!("{line}\n").as_bytes());
 }
 
 /// Drivers mapped at this process's first permit: loaded before it.
