@@ -209,8 +209,17 @@ impl Watch {
     fn read(&self, pid: u32) -> gpu_test_permit::drivers::WatchLog {
         use std::io::Read;
         let mut text = Vec::new();
-        if let Ok(f) = std::fs::File::open(self.0.join(format!("ld.{pid}"))) {
-            let _ = f.take(WATCH_LOG_MOST).read_to_end(&mut text);
+        match std::fs::File::open(self.0.join(format!("ld.{pid}"))) {
+            Ok(f) => {
+                let _ = f.take(WATCH_LOG_MOST).read_to_end(&mut text);
+            }
+            // The command's loader wrote nothing: not glibc's (musl, a static binary, another
+            // system), or the command is not a program of its own (a script's interpreter
+            // would have written one).
+            Err(_) => eprintln!(
+                "gpu-test-permit: the command's dynamic loader kept no log, so its driver loads \
+                 were not seen (watching needs glibc's loader, on Linux)"
+            ),
         }
         gpu_test_permit::drivers::read_watch_log(&String::from_utf8_lossy(&text))
     }
