@@ -139,6 +139,75 @@ run-wrapper = '{WRAPPER_SCRIPT}'
     )
 }
 
+/// Priorities reach this many of the longest tests; shorter ones keep nextest's default (0).
+pub const PRIORITIZED_MOST: usize = 100;
+
+/// The longest tests first: nextest overrides that give the tests in `tests` (binary id, name,
+/// reference hold time), the longest first, priorities from 100 down, one level a distinct
+/// hold time (at most [`PRIORITIZED_MOST`] tests; shorter and unknown tests keep priority 0,
+/// and run after them). Starting the longest jobs first is the classic longest-processing-time
+/// rule: no long test starts last and leaves the other permits idle while it ends the run.
+/// Empty when `tests` is. nextest reads priorities from 0.9.91.
+///
+/// ```
+/// use std::time::Duration;
+/// use gpu_test_permit::nextest::priority_block;
+///
+/// let block = priority_block(&[
+///     ("suite::gpu", "long_render", Duration::from_secs(2)),
+///     ("suite::gpu", "short_copy", Duration::from_millis(100)),
+/// ]);
+/// assert!(block.contains("filter = 'binary_id(=suite::gpu) & test(=long_render)'\npriority = 100\n"));
+/// assert!(block.contains("filter = 'binary_id(=suite::gpu) & test(=short_copy)'\npriority = 99\n"));
+/// ```
+pub fn priority_block(tests: &[(&str, &str, std::time::Duration)]) -> String {
+    let mut sorted: Vec<&(&str, &str, std::time::Duration)> = tests.iter().collect();
+    sorted.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| (a.0, a.1).cmp(&(b.0, b.1))));
+    sorted.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    sorted.truncate(PRIORITIZED_MOST);
+    if sorted.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "
+# Longest first: this host's history of the GPU tests' hold times (`gpu-test-permit
+# nextest-snippet` after runs under the crate refreshes it). The suite's own overrides come
+# first, so a test its .config/nextest.toml gives a priority keeps that one; tests not named
+# here keep priority 0 and start after these.
+",
+    );
+    let mut priority = 100i32;
+    let mut last: Option<std::time::Duration> = None;
+    for (binary, test, hold) in sorted {
+        if last.is_some_and(|l| l != *hold) {
+            priority -= 1;
+        }
+        last = Some(*hold);
+        out.push_str(&format!(
+            "[[profile.default.overrides]]\n# {:.3} s\nfilter = 'binary_id(={}) & test(={})'\npriority = {priority}\n",
+            hold.as_secs_f64(),
+            filter_name(binary),
+            filter_name(test),
+        ));
+    }
+    out
+}
+
+/// `s` for a filterset's name matcher (`test(=...)`, `binary_id(=...)`): `\\` for a
+/// backslash, and the characters that would end the matcher (`(`, `)`, `,`) and a quote that
+/// would end the TOML literal string around it as `\u{..}` escapes.
+pub fn filter_name(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '(' | ')' | ',' | '\'' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// What nextest told this process, or `None` outside nextest.
 pub fn current() -> Option<&'static NextestEnv> {
     Config::global().nextest.as_ref()
@@ -285,4 +354,54 @@ pub fn recorded_hint(dir: &Path) -> io::Result<Option<RecordedHint>> {
         })
     };
     Ok(parse())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn priorities_go_longest_first_ties_share_one_and_only_the_longest_hundred_get_one() {
+        let ms = Duration::from_millis;
+        let names: Vec<String> = (0..120).map(|i| format!("t{i:03}")).collect();
+        let mut tests: Vec<(&str, &str, Duration)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| ("s::b", n.as_str(), ms(1000 - i as u64)))
+            .collect();
+        tests.push(("s::b", "tie_a", ms(2000)));
+        tests.push(("s::b", "tie_b", ms(2000)));
+        tests.push(("s::b", "it's (odd), \\", ms(3000)));
+        let block = priority_block(&tests);
+        let levels: Vec<(String, i32)> = block
+            .split("[[profile.default.overrides]]\n")
+            .skip(1)
+            .map(|o| {
+                let filter = o.lines().find_map(|l| l.strip_prefix("filter = ")).unwrap();
+                let p = o
+                    .lines()
+                    .find_map(|l| l.strip_prefix("priority = "))
+                    .unwrap();
+                (filter.to_string(), p.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(levels.len(), PRIORITIZED_MOST);
+        assert_eq!(
+            levels[0],
+            (
+                "'binary_id(=s::b) & test(=it\\u{27}s \\u{28}odd\\u{29}\\u{2c} \\\\)'".to_string(),
+                100
+            )
+        );
+        assert_eq!(levels[1].1, 99);
+        assert_eq!(levels[2].1, 99, "equal holds share a priority");
+        assert_eq!(
+            levels[3],
+            ("'binary_id(=s::b) & test(=t000)'".to_string(), 98)
+        );
+        assert_eq!(levels[99].1, 2);
+        assert!(!block.contains("t097"), "past the longest hundred: {block}");
+        assert_eq!(priority_block(&[]), "");
+    }
 }

@@ -132,6 +132,13 @@ struct TestRef {
     /// The most GPU memory its fixture measured, bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     mem: Option<u64>,
+    /// Its test binary, apart from its name (lines written before these were kept have
+    /// neither: only `test`, the two joined by `::`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    binary: Option<String>,
+    /// Its name within the binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
 }
 
 static WARNED: AtomicBool = AtomicBool::new(false);
@@ -218,6 +225,43 @@ pub fn learned_memory(dir: &Path) -> Vec<(String, u64)> {
         .filter_map(|r| Some((r.test, r.mem.filter(|&m| m > 0)?)))
         .collect();
     out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+/// A test's reference hold time: the shortest mean hold it had in one run on record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HoldTime {
+    /// The test binary (nextest's binary id).
+    pub binary: String,
+    /// The test's name.
+    pub test: String,
+    /// Its reference hold time.
+    pub hold: Duration,
+}
+
+/// The tests of slot directory `dir` whose hold times the history knows (`gpu0.tests` in its
+/// state directory), the longest first, with the runs recorded since the history was last
+/// brought up to date measured first. Tests recorded before binaries and names were kept
+/// apart are left out until they run again.
+pub fn hold_times(dir: &Path) -> Vec<HoldTime> {
+    update_history(dir, None);
+    let refs: Vec<TestRef> = read_records(&crate::hangs::record_dir(dir), TESTS_FILE);
+    let mut out: Vec<HoldTime> = refs
+        .into_iter()
+        .filter_map(|r| {
+            Some(HoldTime {
+                binary: r.binary?,
+                test: r.name?,
+                hold: Duration::from_micros(r.us),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.hold
+            .cmp(&a.hold)
+            .then_with(|| (&a.binary, &a.test).cmp(&(&b.binary, &b.test)))
+    });
     out
 }
 
@@ -356,7 +400,12 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
                 us: mean,
                 seen: m.start_ms,
                 mem: None,
+                binary: None,
+                name: None,
             });
+            if r.binary.is_none() {
+                (r.binary, r.name) = (Some(t.binary.clone()), Some(t.name.clone()));
+            }
             r.us = r.us.min(mean);
             r.seen = r.seen.max(m.start_ms);
             if let Some(bytes) = t.memory_used {

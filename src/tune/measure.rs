@@ -12,6 +12,9 @@ const WAIT_FLOOR_US: u64 = 1_000;
 /// One test's holds in a run: how many, and their time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TestHolds {
+    /// Its test binary and name, as nextest's JUnit report names them.
+    pub(crate) binary: String,
+    pub(crate) name: String,
     pub(crate) count: u64,
     pub(crate) hold_us: u64,
     /// The most memory its fixture measured, bytes.
@@ -104,7 +107,9 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
         let t = m
             .tests
             .entry(format!("{}::{}", g.binary, g.test))
-            .or_insert(TestHolds {
+            .or_insert_with(|| TestHolds {
+                binary: g.binary.clone(),
+                name: g.test.clone(),
                 count: 0,
                 hold_us: 0,
                 memory_used: None,

@@ -90,7 +90,8 @@ use std::path::Path;
 pub use choose::{CAP_LIMITS, Choice, Inputs, SEED, Step, WITHIN, WORTH_A_RUN, choose};
 pub(crate) use history::learned_peaks;
 pub use history::{
-    HISTORY_KEPT, HistoryEntry, TESTS_KEPT, forget_history, learned_memory, read_history,
+    HISTORY_KEPT, HistoryEntry, HoldTime, TESTS_KEPT, forget_history, hold_times, learned_memory,
+    read_history,
 };
 
 /// The history of slot directory `dir`, oldest first, with the runs recorded since it was

@@ -200,6 +200,98 @@ fn wrapper_script_recipe_caps_a_plain_suite() {
     check(2, &records, &trace);
 }
 
+/// The GPU tests in the order they started, from the plain suite's records in `dir`.
+fn start_order(dir: &Path) -> Vec<String> {
+    let mut starts: Vec<(u128, String)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            let f: Vec<&str> = text.split_whitespace().collect();
+            (f[2].parse().unwrap(), f[0].to_string())
+        })
+        .collect();
+    starts.sort();
+    starts.into_iter().map(|(_, name)| name).collect()
+}
+
+#[test]
+fn the_snippet_starts_the_longest_tests_first_once_the_history_knows_them() {
+    if !have_nextest() {
+        return;
+    }
+    // One permit and a group of one: the GPU tests run one at a time, in nextest's order.
+    // `gpu_scan` is long and sorts last.
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let snippet = |c: &mut Command| {
+        clear_permit_env(c);
+        c.arg("nextest-snippet")
+            .arg("--runner")
+            .env("GPU_TEST_PERMIT_DIR", &slots)
+            .env("GPU_TEST_PERMIT_STATE", work.path().join("state"))
+            .env("REALIZAR_GPU_TEST_CONCURRENCY", "1");
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        with_bin(&String::from_utf8_lossy(&out.stdout))
+    };
+    let run = |text: &str, round: &str| {
+        let records = work.path().join(format!("records-{round}"));
+        std::fs::create_dir(&records).unwrap();
+        let at = text.find(TOOL_FILE).unwrap();
+        let (cargo_part, tool_part) = text.split_at(at);
+        let runner = cargo_part
+            .lines()
+            .find_map(|l| l.strip_prefix("runner = "))
+            .unwrap();
+        let tool_file = work.path().join(format!("tool-{round}.toml"));
+        std::fs::write(&tool_file, tool_part).unwrap();
+        let mut c = plain_suite_run(&records);
+        c.env("GPU_TEST_PERMIT_DIR", &slots)
+            .env("GPU_TEST_PERMIT_STATE", work.path().join("state"))
+            .env("REALIZAR_GPU_TEST_CONCURRENCY", "1")
+            .env("PLAIN_SUITE_HOLD_MS", "gpu_scan=900")
+            .args(tool_config(&tool_file))
+            .arg("--config")
+            .arg(format!("target.'cfg(all())'.runner={runner}"));
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        start_order(&records)
+    };
+    let first = snippet(&mut Command::new(bin()));
+    assert!(!first.contains("priority ="), "no history yet:\n{first}");
+    assert_eq!(run(&first, "1"), GPU_TESTS, "by name, the long test last");
+
+    let second = snippet(&mut Command::new(bin()));
+    assert!(
+        second.contains(
+            "filter = 'binary_id(=gpu-test-permit-plain-suite::suite) & test(=gpu_scan)'\n\
+             priority = 100\n"
+        ),
+        "{second}"
+    );
+    for t in &GPU_TESTS[..3] {
+        assert!(
+            second.contains(&format!("test(={t})'\npriority = 9")),
+            "{t}: {second}"
+        );
+    }
+    assert!(
+        !second.contains("cpu_"),
+        "only tests that took permits: {second}"
+    );
+    let order = run(&second, "2");
+    assert_eq!(order[0], "gpu_scan", "the longest first: {order:?}");
+}
+
 #[test]
 fn the_readme_shows_the_snippets_the_tool_prints() {
     let readme = readme();

@@ -728,27 +728,16 @@ pub(crate) fn classify(
     found
 }
 
-/// `s` for a filterset's name matcher: `\\` for a backslash, and the characters that would
-/// end the matcher (`(`, `)`, `,`) as `\u{..}` escapes.
-fn filter_text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '(' | ')' | ',' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// The nextest filterset of the GPU tests, one binary per line (joined by `|`):
 /// `binary_id(=ID)` where every test the binary has is a GPU test, else
 /// `(binary_id(=ID) & (test(=a) | test(=b)))`. `none()` where there are none.
 pub(crate) fn filterset(found: &Found, listed: &BTreeMap<String, Vec<Listed>>) -> String {
     let mut parts = Vec::new();
     for (binary, gpu) in &found.gpu {
-        let id = format!("binary_id(={})", filter_text(binary));
+        let id = format!(
+            "binary_id(={})",
+            gpu_test_permit::nextest::filter_name(binary)
+        );
         let all = listed
             .get(binary)
             .is_some_and(|tests| tests.iter().all(|t| gpu.contains(&t.name)));
@@ -758,7 +747,7 @@ pub(crate) fn filterset(found: &Found, listed: &BTreeMap<String, Vec<Listed>>) -
         }
         let tests: Vec<String> = gpu
             .iter()
-            .map(|t| format!("test(={})", filter_text(t)))
+            .map(|t| format!("test(={})", gpu_test_permit::nextest::filter_name(t)))
             .collect();
         let inline = format!("({id} & ({}))", tests.join(" | "));
         if inline.len() <= 96 {

@@ -224,7 +224,10 @@ static COMMANDS: &[Command] = &[
                     `find-gpu-tests` prints the one that names them. With --runner, the\n\
                     configuration that caps a suite that does not use the crate through\n\
                     `gpu-test-permit run` as cargo's target runner; with --wrapper, the same as a\n\
-                    nextest wrapper script (experimental in nextest, since 0.9.98)",
+                    nextest wrapper script (experimental in nextest, since 0.9.98). Where this\n\
+                    host's history knows the GPU tests' hold times (runs recorded in the slot\n\
+                    directory), priorities that start the longest first (nextest 0.9.91); print it\n\
+                    again after runs to refresh them",
             flags: &["--runner", "--wrapper"],
             options: &[],
             lists: &[],

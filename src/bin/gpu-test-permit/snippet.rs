@@ -41,8 +41,27 @@ pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
         (false, true) => nextest::wrapper_snippet(n) + &weights_snippet(per_gpu, true),
         (false, false) => nextest::group_snippet(n) + &weights_snippet(per_gpu, false),
     };
-    print!("{auto}{text}");
+    print!("{auto}{text}{}", longest_first(cfg));
     Ok(ExitCode::SUCCESS)
+}
+
+/// The priorities that start the longest GPU tests first, from the hold times this host's
+/// history knows for the slot directory (empty where it knows none).
+fn longest_first(cfg: &Config) -> String {
+    // No slot directory, no runs to learn from: printing text creates no files.
+    let Ok(dir) = cfg
+        .slot_dir_path()
+        .map_err(drop)
+        .and_then(|d| if d.is_dir() { Ok(d) } else { Err(()) })
+    else {
+        return String::new();
+    };
+    let times = gpu_test_permit::tune::hold_times(&dir);
+    let tests: Vec<(&str, &str, std::time::Duration)> = times
+        .iter()
+        .map(|t| (t.binary.as_str(), t.test.as_str(), t.hold))
+        .collect();
+    gpu_test_permit::nextest::priority_block(&tests)
 }
 
 /// The GPUs of `GPU_TEST_PERMIT_GPUS=auto`, as the global pool counts them: the CUDA devices
