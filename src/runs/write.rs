@@ -301,25 +301,19 @@ pub(crate) fn record_skip(backend: &str, reason: &str) {
 /// Records that this process (a test) had GPU `drivers` mapped without a permit: at its first
 /// permit (`at_first_permit`) or as it exited without ever holding one.
 pub(crate) fn record_drivers(drivers: Vec<String>, at_first_permit: bool) {
-    let Some(run) = nextest_run() else { return };
-    let Ok(dir) = Config::global().slot_dir_path() else {
-        return;
-    };
-    let (binary, test) = current_test();
-    let record = RunRecord::Drivers(DriversRecord {
-        run: run.to_string(),
-        unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
+    write_drivers(DriversRecord {
+        run: String::new(),
+        unix_us: 0,
         pid: crate::sys::pid(),
-        binary,
-        test,
-        attempt: attempts().0,
+        binary: String::new(),
+        test: String::new(),
+        attempt: 0,
         unpermitted: drivers.clone(),
         drivers,
         before_first_permit: true,
         held: at_first_permit,
         seen: "mapped".into(),
     });
-    append(&dir, record);
 }
 
 /// Records what the loader's log of watched process `pid` (the running test's, as the
@@ -338,27 +332,35 @@ pub fn record_watched(
     if loaded.is_empty() {
         return false;
     }
+    write_drivers(DriversRecord {
+        run: String::new(),
+        unix_us: 0,
+        pid,
+        binary: String::new(),
+        test: String::new(),
+        attempt: 0,
+        drivers: loaded.iter().map(|d| cut(d.clone())).collect(),
+        unpermitted: unpermitted.iter().map(|d| cut(d.clone())).collect(),
+        before_first_permit,
+        held,
+        seen: "watched".into(),
+    })
+}
+
+/// Writes `record` for the running test of this nextest run, filling in the run, the time,
+/// the test and its attempt; whether it was written.
+fn write_drivers(mut record: DriversRecord) -> bool {
     let Some(run) = nextest_run() else {
         return false;
     };
     let Ok(dir) = Config::global().slot_dir_path() else {
         return false;
     };
-    let (binary, test) = current_test();
-    let record = RunRecord::Drivers(DriversRecord {
-        run: run.to_string(),
-        unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
-        pid,
-        binary,
-        test,
-        attempt: attempts().0,
-        drivers: loaded.iter().map(|d| cut(d.clone())).collect(),
-        unpermitted: unpermitted.iter().map(|d| cut(d.clone())).collect(),
-        before_first_permit,
-        held,
-        seen: "watched".into(),
-    });
-    append(&dir, record);
+    (record.binary, record.test) = current_test();
+    record.run = run.to_string();
+    record.unix_us = crate::clock::unix_micros(std::time::SystemTime::now());
+    record.attempt = attempts().0;
+    append(&dir, RunRecord::Drivers(record));
     true
 }
 

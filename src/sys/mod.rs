@@ -332,6 +332,12 @@ pub(crate) fn open_lock_file_len(path: &Path, shared_dir: bool) -> io::Result<(F
 pub(crate) fn open_regular_for_reading(path: &Path) -> io::Result<File> {
     let mut opts = OpenOptions::new();
     opts.read(true);
+    open_regular_no_follow(opts, path)
+}
+
+/// Opens `path` with `opts` without following a symbolic link and without blocking, refusing
+/// anything but a regular file.
+fn open_regular_no_follow(mut opts: OpenOptions, path: &Path) -> io::Result<File> {
     os::no_follow_no_block(&mut opts);
     let file = opts
         .open(path)
@@ -354,15 +360,7 @@ pub(crate) fn mapped_files() -> Option<Vec<String>> {
 pub(crate) fn open_regular_for_append_no_follow(path: &Path) -> io::Result<File> {
     let mut opts = OpenOptions::new();
     opts.append(true);
-    os::no_follow_no_block(&mut opts);
-    let file = opts
-        .open(path)
-        .map_err(|e| os::explain_open_error(path, e))?;
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(not_a_regular_file(&meta));
-    }
-    Ok(file)
+    open_regular_no_follow(opts, path)
 }
 
 /// Opens an existing file for appending without blocking on a FIFO or device at its name:
