@@ -292,6 +292,63 @@ fn the_snippet_starts_the_longest_tests_first_once_the_history_knows_them() {
     assert_eq!(order[0], "gpu_scan", "the longest first: {order:?}");
 }
 
+/// A forged history changes the priorities' order and nothing else: garbage is left out, a
+/// hold of 0 or of half a million years is a place in the order, and a FIFO in the history's
+/// place gives no priorities instead of a snippet that never comes.
+#[test]
+fn the_snippet_reads_a_forged_history_without_stalling() {
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let state = work.path().join("state");
+    std::fs::create_dir_all(&slots).unwrap();
+    std::fs::create_dir_all(&state).unwrap();
+    let snippet = || {
+        let mut c = Command::new(bin());
+        clear_permit_env(&mut c);
+        let out = c
+            .arg("nextest-snippet")
+            .env("GPU_TEST_PERMIT_DIR", &slots)
+            .env("GPU_TEST_PERMIT_STATE", &state)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    std::fs::write(
+        state.join("gpu0.tests"),
+        "garbage\n\
+         {\"test\":\"a::b\",\"us\":18446744073709551615,\"seen\":1,\"binary\":\"a\",\"name\":\"b\"}\n\
+         {\"test\":\"a::c\",\"us\":0,\"seen\":1,\"binary\":\"a\",\"name\":\"c(1)'x\"}\n",
+    )
+    .unwrap();
+    let text = snippet();
+    assert!(
+        text.contains("filter = 'binary_id(=a) & test(=b)'\npriority = 100\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "filter = 'binary_id(=a) & test(=c\\u{28}1\\u{29}\\u{27}x)'\npriority = 99\n"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("garbage"), "{text}");
+
+    std::fs::remove_file(state.join("gpu0.tests")).unwrap();
+    let fifo = std::ffi::CString::new(state.join("gpu0.tests").to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    let started = std::time::Instant::now();
+    let text = snippet();
+    assert!(!text.contains("priority ="), "{text}");
+    assert!(text.contains("[test-groups]"), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
 #[test]
 fn the_readme_shows_the_snippets_the_tool_prints() {
     let readme = readme();
