@@ -48,7 +48,7 @@
 //! [`DriversRecord`]: crate::runs::DriversRecord
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use crate::config::WATCH_VAR;
 
@@ -68,7 +68,7 @@ pub const FREE_MARK: &str = "gpu-test-permit: free";
 /// - GL: NVIDIA's `libEGL_nvidia`, Mesa's `libgallium*` and `*_dri.so`;
 /// - ROCm/HIP: `libamdhip64`, `libhsa-runtime64`.
 pub fn driver_library(path: &str) -> bool {
-    let name = path.rsplit(['/', '\\']).next().unwrap_or(path);
+    let name = library_name(path);
     let stem = name.split(".so").next().unwrap_or(name);
     if stem.ends_with("_dri") {
         return true;
@@ -85,6 +85,19 @@ pub fn driver_library(path: &str) -> bool {
     ];
     (stem == "libcuda" || name.eq_ignore_ascii_case("nvcuda.dll"))
         || (PREFIXES.iter().any(|p| stem.starts_with(p)) && !stem.starts_with("libnvidia-ml"))
+}
+
+/// The file name of the library at `path` (a loader's log and a process's maps name
+/// libraries by path, or by name alone).
+///
+/// ```
+/// use gpu_test_permit::drivers::library_name;
+///
+/// assert_eq!(library_name("/usr/lib/libvulkan_lvp.so"), "libvulkan_lvp.so");
+/// assert_eq!(library_name("libcuda.so.1"), "libcuda.so.1");
+/// ```
+pub fn library_name(path: &str) -> &str {
+    path.rsplit(['/', '\\']).next().unwrap_or(path)
 }
 
 /// The GPU driver libraries this process has mapped now, by path, or `None` where this cannot
@@ -155,11 +168,17 @@ pub fn read_watch_log(text: &str) -> WatchLog {
     out
 }
 
-/// Permits this process holds now (outermost ones: a permit a thread takes inside its own
-/// counts once), counted only where the process is watched.
-static HELD: AtomicUsize = AtomicUsize::new(0);
 /// Whether this process has held a permit.
 static EVER: AtomicBool = AtomicBool::new(false);
+
+/// Where the process is watched: its loader log, and the permits it holds now (outermost ones:
+/// a permit a thread takes inside its own counts once). The count and the mark of a change
+/// between none and some are one step under the lock, so that the marks come in the order
+/// the changes did.
+struct Watched {
+    log: std::fs::File,
+    held: parking_lot::Mutex<usize>,
+}
 
 /// This process took a permit. The first one looks for drivers loaded before it; where the
 /// process is watched, every change between none and some is marked in the loader's log.
@@ -169,33 +188,43 @@ pub(crate) fn permit_taken() {
     if !EVER.load(Ordering::Relaxed) && !EVER.swap(true, Ordering::AcqRel) {
         first_permit();
     }
-    if let Some(file) = watch_file()
-        && HELD.fetch_add(1, Ordering::AcqRel) == 0
-    {
-        mark(file, HELD_MARK);
+    if let Some(w) = watched() {
+        let mut held = w.held.lock();
+        *held += 1;
+        if *held == 1 {
+            mark(&w.log, HELD_MARK);
+        }
     }
 }
 
 /// This process returned a permit.
 pub(crate) fn permit_returned() {
-    if let Some(file) = watch_file()
-        && HELD.fetch_sub(1, Ordering::AcqRel) == 1
-    {
-        mark(file, FREE_MARK);
+    if let Some(w) = watched() {
+        let mut held = w.held.lock();
+        *held = held.saturating_sub(1);
+        if *held == 0 {
+            mark(&w.log, FREE_MARK);
+        }
     }
 }
 
-/// The loader log of this process, where it is watched.
-fn watch_file() -> Option<&'static std::fs::File> {
-    static FILE: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
-    FILE.get_or_init(|| {
-        let mut path = crate::config::watch_log()?;
-        path.push(format!(".{}", std::process::id()));
-        // Appended to, never created (the loader made it as the process started), and never
-        // through a symbolic link.
-        crate::sys::open_regular_for_append_no_follow(std::path::Path::new(&path)).ok()
-    })
-    .as_ref()
+/// This process's loader log and permit count, where it is watched.
+fn watched() -> Option<&'static Watched> {
+    static WATCHED: std::sync::OnceLock<Option<Watched>> = std::sync::OnceLock::new();
+    WATCHED
+        .get_or_init(|| {
+            let mut path = crate::config::watch_log()?;
+            path.push(format!(".{}", std::process::id()));
+            // Appended to, never created (the loader made it as the process started), and
+            // never through a symbolic link.
+            let log =
+                crate::sys::open_regular_for_append_no_follow(std::path::Path::new(&path)).ok()?;
+            Some(Watched {
+                log,
+                held: parking_lot::Mutex::new(0),
+            })
+        })
+        .as_ref()
 }
 
 fn mark(mut file: &std::fs::File, line: &str) {
@@ -213,9 +242,8 @@ fn first_permit() {
     };
     if crate::runs::nextest_run().is_some() {
         crate::runs::record_drivers(drivers, true);
-    } else {
-        FIRST_PERMIT_LATE.lock().get_or_insert(drivers);
-        at_exit();
+    } else if FIRST_PERMIT_LATE.set(drivers).is_ok() {
+        crate::sys::at_exit(print_at_exit);
     }
 }
 
@@ -232,15 +260,12 @@ fn unpermitted_now() -> Option<Vec<String>> {
 }
 
 /// Under `cargo test`: the drivers this process had loaded at its first permit.
-static FIRST_PERMIT_LATE: parking_lot::Mutex<Option<Vec<String>>> = parking_lot::Mutex::new(None);
+static FIRST_PERMIT_LATE: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
 /// The line a test binary prints as it exits when it had `drivers` loaded before its first
 /// permit.
 pub fn exit_line(binary: &str, drivers: &[String]) -> String {
-    let names: Vec<&str> = drivers
-        .iter()
-        .map(|d| d.rsplit('/').next().unwrap_or(d))
-        .collect();
+    let names: Vec<&str> = drivers.iter().map(|d| library_name(d)).collect();
     format!(
         "gpu-test-permit: test binary {binary} had a GPU driver loaded before its first permit \
          ({}): a test of it used the GPU without a permit (watch it with `gpu-test-permit \
@@ -249,22 +274,13 @@ pub fn exit_line(binary: &str, drivers: &[String]) -> String {
     )
 }
 
-fn at_exit() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        unsafe extern "C" {
-            safe fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
+extern "C" fn print_at_exit() {
+    // After `main`; nothing here may unwind into C.
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(drivers) = FIRST_PERMIT_LATE.get() {
+            let (binary, _) = crate::runs::current_test();
+            crate::notice::text(&format!("{}\n", exit_line(&binary, drivers)));
         }
-        extern "C" fn print_at_exit() {
-            // After `main`; nothing here may unwind into C.
-            let _ = std::panic::catch_unwind(|| {
-                if let Some(drivers) = FIRST_PERMIT_LATE.lock().take() {
-                    let (binary, _) = crate::runs::current_test();
-                    crate::notice::text(&format!("{}\n", exit_line(&binary, &drivers)));
-                }
-            });
-        }
-        atexit(print_at_exit);
     });
 }
 
@@ -273,9 +289,6 @@ fn at_exit() {
 fn look_at_exit() {
     if !crate::config::in_nextest_run() {
         return;
-    }
-    unsafe extern "C" {
-        safe fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
     }
     extern "C" fn look() {
         let _ = std::panic::catch_unwind(|| {
@@ -287,7 +300,7 @@ fn look_at_exit() {
             }
         });
     }
-    atexit(look);
+    crate::sys::at_exit(look);
 }
 
 #[cfg(test)]

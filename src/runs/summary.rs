@@ -103,7 +103,8 @@ pub struct LearnedWeight {
 pub struct Escaped {
     /// The test.
     pub key: TestKey,
-    /// The drivers it loaded while holding no permit (file names).
+    /// The drivers it loaded while holding no permit, as the records name them (by path,
+    /// or by name where the loader was asked for one).
     pub drivers: Vec<String>,
     /// Whether it held a permit at all (then it loaded one before its first, or between two).
     pub held: bool,
@@ -147,8 +148,8 @@ pub struct RunSummary {
     /// Tests whose process loaded a GPU driver while it held no permit, by name.
     pub escaped: Vec<Escaped>,
     /// Tests whose process was watched loading a GPU driver (with a permit or without), by
-    /// name: the run's GPU tests as the drivers tell them.
-    pub loaded_drivers: Vec<TestKey>,
+    /// name, with the drivers it loaded: the run's GPU tests as the drivers tell them.
+    pub loaded_drivers: Vec<(TestKey, Vec<String>)>,
 }
 
 /// One permit's life, as the records tell it.
@@ -182,13 +183,21 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
     let mut skips: BTreeMap<TestKey, SkippedTest> = BTreeMap::new();
     let mut skip_order: Vec<TestKey> = Vec::new();
     let mut escaped: BTreeMap<TestKey, Escaped> = BTreeMap::new();
-    let mut loaded: BTreeSet<TestKey> = BTreeSet::new();
+    let mut loaded: BTreeMap<TestKey, Vec<String>> = BTreeMap::new();
+    // Each driver once, in the order first seen.
+    let add = |to: &mut Vec<String>, from: &[String]| {
+        for lib in from {
+            if !to.contains(lib) {
+                to.push(lib.clone());
+            }
+        }
+    };
     for r in records {
         let (key, attempt, at) = match r {
             RunRecord::Drivers(d) => {
                 let key = key_of(&d.binary, &d.test);
                 if d.seen == "watched" {
-                    loaded.insert(key.clone());
+                    add(loaded.entry(key.clone()).or_default(), &d.drivers);
                 }
                 if d.escaped() {
                     let e = escaped.entry(key.clone()).or_insert_with(|| Escaped {
@@ -197,12 +206,7 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
                         held: d.held,
                         seen: d.seen.clone(),
                     });
-                    for lib in &d.unpermitted {
-                        let name = lib.rsplit('/').next().unwrap_or(lib).to_string();
-                        if !e.drivers.contains(&name) {
-                            e.drivers.push(name);
-                        }
-                    }
+                    add(&mut e.drivers, &d.unpermitted);
                     if d.seen == "watched" {
                         e.seen = d.seen.clone();
                     }

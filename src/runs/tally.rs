@@ -101,10 +101,7 @@ fn at_exit() {
         if crate::config::Config::global().nextest.is_some() {
             return;
         }
-        unsafe extern "C" {
-            safe fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
-        }
-        atexit(print_at_exit);
+        crate::sys::at_exit(print_at_exit);
     });
 }
 

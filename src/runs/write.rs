@@ -175,14 +175,11 @@ pub(crate) fn flush() {
 fn flush_at_exit() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        unsafe extern "C" {
-            safe fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
-        }
         extern "C" fn at_exit() {
             // After `main`; nothing here may unwind into C.
             let _ = std::panic::catch_unwind(flush);
         }
-        atexit(at_exit);
+        crate::sys::at_exit(at_exit);
     });
 }
 

@@ -616,6 +616,15 @@ pub(crate) fn write_stdout_unbuffered(bytes: &[u8]) {
     os::write_stdout_unbuffered(bytes);
 }
 
+/// Runs `callback` when the process ends normally (after `main` returns, or at `exit`), as C's
+/// `atexit` does; not after [`exit_now`] or a fatal signal. The callback must not unwind.
+pub(crate) fn at_exit(callback: extern "C" fn()) {
+    unsafe extern "C" {
+        safe fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
+    }
+    atexit(callback);
+}
+
 /// Ends the process with status 0 at once: on Unix `_exit`, so no atexit handler (of a
 /// half-initialised driver, say) and no destructor runs.
 pub(crate) fn exit_now() -> ! {

@@ -34,6 +34,7 @@ use std::process::{Command, ExitCode, Stdio};
 use gpu_test_permit::config::{
     DIR_VAR, INHERITED_VAR, REQUIRE_VAR, SKIP_LOG_VAR, STATE_VAR, TRACE_VAR,
 };
+use gpu_test_permit::drivers::library_name;
 use gpu_test_permit::nextest::{GROUP, TOOL};
 
 use crate::args::Args;
@@ -316,24 +317,18 @@ fn present_run(
     keep_apart(&mut run, dir);
     let cases = run_and_read(&mut run, dir, &[])?;
     let slots = dir.join("slots");
-    let mut loaded = Vec::new();
-    if let Some(records) = gpu_test_permit::runs::last_run(&slots).map_err(|e| e.to_string())? {
-        let mut by_test: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-        for r in &records.records {
-            if let gpu_test_permit::runs::RunRecord::Drivers(d) = r {
-                let names = by_test
-                    .entry((d.binary.clone(), d.test.clone()))
-                    .or_default();
-                for lib in &d.drivers {
-                    let name = lib.rsplit('/').next().unwrap_or(lib).to_string();
-                    if !names.contains(&name) {
-                        names.push(name);
-                    }
-                }
-            }
-        }
-        loaded = by_test.into_iter().collect();
-    }
+    let loaded: Vec<((String, String), Vec<String>)> =
+        match gpu_test_permit::runs::last_run(&slots).map_err(|e| e.to_string())? {
+            Some(records) => gpu_test_permit::runs::summarize(&records)
+                .loaded_drivers
+                .into_iter()
+                .map(|(key, drivers)| {
+                    let names = drivers.iter().map(|d| library_name(d).to_string());
+                    ((key.binary, key.test), names.collect())
+                })
+                .collect(),
+            None => Vec::new(),
+        };
     if loaded.is_empty() && !cfg!(all(target_os = "linux", target_env = "gnu")) {
         eprintln!(
             "find-gpu-tests: driver loads can be watched only on Linux with glibc; here only \

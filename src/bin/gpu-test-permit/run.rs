@@ -90,12 +90,13 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     let ended = signals.run(&mut cmd).map_err(cannot_run)?;
     // The run's records say how the command ended (a test's failure, for `report`).
     gpu_test_permit::runs::set_command_outcome(ended.status.code(), signal_of(&ended.status));
+    drop(permit);
+    // Read once the permit is back: the log may be long, and its slots are not held for it.
     if let Some(w) = &watch {
-        // The command held this permit all its life: whatever it loaded, it loaded with one.
+        // The command held the permit all its life: whatever it loaded, it loaded with one.
         let seen = w.read(ended.pid);
         gpu_test_permit::runs::record_watched(ended.pid, &seen.loaded, &[], false, true);
     }
-    drop(permit);
     let Some(late) = ended.late else {
         return Ok(exit_like(ended.status));
     };
@@ -155,7 +156,7 @@ pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
         let names: Vec<&str> = seen
             .unpermitted
             .iter()
-            .map(|d| d.rsplit('/').next().unwrap_or(d))
+            .map(|d| gpu_test_permit::drivers::library_name(d))
             .collect();
         eprintln!(
             "gpu-test-permit: `{}` loaded a GPU driver while it held no permit{}: {}",

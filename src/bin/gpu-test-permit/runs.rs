@@ -156,7 +156,13 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
                 out,
                 "  {}: loaded {} {when} ({how})",
                 name(&e.key),
-                printable(&e.drivers.join(", ")),
+                printable(
+                    &e.drivers
+                        .iter()
+                        .map(|d| gpu_test_permit::drivers::library_name(d))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             );
         }
     }

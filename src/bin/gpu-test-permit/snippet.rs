@@ -49,12 +49,9 @@ pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
 /// history knows for the slot directory (empty where it knows none).
 fn longest_first(cfg: &Config) -> String {
     // No slot directory, no runs to learn from: printing text creates no files.
-    let Ok(dir) = cfg
-        .slot_dir_path()
-        .map_err(drop)
-        .and_then(|d| if d.is_dir() { Ok(d) } else { Err(()) })
-    else {
-        return String::new();
+    let dir = match cfg.slot_dir_path() {
+        Ok(dir) if dir.is_dir() => dir,
+        _ => return String::new(),
     };
     let times = gpu_test_permit::tune::hold_times(&dir);
     let tests: Vec<(&str, &str, std::time::Duration)> = times
