@@ -73,14 +73,21 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// `cargo nextest run` of the adopter with its slots (and records) in `slots`.
-fn nextest(slots: &Path) -> Command {
+/// `cargo nextest run` of the adopter with its slots (and records) in `slots` and the
+/// stand-in CUDA driver in its library path; each test process under `gpu-test-permit watch`
+/// (cargo's target runner) where `watched`. Fails unless every test passes.
+fn run_nextest(slots: &Path, watched: bool) {
     let mut c = cargo();
     c.args(["nextest", "run", "--offline", "-p", ADOPTER, "--target-dir"])
         .arg(target())
         .args(["--status-level", "fail", "--no-fail-fast"])
         .env(gpu_test_permit::config::DIR_VAR, slots);
-    c
+    if watched {
+        c.env(runner_var(), format!("{} watch --", bin().display()));
+    }
+    with_stub_cuda(&mut c);
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
 }
 
 /// The stand-in CUDA driver (it answers cuInit with one device), first in the library path.
@@ -152,12 +159,7 @@ fn report_names_exactly_the_tests_that_loaded_a_driver_without_a_permit() {
     // Watched: every test process under `gpu-test-permit watch` (cargo's target runner).
     let work = tempdir();
     let slots = work.path().join("slots");
-    let mut run = nextest(&slots);
-    let runner = format!("{} watch --", bin().display());
-    run.env(runner_var(), runner);
-    with_stub_cuda(&mut run);
-    let out = run.output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    run_nextest(&slots, true);
 
     let (escaped, seen, granted) = recorded(&slots);
     let mut expected = keys(&ESCAPING);
@@ -198,10 +200,7 @@ fn unwatched_a_test_that_keeps_its_driver_loaded_is_still_named() {
     }
     let work = tempdir();
     let slots = work.path().join("slots");
-    let mut run = nextest(&slots);
-    with_stub_cuda(&mut run);
-    let out = run.output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    run_nextest(&slots, false);
     let (escaped, seen, granted) = recorded(&slots);
     assert_eq!(escaped, keys(&[CUDA_RAW]));
     assert_eq!(seen, BTreeSet::from(["mapped".to_string()]));

@@ -70,16 +70,7 @@ fn run_suite(n: usize, configure: impl FnOnce(&mut Command, &Path)) -> (Vec<Reco
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut all = Vec::new();
-    for e in std::fs::read_dir(&records).unwrap() {
-        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
-        let f: Vec<&str> = text.split_whitespace().collect();
-        all.push(Record {
-            name: f[0].to_string(),
-            start: f[2].parse().unwrap(),
-            end: f[3].parse().unwrap(),
-        });
-    }
+    let all = read_records(&records);
     // Keep the trace: the work directory goes with this function.
     let kept = tempdir().keep().join("trace.json");
     std::fs::copy(&trace, &kept).unwrap();
@@ -90,6 +81,22 @@ struct Record {
     name: String,
     start: u128,
     end: u128,
+}
+
+/// The plain suite's records in `dir`: `<name> <pid> <start µs> <end µs>`, a file each.
+fn read_records(dir: &Path) -> Vec<Record> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+            let f: Vec<&str> = text.split_whitespace().collect();
+            Record {
+                name: f[0].to_string(),
+                start: f[2].parse().unwrap(),
+                end: f[3].parse().unwrap(),
+            }
+        })
+        .collect()
 }
 
 /// The most records running at one instant.
@@ -202,16 +209,9 @@ fn wrapper_script_recipe_caps_a_plain_suite() {
 
 /// The GPU tests in the order they started, from the plain suite's records in `dir`.
 fn start_order(dir: &Path) -> Vec<String> {
-    let mut starts: Vec<(u128, String)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
-            let f: Vec<&str> = text.split_whitespace().collect();
-            (f[2].parse().unwrap(), f[0].to_string())
-        })
-        .collect();
-    starts.sort();
-    starts.into_iter().map(|(_, name)| name).collect()
+    let mut records = read_records(dir);
+    records.sort_by_key(|r| r.start);
+    records.into_iter().map(|r| r.name).collect()
 }
 
 #[test]
