@@ -8,6 +8,10 @@
 #   1. `gpu-test-permit probe`, and its exit status under the requirement;
 #   2. the crate's integration tests of the capture guard, the fixtures and the probe
 #      (`it capture:: fixture:: probe::`), run directly and under nextest;
+#   2b. `gpu-test-permit probe --json` built without features (libcuda and the Vulkan loader)
+#      against the one built with every feature, and fixtures/no-features' tests required;
+#   2c. `find-gpu-tests --by loads` over the example suite's archive: its GPU tests named by the
+#      drivers they loaded (NVIDIA's, here), its CPU tests not;
 #   3. the example suite at each N of GPU_VALIDATE_NS ("1 2 3 4 8"): its test binaries run
 #      directly, as `cargo test` runs them, GPU_VALIDATE_ROUNDS times (5), and `cargo nextest
 #      run --archive-file --retries 1` once, with the test group's max-threads = N; each run
@@ -180,7 +184,7 @@ say "crate tests (capture, fixture, probe), run directly"
 s=$(now)
 rc=0
 (cd "$ws" && timeout -k 10 "$run_timeout" "${it_env[@]}" "$it" capture:: fixture:: probe:: \
-    "${skip_args[@]}") >"$work/crate-direct.log" 2>&1 || rc=$?
+    --skip native_probe:: "${skip_args[@]}") >"$work/crate-direct.log" 2>&1 || rc=$?
 cat "$work/crate-direct.log" >>"$log"
 read -r p f <<<"$(libtest_counts "$work/crate-direct.log")"
 result="$p passed, $f failed, $(skips crate-direct) skip lines"
@@ -225,14 +229,91 @@ fixture_memory=$( (cd "$ws" && "${it_env[@]}" "$it" --exact \
     fixture::wgpu_fixture_needs_and_measured_memory_reach_the_trace --nocapture 2>&1) |
     grep 'measured memory per hold' || echo "(the fixture memory test printed no measurement)")
 
+nextest_suite='package(gpu-test-permit-example-suite)'
+[ "$cuda" = no ] && nextest_suite="$nextest_suite & not binary(cuda)"
+
+# --- without features: the probe through the driver libraries ----------------------------------
+# The CLI built without features probes CUDA through libcuda and wgpu through the Vulkan loader;
+# the one built with every feature through wgpu. Both must find the same devices.
+nofeat=$here/bin/gpu-test-permit-no-features
+say "probe without features"
+s=$(now)
+native_json=$(GPU_TEST_PERMIT_REQUIRE=none "$nofeat" probe --json 2>>"$log" || true)
+full_json=$(GPU_TEST_PERMIT_REQUIRE=none "$cli" probe --json 2>>"$log" || true)
+printf 'probe --json, no features:\n%s\nprobe --json, every feature:\n%s\n' "$native_json" "$full_json" >>"$log"
+# Each device's name, kind and API (the memory each reports is shown, not compared: wgpu does
+# not tell an adapter's memory, the Vulkan loader its heaps).
+devices_of() { grep -o '"\(name\|kind\|api\)": "[^"]*"' <<<"$1" | paste -sd' ' -; }
+memory_of() { grep -o '"memory_bytes": [0-9a-z]*' <<<"$1" | sed 's/"memory_bytes": //' | paste -sd' ' -; }
+result="devices alike: $(devices_of "$native_json"); memory without features: $(memory_of "$native_json"), with every feature: $(memory_of "$full_json")"
+rc=0
+GPU_TEST_PERMIT_REQUIRE=$require "$nofeat" probe >>"$log" 2>&1 || rc=$?
+if [ "$rc" -ne 0 ]; then
+    result="**FAIL** (\`probe\` without features, REQUIRE=$require: exit $rc): $result"
+    fail
+elif [ "$(devices_of "$native_json")" != "$(devices_of "$full_json")" ]; then
+    result="**differ**: without features $(devices_of "$native_json"); with every feature $(devices_of "$full_json")"
+    fail
+fi
+row "\`gpu-test-permit probe --json\` without features (libcuda, Vulkan loader) against every feature" "$result" "$(secs "$s" "$(now)") s"
+
+say "a crate without features (fixtures/no-features), REQUIRE=$require"
+s=$(now)
+rc=0
+(cd "$work" && GPU_TEST_PERMIT_DIR=$work/slots/crate timeout -k 10 "$run_timeout" \
+    "$here/bin/native-no-features" --test-threads 1 --nocapture) >"$work/no-features.log" 2>&1 || rc=$?
+cat "$work/no-features.log" >>"$log"
+read -r p f <<<"$(libtest_counts "$work/no-features.log")"
+ran=$(grep -o 'RAN [a-z_]* on .*' "$work/no-features.log" | paste -sd';' - || true)
+result="$p passed, $f failed: ${ran:-nothing ran}"
+wanted=1
+grep -q 'RAN wgpu_test on' "$work/no-features.log" || wanted=0
+[ "$cuda" = no ] || grep -q 'RAN cuda_test on' "$work/no-features.log" || wanted=0
+if [ "$rc" -ne 0 ] || [ "$wanted" -ne 1 ]; then result="**FAIL** ($(why "$rc")): $result"; fail; fi
+row "a crate on the crate without features (\`fixtures/no-features\`), its wgpu and CUDA tests required" "$result" "$(secs "$s" "$(now)") s"
+
+# --- the GPU tests found by the drivers they load ----------------------------------------------
+# `find-gpu-tests --by loads` over the example suite's archive: every test of its cuda and
+# wgpu_compute binaries and the two GPU tests of particles must be named by a driver they loaded,
+# the three CPU tests of particles not. cargo and rustc are stand-ins: cargo runs cargo-nextest,
+# rustc tells the host's triple.
+say "find-gpu-tests --by loads over the example suite"
+s=$(now)
+mkdir -p "$work/shims"
+printf '#!/bin/sh\nexec "%s" "$@"\n' "$nextest" >"$work/shims/cargo"
+printf '#!/bin/sh\necho "host: %s-unknown-linux-gnu"\n' "$(uname -m)" >"$work/shims/rustc"
+chmod +x "$work/shims/cargo" "$work/shims/rustc"
+rc=0
+(cd "$work" && CARGO=$work/shims/cargo RUSTC=$work/shims/rustc timeout -k 10 "$run_timeout" \
+    "$cli" find-gpu-tests --by loads -- --archive-file "$archive" --workspace-remap "$ws" \
+    -E "$nextest_suite") >"$work/find.log" 2>&1 || rc=$?
+cat "$work/find.log" >>"$log"
+named=$(sed -n 's/^find-gpu-tests: GPU test gpu-test-permit-example-suite::\([^ ]*\) \([^:]*\): .*/\1 \2/p' "$work/find.log" | sort)
+find_drivers=$(sed -n 's/^find-gpu-tests: GPU test .*: loaded //p' "$work/find.log" | tr ',' '\n' |
+    sed 's/^ *//' | sort -u | paste -sd',' - | sed 's/,/, /g')
+named_n=$(grep -c . <<<"$named" || true)
+cpu_named=$(grep -E '^particles (advance_moves|relaxing_a_flat|close_names)' <<<"$named" | paste -sd';' - || true)
+missing=""
+for t in boids_advance_as_the_cpu_does water_relaxes_as_the_cpu_does; do
+    grep -qx "particles $t" <<<"$named" || missing="$missing particles::$t"
+done
+for b in cuda wgpu_compute; do
+    [ "$b" = cuda ] && [ "$cuda" = no ] && continue
+    grep -q "^$b " <<<"$named" || missing="$missing $b (no test of it)"
+done
+result="$named_n tests named, by: ${find_drivers:-nothing}"
+if [ "$rc" -ne 0 ] || [ -n "$missing" ] || [ -n "$cpu_named" ]; then
+    result="**FAIL** (exit $rc; not named:${missing:- none}; CPU tests named: ${cpu_named:-none}): $result"
+    fail
+fi
+row "\`find-gpu-tests --by loads\` over the example suite (GPU tests named by the drivers they loaded, CPU tests not)" "$result" "$(secs "$s" "$(now)") s"
+
 # --- the example suite at each N ---------------------------------------------------------------
 suite=()
 for t in $example_tests; do
     [ "$t" = cuda ] && [ "$cuda" = no ] && continue
     suite+=("$(binary "$t")")
 done
-nextest_suite='package(gpu-test-permit-example-suite)'
-[ "$cuda" = no ] && nextest_suite="$nextest_suite & not binary(cuda)"
 suite_names=$(for b in "${suite[@]}"; do basename "${b%-*}"; done | paste -sd' ')
 
 for n in $ns; do

@@ -3,6 +3,8 @@
 # crate on its GPU, into one folder (default gpu-run/, ignored by git):
 #
 #   bin/gpu-test-permit       the CLI, release, every feature, stripped
+#   bin/gpu-test-permit-no-features   the CLI built without features
+#   bin/native-no-features    fixtures/no-features' tests: a crate using the crate without features
 #   bin/cargo-nextest.xz      cargo-nextest itself (xz; the GPU machine needs no Rust)
 #   tests.tar.zst             a nextest archive: the crate's integration tests (`it`) and the
 #                             example suite's test binaries, release, every feature, stripped
@@ -62,6 +64,15 @@ nice cargo nextest archive --release --all-features --target-dir "$target" \
     --archive-file "$dir/tests.tar.zst" 2>&1 | grep -v '^ *Compiling' || true
 [ -s "$dir/tests.tar.zst" ] || { echo "gpu-validate: the nextest archive failed" >&2; exit 1; }
 cp "$target/release/gpu-test-permit" "$dir/bin/"
+# Without features, as a project on wgpu or CUDA bindings of its own uses the crate: the CLI, and
+# the test binary of fixtures/no-features, each built apart so that no feature of the builds
+# above is unified into it.
+nice cargo build -q --release --target-dir "$target" --bin gpu-test-permit
+cp "$target/release/gpu-test-permit" "$dir/bin/gpu-test-permit-no-features"
+native=$(nice cargo test -q --release --no-run --target-dir "$target" -p gpu-test-permit-no-features \
+    --test native --message-format json | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)
+[ -x "$native" ] || { echo "gpu-validate: fixtures/no-features' test binary failed to build" >&2; exit 1; }
+cp "$native" "$dir/bin/native-no-features"
 nice xz -T0 -6 -c "$(command -v cargo-nextest)" >"$dir/bin/cargo-nextest.xz"
 
 # The tests' files: nextest remaps the workspace to this folder (CARGO_MANIFEST_DIR at run time).
