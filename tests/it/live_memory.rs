@@ -280,7 +280,8 @@ fn cuda_device_live_memory_waits_for_a_foreign_allocation() {
         }
     };
     assert!(
-        said.as_ref().is_ok_and(|l| l.trim_end().ends_with("hogging")),
+        said.as_ref()
+            .is_ok_and(|l| l.trim_end().ends_with("hogging")),
         "the hog did not allocate: {said:?}"
     );
     // 8 GiB does not fit in the 6 left: the wait gives up, naming the hog.
