@@ -148,6 +148,18 @@ fn host_slot(c: &mut Criterion) {
         .unwrap();
     let mut g = c.benchmark_group("host_slot");
     g.bench_function("acquire-release", |b| b.iter(|| drop(pool.acquire())));
+    // Backfilling off: an uncontended request never reads the history of hold times (only one
+    // that waits behind a head does), so this should cost what the above does, backfilling on.
+    let off_dir = tempfile::tempdir().unwrap();
+    let off = PermitPool::builder()
+        .concurrency(2)
+        .slot_dir(off_dir.path())
+        .backfill(false)
+        .build()
+        .unwrap();
+    g.bench_function("acquire-release/backfill-off", |b| {
+        b.iter(|| drop(off.acquire()))
+    });
     // With learned weights on (and a budget, so that each request that declares nothing
     // looks its test up): what they cost a test with no measured peak in a history that
     // knows other tests', against the above.

@@ -26,6 +26,7 @@
 //! | `GPU_TEST_PERMIT_RETRY` | a test's permits on a nextest retry (`NEXTEST_ATTEMPT` > 1): `alone` (exclusive: the retry has the GPU to itself) or `same` (as asked) | `alone` |
 //! | `GPU_TEST_PERMIT_GPUS` | GPUs the permits span, N each: `auto` (the CUDA devices the probe finds, with feature `cuda`, probed at a process's first permit, once per run under nextest; else 1), a count (`4`: GPUs 0 to 3), or a list of GPU ids (`0,2,3`; one GPU: `3,`) that permit device k maps to, as the process numbers its CUDA devices (after `CUDA_VISIBLE_DEVICES`), or groups of ids (`0,1,2,3;4,5,6,7`) that a permit for several GPUs ([`PermitRequest::gpus`](crate::PermitRequest::gpus)) stays within | `auto` |
 //! | `GPU_TEST_PERMIT_LIVE_MEMORY` | `auto`: a permit that declares memory is granted only when its GPU has that much free now, as NVML (`libnvidia-ml.so.1`, loaded at run time where the driver provides it) reports it, less what other holders declared and have not yet allocated, plus a margin ([`host`](crate::host)); a wait held back by memory says whose processes use it. `off`: declarations count against the budget alone | `auto` |
+//! | `GPU_TEST_PERMIT_BACKFILL` | `on`: while a request waits at the head of the queue for units that are not free yet (a heavy, exclusive or k-GPU one), a request behind it takes free units now if its hold time on record (the history's `gpu0.tests`) ends before the head could start, or if the head will not need those units; a request with no hold time on record never does ([`host`](crate::host)). `off`: first come, first served | `on` |
 //! | `GPU_TEST_PERMIT_PLACEMENT` | which GPUs a permit goes to on a multi-GPU host: `best-fit` (the GPUs with the fewest free units that fit: whole GPUs stay free for big and multi-GPU permits) or `spread` (the first that fit: one-unit permits spread over every GPU) | `best-fit` |
 //! | `GPU_TEST_PERMIT_GPU_MEMORY` | GPU memory per GPU that permits budget: a size (`64GiB`, `80GB`, `512MiB`, bytes) or a percentage of the smallest device memory the CUDA probe reports (`90%`); a permit declaring memory ([`acquire_memory`](crate::acquire_memory)) takes `ceil(bytes / (budget / N))` permit units. On unified-memory devices (GB10) set a size: the probe does not derive one | CUDA device memory (discrete GPUs, feature `cuda`), else none |
 //! | `GPU_TEST_PERMIT_WEIGHTS` | `declared`: a permit takes the units its test declares (one when it declares nothing); `learned`: with a memory budget in force, a test that declares nothing takes the units its measured peak GPU memory plus [`LEARNED_MARGIN_PERCENT`] needs (at most a whole GPU), the peak being the most its fixture reported in the runs recorded on this host ([`tune`](crate::tune)); a declaration always wins | `declared` |
@@ -155,6 +156,9 @@ pub struct Config {
     /// Whether a permit that declares memory waits for it to be free on its GPU (NVML), from
     /// [`LIVE_MEMORY_VAR`]: `true` for `auto` (where NVML loads), `false` for `off`.
     pub live_memory: bool,
+    /// Whether requests behind a waiting head may take units past it, from [`BACKFILL_VAR`]:
+    /// `true` for `on`, `false` for `off`.
+    pub backfill: bool,
     /// The wgpu adapter to pin, from [`WGPU_ADAPTER_VAR`] or else [`WGPU_ADAPTER_NAME_VAR`]
     /// (blank counts as unset).
     pub wgpu_adapter: Option<AdapterName>,
@@ -494,6 +498,12 @@ impl Config {
             &[("auto", true), ("off", false)],
             &mut warnings,
         );
+        let backfill = one_of(
+            BACKFILL_VAR,
+            lookup(BACKFILL_VAR),
+            &[("on", true), ("off", false)],
+            &mut warnings,
+        );
         let placement = lookup(PLACEMENT_VAR).map_or(Placement::BestFit, |raw| {
             parse_placement(&raw).unwrap_or_else(|problem| {
                 warnings.push(warning(PLACEMENT_VAR, &raw, problem, "best-fit"));
@@ -570,6 +580,7 @@ impl Config {
             gpu_groups,
             placement,
             live_memory,
+            backfill,
             hold_timeout,
             gpus,
             concurrency,

@@ -65,6 +65,10 @@ pub const PLACEMENT_VAR: &str = "GPU_TEST_PERMIT_PLACEMENT";
 /// as NVML reports it: `auto` (the default: where `libnvidia-ml.so.1` loads) or `off` (the
 /// declaration counts against the budget alone). See [`host`](crate::host).
 pub const LIVE_MEMORY_VAR: &str = "GPU_TEST_PERMIT_LIVE_MEMORY";
+/// Whether a request waiting behind the head of the queue may take free units past it where
+/// the hold times on record say that does not delay the head: `on` (the default) or `off`
+/// (first come, first served). See [`host`](crate::host).
+pub const BACKFILL_VAR: &str = "GPU_TEST_PERMIT_BACKFILL";
 /// `1` (or `true`, `yes`, `on`) turns configuration warnings into failures: [`Config::global`](crate::config::Config::global)
 /// panics with them. `0`, `false`, `no`, `off` or unset: warnings only.
 pub const STRICT_VAR: &str = "GPU_TEST_PERMIT_STRICT_CONFIG";

@@ -22,6 +22,7 @@
 //! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; all at once, or none, for a permit of several units or GPUs | the holder's record, stamped at the grant | `try_take`, `write_records` below; `fit.rs`; `slot.rs` |
 //! | `gpu0.wait.<pid>` | its process | exclusive, for the process's life (made and locked as `gpu0.new-wait.<pid>`, then renamed, so never seen unlocked) | the waiting request's record and heartbeat (blank while none waits) | `queue.rs` |
 //! | `gpu0.threads.<pid>.<pool>` | its process | exclusive, for the pool's life (made and locked as `gpu0.new-threads.<pid>.<pool>`, then renamed), from the first wait of one of its threads | how many of the pool's threads wait in its in-process queue, and since when | `threads.rs` |
+//! | `gpu0.backfill` | a request taking units past the head | exclusive, while it counts, takes and writes its records | nothing | `backfill.rs` |
 //! | `gpu0.notify` | nobody | written after every release | nothing: its change wakes the waiters | `queue.rs` |
 //! | `gpu0.budget` | a process reading or writing it | exclusive, for a read and perhaps a write | the memory budget its users convert with | `budget.rs` |
 //! | `gpu0.slot<i>.inside-<uid>/` | the processes inside a passed-on permit | a directory like this one, as many slots as the permit | their share of the permit | `inherit.rs` |
@@ -40,7 +41,8 @@
 //!    what its holders declared and have not allocated; otherwise it writes its record into
 //!    the gate and waits there, so that no light request takes a slot it needs;
 //! 4. without the gate, takes slots only if the head has lost its turn and no older waiter
-//!    keeps its own;
+//!    keeps its own, or, behind a head that keeps its turn, where the hold times on record
+//!    say that taking free units now does not delay the head (`backfill.rs`);
 //! 5. lists itself in its wait file, renews its heartbeat, and sleeps until a change (inotify
 //!    on the slot files, the gate and `gpu0.notify`) or 25 ms, then goes back to 2;
 //! 6. once granted, leaves the list, lets go of the gate and writes its record into its slots:
@@ -60,6 +62,7 @@
 //! at the slot's first use (making it, should it be missing), with a descriptor kept in reserve
 //! for it until then (`slot.rs`).
 
+mod backfill;
 mod budget;
 mod error;
 mod fit;
@@ -74,6 +77,7 @@ mod threads;
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -86,6 +90,7 @@ pub use fit::Placement;
 /// NVML tells the free memory (`GPU_TEST_PERMIT_LIVE_MEMORY`): a new test process's CUDA
 /// context (300 to 500 MiB on current GPUs and drivers) and some slack, bytes.
 pub const LIVE_MARGIN: u64 = crate::live::MARGIN;
+pub(crate) use backfill::TESTS_FILE;
 pub(crate) use fit::Topology;
 pub(crate) use inherit::{
     InheritError, adopt_inherited, let_other_users_probe, other_share_dir_in_use, outermost_dir,
@@ -136,6 +141,10 @@ pub(crate) struct HostSlots {
     held_back: parking_lot::Mutex<Option<String>>,
     /// Whether this process said that NVML stopped answering.
     said_stuck: AtomicBool,
+    /// `gpu0.backfill`, opened at the first request that may backfill (`None`: it cannot be).
+    backfill_file: OnceLock<Option<File>>,
+    /// The tests' hold times on record, read at the first request that may backfill.
+    hold_times: OnceLock<backfill::HoldTimes>,
     /// The process that opened the slots. A child forked from it without `exec` shares its
     /// open file descriptions, and with them their locks: it neither takes slots nor lets go
     /// of the parent's ([`HostSlots::forked`]).
@@ -167,6 +176,9 @@ pub(crate) struct Take<'a> {
     /// the CUDA ordinal of each GPU (by device); `None`: the declaration counts against the
     /// budget alone.
     pub(crate) live: Option<(u64, &'a [usize])>,
+    /// Whether it may take free units past a waiting head where the hold times on record say
+    /// that does not delay the head ([`backfill`]).
+    pub(crate) backfill: bool,
 }
 
 /// Who was in the way of a wait that timed out.
@@ -299,6 +311,8 @@ impl HostSlots {
             warned_corrupt: AtomicBool::new(false),
             held_back: parking_lot::Mutex::new(None),
             said_stuck: AtomicBool::new(false),
+            backfill_file: OnceLock::new(),
+            hold_times: OnceLock::new(),
             pid: sys::pid(),
         };
         Ok((host, chose))
@@ -387,6 +401,9 @@ impl HostSlots {
         let mut gate_beat: Option<Instant> = None;
         let mut said_memory = false;
         let mut head_seen = None;
+        // Its hold time on record, once looked up: `Some(None)` where it has none.
+        let mut own_hold: Option<Option<u64>> = None;
+        let mut backfilled = false;
         let result = loop {
             // Once waiting, a request lets an older waiting request of another process that
             // keeps its turn go first: the waiters woken by a release would otherwise race
@@ -427,6 +444,21 @@ impl HostSlots {
                         "waiting for GPU memory (GPU_TEST_PERMIT_LIVE_MEMORY=off counts \
                          declarations against the budget alone): {why}"
                     ));
+                }
+            }
+            // Behind a head that keeps its turn: free units it cannot use yet, where the hold
+            // times on record say taking them does not delay it.
+            if !gate && !past_head && self.may_backfill(take) {
+                let hold = *own_hold.get_or_insert_with(|| self.hold_time(record));
+                if let Some(hold) = hold {
+                    match self.try_backfill(take, record, hold) {
+                        Ok(Some(got)) => {
+                            backfilled = true;
+                            break Ok(got);
+                        }
+                        Ok(None) => {}
+                        Err(e) => break Err(HostWaitError::Failed(e)),
+                    }
                 }
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -487,6 +519,8 @@ impl HostSlots {
         match &result {
             // Written under the gate: wake whoever waits for it now that it is free.
             Ok(_) if recorded_under_gate => self.notify(),
+            // Written while it held the backfill lock.
+            Ok(_) if backfilled => {}
             // The holder's records, written now that the gate is free and this request off the
             // list: each write is a change to a slot file every waiter watches, so it also
             // wakes whoever waits for the gate or let this request go first.
@@ -517,6 +551,93 @@ impl HostSlots {
             // No record, no change to wake the waiters with (a full disk): wake them anyway.
             self.notify();
         }
+    }
+
+    /// Whether `take` is a request that may backfill: asked for, one GPU's units (not
+    /// exclusive), on a directory of one GPU.
+    fn may_backfill(&self, take: &Take<'_>) -> bool {
+        take.backfill && !take.exclusive && take.gpus == 1 && self.layout.gpus == 1
+    }
+
+    /// The hold time on record of the test `record` names, milliseconds; the history is read
+    /// once per directory, at the first request of this process that may backfill.
+    fn hold_time(&self, record: &HolderRecord) -> Option<u64> {
+        self.hold_times
+            .get_or_init(|| backfill::HoldTimes::new(backfill::recorded_hold_times(&self.dir)))
+            .of(record.binary.as_deref(), &record.test)
+    }
+
+    /// Takes `take`'s units now, past the head of the queue, if [`backfill::decide`] allows it
+    /// for a request whose hold time on record is `hold` ms; the records are written before
+    /// the next backfiller may decide. `None`: not now (no head that keeps its turn, not
+    /// allowed, the units taken meanwhile, or another backfiller deciding).
+    fn try_backfill(
+        &self,
+        take: &Take<'_>,
+        record: &HolderRecord,
+        hold: u64,
+    ) -> Result<Option<Vec<usize>>, HostError> {
+        // The head as the gate records it; held by a live process (the caller saw that it
+        // keeps its turn).
+        let Some((head, _)) = read_head(&self.gate) else {
+            return Ok(None);
+        };
+        if head.pid == self.pid || head.gpus > 1 || !is_locked_at(&self.gate_path) {
+            return Ok(None);
+        }
+        let total = self.slots.len();
+        let need = if head.exclusive { total } else { head.units };
+        let Some(lock) = self
+            .backfill_file
+            .get_or_init(|| {
+                let path = self.dir.join("gpu0.backfill");
+                slot::open_counted(&self.dir, self.layout, &path, sys::is_shared_dir(&self.dir))
+                    .ok()
+            })
+            .as_ref()
+        else {
+            return Ok(None);
+        };
+        match lock.try_lock() {
+            Ok(()) => {}
+            // Another backfiller is deciding; its records wake this request.
+            Err(TryLockError::WouldBlock) => return Ok(None),
+            Err(TryLockError::Error(_)) => return Ok(None),
+        }
+        let result = (|| {
+            // The units as the holders' records tell (no lock is probed, so nobody's attempt
+            // fails for it): blank is free, a record is held until its expected end, a record
+            // that cannot be read is held for a time unknown.
+            let now = crate::clock::now_unix_ms();
+            let mut free = 0;
+            let mut ends = Vec::with_capacity(total);
+            for i in 0..total {
+                let raw = self
+                    .slots
+                    .file_now(i)
+                    .ok()
+                    .and_then(|f| read_start(f, RECORD_LEN));
+                match raw.map(|b| HolderRecord::decode(&b)) {
+                    Some(Ok(None)) => free += 1,
+                    Some(Ok(Some(r))) => ends.push(backfill::expected_end(
+                        r.since_unix_ms,
+                        self.hold_time(&r),
+                        now,
+                    )),
+                    Some(Err(_)) | None => ends.push(None),
+                }
+            }
+            if backfill::decide(now, need, free, &ends, take.units, hold).is_none() {
+                return Ok(None);
+            }
+            let got = self.try_take(take)?;
+            if let Some(got) = &got {
+                self.write_records(got, record);
+            }
+            Ok(got)
+        })();
+        let _ = lock.unlock();
+        result
     }
 
     /// Takes the slots `take` asks for now, all of them or none: every slot for an exclusive

@@ -18,6 +18,11 @@ pub struct HolderRecord {
     pub pid: u32,
     /// Test name, as far as it is known.
     pub test: String,
+    /// The test binary, as run records name it (nextest's `NEXTEST_BINARY_ID`, else the
+    /// executable's name without cargo's hash): with `test`, the key of the test's hold time
+    /// on record, which backfilling reads. Records of earlier versions lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<String>,
     /// Thread name (or id).
     pub thread: String,
     /// When the permit was granted (in a wait record: when the wait began), milliseconds since
@@ -56,6 +61,9 @@ impl HolderRecord {
         loop {
             truncate(&mut r.test, limit);
             truncate(&mut r.thread, limit);
+            if let Some(binary) = &mut r.binary {
+                truncate(binary, limit);
+            }
             let buf = serde_json::to_vec(&r).expect("a holder record always serialises");
             // Escaping can make a name up to six times longer; shorten until it fits.
             if buf.len() < RECORD_LEN {
@@ -74,6 +82,7 @@ impl HolderRecord {
         // starting a forged line wherever they are shown.
         r.test = escape_controls(&r.test);
         r.thread = escape_controls(&r.thread);
+        r.binary = r.binary.as_deref().map(escape_controls);
         Ok(Some(r))
     }
 }
@@ -148,6 +157,7 @@ mod tests {
         let r = HolderRecord {
             pid: 7,
             test: "t".repeat(2000),
+            binary: Some("b".repeat(2000)),
             thread: "main".into(),
             since_unix_ms: 5,
             exclusive: true,
@@ -161,6 +171,7 @@ mod tests {
         let back = HolderRecord::decode(&enc).unwrap().unwrap();
         assert_eq!(back.pid, 7);
         assert!(back.test.len() <= NAME_LIMIT + '…'.len_utf8());
+        assert!(back.binary.unwrap().len() <= NAME_LIMIT + '…'.len_utf8());
         assert_eq!(HolderRecord::decode(&[b' '; 64]).unwrap(), None);
         assert!(HolderRecord::decode(b"{not json").is_err());
         let forged = HolderRecord {

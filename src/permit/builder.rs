@@ -36,6 +36,7 @@ pub struct PoolBuilder {
     pub(super) placement: Placement,
     /// Whether memory declarations wait for free memory (NVML).
     pub(super) live_memory: bool,
+    pub(super) backfill: bool,
     /// The CUDA ordinal of each device (`GPU_TEST_PERMIT_GPUS`'s list), for NVML; `None`:
     /// device k is ordinal k.
     pub(super) gpu_ids: Option<Vec<usize>>,
@@ -119,6 +120,25 @@ impl PoolBuilder {
     /// ordinal k of this process.
     pub fn live_memory(mut self, on: bool) -> Self {
         self.live_memory = on;
+        self
+    }
+
+    /// Whether a request waiting behind the head of the queue may take free units past it
+    /// where the hold times on record (the history's `gpu0.tests`) say that does not delay the
+    /// head (on by default; the global pool follows `GPU_TEST_PERMIT_BACKFILL`). Off: first
+    /// come, first served. Only the order changes: the cap is the same either way.
+    ///
+    /// ```
+    /// let pool = gpu_test_permit::PermitPool::builder()
+    ///     .concurrency(8)
+    ///     .backfill(false)
+    ///     .in_process_only()
+    ///     .build()
+    ///     .unwrap();
+    /// let _permit = pool.acquire();
+    /// ```
+    pub fn backfill(mut self, on: bool) -> Self {
+        self.backfill = on;
         self
     }
 
@@ -293,6 +313,7 @@ impl PoolBuilder {
                     ),
                     _ => None,
                 },
+                backfill: self.backfill,
                 host,
                 host_error,
                 timeout: self.timeout,
@@ -351,6 +372,7 @@ impl PermitPool {
             groups: Vec::new(),
             placement: Placement::BestFit,
             live_memory: false,
+            backfill: true,
             gpu_ids: None,
         }
     }

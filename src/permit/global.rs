@@ -70,6 +70,7 @@ impl PermitPool {
             b.groups = cfg.gpu_groups.clone().unwrap_or_default();
             b.placement = cfg.placement;
             b.live_memory = cfg.live_memory;
+            b.backfill = cfg.backfill;
             b.gpu_ids = cfg.gpu_list.clone();
             match b.clone().build() {
                 Ok(pool) => pool,

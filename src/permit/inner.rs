@@ -37,6 +37,8 @@ pub(super) struct PoolInner {
     /// The CUDA ordinal of each GPU (by device), where a permit that declares memory waits
     /// for it to be free on its GPU now (NVML); `None`: the budget alone.
     pub(super) live: Option<Vec<usize>>,
+    /// Whether requests behind a waiting head may take units past it (`host::backfill`).
+    pub(super) backfill: bool,
     /// The permit a parent holds for this process, when the pool works inside it.
     pub(super) inherited: Option<Inherited>,
     /// Where the per-GPU memory budget comes from.

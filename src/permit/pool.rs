@@ -512,6 +512,7 @@ impl PermitPool {
                     gpus,
                     pid: crate::sys::pid(),
                     test: d.test.clone(),
+                    binary: Some(crate::runs::current_test_binary()),
                     thread: d.thread.clone(),
                     since_unix_ms: unix_ms(d.since_wall),
                     exclusive,
@@ -526,6 +527,7 @@ impl PermitPool {
                     topology: &inner.topology,
                     placement: inner.placement,
                     live: inner.live_memory(want),
+                    backfill: inner.backfill,
                 };
                 match host.acquire(&take, wait.resolve(start), &record) {
                     Ok(got) => {

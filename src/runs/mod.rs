@@ -73,8 +73,8 @@ pub use summary::{
 };
 pub use trace::casualties_in_trace;
 pub(crate) use write::{
-    Granted, append, current_test, flush, granted, nextest_run, outcome_now, record_drivers,
-    record_skip, released, run_id, traced_attempt,
+    Granted, append, current_test, current_test_binary, flush, granted, nextest_run, outcome_now,
+    record_drivers, record_skip, released, run_id, traced_attempt,
 };
 #[doc(hidden)]
 pub use write::{record_watched, set_command_outcome};

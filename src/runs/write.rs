@@ -45,16 +45,25 @@ pub(crate) fn run_id() -> Option<&'static str> {
 /// and `NEXTEST_TEST_NAME`, else the executable's name without cargo's hash and the test's
 /// thread name.
 pub(crate) fn current_test() -> (String, String) {
+    (
+        current_test_binary(),
+        cut(crate::nextest::current_test_name()),
+    )
+}
+
+/// The test binary of [`current_test`].
+pub(crate) fn current_test_binary() -> String {
     // The process's binary does not change: found once.
     static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let binary = BINARY.get_or_init(|| {
-        cut(Config::global()
-            .nextest
-            .as_ref()
-            .and_then(|n| n.binary_id.clone())
-            .unwrap_or_else(binary_from_exe))
-    });
-    (binary.clone(), cut(crate::nextest::current_test_name()))
+    BINARY
+        .get_or_init(|| {
+            cut(Config::global()
+                .nextest
+                .as_ref()
+                .and_then(|n| n.binary_id.clone())
+                .unwrap_or_else(binary_from_exe))
+        })
+        .clone()
 }
 
 fn binary_from_exe() -> String {

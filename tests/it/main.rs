@@ -3,6 +3,7 @@
 #![allow(missing_docs, unreachable_pub)]
 
 mod adoption;
+mod backfill;
 mod cap;
 mod cap_breaks;
 #[cfg(feature = "cuda")]

@@ -1,0 +1,343 @@
+//! Backfilling across real processes: `gpu-test-permit hold` processes named as nextest names
+//! tests (`NEXTEST_BINARY_ID`, `NEXTEST_TEST_NAME`), sharing one slot directory, with hold
+//! times on record in the state directory's `gpu0.tests` that the test writes (and forges).
+//! Each holder holds until the test closes its standard input, so what is checked is who gets
+//! units while whom waits, never how fast.
+
+#![cfg(unix)]
+
+use std::time::Duration;
+
+use gpu_test_permit::host::status;
+
+use crate::util::{Holder, cli, tempdir};
+
+const LONG: Duration = Duration::from_secs(20);
+/// Long enough for a process that could take its permit to have taken it.
+const SETTLE: Duration = Duration::from_millis(600);
+
+struct Suite {
+    dir: tempfile::TempDir,
+    n: usize,
+}
+
+impl Suite {
+    fn new(n: usize) -> Suite {
+        let dir = tempdir();
+        std::fs::create_dir(dir.path().join("slots")).unwrap();
+        std::fs::create_dir(dir.path().join("state")).unwrap();
+        Suite { dir, n }
+    }
+
+    fn slots(&self) -> std::path::PathBuf {
+        self.dir.path().join("slots")
+    }
+
+    fn history(&self) -> std::path::PathBuf {
+        self.dir.path().join("state").join("gpu0.tests")
+    }
+
+    /// Hold times on record, in `gpu0.tests`'s format: binary `suite`, each test's name and
+    /// its hold time in microseconds.
+    fn record(&self, tests: &[(&str, u64)]) {
+        let lines: String = tests
+            .iter()
+            .map(|(name, us)| {
+                format!(
+                    "{{\"test\":\"suite::{name}\",\"us\":{us},\"seen\":1,\"binary\":\"suite\",\"name\":\"{name}\"}}\n"
+                )
+            })
+            .collect();
+        std::fs::write(self.history(), lines).unwrap();
+    }
+
+    /// A `hold` process of test `name` (of binary `suite`) with `args` (`--units 5`,
+    /// `--exclusive`), and `env` beside the suite's.
+    fn hold(&self, name: &str, args: &[&str], env: &[(&str, &str)]) -> Holder {
+        let mut c = cli(&self.slots(), self.n);
+        c.env("GPU_TEST_PERMIT_STATE", self.dir.path().join("state"))
+            .env("NEXTEST_RUN_ID", "backfill-test")
+            .env("NEXTEST_EXECUTION_MODE", "process-per-test")
+            .env("NEXTEST_BINARY_ID", "suite")
+            .env("NEXTEST_TEST_NAME", name)
+            .env("GPU_TEST_PERMIT_TIMEOUT", "60s")
+            .arg("hold")
+            .args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        Holder::spawn(c)
+    }
+
+    /// Waits until `h` heads the queue (holds the gate with its record).
+    fn wait_for_head(&self, h: &Holder) {
+        let pid = h.child.id();
+        let end = std::time::Instant::now() + LONG;
+        loop {
+            let s = status(&self.slots()).unwrap();
+            if s.head.as_ref().is_some_and(|head| head.request.pid == pid) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "{pid} never headed the queue: {s:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+fn held(h: &Holder, within: Duration) -> bool {
+    h.held_within(within)
+}
+
+fn release(h: Holder) {
+    let (status, err) = h.release();
+    assert!(status.success(), "{status}: {err}");
+}
+
+fn signal(h: &Holder, sig: libc::c_int) {
+    // SAFETY: kill(2) of a child of this test.
+    assert_eq!(unsafe { libc::kill(h.child.id() as libc::pid_t, sig) }, 0);
+}
+
+/// A heavy holder of 5 units of 8 and a heavy head waiting for 5: the three units the head
+/// cannot use yet go to light tests whose hold times on record end before the head could
+/// start, and the head starts the moment the holder lets go.
+#[test]
+fn light_tests_take_the_units_a_waiting_heavy_head_cannot_use_yet() {
+    let s = Suite::new(8);
+    s.record(&[("heavy", 10_000_000), ("light", 1_000_000)]);
+    let h1 = s.hold("heavy", &["--units", "5"], &[]);
+    assert!(held(&h1, LONG));
+    let h2 = s.hold("heavy", &["--units", "5"], &[]);
+    s.wait_for_head(&h2);
+    let lights: Vec<Holder> = (0..3).map(|_| s.hold("light", &[], &[])).collect();
+    for l in &lights {
+        assert!(held(l, LONG), "a light test waited behind the heavy head");
+    }
+    // No unit is left: the next light one waits, and so does the head.
+    let l4 = s.hold("light", &[], &[]);
+    assert!(!held(&l4, SETTLE));
+    assert!(!held(&h2, Duration::ZERO));
+    release(h1);
+    assert!(
+        held(&h2, LONG),
+        "the head did not start when the holder let go"
+    );
+    assert!(
+        !held(&l4, SETTLE),
+        "a light test took a unit with none free"
+    );
+    for l in lights {
+        release(l);
+    }
+    assert!(held(&l4, LONG));
+    release(h2);
+    release(l4);
+}
+
+/// Without a hold time on record, or with backfilling off, a light test waits behind the
+/// head, first come first served.
+#[test]
+fn without_a_hold_time_on_record_or_with_backfilling_off_the_head_goes_first() {
+    let s = Suite::new(8);
+    s.record(&[("heavy", 10_000_000), ("light", 1_000_000)]);
+    let h1 = s.hold("heavy", &["--units", "5"], &[]);
+    assert!(held(&h1, LONG));
+    let h2 = s.hold("heavy", &["--units", "5"], &[]);
+    s.wait_for_head(&h2);
+    let unknown = s.hold("new_test", &[], &[]);
+    let off = s.hold("light", &[], &[("GPU_TEST_PERMIT_BACKFILL", "off")]);
+    assert!(!held(&unknown, SETTLE), "a test not on record backfilled");
+    assert!(
+        !held(&off, Duration::ZERO),
+        "GPU_TEST_PERMIT_BACKFILL=off backfilled"
+    );
+    release(h1);
+    assert!(held(&h2, LONG));
+    assert!(held(&unknown, LONG));
+    assert!(held(&off, LONG));
+    release(h2);
+    release(unknown);
+    release(off);
+}
+
+/// A light test that would outlast the head's start takes units only where the head will
+/// not need them then: beside a head of 5 units of 8, yes; beside an exclusive head, no.
+#[test]
+fn a_long_request_backfills_only_units_the_head_will_not_need() {
+    for (head_args, backfills) in [(&["--units", "5"][..], true), (&["--exclusive"][..], false)] {
+        let s = Suite::new(8);
+        s.record(&[("heavy", 10_000_000), ("long_light", 100_000_000)]);
+        let h1 = s.hold("heavy", &["--units", "5"], &[]);
+        assert!(held(&h1, LONG));
+        let head = s.hold("heavy", head_args, &[]);
+        s.wait_for_head(&head);
+        let l = s.hold("long_light", &[], &[]);
+        let took = held(&l, if backfills { LONG } else { SETTLE });
+        assert_eq!(took, backfills, "beside a head of {head_args:?}");
+        release(h1);
+        assert!(
+            held(&head, LONG),
+            "the head did not start when the holder let go"
+        );
+        if !backfills {
+            assert!(!held(&l, SETTLE), "it went before the exclusive head");
+            release(head);
+            assert!(held(&l, LONG));
+            release(l);
+        } else {
+            release(head);
+            release(l);
+        }
+    }
+}
+
+/// A backfilled holder stopped past its hold time on record delays the head until it goes,
+/// as any holder would (the cap), but lets nobody else in: once the holder the head waits for
+/// has let go, an overdue holder counts as holding on, so nothing is done before the head
+/// could start.
+#[test]
+fn a_stopped_backfilled_holder_lets_no_other_request_past_the_head() {
+    let s = Suite::new(8);
+    s.record(&[("heavy", 10_000_000), ("light", 200_000)]);
+    let h1 = s.hold("heavy", &["--units", "5"], &[]);
+    assert!(held(&h1, LONG));
+    let head = s.hold("heavy", &["--exclusive"], &[]);
+    s.wait_for_head(&head);
+    let l1 = s.hold("light", &[], &[]);
+    assert!(held(&l1, LONG));
+    // Past its 200 ms, and stopped.
+    std::thread::sleep(SETTLE);
+    signal(&l1, libc::SIGSTOP);
+    release(h1);
+    // Everything but l1's unit is free, and the head needs them all.
+    let l2 = s.hold("light", &[], &[]);
+    assert!(
+        !held(&l2, SETTLE),
+        "a request went past the head beside an overdue holder"
+    );
+    assert!(
+        !held(&head, Duration::ZERO),
+        "the cap: l1 still holds its unit"
+    );
+    signal(&l1, libc::SIGCONT);
+    release(l1);
+    assert!(held(&head, LONG));
+    assert!(!held(&l2, SETTLE));
+    release(head);
+    assert!(held(&l2, LONG));
+    release(l2);
+}
+
+/// Beside a head of 5 units of 8 and a holder of 4 expected to hold on for long, a holder of 2
+/// past its hold time on record counts as never letting go: of the 2 free units, a request
+/// that would outlast the head's start may take only the 1 the head will not need even then.
+#[test]
+fn an_overdue_holder_counts_as_holding_on_for_the_units_the_head_will_not_need() {
+    let s = Suite::new(8);
+    s.record(&[
+        ("heavy", 10_000_000),
+        ("light", 200_000),
+        ("long_light", 100_000_000),
+    ]);
+    let h1 = s.hold("heavy", &["--units", "4"], &[]);
+    assert!(held(&h1, LONG));
+    let head = s.hold("heavy", &["--units", "5"], &[]);
+    s.wait_for_head(&head);
+    let l1 = s.hold("light", &["--units", "2"], &[]);
+    assert!(held(&l1, LONG), "done before the head could start");
+    // Past its 200 ms.
+    std::thread::sleep(SETTLE);
+    let two = s.hold("long_light", &["--units", "2"], &[]);
+    assert!(
+        !held(&two, SETTLE),
+        "it took a unit the head needs if l1 holds on"
+    );
+    let one = s.hold("long_light", &[], &[]);
+    assert!(held(&one, LONG), "one unit is spare even if l1 holds on");
+    // The head starts the moment h1 lets go, l1 still holding on: 8 - 2 - 1 = 5.
+    release(h1);
+    assert!(held(&head, LONG));
+    release(l1);
+    release(head);
+    assert!(held(&two, LONG));
+    release(two);
+    release(one);
+}
+
+/// Hold times of 0 let light tests in while the heavy holder is expected to hold on; once it
+/// has let go they count as holding on for an unknown time, so the head waits only for those
+/// already in (their overruns), and no later one goes first.
+#[test]
+fn a_history_of_zero_hold_times_delays_the_head_by_the_overruns_it_let_in_only() {
+    let s = Suite::new(8);
+    s.record(&[("heavy", 10_000_000), ("light", 0)]);
+    let h1 = s.hold("heavy", &["--units", "5"], &[]);
+    assert!(held(&h1, LONG));
+    let head = s.hold("heavy", &["--exclusive"], &[]);
+    s.wait_for_head(&head);
+    let l1 = s.hold("light", &[], &[]);
+    let l2 = s.hold("light", &[], &[]);
+    assert!(held(&l1, LONG));
+    assert!(held(&l2, LONG));
+    release(h1);
+    let l3 = s.hold("light", &[], &[]);
+    assert!(!held(&l3, SETTLE), "a later request went past the head");
+    release(l1);
+    release(l2);
+    assert!(
+        held(&head, LONG),
+        "the head waited past the overruns it let in"
+    );
+    assert!(!held(&l3, SETTLE));
+    release(head);
+    assert!(held(&l3, LONG));
+    release(l3);
+}
+
+/// A history that cannot be read as one — a FIFO at its name (which a plain open would block
+/// on), garbage, or a file another process keeps locked — gives no hold times: nothing
+/// backfills and nothing stalls.
+#[test]
+fn a_fifo_garbage_or_a_locked_history_backfills_nothing_and_stalls_nothing() {
+    for forged in ["fifo", "garbage", "locked"] {
+        let s = Suite::new(8);
+        let mut _lock = None;
+        match forged {
+            "fifo" => {
+                let path =
+                    std::ffi::CString::new(s.history().as_os_str().as_encoded_bytes()).unwrap();
+                // SAFETY: mkfifo(3) with a valid C string.
+                assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+            }
+            "garbage" => {
+                std::fs::write(s.history(), b"\xff\xfe{\"test\":\n\0\0not json\n").unwrap()
+            }
+            _ => {
+                // Locked (by this process, for the whole test): backfilling does not wait
+                // for the lock, and reads the file as it is.
+                s.record(&[("heavy", 10_000_000), ("light", 1_000_000)]);
+                let file = std::fs::File::open(s.history()).unwrap();
+                file.lock().unwrap();
+                _lock = Some(file);
+            }
+        }
+        let h1 = s.hold("heavy", &["--units", "5"], &[]);
+        assert!(held(&h1, LONG), "{forged}");
+        let h2 = s.hold("heavy", &["--units", "5"], &[]);
+        s.wait_for_head(&h2);
+        let l = s.hold("light", &[], &[]);
+        let backfilled = held(&l, SETTLE);
+        // A locked file is read without its lock: its hold times count.
+        assert_eq!(backfilled, forged == "locked", "{forged}");
+        release(h1);
+        assert!(held(&h2, LONG), "{forged}");
+        if !backfilled {
+            assert!(held(&l, LONG), "{forged}");
+        }
+        release(h2);
+        release(l);
+    }
+}
