@@ -12,6 +12,7 @@
 #                             (tests/stub/*.c) and the nextest configuration
 #   debs/                     Debian's Vulkan loader (libvulkan1), for a machine without one
 #   gpu-device.sh             the script that runs it all there (scripts/gpu-device.sh)
+#   order-timing.sh           the example suite before and after its order is learned
 #   build-info                the commit and the tool versions, for the report
 #
 # Usage: scripts/gpu-validate.sh [FOLDER]
@@ -92,7 +93,7 @@ if ! (cd "$dir/debs" && apt-get download -q libvulkan1 >/dev/null 2>&1); then
     fi
 fi
 
-cp scripts/gpu-device.sh "$dir/"
+cp scripts/gpu-device.sh scripts/order-timing.sh "$dir/"
 {
     changes=$([ -z "$(git status --porcelain)" ] || echo ' with uncommitted changes')
     echo "commit=$(git rev-parse --short=12 HEAD)$changes"

@@ -348,13 +348,14 @@ impl HostSlots {
     }
 
     /// Takes `take.units` slots on each of `take.gpus` GPUs (every slot when
-    /// `take.exclusive`), waiting until `deadline`. Returns the slot indices.
+    /// `take.exclusive`), waiting until `deadline`. Returns the slot indices, and whether they
+    /// were taken past a waiting head (backfilled).
     pub(crate) fn acquire(
         &self,
         take: &Take<'_>,
         deadline: Option<Instant>,
         record: &HolderRecord,
-    ) -> Result<Vec<usize>, HostWaitError> {
+    ) -> Result<(Vec<usize>, bool), HostWaitError> {
         if self.forked() {
             return Err(HostWaitError::Failed(HostError::Forked(format!(
                 "this process (pid {}) was forked without exec from pid {}, which opened the \
@@ -395,7 +396,7 @@ impl HostSlots {
         deadline: Option<Instant>,
         record: &HolderRecord,
         waiting: &mut Waiting,
-    ) -> Result<Vec<usize>, HostWaitError> {
+    ) -> Result<(Vec<usize>, bool), HostWaitError> {
         let mut gate = false;
         let mut gate_recorded = false;
         let mut gate_beat: Option<Instant> = None;
@@ -529,7 +530,7 @@ impl HostSlots {
             Err(_) if gate || was_listed => self.notify(),
             Err(_) => {}
         }
-        result
+        result.map(|got| (got, backfilled))
     }
 
     /// Writes the holder's record into each of its slots, stamped with the grant: a holder's

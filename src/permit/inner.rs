@@ -184,6 +184,7 @@ impl PoolInner {
                 attempt: crate::runs::traced_attempt(),
                 failed: false,
                 learned: detail.learned,
+                backfilled: detail.backfilled && name == "hold",
             },
         }
     }

@@ -504,6 +504,7 @@ impl PermitPool {
                 since_wall: SystemTime::now(),
                 run_hold: 0,
                 learned: learned.as_ref().map(|(_, peak)| *peak),
+                backfilled: false,
             };
             crate::runs::tally::gpu_test(&d.test);
             if let Some(host) = &inner.host {
@@ -530,8 +531,9 @@ impl PermitPool {
                     backfill: inner.backfill,
                 };
                 match host.acquire(&take, wait.resolve(start), &record) {
-                    Ok(got) => {
+                    Ok((got, backfilled)) => {
                         slots = got;
+                        d.backfilled = backfilled;
                         d.since_wall = SystemTime::now();
                         if inner.inherited.is_none() && inner.records {
                             d.run_hold = crate::runs::granted(

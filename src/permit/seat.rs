@@ -81,6 +81,8 @@ pub(super) struct Detail {
     pub(super) run_hold: u64,
     /// The measured peak memory its units were learned from, bytes (a learned weight).
     pub(super) learned: Option<u64>,
+    /// Granted past a waiting head, by backfilling.
+    pub(super) backfilled: bool,
 }
 
 impl Seat {

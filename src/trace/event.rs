@@ -76,6 +76,10 @@ pub struct TraceArgs {
     /// bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned: Option<u64>,
+    /// Whether the permit was granted past a request waiting at the head of the queue, by
+    /// backfilling ([`host`](crate::host)); hold events only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub backfilled: bool,
 }
 
 impl TraceEvent {

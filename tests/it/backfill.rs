@@ -33,6 +33,24 @@ impl Suite {
         self.dir.path().join("slots")
     }
 
+    /// The hold events of the trace every holder writes: (test, whether it was backfilled).
+    fn holds(&self) -> Vec<(String, bool)> {
+        let text = std::fs::read_to_string(self.dir.path().join("trace.json")).unwrap();
+        text.lines()
+            .filter(|l| l.contains("\"name\":\"hold\""))
+            .map(|l| {
+                let test = l
+                    .split("\"test\":\"")
+                    .nth(1)
+                    .unwrap()
+                    .split('"')
+                    .next()
+                    .unwrap();
+                (test.to_string(), l.contains("\"backfilled\":true"))
+            })
+            .collect()
+    }
+
     fn history(&self) -> std::path::PathBuf {
         self.dir.path().join("state").join("gpu0.tests")
     }
@@ -61,6 +79,7 @@ impl Suite {
             .env("NEXTEST_BINARY_ID", "suite")
             .env("NEXTEST_TEST_NAME", name)
             .env("GPU_TEST_PERMIT_TIMEOUT", "60s")
+            .env("GPU_TEST_PERMIT_TRACE", self.dir.path().join("trace.json"))
             .arg("hold")
             .args(args);
         for (k, v) in env {
@@ -135,6 +154,15 @@ fn light_tests_take_the_units_a_waiting_heavy_head_cannot_use_yet() {
     assert!(held(&l4, LONG));
     release(h2);
     release(l4);
+    // The trace marks the three light holds that went past the head, and only those.
+    let mut holds = s.holds();
+    holds.sort();
+    let want = [("heavy", false), ("heavy", false), ("light", false)]
+        .into_iter()
+        .chain([("light", true); 3]);
+    let mut want: Vec<(String, bool)> = want.map(|(t, b)| (t.to_string(), b)).collect();
+    want.sort();
+    assert_eq!(holds, want);
 }
 
 /// Without a hold time on record, or with backfilling off, a light test waits behind the
