@@ -5,7 +5,13 @@
 //!
 //! - `permits`: the tests' own weighted permits (`REALIZAR_GPU_TEST_CONCURRENCY=8`, a slot
 //!   directory of the bench's own), no nextest test group: every test process is started and
-//!   the permits' queue decides who runs.
+//!   the permits' queue decides who runs, first come first served (no hold time on record).
+//! - `backfilling`: the same after one run to learn, brought into the history with
+//!   `gpu-test-permit history`: a light test behind a heavy one waiting at the head takes the
+//!   units the heavy one cannot use yet (`docs/protocol.md`, 12).
+//! - `floor`: `permits` with the tests holding their permits for 0.25 ms instead of 250: what a
+//!   run costs besides the holds (cargo, nextest's listing, 20 process starts), measured in the
+//!   same run, so that the schedule can be judged against the ideal plus that floor.
 //! - `threads-required` (the baseline): nextest alone, a test group `gpu` of 8 threads with
 //!   `threads-required = 5` for the heavy tests and 1 for the light ones, started by name; the
 //!   permits are at N = 64, where nobody waits (the crate has no switch that turns them off).
@@ -52,16 +58,25 @@ threads-required = 1
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Variant {
     Permits,
+    Backfilling,
     ThreadsRequired,
+    Floor,
 }
 
 impl Variant {
-    const ALL: [Variant; 2] = [Variant::Permits, Variant::ThreadsRequired];
+    const ALL: [Variant; 4] = [
+        Variant::Permits,
+        Variant::Backfilling,
+        Variant::ThreadsRequired,
+        Variant::Floor,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Variant::Permits => "permits",
+            Variant::Backfilling => "backfilling",
             Variant::ThreadsRequired => "threads-required",
+            Variant::Floor => "floor",
         }
     }
 }
@@ -80,8 +95,8 @@ impl Setup {
         let work = tempfile::tempdir().unwrap();
         let config = work.path().join("nextest.toml");
         let text = match variant {
-            Variant::Permits => "",
             Variant::ThreadsRequired => THREADS_REQUIRED,
+            _ => "",
         };
         std::fs::write(&config, text).unwrap();
         Setup {
@@ -95,8 +110,8 @@ impl Setup {
     /// One `cargo nextest run` of the suite, all 20 tests started at once.
     fn run(&self) -> Duration {
         let n = match self.variant {
-            Variant::Permits => "8",
             Variant::ThreadsRequired => "64",
+            _ => "8",
         };
         let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
         for (k, _) in std::env::vars_os() {
@@ -114,8 +129,12 @@ impl Setup {
             .env("GPU_TEST_PERMIT_DIR", self.work.path().join("slots"))
             .env("GPU_TEST_PERMIT_STATE", self.work.path().join("state"))
             .env("GPU_TEST_PERMIT_GPU_MEMORY", "1GiB")
-            .env("REALIZAR_GPU_TEST_CONCURRENCY", n)
-            .env("MIXED_BENCH", "1");
+            .env("GPU_TEST_PERMIT_TRACE", self.trace())
+            .env("REALIZAR_GPU_TEST_CONCURRENCY", n);
+        if self.variant != Variant::Floor {
+            c.env("MIXED_BENCH", "1");
+        }
+        let _ = std::fs::remove_file(self.trace());
         let start = Instant::now();
         let out = c.output().unwrap();
         let took = start.elapsed();
@@ -127,13 +146,51 @@ impl Setup {
         );
         took
     }
+
+    /// The trace of the last run.
+    fn trace(&self) -> PathBuf {
+        self.work.path().join("trace.json")
+    }
+
+    /// How many permits of the last run were granted past a waiting head.
+    fn backfilled(&self) -> usize {
+        std::fs::read_to_string(self.trace())
+            .map(|t| t.matches("\"backfilled\":true").count())
+            .unwrap_or(0)
+    }
+
+    /// Brings the recorded runs into the history (`gpu-test-permit history`), as a user does
+    /// after a run to learn from.
+    fn learn(&self) {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpu-test-permit"))
+            .arg("history")
+            .env("GPU_TEST_PERMIT_DIR", self.work.path().join("slots"))
+            .env("GPU_TEST_PERMIT_STATE", self.work.path().join("state"))
+            .env("REALIZAR_GPU_TEST_CONCURRENCY", "8")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            self.work.path().join("state").join("gpu0.tests").exists(),
+            "the history learned no hold times"
+        );
+    }
 }
+
+static BACKFILLED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
 
 static TIMES: Mutex<Vec<(Variant, Duration)>> = Mutex::new(Vec::new());
 
 fn timed(setup: &Setup) -> Duration {
     let took = setup.run();
     TIMES.lock().unwrap().push((setup.variant, took));
+    if setup.variant == Variant::Backfilling {
+        BACKFILLED.lock().unwrap().push(setup.backfilled());
+    }
     took
 }
 
@@ -148,9 +205,12 @@ fn main() {
         .iter()
         .map(|&v| Setup::new(v, &target))
         .collect();
-    // Untimed: the first run builds the suite.
+    // Untimed: the first run builds the suite, and is the run that backfilling learns from.
     for setup in &setups {
         setup.run();
+        if setup.variant == Variant::Backfilling {
+            setup.learn();
+        }
     }
 
     match std::env::var("MIXED_SAMPLES") {
@@ -192,6 +252,7 @@ fn main() {
             .map(|(_, t)| *t)
             .collect()
     };
+    let floor = median(of(Variant::Floor));
     let mut medians = Vec::new();
     for v in Variant::ALL {
         let times = of(v);
@@ -201,20 +262,37 @@ fn main() {
         let (min, max) = (*times.iter().min().unwrap(), *times.iter().max().unwrap());
         let runs = times.len();
         let med = median(times);
+        let judged = if v == Variant::Floor {
+            String::new()
+        } else {
+            format!(
+                "; worst / ideal {:.2} s: {:.2}x, over the floor {:.2}x",
+                IDEAL.as_secs_f64(),
+                max.as_secs_f64() / IDEAL.as_secs_f64(),
+                max.as_secs_f64() / (IDEAL + floor).as_secs_f64(),
+            )
+        };
         println!(
-            "mixed suite, {:<16} {runs:>3} runs: median {:.2} s, min {:.2} s, max {:.2} s; \
-             worst / ideal {:.2} s: {:.2}x",
+            "mixed suite, {:<16} {runs:>3} runs: median {:.2} s, min {:.2} s, max {:.2} s{judged}",
             v.name(),
             med.as_secs_f64(),
             min.as_secs_f64(),
             max.as_secs_f64(),
-            IDEAL.as_secs_f64(),
-            max.as_secs_f64() / IDEAL.as_secs_f64(),
         );
         medians.push(med);
     }
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
     println!(
-        "mixed suite: permits / threads-required (medians): {:.2}x",
-        medians[0].as_secs_f64() / medians[1].as_secs_f64()
+        "mixed suite, medians: permits / threads-required {:.2}x, backfilling / threads-required \
+         {:.2}x, backfilling / permits {:.2}x; the floor (a run besides its holds) {:.2} s",
+        ratio(medians[0], medians[2]),
+        ratio(medians[1], medians[2]),
+        ratio(medians[1], medians[0]),
+        floor.as_secs_f64(),
+    );
+    let backfilled = BACKFILLED.lock().unwrap();
+    println!(
+        "mixed suite, backfilling: grants past a waiting head per run: {:?}",
+        *backfilled
     );
 }
