@@ -14,11 +14,14 @@
 #![allow(missing_docs)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::Criterion;
+
+#[path = "support/nextest.rs"]
+mod nextest;
+use nextest::{nextest_run, timed_run};
 
 const SUITE: &str = "gpu-test-permit-long-short";
 const LOWER_BOUND: Duration = Duration::from_secs(4);
@@ -39,35 +42,14 @@ impl Setup {
         std::fs::write(&empty, "").unwrap();
         let mut tool_arg = std::ffi::OsString::from("gpu-test-permit:");
         tool_arg.push(tool);
-        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        for (k, _) in std::env::vars_os() {
-            let k = k.to_string_lossy();
-            if k.starts_with("GPU_TEST_PERMIT_") || k.starts_with("NEXTEST_") {
-                c.env_remove(&*k);
-            }
-        }
-        c.current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["nextest", "run", "--offline", "-p", SUITE, "--target-dir"])
-            .arg(&self.target)
-            .args(["--test-threads", "8", "--status-level", "none"])
-            .args(["--final-status-level", "none", "--config-file"])
-            .arg(&empty)
-            .arg("--tool-config-file")
+        let mut c = nextest_run(SUITE, &self.target, 8, &empty);
+        c.arg("--tool-config-file")
             .arg(tool_arg)
             .env("GPU_TEST_PERMIT_DIR", self.slots())
             .env("GPU_TEST_PERMIT_STATE", self.work.path().join("state"))
             .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
             .env("LONG_SHORT_BENCH", "1");
-        let start = Instant::now();
-        let out = c.output().unwrap();
-        let took = start.elapsed();
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        took
+        timed_run(c)
     }
 }
 

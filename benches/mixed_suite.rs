@@ -31,9 +31,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode};
+
+#[path = "support/nextest.rs"]
+mod nextest;
+use nextest::{nextest_run, timed_run};
 
 const SUITE: &str = "gpu-test-permit-mixed";
 /// Four rounds of one heavy and three light tests, and one of the last four light ones.
@@ -113,20 +117,8 @@ impl Setup {
             Variant::ThreadsRequired => "64",
             _ => "8",
         };
-        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        for (k, _) in std::env::vars_os() {
-            let k = k.to_string_lossy();
-            if k.starts_with("GPU_TEST_PERMIT_") || k.starts_with("NEXTEST_") {
-                c.env_remove(&*k);
-            }
-        }
-        c.current_dir(env!("CARGO_MANIFEST_DIR"))
-            .args(["nextest", "run", "--offline", "-p", SUITE, "--target-dir"])
-            .arg(&self.target)
-            .args(["--test-threads", "20", "--status-level", "none"])
-            .args(["--final-status-level", "none", "--config-file"])
-            .arg(&self.config)
-            .env("GPU_TEST_PERMIT_DIR", self.work.path().join("slots"))
+        let mut c = nextest_run(SUITE, &self.target, 20, &self.config);
+        c.env("GPU_TEST_PERMIT_DIR", self.work.path().join("slots"))
             .env("GPU_TEST_PERMIT_STATE", self.work.path().join("state"))
             .env("GPU_TEST_PERMIT_GPU_MEMORY", "1GiB")
             .env("GPU_TEST_PERMIT_TRACE", self.trace())
@@ -135,16 +127,7 @@ impl Setup {
             c.env("MIXED_BENCH", "1");
         }
         let _ = std::fs::remove_file(self.trace());
-        let start = Instant::now();
-        let out = c.output().unwrap();
-        let took = start.elapsed();
-        assert!(
-            out.status.success(),
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        took
+        timed_run(c)
     }
 
     /// The trace of the last run.

@@ -88,6 +88,15 @@ impl Suite {
         Holder::spawn(c)
     }
 
+    /// A heavy holder of `units` units, and then a heavy head (`head_args`) waiting behind it.
+    fn holder_and_head(&self, units: &str, head_args: &[&str]) -> (Holder, Holder) {
+        let holder = self.hold("heavy", &["--units", units], &[]);
+        assert!(held(&holder, LONG), "the heavy holder");
+        let head = self.hold("heavy", head_args, &[]);
+        self.wait_for_head(&head);
+        (holder, head)
+    }
+
     /// Waits until `h` heads the queue (holds the gate with its record).
     fn wait_for_head(&self, h: &Holder) {
         let pid = h.child.id();
@@ -127,10 +136,7 @@ fn signal(h: &Holder, sig: libc::c_int) {
 fn light_tests_take_the_units_a_waiting_heavy_head_cannot_use_yet() {
     let s = Suite::new(8);
     s.record(&[("heavy", 10_000_000), ("light", 1_000_000)]);
-    let h1 = s.hold("heavy", &["--units", "5"], &[]);
-    assert!(held(&h1, LONG));
-    let h2 = s.hold("heavy", &["--units", "5"], &[]);
-    s.wait_for_head(&h2);
+    let (h1, h2) = s.holder_and_head("5", &["--units", "5"]);
     let lights: Vec<Holder> = (0..3).map(|_| s.hold("light", &[], &[])).collect();
     for l in &lights {
         assert!(held(l, LONG), "a light test waited behind the heavy head");
@@ -171,10 +177,7 @@ fn light_tests_take_the_units_a_waiting_heavy_head_cannot_use_yet() {
 fn without_a_hold_time_on_record_or_with_backfilling_off_the_head_goes_first() {
     let s = Suite::new(8);
     s.record(&[("heavy", 10_000_000), ("light", 1_000_000)]);
-    let h1 = s.hold("heavy", &["--units", "5"], &[]);
-    assert!(held(&h1, LONG));
-    let h2 = s.hold("heavy", &["--units", "5"], &[]);
-    s.wait_for_head(&h2);
+    let (h1, h2) = s.holder_and_head("5", &["--units", "5"]);
     let unknown = s.hold("new_test", &[], &[]);
     let off = s.hold("light", &[], &[("GPU_TEST_PERMIT_BACKFILL", "off")]);
     assert!(!held(&unknown, SETTLE), "a test not on record backfilled");
@@ -198,10 +201,7 @@ fn a_long_request_backfills_only_units_the_head_will_not_need() {
     for (head_args, backfills) in [(&["--units", "5"][..], true), (&["--exclusive"][..], false)] {
         let s = Suite::new(8);
         s.record(&[("heavy", 10_000_000), ("long_light", 100_000_000)]);
-        let h1 = s.hold("heavy", &["--units", "5"], &[]);
-        assert!(held(&h1, LONG));
-        let head = s.hold("heavy", head_args, &[]);
-        s.wait_for_head(&head);
+        let (h1, head) = s.holder_and_head("5", head_args);
         let l = s.hold("long_light", &[], &[]);
         let took = held(&l, if backfills { LONG } else { SETTLE });
         assert_eq!(took, backfills, "beside a head of {head_args:?}");
@@ -230,10 +230,7 @@ fn a_long_request_backfills_only_units_the_head_will_not_need() {
 fn a_stopped_backfilled_holder_lets_no_other_request_past_the_head() {
     let s = Suite::new(8);
     s.record(&[("heavy", 10_000_000), ("light", 200_000)]);
-    let h1 = s.hold("heavy", &["--units", "5"], &[]);
-    assert!(held(&h1, LONG));
-    let head = s.hold("heavy", &["--exclusive"], &[]);
-    s.wait_for_head(&head);
+    let (h1, head) = s.holder_and_head("5", &["--exclusive"]);
     let l1 = s.hold("light", &[], &[]);
     assert!(held(&l1, LONG));
     // Past its 200 ms, and stopped.
@@ -270,10 +267,7 @@ fn an_overdue_holder_counts_as_holding_on_for_the_units_the_head_will_not_need()
         ("light", 200_000),
         ("long_light", 100_000_000),
     ]);
-    let h1 = s.hold("heavy", &["--units", "4"], &[]);
-    assert!(held(&h1, LONG));
-    let head = s.hold("heavy", &["--units", "5"], &[]);
-    s.wait_for_head(&head);
+    let (h1, head) = s.holder_and_head("4", &["--units", "5"]);
     let l1 = s.hold("light", &["--units", "2"], &[]);
     assert!(held(&l1, LONG), "done before the head could start");
     // Past its 200 ms.
@@ -302,10 +296,7 @@ fn an_overdue_holder_counts_as_holding_on_for_the_units_the_head_will_not_need()
 fn a_history_of_zero_hold_times_delays_the_head_by_the_overruns_it_let_in_only() {
     let s = Suite::new(8);
     s.record(&[("heavy", 10_000_000), ("light", 0)]);
-    let h1 = s.hold("heavy", &["--units", "5"], &[]);
-    assert!(held(&h1, LONG));
-    let head = s.hold("heavy", &["--exclusive"], &[]);
-    s.wait_for_head(&head);
+    let (h1, head) = s.holder_and_head("5", &["--exclusive"]);
     let l1 = s.hold("light", &[], &[]);
     let l2 = s.hold("light", &[], &[]);
     assert!(held(&l1, LONG));
@@ -352,10 +343,7 @@ fn a_fifo_garbage_or_a_locked_history_backfills_nothing_and_stalls_nothing() {
                 _lock = Some(file);
             }
         }
-        let h1 = s.hold("heavy", &["--units", "5"], &[]);
-        assert!(held(&h1, LONG), "{forged}");
-        let h2 = s.hold("heavy", &["--units", "5"], &[]);
-        s.wait_for_head(&h2);
+        let (h1, h2) = s.holder_and_head("5", &["--units", "5"]);
         let l = s.hold("light", &[], &[]);
         let backfilled = held(&l, SETTLE);
         // A locked file is read without its lock: its hold times count.
