@@ -5,18 +5,20 @@
 //!
 //! The head holds the gate, so without backfilling nobody else takes a slot while it waits:
 //! right for the cap and for the head, but the units it cannot use yet stand idle. A request
-//! behind it (one GPU, not exclusive, with a hold time on record) looks at the holders:
+//! behind it (units on one GPU, not exclusive, with a hold time on record) looks at the
+//! holders, GPU by GPU, against what the head needs (its units on each of its GPUs, in one
+//! group):
 //!
 //! - the **shadow time**: the earliest moment the head could start, as the holders' grants and
 //!   their hold times on record tell; a holder whose hold time is not on record, or who has
 //!   held past it already, counts as letting go now (the head could start no earlier);
-//! - the **extra units**: the units free at the shadow time beyond the head's need, counting
-//!   only the holders expected to have let go by then (one not on record or overdue counts as
-//!   holding on forever).
+//! - the **extra units**: the units free at the shadow time beyond what the head needs there,
+//!   counting only the holders expected to have let go by then (one not on record or overdue
+//!   counts as holding on forever).
 //!
 //! It takes its units now only if they are free and either its own hold time ends before the
-//! shadow time (it is done before the head could start anyway), or it takes no more than the
-//! extra units (the head will not need them). A request with no hold time on record never
+//! shadow time (it is done before the head could start anyway), or its units are extra on
+//! whichever GPU it lands (the head still fits at the shadow time with it holding on). A request with no hold time on record never
 //! backfills. So, where the hold times hold, the head starts when it would have without
 //! backfilling; a backfilled request that overruns delays it by at most its overrun.
 //!
@@ -83,45 +85,88 @@ pub(crate) enum Backfill {
     Beside,
 }
 
-/// Whether a request of `units` units whose hold time on record is `hold_ms` may take units
-/// now, at `now_ms`, past a head that needs `need` units: `free` units are free, and each held
-/// unit is expected to be let go at `ends[i]` (Unix milliseconds; `None`: not known, or
-/// overdue). Every unit of the GPU is either free or in `ends`.
+/// One GPU's units as backfilling counts them: how many are free, and for each held one when
+/// its holder is expected to let go (Unix milliseconds; `None`: not known, or overdue).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct GpuUnits {
+    pub(crate) free: usize,
+    pub(crate) ends: Vec<Option<u64>>,
+}
+
+/// What the head of the queue waits for: `units` free on each of `gpus` GPUs of one of
+/// `groups` (an exclusive head: every unit of every GPU, one group of them all).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct HeadNeeds<'a> {
+    pub(crate) units: usize,
+    pub(crate) gpus: usize,
+    pub(crate) groups: &'a [Vec<usize>],
+}
+
+impl HeadNeeds<'_> {
+    /// Whether the head could start with `avail[g]` units free on each GPU.
+    fn fits(&self, avail: &[usize]) -> bool {
+        self.groups.iter().any(|group| {
+            group
+                .iter()
+                .filter(|&&g| avail.get(g).is_some_and(|&a| a >= self.units))
+                .count()
+                >= self.gpus
+        })
+    }
+}
+
+/// Whether a request of `units` units on one GPU whose hold time on record is `hold_ms` may
+/// take units now, at `now_ms`, past a head that needs `head`, the GPUs' units being `gpus`.
 pub(crate) fn decide(
     now_ms: u64,
-    need: usize,
-    free: usize,
-    ends: &[Option<u64>],
+    head: &HeadNeeds<'_>,
+    gpus: &[GpuUnits],
     units: usize,
     hold_ms: u64,
 ) -> Option<Backfill> {
-    if units == 0 || units > free || free >= need {
+    let free: Vec<usize> = gpus.iter().map(|g| g.free).collect();
+    // Where it could go; and nothing goes past a head that can start now.
+    if units == 0 || !free.iter().any(|&f| f >= units) || head.fits(&free) {
         return None;
     }
-    let unknown = ends.iter().filter(|e| e.is_none()).count();
-    let mut known: Vec<u64> = ends.iter().flatten().map(|&end| end.max(now_ms)).collect();
-    known.sort_unstable();
-    // The shadow time: holders not on record let go now, the others as expected.
-    let mut ready = free + unknown;
-    let mut shadow = now_ms;
-    let mut released = 0;
-    while ready < need {
-        shadow = *known.get(released)?;
-        ready += 1;
-        released += 1;
-    }
-    // Every holder expected to let go at that same moment.
-    while known.get(released).is_some_and(|&end| end <= shadow) {
-        released += 1;
-    }
-    let extra = (free + released).saturating_sub(need);
+    // Units free at time `t`: holders not on record let go now (`unknown_now`), or never.
+    let avail = |t: u64, unknown_now: bool| -> Vec<usize> {
+        gpus.iter()
+            .map(|g| {
+                g.free
+                    + g.ends
+                        .iter()
+                        .filter(|e| match e {
+                            Some(end) => *end <= t,
+                            None => unknown_now,
+                        })
+                        .count()
+            })
+            .collect()
+    };
+    // The shadow time: the earliest the head could start, holders not on record letting go
+    // now and the others when expected (an end already past counts as now).
+    let mut times: Vec<u64> = gpus
+        .iter()
+        .flat_map(|g| g.ends.iter().flatten())
+        .map(|&end| end.max(now_ms))
+        .collect();
+    times.push(now_ms);
+    times.sort_unstable();
+    times.dedup();
+    let shadow = times.into_iter().find(|&t| head.fits(&avail(t, true)))?;
     if shadow > now_ms && now_ms.saturating_add(hold_ms) <= shadow {
-        Some(Backfill::Before)
-    } else if units <= extra {
-        Some(Backfill::Beside)
-    } else {
-        None
+        return Some(Backfill::Before);
     }
+    // Beside: wherever it lands, the head still fits at the shadow time though holders not on
+    // record never let go and this request holds on too.
+    let at_shadow = avail(shadow, false);
+    let fits_beside = (0..gpus.len()).filter(|&g| free[g] >= units).all(|g| {
+        let mut left = at_shadow.clone();
+        left[g] -= units;
+        head.fits(&left)
+    });
+    fits_beside.then_some(Backfill::Beside)
 }
 
 /// When a holder granted at `since_ms` whose hold time on record is `hold_ms` is expected to
@@ -166,26 +211,47 @@ mod tests {
 
     const NOW: u64 = 1_000_000;
 
+    /// `decide` on one GPU: a head of `need` units, `free` units free, the others' ends.
+    fn one(
+        need: usize,
+        free: usize,
+        ends: &[Option<u64>],
+        units: usize,
+        hold: u64,
+    ) -> Option<Backfill> {
+        let groups = [vec![0]];
+        let head = HeadNeeds {
+            units: need,
+            gpus: 1,
+            groups: &groups,
+        };
+        let gpu = GpuUnits {
+            free,
+            ends: ends.to_vec(),
+        };
+        decide(NOW, &head, &[gpu], units, hold)
+    }
+
     #[test]
     fn the_mixed_suite_packs_light_tests_beside_a_heavy_holder() {
         // N = 8; a heavy holder of 5 units until NOW + 250; the head needs 5; 3 free.
         let ends = [Some(NOW + 250); 5];
         // Done when the holder lets go, or fitting in the 3 units the head will not need then,
         // however long.
-        assert_eq!(decide(NOW, 5, 3, &ends, 1, 250), Some(Backfill::Before));
-        assert_eq!(decide(NOW, 5, 3, &ends, 1, 251), Some(Backfill::Beside));
-        assert_eq!(decide(NOW, 5, 3, &ends, 3, 10_000), Some(Backfill::Beside));
-        assert_eq!(decide(NOW, 5, 3, &ends, 4, 10), None, "more than is free");
+        assert_eq!(one(5, 3, &ends, 1, 250), Some(Backfill::Before));
+        assert_eq!(one(5, 3, &ends, 1, 251), Some(Backfill::Beside));
+        assert_eq!(one(5, 3, &ends, 3, 10_000), Some(Backfill::Beside));
+        assert_eq!(one(5, 3, &ends, 4, 10), None, "more than is free");
     }
 
     #[test]
     fn a_request_done_before_the_head_could_start_goes_first() {
         // N = 4, an exclusive head (needs 4); 2 held until NOW + 1000, 2 free.
         let ends = [Some(NOW + 1000), Some(NOW + 1000)];
-        assert_eq!(decide(NOW, 4, 2, &ends, 1, 900), Some(Backfill::Before));
-        assert_eq!(decide(NOW, 4, 2, &ends, 2, 1000), Some(Backfill::Before));
+        assert_eq!(one(4, 2, &ends, 1, 900), Some(Backfill::Before));
+        assert_eq!(one(4, 2, &ends, 2, 1000), Some(Backfill::Before));
         // One that would still hold a unit when the head could start: no spare units then.
-        assert_eq!(decide(NOW, 4, 2, &ends, 1, 1001), None);
+        assert_eq!(one(4, 2, &ends, 1, 1001), None);
     }
 
     #[test]
@@ -200,23 +266,20 @@ mod tests {
             Some(NOW + 1000),
         ];
         // Shadow NOW + 1000 (2 + 2 not on record + 4 >= 5); extra 2 + 4 - 5 = 1.
-        assert_eq!(decide(NOW, 5, 2, &ends, 2, 1000), Some(Backfill::Before));
-        assert_eq!(
-            decide(NOW, 5, 2, &ends, 1, 1_000_000),
-            Some(Backfill::Beside)
-        );
-        assert_eq!(decide(NOW, 5, 2, &ends, 2, 1_000_000), None);
+        assert_eq!(one(5, 2, &ends, 2, 1000), Some(Backfill::Before));
+        assert_eq!(one(5, 2, &ends, 1, 1_000_000), Some(Backfill::Beside));
+        assert_eq!(one(5, 2, &ends, 2, 1_000_000), None);
         // Where the holders not on record alone would make room for the head, the shadow is
         // now: nothing is done before it.
         let ends = [None, None, None, Some(NOW + 1000)];
-        assert_eq!(decide(NOW, 5, 2, &ends, 1, 1), None);
+        assert_eq!(one(5, 2, &ends, 1, 1), None);
     }
 
     #[test]
     fn nothing_backfills_while_the_head_can_start() {
         let ends = [Some(NOW + 1000); 3];
-        assert_eq!(decide(NOW, 5, 5, &ends, 1, 1), None);
-        assert_eq!(decide(NOW, 4, 5, &ends, 1, 1), None);
+        assert_eq!(one(5, 5, &ends, 1, 1), None);
+        assert_eq!(one(4, 5, &ends, 1, 1), None);
     }
 
     #[test]
@@ -225,13 +288,102 @@ mod tests {
         assert_eq!(expected_end(NOW - 500, Some(600), NOW), Some(NOW + 100));
         assert_eq!(expected_end(NOW, None, NOW), None);
         assert_eq!(expected_end(NOW, Some(u64::MAX), NOW), Some(u64::MAX));
-        assert_eq!(decide(NOW, 5, 3, &[Some(NOW + 9); 5], 0, 1), None);
+        assert_eq!(one(5, 3, &[Some(NOW + 9); 5], 0, 1), None);
     }
 
     #[test]
     fn a_layout_that_cannot_hold_the_head_backfills_nothing() {
         // The head needs more units than the GPU has (a layout rewritten since): no shadow.
-        assert_eq!(decide(NOW, 9, 2, &[Some(NOW + 5); 4], 1, 1), None);
+        assert_eq!(one(9, 2, &[Some(NOW + 5); 4], 1, 1), None);
+    }
+
+    #[test]
+    fn on_several_gpus_the_head_needs_its_units_on_enough_gpus_of_one_group() {
+        // Two GPUs of 4, each 3 held until NOW + 1000 and 1 free; the head wants 2 on both.
+        let gpu = GpuUnits {
+            free: 1,
+            ends: vec![Some(NOW + 1000); 3],
+        };
+        let both = [vec![0, 1]];
+        let k_gpu = HeadNeeds {
+            units: 2,
+            gpus: 2,
+            groups: &both,
+        };
+        let gpus = [gpu.clone(), gpu.clone()];
+        assert_eq!(decide(NOW, &k_gpu, &gpus, 1, 500), Some(Backfill::Before));
+        // Either GPU keeps 3 of its 4 for the head at the shadow time.
+        assert_eq!(
+            decide(NOW, &k_gpu, &gpus, 1, 10_000),
+            Some(Backfill::Beside)
+        );
+        assert_eq!(
+            decide(NOW, &k_gpu, &gpus, 2, 10_000),
+            None,
+            "2 free on neither"
+        );
+        let exclusive = HeadNeeds {
+            units: 4,
+            gpus: 2,
+            groups: &both,
+        };
+        assert_eq!(
+            decide(NOW, &exclusive, &gpus, 1, 500),
+            Some(Backfill::Before)
+        );
+        assert_eq!(decide(NOW, &exclusive, &gpus, 1, 10_000), None);
+        // Groups [0, 1] and [2, 3]; the head wants two whole GPUs of one group. GPUs 2 and 3
+        // are held until much later, so group [0, 1] serves it first, at NOW + 1000.
+        let groups = [vec![0, 1], vec![2, 3]];
+        let whole = HeadNeeds {
+            units: 4,
+            gpus: 2,
+            groups: &groups,
+        };
+        let gpus = [
+            GpuUnits {
+                free: 4,
+                ends: vec![],
+            },
+            GpuUnits {
+                free: 3,
+                ends: vec![Some(NOW + 1000)],
+            },
+            GpuUnits {
+                free: 0,
+                ends: vec![Some(NOW + 100_000); 4],
+            },
+            GpuUnits {
+                free: 0,
+                ends: vec![Some(NOW + 100_000); 4],
+            },
+        ];
+        assert_eq!(decide(NOW, &whole, &gpus, 1, 500), Some(Backfill::Before));
+        assert_eq!(
+            decide(NOW, &whole, &gpus, 1, 10_000),
+            None,
+            "it would land on 0 or 1"
+        );
+        // Held by holders not on record instead, GPUs 2 and 3 could be let go now: the head
+        // could start now, and nothing is done before that.
+        let unknown = GpuUnits {
+            free: 0,
+            ends: vec![None; 4],
+        };
+        let gpus = [gpus[0].clone(), gpus[1].clone(), unknown.clone(), unknown];
+        assert_eq!(decide(NOW, &whole, &gpus, 1, 500), None);
+        // Once GPU 1's holder has let go, the head can start now: nothing goes past it.
+        let gpus = [
+            GpuUnits {
+                free: 4,
+                ends: vec![],
+            },
+            GpuUnits {
+                free: 4,
+                ends: vec![],
+            },
+        ];
+        assert_eq!(decide(NOW, &whole, &gpus, 1, 1), None);
     }
 
     #[test]

@@ -554,10 +554,10 @@ impl HostSlots {
         }
     }
 
-    /// Whether `take` is a request that may backfill: asked for, one GPU's units (not
-    /// exclusive), on a directory of one GPU.
+    /// Whether `take` is a request that may backfill: asked for, units on one GPU (not
+    /// exclusive).
     fn may_backfill(&self, take: &Take<'_>) -> bool {
-        take.backfill && !take.exclusive && take.gpus == 1 && self.layout.gpus == 1
+        take.backfill && !take.exclusive && take.gpus == 1
     }
 
     /// The hold time on record of the test `record` names, milliseconds; the history is read
@@ -583,11 +583,25 @@ impl HostSlots {
         let Some((head, _)) = read_head(&self.gate) else {
             return Ok(None);
         };
-        if head.pid == self.pid || head.gpus > 1 || !is_locked_at(&self.gate_path) {
+        if head.pid == self.pid || !is_locked_at(&self.gate_path) {
             return Ok(None);
         }
-        let total = self.slots.len();
-        let need = if head.exclusive { total } else { head.units };
+        let gpus = self.layout.gpus;
+        let every = [(0..gpus).collect::<Vec<usize>>()];
+        let needs = if head.exclusive {
+            backfill::HeadNeeds {
+                units: self.layout.per_gpu,
+                gpus,
+                groups: &every,
+            }
+        } else {
+            let k = head.gpus.clamp(1, gpus);
+            backfill::HeadNeeds {
+                units: head.units.div_ceil(k),
+                gpus: k,
+                groups: take.topology.groups(),
+            }
+        };
         let Some(lock) = self
             .backfill_file
             .get_or_init(|| {
@@ -610,25 +624,25 @@ impl HostSlots {
             // fails for it): blank is free, a record is held until its expected end, a record
             // that cannot be read is held for a time unknown.
             let now = crate::clock::now_unix_ms();
-            let mut free = 0;
-            let mut ends = Vec::with_capacity(total);
-            for i in 0..total {
+            let mut units = vec![backfill::GpuUnits::default(); gpus];
+            for i in 0..self.slots.len() {
+                let gpu = &mut units[i % gpus];
                 let raw = self
                     .slots
                     .file_now(i)
                     .ok()
                     .and_then(|f| read_start(f, RECORD_LEN));
                 match raw.map(|b| HolderRecord::decode(&b)) {
-                    Some(Ok(None)) => free += 1,
-                    Some(Ok(Some(r))) => ends.push(backfill::expected_end(
+                    Some(Ok(None)) => gpu.free += 1,
+                    Some(Ok(Some(r))) => gpu.ends.push(backfill::expected_end(
                         r.since_unix_ms,
                         self.hold_time(&r),
                         now,
                     )),
-                    Some(Err(_)) | None => ends.push(None),
+                    Some(Err(_)) | None => gpu.ends.push(None),
                 }
             }
-            if backfill::decide(now, need, free, &ends, take.units, hold).is_none() {
+            if backfill::decide(now, &needs, &units, take.units, hold).is_none() {
                 return Ok(None);
             }
             let got = self.try_take(take)?;

@@ -17,7 +17,7 @@
 //!
 //! | term | from | meaning |
 //! |---|---|---|
-//! | `free` | `nvmlDeviceGetMemoryInfo` | bytes no process has allocated |
+//! | `free` | `nvmlDeviceGetMemoryInfo`, before and after the processes are listed: the smaller (NVML answers call by call, and memory allocated or freed between the calls must not look free) | bytes no process has allocated |
 //! | `reserved` | holders' declarations minus NVML's per-process use | promised, not yet taken |
 //! | `want` | the new permit's declaration | what it will take |
 //! | [`MARGIN`] | constant | the new process's CUDA context, and slack |

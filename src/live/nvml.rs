@@ -49,11 +49,17 @@ pub(crate) fn memory(gpu: usize) -> Option<GpuMemory> {
         });
     }
     let device = device?;
+    // Free memory on both sides of the processes, and the smaller of the two: NVML's answers
+    // are not one snapshot, and a process that allocates or frees between two calls must not
+    // make the free memory look larger than it is beside what the processes are seen to use
+    // (allocated after the first reading and listed: counted twice, never missed).
     let (total, free) = nvml.memory_info(device)?;
+    let processes = nvml.processes(device)?;
+    let (_, free_after) = nvml.memory_info(device)?;
     Some(GpuMemory {
         total,
-        free,
-        processes: nvml.processes(device)?,
+        free: free.min(free_after),
+        processes,
     })
 }
 

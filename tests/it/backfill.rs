@@ -19,14 +19,20 @@ const SETTLE: Duration = Duration::from_millis(600);
 struct Suite {
     dir: tempfile::TempDir,
     n: usize,
+    gpus: usize,
 }
 
 impl Suite {
     fn new(n: usize) -> Suite {
+        Suite::on_gpus(n, 1)
+    }
+
+    /// `gpus` GPUs of N = `n` units each.
+    fn on_gpus(n: usize, gpus: usize) -> Suite {
         let dir = tempdir();
         std::fs::create_dir(dir.path().join("slots")).unwrap();
         std::fs::create_dir(dir.path().join("state")).unwrap();
-        Suite { dir, n }
+        Suite { dir, n, gpus }
     }
 
     fn slots(&self) -> std::path::PathBuf {
@@ -79,6 +85,7 @@ impl Suite {
             .env("NEXTEST_BINARY_ID", "suite")
             .env("NEXTEST_TEST_NAME", name)
             .env("GPU_TEST_PERMIT_TIMEOUT", "60s")
+            .env("GPU_TEST_PERMIT_GPUS", self.gpus.to_string())
             .env("GPU_TEST_PERMIT_TRACE", self.dir.path().join("trace.json"))
             .arg("hold")
             .args(args);
@@ -218,6 +225,57 @@ fn a_long_request_backfills_only_units_the_head_will_not_need() {
         } else {
             release(head);
             release(l);
+        }
+    }
+}
+
+/// On two GPUs of 4 units, holders of 3 on each and a head behind them: a light test done
+/// before the head could start takes a unit past it; a long one takes one only where the head
+/// keeps enough on either GPU for it (2 on both, yes; every unit, no).
+#[test]
+fn on_two_gpus_a_head_for_units_on_both_is_backfilled_as_on_one() {
+    for (head_args, long_backfills) in [
+        (&["--gpus", "2", "--units", "2"][..], true),
+        (&["--exclusive"][..], false),
+    ] {
+        let s = Suite::on_gpus(4, 2);
+        s.record(&[
+            ("heavy", 10_000_000),
+            ("light", 1_000_000),
+            ("long_light", 100_000_000),
+        ]);
+        let a = s.hold("heavy", &["--units", "3"], &[]);
+        assert!(held(&a, LONG));
+        let (b, head) = s.holder_and_head("3", head_args);
+        let light = s.hold("light", &[], &[]);
+        assert!(
+            held(&light, LONG),
+            "done before the head could start: {head_args:?}"
+        );
+        let long = s.hold("long_light", &[], &[]);
+        let took = held(&long, if long_backfills { LONG } else { SETTLE });
+        assert_eq!(took, long_backfills, "beside a head of {head_args:?}");
+        release(a);
+        release(b);
+        if long_backfills {
+            assert!(
+                held(&head, LONG),
+                "3 units left on each GPU: the head's 2 on both"
+            );
+            release(light);
+            release(long);
+            release(head);
+        } else {
+            assert!(
+                !held(&head, SETTLE),
+                "the cap: the light test still holds its unit"
+            );
+            release(light);
+            assert!(held(&head, LONG));
+            assert!(!held(&long, SETTLE));
+            release(head);
+            assert!(held(&long, LONG));
+            release(long);
         }
     }
 }
