@@ -415,3 +415,29 @@ fn a_fifo_garbage_or_a_locked_history_backfills_nothing_and_stalls_nothing() {
         release(l);
     }
 }
+
+/// `gpu-test-permit config` says whether backfilling is on, and a value that is neither `on`
+/// nor `off` is a warning that keeps it on.
+#[test]
+fn config_says_whether_backfilling_is_on() {
+    let dir = tempdir();
+    let config = |value: &str| {
+        let out = cli(dir.path(), 2)
+            .env("GPU_TEST_PERMIT_BACKFILL", value)
+            .arg("config")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let off = config("off");
+    assert!(
+        off.contains("GPU_TEST_PERMIT_BACKFILL         off"),
+        "{off}"
+    );
+    let bad = config("sometimes");
+    assert!(bad.contains("GPU_TEST_PERMIT_BACKFILL         on"), "{bad}");
+    assert!(
+        bad.contains("GPU_TEST_PERMIT_BACKFILL='sometimes' is not on or off; using on"),
+        "{bad}"
+    );
+}

@@ -71,6 +71,16 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
             .to_string(),
         ),
         (
+            c::BACKFILL_VAR,
+            if cfg.backfill {
+                "on (a request behind a waiting head takes free units past it where the hold \
+                 times on record say that does not delay the head)"
+            } else {
+                "off (first come, first served)"
+            }
+            .to_string(),
+        ),
+        (
             c::GPU_MEMORY_VAR,
             cfg.gpu_memory.map_or_else(
                 || "unset (the CUDA probe's device memory on discrete GPUs, else none)".into(),
