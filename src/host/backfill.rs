@@ -23,7 +23,10 @@
 //! backfilling; a backfilled request that overruns delays it by at most its overrun.
 //!
 //! One backfiller decides at a time: each holds `gpu0.backfill` locked while it counts, takes
-//! and writes its records, so that the next one counts it. This only orders requests: the cap
+//! and writes its records, so that the next one counts it. It counts by the holders' records,
+//! and only where they allow it by the slots' locks too (a slot with a blank record may be
+//! held by a holder not yet recorded): a head that can start now never finds a slot locked
+//! for a moment by a count. This only orders requests: the cap
 //! stays the slot locks, and a forged record, a forged or stale history or a stopped
 //! backfiller changes at most who goes first (`docs/protocol.md`, 12).
 

@@ -620,11 +620,11 @@ impl HostSlots {
             Err(TryLockError::Error(_)) => return Ok(None),
         }
         let result = (|| {
-            // The units as the holders' records tell (no lock is probed, so nobody's attempt
-            // fails for it): blank is free, a record is held until its expected end, a record
-            // that cannot be read is held for a time unknown.
+            // The units as the holders' records tell: blank is free, a record is held until its
+            // expected end, a record that cannot be read is held for a time unknown.
             let now = crate::clock::now_unix_ms();
             let mut units = vec![backfill::GpuUnits::default(); gpus];
+            let mut blank = Vec::new();
             for i in 0..self.slots.len() {
                 let gpu = &mut units[i % gpus];
                 let raw = self
@@ -633,13 +633,33 @@ impl HostSlots {
                     .ok()
                     .and_then(|f| read_start(f, RECORD_LEN));
                 match raw.map(|b| HolderRecord::decode(&b)) {
-                    Some(Ok(None)) => gpu.free += 1,
+                    Some(Ok(None)) => {
+                        gpu.free += 1;
+                        blank.push(i);
+                    }
                     Some(Ok(Some(r))) => gpu.ends.push(backfill::expected_end(
                         r.since_unix_ms,
                         self.hold_time(&r),
                         now,
                     )),
                     Some(Err(_)) | None => gpu.ends.push(None),
+                }
+            }
+            // Locks are probed only where the records allow it, so that a head that can start
+            // now never finds a slot it needs locked for a moment by this count.
+            if backfill::decide(now, &needs, &units, take.units, hold).is_none() {
+                return Ok(None);
+            }
+            // A blank slot may be held still: by a holder between its grant and its record
+            // (stopped there, say), or one whose record could not be written. It counts as
+            // held for a time unknown.
+            for i in blank {
+                if self.slots.lock(i)? {
+                    self.slots.unlock_unrecorded(&[i]);
+                } else {
+                    let gpu = &mut units[i % gpus];
+                    gpu.free -= 1;
+                    gpu.ends.push(None);
                 }
             }
             if backfill::decide(now, &needs, &units, take.units, hold).is_none() {

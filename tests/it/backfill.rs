@@ -280,6 +280,37 @@ fn on_two_gpus_a_head_for_units_on_both_is_backfilled_as_on_one() {
     }
 }
 
+/// A slot whose record is blank but whose lock is held (a holder between its grant and its
+/// record, stopped there; here a lock this test takes itself) counts as held for a time
+/// unknown: of the 3 units free beside a holder of 4 and a head for 5, a long request may take
+/// only 2, not the 3 the records alone would allow, or the head would wait for it.
+#[test]
+fn a_locked_slot_without_a_record_counts_as_held() {
+    let s = Suite::new(8);
+    s.record(&[("heavy", 10_000_000), ("long_light", 100_000_000)]);
+    let (h1, head) = s.holder_and_head("4", &["--units", "5"]);
+    let unrecorded = std::fs::File::open(s.slots().join("gpu0.slot7")).unwrap();
+    unrecorded.lock().unwrap();
+    let a = s.hold("long_light", &[], &[]);
+    let b = s.hold("long_light", &[], &[]);
+    assert!(held(&a, LONG));
+    assert!(held(&b, LONG));
+    let c = s.hold("long_light", &[], &[]);
+    assert!(
+        !held(&c, SETTLE),
+        "it took a unit the head needs while slot 7 is held"
+    );
+    // The head starts when h1 lets go, though slot 7 stays locked: 4 + 3 - 2 = 5.
+    release(h1);
+    assert!(held(&head, LONG));
+    drop(unrecorded);
+    release(head);
+    assert!(held(&c, LONG));
+    release(a);
+    release(b);
+    release(c);
+}
+
 /// A backfilled holder stopped past its hold time on record delays the head until it goes,
 /// as any holder would (the cap), but lets nobody else in: once the holder the head waits for
 /// has let go, an overdue holder counts as holding on, so nothing is done before the head
