@@ -116,6 +116,9 @@ pub struct Summary {
     /// Permits granted but never returned: their process was killed or aborted (a hold
     /// deadline, a crash) while it held them, or it still holds them.
     pub unreleased: Vec<Unreleased>,
+    /// Holds granted past a request that waited at the head of the queue, by backfilling
+    /// (their hold events say `backfilled`).
+    pub backfilled: usize,
 }
 
 /// A permit the trace shows granted and never returned.
@@ -298,6 +301,7 @@ pub fn summarize_with(events: &[TraceEvent], slowdown: Option<&Slowdown>) -> Opt
         predicted,
         memory: memory_advice(&holds),
         unreleased,
+        backfilled: holds.iter().filter(|h| h.args.backfilled).count(),
     })
 }
 

@@ -176,6 +176,17 @@ fn light_tests_take_the_units_a_waiting_heavy_head_cannot_use_yet() {
     let mut want: Vec<(String, bool)> = want.map(|(t, b)| (t.to_string(), b)).collect();
     want.sort();
     assert_eq!(holds, want);
+    // And `gpu-test-permit trace` counts them.
+    let out = cli(&s.slots(), 8)
+        .arg("trace")
+        .arg(s.dir.path().join("trace.json"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("backfilled: 3 of the holds were granted past a request waiting"),
+        "{text}"
+    );
 }
 
 /// Without a hold time on record, or with backfilling off, a light test waits behind the

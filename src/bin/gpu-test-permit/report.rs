@@ -371,6 +371,13 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         s.utilisation * 100.0,
         s.peak
     );
+    if s.backfilled > 0 {
+        println!(
+            "backfilled: {} of the holds were granted past a request waiting at the head of the \
+             queue, where the hold times on record said that did not delay it",
+            s.backfilled
+        );
+    }
     let per_gpu = gpu_test_permit::trace::peak_per_gpu(&events);
     if !per_gpu.is_empty() {
         let peaks: Vec<String> = per_gpu
