@@ -621,7 +621,8 @@ impl HostSlots {
         }
         let result = (|| {
             // The units as the holders' records tell: blank is free, a record is held until its
-            // expected end, a record that cannot be read is held for a time unknown.
+            // expected end, a record that cannot be read is held for a time unknown. A record
+            // whose process is gone (killed: its record stays) counts as blank.
             let now = crate::clock::now_unix_ms();
             let mut units = vec![backfill::GpuUnits::default(); gpus];
             let mut blank = Vec::new();
@@ -634,6 +635,10 @@ impl HostSlots {
                     .and_then(|f| read_start(f, RECORD_LEN));
                 match raw.map(|b| HolderRecord::decode(&b)) {
                     Some(Ok(None)) => {
+                        gpu.free += 1;
+                        blank.push(i);
+                    }
+                    Some(Ok(Some(r))) if r.pid != self.pid && !sys::process_is_visible(r.pid) => {
                         gpu.free += 1;
                         blank.push(i);
                     }
@@ -651,8 +656,8 @@ impl HostSlots {
                 return Ok(None);
             }
             // A blank slot may be held still: by a holder between its grant and its record
-            // (stopped there, say), or one whose record could not be written. It counts as
-            // held for a time unknown.
+            // (stopped there, say), one whose record could not be written, or one of another
+            // PID namespace. It counts as held for a time unknown.
             for i in blank {
                 if self.slots.lock(i)? {
                     self.slots.unlock_unrecorded(&[i]);

@@ -322,6 +322,37 @@ fn a_locked_slot_without_a_record_counts_as_held() {
     release(c);
 }
 
+/// A holder's record outlives a holder that was killed; one whose process is gone counts as
+/// blank, and the slot's lock decides: here a record of a gone process, expected to hold on
+/// for long, in a free slot leaves 3 units the head will not need, not 2.
+#[test]
+fn a_record_whose_process_is_gone_does_not_hold_its_slot() {
+    let s = Suite::new(8);
+    s.record(&[("heavy", 10_000_000), ("long_light", 100_000_000)]);
+    let (h1, head) = s.holder_and_head("4", &["--units", "5"]);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let gone = format!(
+        "{{\"pid\":4000000,\"test\":\"long_light\",\"binary\":\"suite\",\"thread\":\"t\",\"since_unix_ms\":{now_ms},\"exclusive\":false,\"concurrency\":8,\"units\":1}}\n"
+    );
+    std::fs::write(s.slots().join("gpu0.slot7"), gone).unwrap();
+    let longs: Vec<Holder> = (0..3).map(|_| s.hold("long_light", &[], &[])).collect();
+    for l in &longs {
+        assert!(
+            held(l, LONG),
+            "slot 7 is free: 3 units are spare beside the head"
+        );
+    }
+    release(h1);
+    assert!(held(&head, LONG), "4 + 4 - 3 = 5");
+    release(head);
+    for l in longs {
+        release(l);
+    }
+}
+
 /// A backfilled holder stopped past its hold time on record delays the head until it goes,
 /// as any holder would (the cap), but lets nobody else in: once the holder the head waits for
 /// has let go, an overdue holder counts as holding on, so nothing is done before the head
