@@ -659,7 +659,8 @@ impl HostSlots {
             // (stopped there, say), one whose record could not be written, or one of another
             // PID namespace. It counts as held for a time unknown.
             for i in blank {
-                if self.slots.lock(i)? {
+                // A lock that cannot be probed has told nothing: held (docs/protocol.md, 7).
+                if let Ok(true) = self.slots.lock(i) {
                     self.slots.unlock_unrecorded(&[i]);
                 } else {
                     let gpu = &mut units[i % gpus];
