@@ -53,32 +53,6 @@ struct TestLine {
     us: u64,
 }
 
-/// The tests' hold times as [`TESTS_FILE`] records them now, by `<binary>::<test>` (how run
-/// records name a test): read once per process by a request that waits behind a heavy head.
-/// Never waits: read without the file's lock (a writer replaces it in one write; a line cut
-/// short is left out), never through a link nor from a FIFO, at most 8 MiB; garbage lines are
-/// left out, and a file that cannot be read gives none.
-pub(crate) fn recorded_hold_times(dir: &Path) -> HashMap<String, std::time::Duration> {
-    let state = crate::config::Config::global().state_dir_for(dir);
-    // Where the state directory could not be made, the slot directory keeps the file.
-    let Some(file) = [state.as_path(), dir]
-        .into_iter()
-        .find_map(|d| sys::open_regular_for_reading(&d.join(TESTS_FILE)).ok())
-    else {
-        return HashMap::new();
-    };
-    let mut buf = vec![0u8; READ_LIMIT];
-    let Ok(n) = sys::read_at_start(&file, &mut buf) else {
-        return HashMap::new();
-    };
-    buf.truncate(n);
-    String::from_utf8_lossy(&buf)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<TestLine>(l).ok())
-        .map(|t| (t.test, std::time::Duration::from_micros(t.us)))
-        .collect()
-}
-
 /// How a request may take units past the waiting head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Backfill {
@@ -180,21 +154,40 @@ pub(crate) fn expected_end(since_ms: u64, hold_ms: Option<u64>, now_ms: u64) -> 
     (end > now_ms).then_some(end)
 }
 
-/// The tests' hold times on record, milliseconds (rounded up), by `<binary>::<test>`.
+/// The tests' hold times on record, milliseconds (rounded up), by `<binary>::<test>` (how run
+/// records name a test).
 #[derive(Debug, Default)]
 pub(crate) struct HoldTimes(HashMap<String, u64>);
 
 impl HoldTimes {
-    pub(crate) fn new(times: HashMap<String, std::time::Duration>) -> HoldTimes {
+    /// The hold times as [`TESTS_FILE`] of slot directory `dir`'s state directory records them
+    /// now: read once per process by a request that waits behind a head. Never waits: read
+    /// without the file's lock (a writer replaces it in one write; a line cut short is left
+    /// out), never through a link nor from a FIFO, at most 8 MiB; garbage lines are left out,
+    /// and a file that cannot be read gives none.
+    pub(crate) fn read(dir: &Path) -> HoldTimes {
+        let state = crate::config::Config::global().state_dir_for(dir);
+        // Where the state directory could not be made, the slot directory keeps the file.
+        let Some(file) = [state.as_path(), dir]
+            .into_iter()
+            .find_map(|d| sys::open_regular_for_reading(&d.join(TESTS_FILE)).ok())
+        else {
+            return HoldTimes::default();
+        };
+        let mut buf = vec![0u8; READ_LIMIT];
+        let Ok(n) = sys::read_at_start(&file, &mut buf) else {
+            return HoldTimes::default();
+        };
+        buf.truncate(n);
+        HoldTimes::parse(&String::from_utf8_lossy(&buf))
+    }
+
+    /// The hold times of [`TESTS_FILE`]'s lines in `text`, garbage left out.
+    fn parse(text: &str) -> HoldTimes {
         HoldTimes(
-            times
-                .into_iter()
-                .map(|(k, d)| {
-                    (
-                        k,
-                        u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX),
-                    )
-                })
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<TestLine>(l).ok())
+                .map(|t| (t.test, t.us.div_ceil(1000)))
                 .collect(),
         )
     }
@@ -391,15 +384,12 @@ mod tests {
 
     #[test]
     fn hold_times_round_up_to_milliseconds_and_need_a_binary() {
-        let times = HoldTimes::new(HashMap::from([
-            ("bin::a".to_string(), std::time::Duration::from_micros(1500)),
-            (
-                "bin::b".to_string(),
-                std::time::Duration::from_secs(u64::MAX),
-            ),
-        ]));
+        let times = HoldTimes::parse(&format!(
+            "{{\"test\":\"bin::a\",\"us\":1500}}\nnot json\n{{\"test\":\"bin::b\",\"us\":{}}}\n",
+            u64::MAX
+        ));
         assert_eq!(times.of(Some("bin"), "a"), Some(2));
-        assert_eq!(times.of(Some("bin"), "b"), Some(u64::MAX));
+        assert_eq!(times.of(Some("bin"), "b"), Some(u64::MAX.div_ceil(1000)));
         assert_eq!(times.of(None, "a"), None);
         assert_eq!(times.of(Some("other"), "a"), None);
     }

@@ -564,7 +564,7 @@ impl HostSlots {
     /// once per directory, at the first request of this process that may backfill.
     fn hold_time(&self, record: &HolderRecord) -> Option<u64> {
         self.hold_times
-            .get_or_init(|| backfill::HoldTimes::new(backfill::recorded_hold_times(&self.dir)))
+            .get_or_init(|| backfill::HoldTimes::read(&self.dir))
             .of(record.binary.as_deref(), &record.test)
     }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use gpu_test_permit::host::status;
 
-use crate::util::{Holder, cli, tempdir};
+use crate::util::{Holder, cli, signal, tempdir};
 
 const LONG: Duration = Duration::from_secs(20);
 /// Long enough for a process that could take its permit to have taken it.
@@ -98,7 +98,7 @@ impl Suite {
     /// A heavy holder of `units` units, and then a heavy head (`head_args`) waiting behind it.
     fn holder_and_head(&self, units: &str, head_args: &[&str]) -> (Holder, Holder) {
         let holder = self.hold("heavy", &["--units", units], &[]);
-        assert!(held(&holder, LONG), "the heavy holder");
+        assert!(holder.held_within(LONG), "the heavy holder");
         let head = self.hold("heavy", head_args, &[]);
         self.wait_for_head(&head);
         (holder, head)
@@ -122,18 +122,9 @@ impl Suite {
     }
 }
 
-fn held(h: &Holder, within: Duration) -> bool {
-    h.held_within(within)
-}
-
 fn release(h: Holder) {
     let (status, err) = h.release();
     assert!(status.success(), "{status}: {err}");
-}
-
-fn signal(h: &Holder, sig: libc::c_int) {
-    // SAFETY: kill(2) of a child of this test.
-    assert_eq!(unsafe { libc::kill(h.child.id() as libc::pid_t, sig) }, 0);
 }
 
 /// A heavy holder of 5 units of 8 and a heavy head waiting for 5: the three units the head
@@ -146,25 +137,28 @@ fn light_tests_take_the_units_a_waiting_heavy_head_cannot_use_yet() {
     let (h1, h2) = s.holder_and_head("5", &["--units", "5"]);
     let lights: Vec<Holder> = (0..3).map(|_| s.hold("light", &[], &[])).collect();
     for l in &lights {
-        assert!(held(l, LONG), "a light test waited behind the heavy head");
+        assert!(
+            l.held_within(LONG),
+            "a light test waited behind the heavy head"
+        );
     }
     // No unit is left: the next light one waits, and so does the head.
     let l4 = s.hold("light", &[], &[]);
-    assert!(!held(&l4, SETTLE));
-    assert!(!held(&h2, Duration::ZERO));
+    assert!(!l4.held_within(SETTLE));
+    assert!(!h2.held_within(Duration::ZERO));
     release(h1);
     assert!(
-        held(&h2, LONG),
+        h2.held_within(LONG),
         "the head did not start when the holder let go"
     );
     assert!(
-        !held(&l4, SETTLE),
+        !l4.held_within(SETTLE),
         "a light test took a unit with none free"
     );
     for l in lights {
         release(l);
     }
-    assert!(held(&l4, LONG));
+    assert!(l4.held_within(LONG));
     release(h2);
     release(l4);
     // The trace marks the three light holds that went past the head, and only those.
@@ -198,15 +192,18 @@ fn without_a_hold_time_on_record_or_with_backfilling_off_the_head_goes_first() {
     let (h1, h2) = s.holder_and_head("5", &["--units", "5"]);
     let unknown = s.hold("new_test", &[], &[]);
     let off = s.hold("light", &[], &[("GPU_TEST_PERMIT_BACKFILL", "off")]);
-    assert!(!held(&unknown, SETTLE), "a test not on record backfilled");
     assert!(
-        !held(&off, Duration::ZERO),
+        !unknown.held_within(SETTLE),
+        "a test not on record backfilled"
+    );
+    assert!(
+        !off.held_within(Duration::ZERO),
         "GPU_TEST_PERMIT_BACKFILL=off backfilled"
     );
     release(h1);
-    assert!(held(&h2, LONG));
-    assert!(held(&unknown, LONG));
-    assert!(held(&off, LONG));
+    assert!(h2.held_within(LONG));
+    assert!(unknown.held_within(LONG));
+    assert!(off.held_within(LONG));
     release(h2);
     release(unknown);
     release(off);
@@ -221,17 +218,17 @@ fn a_long_request_backfills_only_units_the_head_will_not_need() {
         s.record(&[("heavy", 10_000_000), ("long_light", 100_000_000)]);
         let (h1, head) = s.holder_and_head("5", head_args);
         let l = s.hold("long_light", &[], &[]);
-        let took = held(&l, if backfills { LONG } else { SETTLE });
+        let took = l.held_within(if backfills { LONG } else { SETTLE });
         assert_eq!(took, backfills, "beside a head of {head_args:?}");
         release(h1);
         assert!(
-            held(&head, LONG),
+            head.held_within(LONG),
             "the head did not start when the holder let go"
         );
         if !backfills {
-            assert!(!held(&l, SETTLE), "it went before the exclusive head");
+            assert!(!l.held_within(SETTLE), "it went before the exclusive head");
             release(head);
-            assert!(held(&l, LONG));
+            assert!(l.held_within(LONG));
             release(l);
         } else {
             release(head);
@@ -256,21 +253,21 @@ fn on_two_gpus_a_head_for_units_on_both_is_backfilled_as_on_one() {
             ("long_light", 100_000_000),
         ]);
         let a = s.hold("heavy", &["--units", "3"], &[]);
-        assert!(held(&a, LONG));
+        assert!(a.held_within(LONG));
         let (b, head) = s.holder_and_head("3", head_args);
         let light = s.hold("light", &[], &[]);
         assert!(
-            held(&light, LONG),
+            light.held_within(LONG),
             "done before the head could start: {head_args:?}"
         );
         let long = s.hold("long_light", &[], &[]);
-        let took = held(&long, if long_backfills { LONG } else { SETTLE });
+        let took = long.held_within(if long_backfills { LONG } else { SETTLE });
         assert_eq!(took, long_backfills, "beside a head of {head_args:?}");
         release(a);
         release(b);
         if long_backfills {
             assert!(
-                held(&head, LONG),
+                head.held_within(LONG),
                 "3 units left on each GPU: the head's 2 on both"
             );
             release(light);
@@ -278,14 +275,14 @@ fn on_two_gpus_a_head_for_units_on_both_is_backfilled_as_on_one() {
             release(head);
         } else {
             assert!(
-                !held(&head, SETTLE),
+                !head.held_within(SETTLE),
                 "the cap: the light test still holds its unit"
             );
             release(light);
-            assert!(held(&head, LONG));
-            assert!(!held(&long, SETTLE));
+            assert!(head.held_within(LONG));
+            assert!(!long.held_within(SETTLE));
             release(head);
-            assert!(held(&long, LONG));
+            assert!(long.held_within(LONG));
             release(long);
         }
     }
@@ -304,19 +301,19 @@ fn a_locked_slot_without_a_record_counts_as_held() {
     unrecorded.lock().unwrap();
     let a = s.hold("long_light", &[], &[]);
     let b = s.hold("long_light", &[], &[]);
-    assert!(held(&a, LONG));
-    assert!(held(&b, LONG));
+    assert!(a.held_within(LONG));
+    assert!(b.held_within(LONG));
     let c = s.hold("long_light", &[], &[]);
     assert!(
-        !held(&c, SETTLE),
+        !c.held_within(SETTLE),
         "it took a unit the head needs while slot 7 is held"
     );
     // The head starts when h1 lets go, though slot 7 stays locked: 4 + 3 - 2 = 5.
     release(h1);
-    assert!(held(&head, LONG));
+    assert!(head.held_within(LONG));
     drop(unrecorded);
     release(head);
-    assert!(held(&c, LONG));
+    assert!(c.held_within(LONG));
     release(a);
     release(b);
     release(c);
@@ -341,12 +338,12 @@ fn a_record_whose_process_is_gone_does_not_hold_its_slot() {
     let longs: Vec<Holder> = (0..3).map(|_| s.hold("long_light", &[], &[])).collect();
     for l in &longs {
         assert!(
-            held(l, LONG),
+            l.held_within(LONG),
             "slot 7 is free: 3 units are spare beside the head"
         );
     }
     release(h1);
-    assert!(held(&head, LONG), "4 + 4 - 3 = 5");
+    assert!(head.held_within(LONG), "4 + 4 - 3 = 5");
     release(head);
     for l in longs {
         release(l);
@@ -363,27 +360,27 @@ fn a_stopped_backfilled_holder_lets_no_other_request_past_the_head() {
     s.record(&[("heavy", 10_000_000), ("light", 200_000)]);
     let (h1, head) = s.holder_and_head("5", &["--exclusive"]);
     let l1 = s.hold("light", &[], &[]);
-    assert!(held(&l1, LONG));
+    assert!(l1.held_within(LONG));
     // Past its 200 ms, and stopped.
     std::thread::sleep(SETTLE);
-    signal(&l1, libc::SIGSTOP);
+    signal(l1.child.id(), libc::SIGSTOP);
     release(h1);
     // Everything but l1's unit is free, and the head needs them all.
     let l2 = s.hold("light", &[], &[]);
     assert!(
-        !held(&l2, SETTLE),
+        !l2.held_within(SETTLE),
         "a request went past the head beside an overdue holder"
     );
     assert!(
-        !held(&head, Duration::ZERO),
+        !head.held_within(Duration::ZERO),
         "the cap: l1 still holds its unit"
     );
-    signal(&l1, libc::SIGCONT);
+    signal(l1.child.id(), libc::SIGCONT);
     release(l1);
-    assert!(held(&head, LONG));
-    assert!(!held(&l2, SETTLE));
+    assert!(head.held_within(LONG));
+    assert!(!l2.held_within(SETTLE));
     release(head);
-    assert!(held(&l2, LONG));
+    assert!(l2.held_within(LONG));
     release(l2);
 }
 
@@ -400,22 +397,25 @@ fn an_overdue_holder_counts_as_holding_on_for_the_units_the_head_will_not_need()
     ]);
     let (h1, head) = s.holder_and_head("4", &["--units", "5"]);
     let l1 = s.hold("light", &["--units", "2"], &[]);
-    assert!(held(&l1, LONG), "done before the head could start");
+    assert!(l1.held_within(LONG), "done before the head could start");
     // Past its 200 ms.
     std::thread::sleep(SETTLE);
     let two = s.hold("long_light", &["--units", "2"], &[]);
     assert!(
-        !held(&two, SETTLE),
+        !two.held_within(SETTLE),
         "it took a unit the head needs if l1 holds on"
     );
     let one = s.hold("long_light", &[], &[]);
-    assert!(held(&one, LONG), "one unit is spare even if l1 holds on");
+    assert!(
+        one.held_within(LONG),
+        "one unit is spare even if l1 holds on"
+    );
     // The head starts the moment h1 lets go, l1 still holding on: 8 - 2 - 1 = 5.
     release(h1);
-    assert!(held(&head, LONG));
+    assert!(head.held_within(LONG));
     release(l1);
     release(head);
-    assert!(held(&two, LONG));
+    assert!(two.held_within(LONG));
     release(two);
     release(one);
 }
@@ -430,20 +430,23 @@ fn a_history_of_zero_hold_times_delays_the_head_by_the_overruns_it_let_in_only()
     let (h1, head) = s.holder_and_head("5", &["--exclusive"]);
     let l1 = s.hold("light", &[], &[]);
     let l2 = s.hold("light", &[], &[]);
-    assert!(held(&l1, LONG));
-    assert!(held(&l2, LONG));
+    assert!(l1.held_within(LONG));
+    assert!(l2.held_within(LONG));
     release(h1);
     let l3 = s.hold("light", &[], &[]);
-    assert!(!held(&l3, SETTLE), "a later request went past the head");
+    assert!(
+        !l3.held_within(SETTLE),
+        "a later request went past the head"
+    );
     release(l1);
     release(l2);
     assert!(
-        held(&head, LONG),
+        head.held_within(LONG),
         "the head waited past the overruns it let in"
     );
-    assert!(!held(&l3, SETTLE));
+    assert!(!l3.held_within(SETTLE));
     release(head);
-    assert!(held(&l3, LONG));
+    assert!(l3.held_within(LONG));
     release(l3);
 }
 
@@ -476,13 +479,13 @@ fn a_fifo_garbage_or_a_locked_history_backfills_nothing_and_stalls_nothing() {
         }
         let (h1, h2) = s.holder_and_head("5", &["--units", "5"]);
         let l = s.hold("light", &[], &[]);
-        let backfilled = held(&l, SETTLE);
+        let backfilled = l.held_within(SETTLE);
         // A locked file is read without its lock: its hold times count.
         assert_eq!(backfilled, forged == "locked", "{forged}");
         release(h1);
-        assert!(held(&h2, LONG), "{forged}");
+        assert!(h2.held_within(LONG), "{forged}");
         if !backfilled {
-            assert!(held(&l, LONG), "{forged}");
+            assert!(l.held_within(LONG), "{forged}");
         }
         release(h2);
         release(l);

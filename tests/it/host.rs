@@ -171,7 +171,7 @@ mod processes {
 
     use gpu_test_permit::AcquireError;
 
-    use crate::util::{Holder, cli, tempdir};
+    use crate::util::{Holder, cli, signal, tempdir};
 
     fn hold(dir: &Path, n: usize, env: &[(&str, &str)], args: &[&str]) -> Holder {
         let mut c = cli(dir, n);
@@ -184,11 +184,6 @@ mod processes {
 
     fn pid(h: &Holder) -> u32 {
         h.child.id()
-    }
-
-    fn signal(pid: u32, sig: libc::c_int) {
-        // SAFETY: plain syscall on a child of this test.
-        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, sig) }, 0);
     }
 
     fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {

@@ -140,6 +140,13 @@ impl Drop for Holder {
     }
 }
 
+/// Sends `sig` to process `pid`, a child of the test; it must exist.
+#[cfg(unix)]
+pub fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) of a child of this test.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, sig) }, 0);
+}
+
 /// A command left running by a `run` that was killed: it holds `run`'s slot through the
 /// descriptor it inherited. Killed on drop, whatever the test's outcome.
 #[cfg(unix)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant, SystemTime};
 use gpu_test_permit::host::{HostStatus, status};
 use gpu_test_permit::{AcquireError, PermitKind};
 
-use crate::util::{Holder, cli, tempdir};
+use crate::util::{Holder, cli, signal, tempdir};
 
 const LONG: Duration = Duration::from_secs(20);
 /// Long enough for a process that could take its permit to have taken it.
@@ -56,11 +56,6 @@ fn held_within(h: &Holder, d: Duration) -> Option<Held> {
 
 fn pid(h: &Holder) -> u32 {
     h.child.id()
-}
-
-fn signal(pid: u32, sig: libc::c_int) {
-    // SAFETY: kill(2) of a child of this test.
-    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, sig) }, 0);
 }
 
 fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
