@@ -350,6 +350,28 @@ fn a_record_whose_process_is_gone_does_not_hold_its_slot() {
     }
 }
 
+/// `gpu0.backfill` held by another process for good (a backfiller stopped while it decides,
+/// or another user's process) stops backfilling, and nothing else: the light request waits its
+/// turn behind the head, and both are served.
+#[test]
+fn a_backfill_lock_held_elsewhere_stops_backfilling_only() {
+    let s = Suite::new(8);
+    s.record(&[("heavy", 10_000_000), ("light", 1_000_000)]);
+    let (h1, h2) = s.holder_and_head("5", &["--units", "5"]);
+    let stuck = std::fs::File::create(s.slots().join("gpu0.backfill")).unwrap();
+    stuck.lock().unwrap();
+    let l = s.hold("light", &[], &[]);
+    assert!(
+        !l.held_within(SETTLE),
+        "it backfilled past a backfill lock held elsewhere"
+    );
+    release(h1);
+    assert!(h2.held_within(LONG));
+    assert!(l.held_within(LONG), "first come, first served goes on");
+    release(h2);
+    release(l);
+}
+
 /// A backfilled holder stopped past its hold time on record delays the head until it goes,
 /// as any holder would (the cap), but lets nobody else in: once the holder the head waits for
 /// has let go, an overdue holder counts as holding on, so nothing is done before the head
