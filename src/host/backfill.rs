@@ -23,7 +23,10 @@
 //! backfilling; a backfilled request that overruns delays it by at most its overrun.
 //!
 //! One backfiller decides at a time: each holds `gpu0.backfill` locked while it counts, takes
-//! and writes its records, so that the next one counts it. It counts by the holders' records,
+//! and writes its records, so that the next one counts it. A holder of several slots lets go
+//! of them under the same lock (waiting [`RELEASE_WAIT`] at most for it), so that no count
+//! sees some of them free and the others held on (and the head, which could start now, as
+//! waiting for them). It counts by the holders' records,
 //! and only where they allow it by the slots' locks too (a slot with a blank record may be
 //! held by a holder not yet recorded): a head that can start now never finds a slot locked
 //! for a moment by a count. This only orders requests: the cap
@@ -31,7 +34,9 @@
 //! backfiller changes at most who goes first (`docs/protocol.md`, 12).
 
 use std::collections::HashMap;
+use std::fs::{File, TryLockError};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -43,6 +48,26 @@ pub(crate) const TESTS_FILE: &str = "gpu0.tests";
 
 /// The most of [`TESTS_FILE`] that is read.
 const READ_LIMIT: usize = 8 << 20;
+
+/// How long a release of several slots waits for `gpu0.backfill` before it lets go of its
+/// slots without it: a backfiller holds it for microseconds, and one that holds it longer is
+/// stopped, so decides nothing meanwhile.
+pub(crate) const RELEASE_WAIT: Duration = Duration::from_millis(50);
+
+/// Locks `file` (`gpu0.backfill`) within `wait`, trying every millisecond; whether it did.
+/// Never waits longer: a stopped process holding it must not hold up a release.
+pub(crate) fn lock_within(file: &File, wait: Duration) -> bool {
+    let end = Instant::now() + wait;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return true,
+            Err(TryLockError::WouldBlock) if Instant::now() < end => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(_) => return false,
+        }
+    }
+}
 
 /// What backfilling reads of a line of [`TESTS_FILE`].
 #[derive(Deserialize)]

@@ -22,7 +22,7 @@
 //! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; all at once, or none, for a permit of several units or GPUs | the holder's record, stamped at the grant | `try_take`, `write_records` below; `fit.rs`; `slot.rs` |
 //! | `gpu0.wait.<pid>` | its process | exclusive, for the process's life (made and locked as `gpu0.new-wait.<pid>`, then renamed, so never seen unlocked) | the waiting request's record and heartbeat (blank while none waits) | `queue.rs` |
 //! | `gpu0.threads.<pid>.<pool>` | its process | exclusive, for the pool's life (made and locked as `gpu0.new-threads.<pid>.<pool>`, then renamed), from the first wait of one of its threads | how many of the pool's threads wait in its in-process queue, and since when | `threads.rs` |
-//! | `gpu0.backfill` | a request taking units past the head | exclusive, while it counts, takes and writes its records | nothing | `backfill.rs` |
+//! | `gpu0.backfill` | a request taking units past the head; a holder letting go of several slots | exclusive, while it counts, takes and writes its records; while it lets go (waiting 50 ms at most for it) | nothing | `backfill.rs`; `release` below |
 //! | `gpu0.notify` | nobody | written after every release | nothing: its change wakes the waiters | `queue.rs` |
 //! | `gpu0.budget` | a process reading or writing it | exclusive, for a read and perhaps a write | the memory budget its users convert with | `budget.rs` |
 //! | `gpu0.slot<i>.inside-<uid>/` | the processes inside a passed-on permit | a directory like this one, as many slots as the permit | their share of the permit | `inherit.rs` |
@@ -141,8 +141,11 @@ pub(crate) struct HostSlots {
     held_back: parking_lot::Mutex<Option<String>>,
     /// Whether this process said that NVML stopped answering.
     said_stuck: AtomicBool,
-    /// `gpu0.backfill`, opened at the first request that may backfill (`None`: it cannot be).
-    backfill_file: OnceLock<Option<File>>,
+    /// `gpu0.backfill`, opened at the first request that may backfill or the first release of
+    /// several slots (`None`: it cannot be). Its lock belongs to the open file, which this
+    /// process's threads share: the mutex keeps a releasing thread from unlocking what a
+    /// backfilling one holds.
+    backfill_file: OnceLock<Option<parking_lot::Mutex<File>>>,
     /// The tests' hold times on record, read at the first request that may backfill.
     hold_times: OnceLock<backfill::HoldTimes>,
     /// The process that opened the slots. A child forked from it without `exec` shares its
@@ -602,17 +605,10 @@ impl HostSlots {
                 groups: take.topology.groups(),
             }
         };
-        let Some(lock) = self
-            .backfill_file
-            .get_or_init(|| {
-                let path = self.dir.join("gpu0.backfill");
-                slot::open_counted(&self.dir, self.layout, &path, sys::is_shared_dir(&self.dir))
-                    .ok()
-            })
-            .as_ref()
-        else {
+        let Some(lock) = self.backfill_lock_file() else {
             return Ok(None);
         };
+        let lock = lock.lock();
         match lock.try_lock() {
             Ok(()) => {}
             // Another backfiller is deciding; its records wake this request.
@@ -949,11 +945,38 @@ impl HostSlots {
         if self.forked() {
             return false;
         }
-        if !slots.is_empty() {
-            self.slots.release(slots);
-            self.notify();
+        match slots.len() {
+            0 => return true,
+            1 => self.slots.release(slots),
+            // Slots are let go one by one: a backfiller counting meanwhile would see some free
+            // and the rest held until their record's end, and could take a unit past a head
+            // that can start now. Let go under `gpu0.backfill`, the slots are free all at once
+            // to every count (`docs/protocol.md`, 12).
+            _ => {
+                let file = self.backfill_lock_file().map(|f| f.lock());
+                let locked = file
+                    .as_ref()
+                    .is_some_and(|f| backfill::lock_within(f, backfill::RELEASE_WAIT));
+                self.slots.release(slots);
+                if let Some(f) = file.filter(|_| locked) {
+                    let _ = f.unlock();
+                }
+            }
         }
+        self.notify();
         true
+    }
+
+    /// `gpu0.backfill`, opened at its first use by this process.
+    fn backfill_lock_file(&self) -> Option<&parking_lot::Mutex<File>> {
+        self.backfill_file
+            .get_or_init(|| {
+                let path = self.dir.join("gpu0.backfill");
+                slot::open_counted(&self.dir, self.layout, &path, sys::is_shared_dir(&self.dir))
+                    .ok()
+                    .map(parking_lot::Mutex::new)
+            })
+            .as_ref()
     }
 
     fn notify(&self) {

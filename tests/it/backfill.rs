@@ -122,6 +122,19 @@ impl Suite {
     }
 }
 
+impl Suite {
+    /// Asserts that `h` holds its permit within [`LONG`]; if not, says who holds what.
+    fn starts(&self, h: &Holder, what: &str) {
+        if !h.held_within(LONG) {
+            panic!(
+                "{what}: {:?}\nholds so far (test, backfilled): {:?}",
+                status(&self.slots()),
+                self.holds()
+            );
+        }
+    }
+}
+
 fn release(h: Holder) {
     let (status, err) = h.release();
     assert!(status.success(), "{status}: {err}");
@@ -147,10 +160,7 @@ fn light_tests_take_the_units_a_waiting_heavy_head_cannot_use_yet() {
     assert!(!l4.held_within(SETTLE));
     assert!(!h2.held_within(Duration::ZERO));
     release(h1);
-    assert!(
-        h2.held_within(LONG),
-        "the head did not start when the holder let go"
-    );
+    s.starts(&h2, "the head did not start when the holder let go");
     assert!(
         !l4.held_within(SETTLE),
         "a light test took a unit with none free"
@@ -181,6 +191,30 @@ fn light_tests_take_the_units_a_waiting_heavy_head_cannot_use_yet() {
         text.contains("backfilled: 3 of the holds were granted past a request waiting"),
         "{text}"
     );
+}
+
+/// A holder of several units lets go of them under `gpu0.backfill`, so that no backfiller's
+/// count sees some of them free and the rest held on (and a head that can start now as one
+/// still waiting for them): held by another process, the release waits for it, 50 ms at most,
+/// and then lets go without it.
+#[test]
+fn a_holder_of_several_units_lets_go_of_them_under_the_backfill_lock() {
+    let s = Suite::new(8);
+    let h = s.hold("heavy", &["--units", "5"], &[]);
+    assert!(h.held_within(LONG));
+    let stuck = std::fs::File::create(s.slots().join("gpu0.backfill")).unwrap();
+    stuck.lock().unwrap();
+    let start = std::time::Instant::now();
+    release(h);
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_millis(50),
+        "it let go of its units in {took:?}, without waiting for the backfill lock"
+    );
+    // Every unit is free again, the backfill lock still held.
+    let all = s.hold("heavy", &["--exclusive"], &[]);
+    s.starts(&all, "the units were not let go");
+    release(all);
 }
 
 /// Without a hold time on record, or with backfilling off, a light test waits behind the
