@@ -126,9 +126,20 @@ impl Suite {
     /// Asserts that `h` holds its permit within [`LONG`]; if not, says who holds what.
     fn starts(&self, h: &Holder, what: &str) {
         if !h.held_within(LONG) {
+            let held: Vec<String> = status(&self.slots())
+                .map(|s| {
+                    s.slots
+                        .iter()
+                        .filter(|slot| slot.held)
+                        .map(|slot| match &slot.holder {
+                            Some(r) => format!("{}: {} ({})", slot.index, r.test, r.pid),
+                            None => format!("{}: no record", slot.index),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
             panic!(
-                "{what}: {:?}\nholds so far (test, backfilled): {:?}",
-                status(&self.slots()),
+                "{what}; slots held: {held:?}; holds so far (test, backfilled): {:?}",
                 self.holds()
             );
         }
@@ -215,6 +226,36 @@ fn a_holder_of_several_units_lets_go_of_them_under_the_backfill_lock() {
     let all = s.hold("heavy", &["--exclusive"], &[]);
     s.starts(&all, "the units were not let go");
     release(all);
+}
+
+/// The race the backfill lock closes, with real processes: a holder of 20 units of 32 lets go
+/// while a head for 20 waits behind it, a light holder of the 12 others is expected to let go
+/// soon, and light requests wait. A count made while the holder is halfway through letting go
+/// (some of its units free, the rest held for long by its record) would find the head fitting
+/// only once the light holder has gone, and a waiting request fitting beside it: the head,
+/// which could start now, would wait for the light holder. Each round, the head starts.
+#[test]
+fn a_head_starts_when_a_holder_of_several_units_lets_go_with_light_requests_waiting() {
+    for round in 0..8 {
+        let s = Suite::new(32);
+        s.record(&[("heavy", 100_000_000), ("light", 5_000_000)]);
+        let (h1, head) = s.holder_and_head("20", &["--units", "20"]);
+        let light = s.hold("light", &["--units", "12"], &[]);
+        assert!(
+            light.held_within(LONG),
+            "round {round}: done before the head"
+        );
+        let waiting: Vec<Holder> = (0..4).map(|_| s.hold("light", &[], &[])).collect();
+        std::thread::sleep(Duration::from_millis(100));
+        release(h1);
+        s.starts(&head, &format!("round {round}: the head did not start"));
+        for w in &waiting {
+            assert!(
+                !w.held_within(Duration::ZERO),
+                "round {round}: with none free"
+            );
+        }
+    }
 }
 
 /// Without a hold time on record, or with backfilling off, a light test waits behind the
