@@ -513,6 +513,16 @@ fn run_sh(dir: &std::path::Path, script: &str) -> (Holder, libc::pid_t) {
     let run = Holder::spawn({
         let mut c = cli(dir, 1);
         c.args(["run", "--", "sh", "-c", script]);
+        // A test run started as a background job of a non-interactive shell inherits SIGINT
+        // ignored, and so would the command: these tests are about what `run` passes on to a
+        // command that takes the signal's default action.
+        // SAFETY: signal(2) only, between fork and exec.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut c, || {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         c
     });
     let pid = run.lines.recv_timeout(LONG).unwrap().parse().unwrap();
