@@ -26,7 +26,9 @@
 //! and writes its records, so that the next one counts it. A holder of several slots lets go
 //! of them under the same lock (waiting [`RELEASE_WAIT`] at most for it), so that no count
 //! sees some of them free and the others held on (and the head, which could start now, as
-//! waiting for them). It counts by the holders' records,
+//! waiting for them). The first backfiller of a directory makes `gpu0.backfill`; until then
+//! there is nothing to lock, and a releasing process looks for it at most every
+//! [`MISSING_RECHECK`]. It counts by the holders' records,
 //! and only where they allow it by the slots' locks too (a slot with a blank record may be
 //! held by a holder not yet recorded): a head that can start now never finds a slot locked
 //! for a moment by a count. This only orders requests: the cap
@@ -53,6 +55,11 @@ const READ_LIMIT: usize = 8 << 20;
 /// slots without it: a backfiller holds it for microseconds, and one that holds it longer is
 /// stopped, so decides nothing meanwhile.
 pub(crate) const RELEASE_WAIT: Duration = Duration::from_millis(50);
+
+/// How long a process that found `gpu0.backfill` missing at a release of several slots goes
+/// on releasing without looking for it again: releases where nothing backfills cost no more
+/// than a look now and then.
+pub(crate) const MISSING_RECHECK: Duration = Duration::from_millis(100);
 
 /// Locks `file` (`gpu0.backfill`) within `wait`, trying every millisecond; whether it did.
 /// Never waits longer: a stopped process holding it must not hold up a release.

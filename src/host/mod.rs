@@ -22,7 +22,7 @@
 //! | `gpu0.slot<i>` (GPU `i % gpus`) | a holder | exclusive, while it holds the slot; all at once, or none, for a permit of several units or GPUs | the holder's record, stamped at the grant | `try_take`, `write_records` below; `fit.rs`; `slot.rs` |
 //! | `gpu0.wait.<pid>` | its process | exclusive, for the process's life (made and locked as `gpu0.new-wait.<pid>`, then renamed, so never seen unlocked) | the waiting request's record and heartbeat (blank while none waits) | `queue.rs` |
 //! | `gpu0.threads.<pid>.<pool>` | its process | exclusive, for the pool's life (made and locked as `gpu0.new-threads.<pid>.<pool>`, then renamed), from the first wait of one of its threads | how many of the pool's threads wait in its in-process queue, and since when | `threads.rs` |
-//! | `gpu0.backfill` | a request taking units past the head; a holder letting go of several slots | exclusive, while it counts, takes and writes its records; while it lets go (waiting 50 ms at most for it) | nothing | `backfill.rs`; `release` below |
+//! | `gpu0.backfill` (made by the first backfiller) | a request taking units past the head; a holder letting go of several slots | exclusive, while it counts, takes and writes its records; while it lets go (waiting 50 ms at most for it) | nothing | `backfill.rs`; `release` below |
 //! | `gpu0.notify` | nobody | written after every release | nothing: its change wakes the waiters | `queue.rs` |
 //! | `gpu0.budget` | a process reading or writing it | exclusive, for a read and perhaps a write | the memory budget its users convert with | `budget.rs` |
 //! | `gpu0.slot<i>.inside-<uid>/` | the processes inside a passed-on permit | a directory like this one, as many slots as the permit | their share of the permit | `inherit.rs` |
@@ -141,11 +141,14 @@ pub(crate) struct HostSlots {
     held_back: parking_lot::Mutex<Option<String>>,
     /// Whether this process said that NVML stopped answering.
     said_stuck: AtomicBool,
-    /// `gpu0.backfill`, opened at the first request that may backfill or the first release of
-    /// several slots (`None`: it cannot be). Its lock belongs to the open file, which this
-    /// process's threads share: the mutex keeps a releasing thread from unlocking what a
-    /// backfilling one holds.
+    /// `gpu0.backfill`, opened (made, should it be missing) at the first request that may
+    /// backfill, or at a release of several slots once a backfiller has made it (`None`: it
+    /// cannot be). Its lock belongs to the open file, which this process's threads share: the
+    /// mutex keeps a releasing thread from unlocking what a backfilling one holds.
     backfill_file: OnceLock<Option<parking_lot::Mutex<File>>>,
+    /// When a release of several slots last found `gpu0.backfill` missing (no request has
+    /// backfilled in the directory): it looks again [`backfill::MISSING_RECHECK`] later.
+    backfill_missing: parking_lot::Mutex<Option<Instant>>,
     /// The tests' hold times on record, read at the first request that may backfill.
     hold_times: OnceLock<backfill::HoldTimes>,
     /// The process that opened the slots. A child forked from it without `exec` shares its
@@ -315,6 +318,7 @@ impl HostSlots {
             held_back: parking_lot::Mutex::new(None),
             said_stuck: AtomicBool::new(false),
             backfill_file: OnceLock::new(),
+            backfill_missing: parking_lot::Mutex::new(None),
             hold_times: OnceLock::new(),
             pid: sys::pid(),
         };
@@ -951,9 +955,10 @@ impl HostSlots {
             // Slots are let go one by one: a backfiller counting meanwhile would see some free
             // and the rest held until their record's end, and could take a unit past a head
             // that can start now. Let go under `gpu0.backfill`, the slots are free all at once
-            // to every count (`docs/protocol.md`, 12).
+            // to every count (`docs/protocol.md`, 12). Where no request has backfilled, there
+            // is no such file, and no lock to take.
             _ => {
-                let file = self.backfill_lock_file().map(|f| f.lock());
+                let file = self.backfill_file_if_made().map(|f| f.lock());
                 let locked = file
                     .as_ref()
                     .is_some_and(|f| backfill::lock_within(f, backfill::RELEASE_WAIT));
@@ -967,7 +972,32 @@ impl HostSlots {
         true
     }
 
-    /// `gpu0.backfill`, opened at its first use by this process.
+    /// `gpu0.backfill` for a release, where a backfiller has made it: while it is missing,
+    /// looked for again at most every [`backfill::MISSING_RECHECK`].
+    fn backfill_file_if_made(&self) -> Option<&parking_lot::Mutex<File>> {
+        if let Some(file) = self.backfill_file.get() {
+            return file.as_ref();
+        }
+        let mut missing = self.backfill_missing.lock();
+        if missing.is_some_and(|at| at.elapsed() < backfill::MISSING_RECHECK) {
+            return None;
+        }
+        let path = self.dir.join("gpu0.backfill");
+        match slot::open_existing_counted(&self.dir, self.layout, &path) {
+            // A backfilling thread of this process may have opened it meanwhile: that one.
+            Ok(file) => {
+                let _ = self.backfill_file.set(Some(parking_lot::Mutex::new(file)));
+            }
+            Err(_) => {
+                *missing = Some(Instant::now());
+                return None;
+            }
+        }
+        drop(missing);
+        self.backfill_file.get().and_then(Option::as_ref)
+    }
+
+    /// `gpu0.backfill`, opened (made, should it be missing) at its first use by this process.
     fn backfill_lock_file(&self) -> Option<&parking_lot::Mutex<File>> {
         self.backfill_file
             .get_or_init(|| {

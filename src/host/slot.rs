@@ -99,6 +99,16 @@ pub(super) fn open_counted(
     counted(dir, layout, path, || sys::open_lock_file(path, shared))
 }
 
+/// Opens a lock file of `dir` that another process made, as [`counted`] does out of
+/// descriptors; an error where there is none.
+pub(super) fn open_existing_counted(
+    dir: &Path,
+    layout: Layout,
+    path: &Path,
+) -> Result<File, HostError> {
+    counted(dir, layout, path, || sys::open_existing_lock_file(path))
+}
+
 /// Makes a descriptor for the file at `path` with `make`; out of descriptors, it says how many
 /// the layout needs and the limits, or raises the soft limit where the hard one allows and
 /// tries once more, as a layout refused up front would.

@@ -326,6 +326,14 @@ pub(crate) fn open_lock_file_len(path: &Path, shared_dir: bool) -> io::Result<(F
     os::open_lock_file(path, shared_dir)
 }
 
+/// Opens an existing lock file for locking, without following a symbolic link and without
+/// blocking, refusing anything but a regular file; `NotFound` where nobody has made it.
+pub(crate) fn open_existing_lock_file(path: &Path) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true).write(true);
+    open_regular_no_follow(opts, path)
+}
+
 /// Opens an existing file for reading without following a symbolic link and without blocking,
 /// refusing anything but a regular file: for reading slot and wait files that another user of a
 /// shared directory could have replaced with a FIFO.

@@ -207,10 +207,16 @@ fn light_tests_take_the_units_a_waiting_heavy_head_cannot_use_yet() {
 /// A holder of several units lets go of them under `gpu0.backfill`, so that no backfiller's
 /// count sees some of them free and the rest held on (and a head that can start now as one
 /// still waiting for them): held by another process, the release waits for it, 50 ms at most,
-/// and then lets go without it.
+/// and then lets go without it. Where no request has backfilled, the file is not there, and
+/// a release does not make it.
 #[test]
 fn a_holder_of_several_units_lets_go_of_them_under_the_backfill_lock() {
     let s = Suite::new(8);
+    // Where no request has backfilled there is no lock to take, and none is made.
+    let h = s.hold("heavy", &["--units", "5"], &[]);
+    assert!(h.held_within(LONG));
+    release(h);
+    assert!(!s.slots().join("gpu0.backfill").exists());
     let h = s.hold("heavy", &["--units", "5"], &[]);
     assert!(h.held_within(LONG));
     let stuck = std::fs::File::create(s.slots().join("gpu0.backfill")).unwrap();
