@@ -61,15 +61,18 @@ pub(crate) const RELEASE_WAIT: Duration = Duration::from_millis(50);
 /// than a look now and then.
 pub(crate) const MISSING_RECHECK: Duration = Duration::from_millis(100);
 
-/// Locks `file` (`gpu0.backfill`) within `wait`, trying every millisecond; whether it did.
+/// Locks `file` (`gpu0.backfill`) within `wait`, trying again after 50 µs, then twice as long
+/// each time up to a millisecond (a backfiller holds it for microseconds); whether it did.
 /// Never waits longer: a stopped process holding it must not hold up a release.
 pub(crate) fn lock_within(file: &File, wait: Duration) -> bool {
     let end = Instant::now() + wait;
+    let mut pause = Duration::from_micros(50);
     loop {
         match file.try_lock() {
             Ok(()) => return true,
             Err(TryLockError::WouldBlock) if Instant::now() < end => {
-                std::thread::sleep(Duration::from_millis(1));
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(1));
             }
             Err(_) => return false,
         }
