@@ -48,6 +48,10 @@ use crate::sys;
 /// [`tune`](crate::tune) from the recorded runs, read here.
 pub(crate) const TESTS_FILE: &str = "gpu0.tests";
 
+/// The lock one backfiller at a time holds while it counts and takes, and a holder of several
+/// slots while it lets go of them, in the slot directory; made by the first backfiller.
+pub(crate) const BACKFILL_FILE: &str = "gpu0.backfill";
+
 /// The most of [`TESTS_FILE`] that is read.
 const READ_LIMIT: usize = 8 << 20;
 

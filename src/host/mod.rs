@@ -587,12 +587,9 @@ impl HostSlots {
     ) -> Result<Option<Vec<usize>>, HostError> {
         // The head as the gate records it; held by a live process (the caller saw that it
         // keeps its turn).
-        let Some((head, _)) = read_head(&self.gate) else {
+        let Some((head, _)) = self.other_head() else {
             return Ok(None);
         };
-        if head.pid == self.pid || !is_locked_at(&self.gate_path) {
-            return Ok(None);
-        }
         let gpus = self.layout.gpus;
         let every = [(0..gpus).collect::<Vec<usize>>()];
         let needs = if head.exclusive {
@@ -896,17 +893,24 @@ impl HostSlots {
     /// The head of the queue as its gate record tells, when another process holds the gate and
     /// has recorded itself (a head that takes slots at once never writes one).
     fn head(&self) -> Option<WaitingRequest> {
+        let (record, beat) = self.other_head()?;
+        Some(WaitingRequest {
+            liveness: self.head_liveness(&record, beat, None),
+            record,
+            head: true,
+        })
+    }
+
+    /// The head's record in the gate and the age of its heartbeat, where another process
+    /// holds the gate and has recorded itself.
+    fn other_head(&self) -> Option<(HolderRecord, Option<i64>)> {
         let (record, beat) = read_head(&self.gate)?;
         // Probed through a description of its own: this process's gate description may hold
         // the gate for another of its threads.
         if record.pid == std::process::id() || !is_locked_at(&self.gate_path) {
             return None;
         }
-        Some(WaitingRequest {
-            liveness: self.head_liveness(&record, beat, None),
-            record,
-            head: true,
-        })
+        Some((record, beat))
     }
 
     /// Arms this process's change watch (gate, notify file and every slot) if it has none yet.
@@ -982,7 +986,7 @@ impl HostSlots {
         if missing.is_some_and(|at| at.elapsed() < backfill::MISSING_RECHECK) {
             return None;
         }
-        let path = self.dir.join("gpu0.backfill");
+        let path = self.dir.join(backfill::BACKFILL_FILE);
         match slot::open_existing_counted(&self.dir, self.layout, &path) {
             // A backfilling thread of this process may have opened it meanwhile: that one.
             Ok(file) => {
@@ -1001,7 +1005,7 @@ impl HostSlots {
     fn backfill_lock_file(&self) -> Option<&parking_lot::Mutex<File>> {
         self.backfill_file
             .get_or_init(|| {
-                let path = self.dir.join("gpu0.backfill");
+                let path = self.dir.join(backfill::BACKFILL_FILE);
                 slot::open_counted(&self.dir, self.layout, &path, sys::is_shared_dir(&self.dir))
                     .ok()
                     .map(parking_lot::Mutex::new)

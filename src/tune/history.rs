@@ -17,8 +17,8 @@ use crate::sys;
 
 /// The file of the run history.
 pub(crate) const HISTORY_FILE: &str = "gpu0.history";
-/// The file of the tests' reference hold times.
-/// The tests' reference hold times, in the state directory (backfilling reads it too).
+/// The file of the tests' reference hold times, in the state directory (backfilling reads it
+/// too).
 pub(crate) const TESTS_FILE: &str = crate::host::TESTS_FILE;
 /// When the history was last forgotten: runs that began before are not measured again.
 const SINCE_FILE: &str = "gpu0.history-since";
