@@ -535,6 +535,87 @@ fn alive(pid: libc::pid_t) -> bool {
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
+/// `watch` and `run --watch` keep the loader's log in a private directory of the temporary
+/// directory. A process killed outright removes nothing; the next one of the same user removes
+/// what its process left behind, and never a live one's.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_watch_directory_a_killed_process_left_is_removed_by_the_next_watch() {
+    use std::os::unix::process::CommandExt;
+    let slots = tempdir();
+    let tmp = tempdir();
+    let watch = |args: &[&str]| {
+        let mut c = cli(slots.path(), 2);
+        c.env("TMPDIR", tmp.path()).args(args).stdin(Stdio::null());
+        c
+    };
+    let dirs = || {
+        let mut names: Vec<String> = std::fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("gpu-test-permit-watch-"))
+            .collect();
+        names.sort();
+        names
+    };
+    // In groups of their own, so that the kill takes the command too.
+    let mut killed = watch(&["watch", "--", "sleep", "60"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut live = watch(&["run", "--watch", "--", "sleep", "60"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mine = |pid: u32| format!("gpu-test-permit-watch-{pid}-0");
+    let both = {
+        let mut both = vec![mine(killed.id()), mine(live.id())];
+        both.sort();
+        both
+    };
+    let until = Instant::now() + LONG;
+    while dirs() != both
+        || !both
+            .iter()
+            .all(|d| tmp.path().join(d).join("owner").exists())
+    {
+        assert!(
+            Instant::now() < until,
+            "directories {:?}, not {both:?}",
+            dirs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let group = |c: &std::process::Child| -(c.id() as libc::pid_t);
+    // SAFETY: kill(2) of the child's own process group.
+    unsafe { libc::kill(group(&killed), libc::SIGKILL) };
+    killed.wait().unwrap();
+    assert_eq!(dirs(), both, "a killed process removed its directory");
+    // Left for two minutes, as far as the next process can tell.
+    for d in &both {
+        let then = std::time::SystemTime::now() - Duration::from_secs(120);
+        let dir = std::fs::File::open(tmp.path().join(d)).unwrap();
+        dir.set_modified(then).unwrap();
+    }
+
+    let out = watch(&["watch", "--", "true"]).output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        dirs(),
+        [mine(live.id())],
+        "not only the live directory is left"
+    );
+
+    // SAFETY: as above.
+    unsafe { libc::kill(group(&live), libc::SIGTERM) };
+    live.wait().unwrap();
+    assert_eq!(
+        dirs(),
+        Vec::<String>::new(),
+        "a process that ended left its directory"
+    );
+}
+
 #[cfg(unix)]
 #[test]
 fn run_passes_sigterm_on_and_holds_the_slot_until_the_command_exits() {

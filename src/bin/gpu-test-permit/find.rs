@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 
 use gpu_test_permit::config::{
@@ -38,6 +38,7 @@ use gpu_test_permit::drivers::library_name;
 use gpu_test_permit::nextest::{GROUP, TOOL};
 
 use crate::args::Args;
+use crate::private_dir::PrivateDir;
 
 /// The nextest profile of the run, defined by the tool config file written for it. It
 /// inherits the suite's `default` profile: its overrides, test groups and timeouts apply.
@@ -173,13 +174,13 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
             )));
         }
     };
-    let work = WorkDir::new()?;
+    let work = PrivateDir::new("find")?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
 
     let mut list = Command::new(&cargo);
     list.args(["nextest", "list", "--message-format", "json"])
         .args(listing_args(nextest_args));
-    hide_gpu_drivers(&mut list, &work.0);
+    hide_gpu_drivers(&mut list, work.path());
     let out = list.stdin(Stdio::null()).output().map_err(|e| {
         format!("cannot run `cargo nextest list` (is cargo-nextest installed?): {e}")
     })?;
@@ -208,7 +209,7 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
             "find-gpu-tests: running {to_run} tests with the GPU drivers present, each under \
              `gpu-test-permit run --watch`"
         );
-        let dir = work.0.join("present");
+        let dir = work.path().join("present");
         let (cases, records) = present_run(&cargo, nextest_args, &dir)?;
         for c in &cases {
             ran.insert((c.binary.clone(), c.name.clone()));
@@ -222,7 +223,7 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     }
     if to_run > 0 && ways.hidden {
         eprintln!("find-gpu-tests: running {to_run} tests with every GPU driver hidden");
-        let dir = work.0.join("hidden");
+        let dir = work.path().join("hidden");
         let cases = hidden_run(&cargo, nextest_args, &dir, &own_marks)?;
         hidden_reasons(&cases, &mut why, &mut ran);
     }
@@ -502,47 +503,6 @@ fn toml_string(s: &str) -> String {
     }
     out.push('"');
     out
-}
-
-/// A private directory for the run's files, removed when dropped.
-struct WorkDir(PathBuf);
-
-impl WorkDir {
-    fn new() -> Result<WorkDir, String> {
-        private_dir("find").map(WorkDir)
-    }
-}
-
-/// A new directory only this user can enter, `gpu-test-permit-<what>-<pid>-<n>` in the
-/// temporary directory.
-pub(crate) fn private_dir(what: &str) -> Result<PathBuf, String> {
-    let base = std::env::temp_dir();
-    let mut last = None;
-    for attempt in 0..16 {
-        let dir = base.join(format!(
-            "gpu-test-permit-{what}-{}-{attempt}",
-            std::process::id()
-        ));
-        #[cfg_attr(not(unix), allow(unused_mut))]
-        let mut builder = std::fs::DirBuilder::new();
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-        match builder.create(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(format!(
-        "cannot create a directory in {}: {}",
-        base.display(),
-        last.map_or_else(String::new, |e| e.to_string())
-    ))
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A test of the listing.

@@ -13,6 +13,7 @@ mod find;
 mod history;
 mod hold;
 mod junit;
+mod private_dir;
 mod probe;
 mod report;
 mod run;

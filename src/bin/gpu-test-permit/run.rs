@@ -37,7 +37,7 @@
 //!   and keeps the slot until it exits.
 
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitCode, ExitStatus};
 use std::time::Duration;
 
@@ -97,6 +97,8 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
         let seen = w.read(ended.pid);
         gpu_test_permit::runs::record_watched(ended.pid, &seen.loaded, &[], false, true);
     }
+    // Removed now: a command killed by a signal is died of below, which runs no destructor.
+    drop(watch);
     let Some(late) = ended.late else {
         return Ok(exit_like(ended.status));
     };
@@ -174,7 +176,7 @@ pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
 
 /// A private directory for the loader's log of a watched command (`LD_DEBUG=files`, glibc),
 /// removed when dropped.
-struct Watch(PathBuf);
+struct Watch(crate::private_dir::PrivateDir);
 
 /// The most of a loader log read: a process that maps more than this is not a test.
 const WATCH_LOG_MOST: u64 = 64 << 20;
@@ -184,14 +186,14 @@ impl Watch {
     /// writes it to the command's standard output instead, so a directory that takes no file
     /// (a full disk) is an error here.
     fn new() -> Result<Watch, String> {
-        let watch = crate::find::private_dir("watch").map(Watch)?;
-        let probe = watch.0.join("ld.writable");
+        let watch = crate::private_dir::PrivateDir::new("watch").map(Watch)?;
+        let probe = watch.0.path().join("ld.writable");
         std::fs::write(&probe, b"gpu-test-permit\n")
             .and_then(|()| std::fs::remove_file(&probe))
             .map_err(|e| {
                 format!(
                     "cannot watch: the loader's log cannot be written in {}: {e}",
-                    watch.0.display()
+                    watch.0.path().display()
                 )
             })?;
         Ok(watch)
@@ -200,7 +202,7 @@ impl Watch {
     /// Makes the loader of `cmd`'s process (and of what it starts) log every library it maps
     /// into this directory, and tells the crate in it where to write its marks.
     fn arm(&self, cmd: &mut Command) {
-        let log = self.0.join("ld");
+        let log = self.0.path().join("ld");
         cmd.env("LD_DEBUG", "files")
             .env("LD_DEBUG_OUTPUT", &log)
             .env(gpu_test_permit::drivers::WATCH_VAR, &log);
@@ -210,7 +212,7 @@ impl Watch {
     fn read(&self, pid: u32) -> gpu_test_permit::drivers::WatchLog {
         use std::io::Read;
         let mut text = Vec::new();
-        match std::fs::File::open(self.0.join(format!("ld.{pid}"))) {
+        match std::fs::File::open(self.0.path().join(format!("ld.{pid}"))) {
             Ok(f) => {
                 let _ = f.take(WATCH_LOG_MOST).read_to_end(&mut text);
             }
@@ -223,12 +225,6 @@ impl Watch {
             ),
         }
         gpu_test_permit::drivers::read_watch_log(&String::from_utf8_lossy(&text))
-    }
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
