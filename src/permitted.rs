@@ -41,6 +41,7 @@ use crate::permit::{AcquireError, GpuTestPermit, PermitPool};
 /// drop(big);
 /// let big = Permitted::with_permit(gpu_test_permit::acquire_memory(6 << 30), || ());
 /// assert_eq!(big.permit().memory(), Some(6 << 30));
+/// # drop(big); std::fs::remove_dir_all(&dir).ok();
 /// ```
 ///
 /// The same for a fixture of your own, written out:

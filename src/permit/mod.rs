@@ -109,6 +109,7 @@ pub fn acquire_exclusive() -> GpuTestPermit {
 /// # unsafe { std::env::set_var("GPU_TEST_PERMIT_DIR", &dir) };
 /// let heavy = gpu_test_permit::acquire_weighted(2);
 /// assert_eq!(heavy.units(), 2);
+/// # drop(heavy); std::fs::remove_dir_all(&dir).ok();
 /// ```
 pub fn acquire_weighted(units: usize) -> GpuTestPermit {
     PermitPool::global().acquire_weighted(units)
@@ -181,6 +182,7 @@ pub fn acquire_gpus(gpus: usize) -> GpuTestPermit {
 ///     .in_process_only()
 ///     .build()?;
 /// assert_eq!(pool.acquire_memory(6 << 30).units(), 2);
+/// # std::fs::remove_dir_all(&dir).ok();
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn acquire_memory(bytes: u64) -> GpuTestPermit {
