@@ -47,14 +47,14 @@ impl PrivateDir {
             std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
             match builder.create(&path) {
                 Ok(()) => {
-                    return lock_owner(&path)
+                    return make_owner(&path)
                         .map(|owner| PrivateDir {
                             path: path.clone(),
                             owner: Some(owner),
                         })
                         .map_err(|e| {
                             let _ = std::fs::remove_dir_all(&path);
-                            format!("cannot lock {}: {e}", path.join(OWNER).display())
+                            format!("cannot create {}: {e}", path.join(OWNER).display())
                         });
                 }
                 Err(e) => last = Some(e),
@@ -81,9 +81,12 @@ impl Drop for PrivateDir {
     }
 }
 
-fn lock_owner(dir: &Path) -> io::Result<File> {
+/// Makes `dir`'s owner file and locks it. Where the file system takes no locks (some network
+/// file systems) the directory goes unheld, and is still kept: a later process cannot lock
+/// its owner file either, which [`remove_left_behind`] takes as held.
+fn make_owner(dir: &Path) -> io::Result<File> {
     let owner = File::create_new(dir.join(OWNER))?;
-    owner.try_lock().map_err(io::Error::from)?;
+    let _ = owner.try_lock();
     Ok(owner)
 }
 
@@ -117,6 +120,7 @@ pub(crate) fn remove_left_behind(base: &Path, what: &str) {
             continue;
         }
         let gone = match File::open(path.join(OWNER)) {
+            // Kept where it is held, or where the file system takes no locks.
             Ok(owner) => owner.try_lock().is_ok(),
             Err(e) if e.kind() == io::ErrorKind::NotFound => !process_lives(pid),
             Err(_) => false,
