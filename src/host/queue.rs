@@ -309,17 +309,26 @@ pub(super) struct Waiting {
     /// request waiting now (blank while none waits), so that [`status`] can list waiters and
     /// tell a killed process's leftover (unlocked) from a live one.
     pub(super) file: Option<(PathBuf, File)>,
+    /// Whether the request waiting now is on record in `file`.
     pub(super) listed: bool,
+    /// When the wait file last could not be made.
+    list_failed: Option<Instant>,
 }
 
+/// How long a waiter whose wait file (or threads file) could not be made waits before it
+/// tries again.
+pub(super) const LIST_RETRY: Duration = Duration::from_millis(100);
+
 impl Waiting {
-    /// Writes `record` into the wait file, once per request. Diagnostics only: a waiter that
-    /// cannot register still waits.
+    /// Writes `record` into the wait file, once per request. A waiter that cannot register
+    /// still waits, and tries again at its wake-ups, at most every [`LIST_RETRY`]: the file
+    /// could not be made where, say, other processes' sweeps removed it each time it was
+    /// about to take it (`make_locked_file`), and unlisted, the waiter would be invisible to
+    /// `status` and to the waiters behind it for the rest of its wait.
     pub(super) fn list(&mut self, dir: &Path, record: &HolderRecord) {
         if self.listed {
             return;
         }
-        self.listed = true;
         if self
             .file
             .as_ref()
@@ -329,16 +338,22 @@ impl Waiting {
             self.file = None;
         }
         if self.file.is_none() {
+            if self.list_failed.is_some_and(|at| at.elapsed() < LIST_RETRY) {
+                return;
+            }
             // The first wait of this process in `dir`: clear the leftovers of dead waiters
             // first. Here rather than at every open of the directory, so that a process that
             // never waits (most test processes) never scans it.
             sweep_wait_files(dir);
             let path = dir.join(format!("{WAIT_PREFIX}{}", std::process::id()));
             self.file = make_wait_file(dir, &path).map(|file| (path, file));
+            self.list_failed = self.file.is_none().then(Instant::now);
         }
-        if let Some((_, file)) = &self.file {
-            let _ = sys::write_at(file, &record.encode(), 0);
-        }
+        let Some((_, file)) = &self.file else {
+            return;
+        };
+        let _ = sys::write_at(file, &record.encode(), 0);
+        self.listed = true;
         self.beat();
     }
 
@@ -413,3 +428,44 @@ pub(super) const BEAT_LEN: usize = 32;
 /// The space a wait file's or the gate's record and heartbeat take, reserved when the file
 /// is made ([`sys::reserve`]).
 pub(super) const RECORD_AND_BEAT: u64 = (RECORD_LEN + BEAT_LEN) as u64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiter_whose_wait_file_could_not_be_made_lists_itself_once_it_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = HolderRecord {
+            pid: std::process::id(),
+            test: "t".into(),
+            binary: None,
+            thread: "main".into(),
+            since_unix_ms: 1,
+            exclusive: false,
+            concurrency: 2,
+            units: 1,
+            gpus: 1,
+            memory: None,
+        };
+        // A directory where the wait file is staged: it cannot be made.
+        let staging = dir
+            .path()
+            .join(format!("{STAGING_PREFIX}{}", std::process::id()));
+        std::fs::create_dir(&staging).unwrap();
+        let path = dir
+            .path()
+            .join(format!("{WAIT_PREFIX}{}", std::process::id()));
+        let mut waiting = Waiting::default();
+        waiting.list(dir.path(), &record);
+        assert!(!waiting.listed && !path.exists());
+        // Not tried again at once: a wake-up soon after costs nothing.
+        std::fs::remove_dir(&staging).unwrap();
+        waiting.list(dir.path(), &record);
+        assert!(!waiting.listed && !path.exists());
+        std::thread::sleep(LIST_RETRY);
+        waiting.list(dir.path(), &record);
+        assert!(waiting.listed);
+        assert_eq!(wait_entry(&path).map(|w| w.record), Some(record));
+    }
+}

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::lock::is_locked;
-use super::queue::{THREADS_PREFIX, THREADS_STAGING_PREFIX, beat_age_ms};
+use super::queue::{LIST_RETRY, THREADS_PREFIX, THREADS_STAGING_PREFIX, beat_age_ms};
 use super::record::{padded, padded_text, read_start};
 use crate::sys;
 
@@ -56,8 +56,9 @@ pub(crate) struct ThreadsFile {
 #[derive(Debug, Default)]
 struct Published {
     file: Option<(PathBuf, File)>,
-    /// The file could not be made: not tried again.
-    failed: bool,
+    /// When the file last could not be made: tried again at a later change, at most every
+    /// `LIST_RETRY` (as a wait file is).
+    failed: Option<Instant>,
     /// What the file says now: the count and the oldest wait's start.
     last: (usize, Option<Instant>),
 }
@@ -80,7 +81,10 @@ impl ThreadsFile {
     pub(crate) fn publish(&self, threads: usize, oldest: Option<Instant>) {
         let mut state = self.state.lock();
         let now = (threads, if threads == 0 { None } else { oldest });
-        if state.last == now || state.failed || sys::pid() != self.pid {
+        if state.last == now
+            || state.failed.is_some_and(|at| at.elapsed() < LIST_RETRY)
+            || sys::pid() != self.pid
+        {
             return;
         }
         if state.file.is_none() {
@@ -94,7 +98,7 @@ impl ThreadsFile {
             match super::queue::make_locked_file(&self.dir, &staging, &path) {
                 Some(file) => state.file = Some((path, file)),
                 None => {
-                    state.failed = true;
+                    state.failed = Some(Instant::now());
                     return;
                 }
             }

@@ -788,10 +788,41 @@ fn waiters_list_themselves_while_the_directory_is_read_without_pause() {
         .collect();
     let waiters: Vec<Holder> = (0..16).map(|_| hold(dir.path(), 1, 1, &[])).collect();
     let pids: Vec<u32> = waiters.iter().map(pid).collect();
-    wait_until("every request is listed", || {
-        let listed = status(dir.path()).unwrap().waiters;
-        pids.iter().all(|p| listed.iter().any(|r| r.pid == *p))
-    });
+    let end = Instant::now() + LONG;
+    loop {
+        let now = status(dir.path()).unwrap();
+        let unlisted: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| !now.waiters.iter().any(|r| r.pid == *p))
+            .collect();
+        if unlisted.is_empty() {
+            break;
+        }
+        if Instant::now() >= end {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let files: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            let ended: Vec<String> = waiters
+                .into_iter()
+                .filter(|w| unlisted.contains(&pid(w)))
+                .map(|mut w| {
+                    let p = pid(&w);
+                    // SIGKILL (as it shows) where it still waited; its own status where not.
+                    let _ = w.child.kill();
+                    let (status, err) = w.release();
+                    format!("{p}: {status}, stderr {err:?}")
+                })
+                .collect();
+            panic!(
+                "{} of 16 requests never listed: {ended:?}; files {files:?}; {now:#?}",
+                unlisted.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for r in readers {
         r.join().unwrap();
