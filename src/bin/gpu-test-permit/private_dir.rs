@@ -12,6 +12,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::report::process_is_visible;
+
 /// The file whose lock says that the directory's process lives.
 const OWNER: &str = "owner";
 
@@ -94,7 +96,7 @@ fn make_owner(dir: &Path) -> io::Result<File> {
 /// is gone: unchanged for [`LEFT_FOR`], with an `owner` file nobody holds locked (or, made
 /// before directories had one, with no process `pid` left). Best effort: whatever cannot be
 /// read or removed is left as it is.
-pub(crate) fn remove_left_behind(base: &Path, what: &str) {
+fn remove_left_behind(base: &Path, what: &str) {
     let prefix = format!("gpu-test-permit-{what}-");
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
@@ -122,7 +124,7 @@ pub(crate) fn remove_left_behind(base: &Path, what: &str) {
         let gone = match File::open(path.join(OWNER)) {
             // Kept where it is held, or where the file system takes no locks.
             Ok(owner) => owner.try_lock().is_ok(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => !process_lives(pid),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => !process_is_visible(pid),
             Err(_) => false,
         };
         if gone {
@@ -141,22 +143,6 @@ fn mine(meta: &std::fs::Metadata) -> bool {
 #[cfg(not(unix))]
 fn mine(_: &std::fs::Metadata) -> bool {
     // The temporary directory is the user's own.
-    true
-}
-
-#[cfg(unix)]
-fn process_lives(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 sends nothing; it only asks whether `pid` exists.
-    let sent = unsafe { libc::kill(pid, 0) } == 0;
-    sent || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
-#[cfg(not(unix))]
-fn process_lives(_: u32) -> bool {
-    // Not known here: keep the directory.
     true
 }
 
@@ -199,6 +185,14 @@ mod tests {
         );
         let other = make("gpu-test-permit-find-4000000-0", true, true);
         let not_ours = make("gpu-test-permit-watch-x-0", true, true);
+        // Another user's (where this test may give one away: as root).
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        let users = make("gpu-test-permit-watch-4000000-3", true, false);
+        if root {
+            std::os::unix::fs::chown(&users, Some(65534), Some(65534)).unwrap();
+        }
+        age(&users, 2 * LEFT_FOR);
 
         remove_left_behind(base.path(), "watch");
         for (dir, kept) in [
@@ -209,6 +203,7 @@ mod tests {
             (&old_alive, true),
             (&other, true),
             (&not_ours, true),
+            (&users, root),
         ] {
             assert_eq!(dir.exists(), kept, "{}", dir.display());
         }

@@ -290,7 +290,7 @@ fn exited(pid: u32) -> String {
 /// Whether a process with id `pid` exists here (`kill(pid, 0)`: allowed, or refused for want of
 /// permission); true where that cannot be told.
 #[cfg(unix)]
-fn process_is_visible(pid: u32) -> bool {
+pub(crate) fn process_is_visible(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -301,7 +301,7 @@ fn process_is_visible(pid: u32) -> bool {
 }
 
 #[cfg(not(unix))]
-fn process_is_visible(_pid: u32) -> bool {
+pub(crate) fn process_is_visible(_pid: u32) -> bool {
     true
 }
 
