@@ -16,6 +16,18 @@
 //!   counting only the holders expected to have let go by then (one not on record or overdue
 //!   counts as holding on forever).
 //!
+//! Its arithmetic reads one clock, the host's boot clock ([`Clock`]: `CLOCK_BOOTTIME`, which
+//! every process reads alike and no wall-clock step, NTP or faked time moves; the wall clock
+//! only where there is no boot clock): a holder's grant time is its record's `since_boot_ms`,
+//! set at the grant, compared with the backfiller's own reading. The record's wall-clock time
+//! is for people only: a holder whose wall clock reads an hour ahead, or a host whose wall
+//! clock steps back after a grant, would put that holder's end an hour later, and a long
+//! request would be let in "before" a head that could start in seconds. A record whose grant
+//! cannot be placed on the boot clock — written by an earlier version (no `since_boot_ms`),
+//! of another boot (its `boot_id` is not ours), or later than our reading — is not known, as
+//! one with no hold time on record: it lets go now for the shadow time, never for the extra
+//! units, so nothing is let in on its strength.
+//!
 //! It takes its units now only if they are free and either its own hold time ends before the
 //! shadow time (it is done before the head could start anyway), or its units are extra on
 //! whichever GPU it lands (the head still fits at the shadow time with it holding on). A request with no hold time on record never
@@ -42,6 +54,8 @@ use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
+use super::record::HolderRecord;
+use crate::clock::{self, BootTime};
 use crate::sys;
 
 /// The tests' reference hold times, one JSON line a test, in the state directory: written by
@@ -102,7 +116,8 @@ pub(crate) enum Backfill {
 }
 
 /// One GPU's units as backfilling counts them: how many are free, and for each held one when
-/// its holder is expected to let go (Unix milliseconds; `None`: not known, or overdue).
+/// its holder is expected to let go (milliseconds of [`Clock`]; `None`: not known, or
+/// overdue).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct GpuUnits {
     pub(crate) free: usize,
@@ -185,11 +200,56 @@ pub(crate) fn decide(
     fits_beside.then_some(Backfill::Beside)
 }
 
-/// When a holder granted at `since_ms` whose hold time on record is `hold_ms` is expected to
-/// let go; `None` when unknown, or already past at `now_ms` (overdue: it may hold on for
-/// any time yet).
-pub(crate) fn expected_end(since_ms: u64, hold_ms: Option<u64>, now_ms: u64) -> Option<u64> {
-    let end = since_ms.saturating_add(hold_ms?);
+/// The clock backfilling's arithmetic reads, as read once per count: the boot clock where the
+/// host has one, else the wall clock (no other clock is shared by every process there).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Clock {
+    /// The boot clock, which no wall-clock step, skew or faked time moves.
+    Boot(BootTime),
+    /// Unix milliseconds.
+    Wall(u64),
+}
+
+impl Clock {
+    /// The clock, read now.
+    pub(crate) fn now() -> Clock {
+        match clock::boot_now() {
+            Some(boot) => Clock::Boot(boot),
+            None => Clock::Wall(clock::now_unix_ms()),
+        }
+    }
+
+    /// The reading, milliseconds.
+    pub(crate) fn ms(&self) -> u64 {
+        match self {
+            Clock::Boot(boot) => boot.ms,
+            Clock::Wall(ms) => *ms,
+        }
+    }
+
+    /// When holder record `r` says its permit was granted, on this clock; `None` where it cannot
+    /// be placed on it: no boot-clock time in it (a record of an earlier version), one of
+    /// another boot, or a time later than this reading.
+    pub(crate) fn granted(&self, r: &HolderRecord) -> Option<u64> {
+        let at = match self {
+            Clock::Boot(now) if r.boot_id.as_deref() == now.boot_id => r.since_boot_ms?,
+            Clock::Boot(_) => return None,
+            Clock::Wall(_) => r.since_unix_ms,
+        };
+        (at <= self.ms()).then_some(at)
+    }
+}
+
+/// When a holder granted at `granted_ms` ([`Clock::granted`]) whose hold time on record is
+/// `hold_ms` is expected to let go; `None` when not known (no grant time that can be placed
+/// on the clock, or no hold time on record), or already past at `now_ms` (overdue: it may hold
+/// on for any time yet).
+pub(crate) fn expected_end(
+    granted_ms: Option<u64>,
+    hold_ms: Option<u64>,
+    now_ms: u64,
+) -> Option<u64> {
+    let end = granted_ms?.saturating_add(hold_ms?);
     (end > now_ms).then_some(end)
 }
 
@@ -319,11 +379,91 @@ mod tests {
 
     #[test]
     fn overdue_holders_and_zero_units_never_make_room() {
-        assert_eq!(expected_end(NOW - 500, Some(400), NOW), None, "overdue");
-        assert_eq!(expected_end(NOW - 500, Some(600), NOW), Some(NOW + 100));
-        assert_eq!(expected_end(NOW, None, NOW), None);
-        assert_eq!(expected_end(NOW, Some(u64::MAX), NOW), Some(u64::MAX));
+        assert_eq!(
+            expected_end(Some(NOW - 500), Some(400), NOW),
+            None,
+            "overdue"
+        );
+        assert_eq!(
+            expected_end(Some(NOW - 500), Some(600), NOW),
+            Some(NOW + 100)
+        );
+        assert_eq!(expected_end(Some(NOW), None, NOW), None);
+        assert_eq!(expected_end(None, Some(600), NOW), None, "no grant time");
+        assert_eq!(expected_end(Some(NOW), Some(u64::MAX), NOW), Some(u64::MAX));
         assert_eq!(one(5, 3, &[Some(NOW + 9); 5], 0, 1), None);
+    }
+
+    /// A holder's record with grant time `boot_ms` of boot `boot_id` and a wall-clock time an
+    /// hour ahead of `NOW`.
+    fn granted(boot_ms: Option<u64>, boot_id: Option<&str>) -> HolderRecord {
+        HolderRecord {
+            pid: 1,
+            test: "short".into(),
+            binary: Some("suite".into()),
+            thread: "main".into(),
+            since_unix_ms: NOW + 3_600_000,
+            since_boot_ms: boot_ms,
+            boot_id: boot_id.map(str::to_string),
+            exclusive: false,
+            concurrency: 2,
+            units: 1,
+            gpus: 1,
+            memory: None,
+        }
+    }
+
+    #[test]
+    fn grant_times_are_read_on_the_boot_clock_and_one_that_cannot_be_placed_is_not_known() {
+        let now = Clock::Boot(BootTime {
+            ms: NOW,
+            boot_id: Some("this"),
+        });
+        // The wall-clock time, an hour ahead, is not read.
+        let r = granted(Some(NOW - 500), Some("this"));
+        assert_eq!(now.granted(&r), Some(NOW - 500));
+        assert_eq!(now.granted(&granted(Some(NOW), Some("this"))), Some(NOW));
+        for (r, what) in [
+            (granted(None, None), "a record of an earlier version"),
+            (granted(None, Some("this")), "no boot-clock time"),
+            (granted(Some(NOW + 1), Some("this")), "later than now"),
+            (granted(Some(NOW - 500), Some("another")), "another boot"),
+            (granted(Some(NOW - 500), None), "no boot named"),
+        ] {
+            assert_eq!(now.granted(&r), None, "{what}");
+        }
+        // A host that names no boot compares the times alone.
+        let unnamed = Clock::Boot(BootTime {
+            ms: NOW,
+            boot_id: None,
+        });
+        assert_eq!(
+            unnamed.granted(&granted(Some(NOW - 500), None)),
+            Some(NOW - 500)
+        );
+        // Where there is no boot clock, the wall clock: a time later than now is not known.
+        let r = granted(None, None);
+        assert_eq!(
+            Clock::Wall(NOW + 3_600_000).granted(&r),
+            Some(NOW + 3_600_000)
+        );
+        assert_eq!(Clock::Wall(NOW).granted(&r), None);
+    }
+
+    #[test]
+    fn a_holder_an_hour_ahead_lets_no_long_request_past_the_head() {
+        // N = 2: a holder of 1 unit granted 1 s ago with 2 s on record, a head for 2, 1 free,
+        // a request of 12 s. Read on the boot clock, the holder ends in 1 s: the request would
+        // still hold its unit then.
+        let hold = Some(2000);
+        let on_boot = expected_end(Some(NOW - 1000), hold, NOW);
+        assert_eq!(one(2, 1, &[on_boot], 1, 12_000), None);
+        // Its wall-clock time, an hour ahead, would have let the request in "before" the head.
+        let on_wall = expected_end(Some(NOW + 3_600_000 - 1000), hold, NOW);
+        assert_eq!(one(2, 1, &[on_wall], 1, 12_000), Some(Backfill::Before));
+        // A grant that cannot be placed: not known, so nothing goes past the head.
+        assert_eq!(one(2, 1, &[expected_end(None, hold, NOW)], 1, 12_000), None);
+        assert_eq!(one(2, 1, &[expected_end(None, hold, NOW)], 1, 1), None);
     }
 
     #[test]

@@ -543,8 +543,11 @@ impl HostSlots {
     /// Writes the holder's record into each of its slots, stamped with the grant: a holder's
     /// record tells how long it has held its slots, not how long it waited for them.
     fn write_records(&self, got: &[usize], record: &HolderRecord) {
+        let boot = crate::clock::boot_now();
         let granted = HolderRecord {
             since_unix_ms: crate::clock::now_unix_ms(),
+            since_boot_ms: boot.map(|b| b.ms),
+            boot_id: boot.and_then(|b| b.boot_id).map(str::to_string),
             ..record.clone()
         };
         let bytes = granted.encode();
@@ -619,8 +622,10 @@ impl HostSlots {
         let result = (|| {
             // The units as the holders' records tell: blank is free, a record is held until its
             // expected end, a record that cannot be read is held for a time unknown. A record
-            // whose process is gone (killed: its record stays) counts as blank.
-            let now = crate::clock::now_unix_ms();
+            // whose process is gone (killed: its record stays) counts as blank. Grant times are
+            // read on the boot clock; one that cannot be placed on it is not known.
+            let clock = backfill::Clock::now();
+            let now = clock.ms();
             let mut units = vec![backfill::GpuUnits::default(); gpus];
             let mut blank = Vec::new();
             for i in 0..self.slots.len() {
@@ -640,7 +645,7 @@ impl HostSlots {
                         blank.push(i);
                     }
                     Some(Ok(Some(r))) => gpu.ends.push(backfill::expected_end(
-                        r.since_unix_ms,
+                        clock.granted(&r),
                         self.hold_time(&r),
                         now,
                     )),

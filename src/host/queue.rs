@@ -442,6 +442,8 @@ mod tests {
             binary: None,
             thread: "main".into(),
             since_unix_ms: 1,
+            since_boot_ms: None,
+            boot_id: None,
             exclusive: false,
             concurrency: 2,
             units: 1,

@@ -26,8 +26,19 @@ pub struct HolderRecord {
     /// Thread name (or id).
     pub thread: String,
     /// When the permit was granted (in a wait record: when the wait began), milliseconds since
-    /// the Unix epoch.
+    /// the Unix epoch: for people (`status`, diagnoses). Backfilling never reads it: a wall
+    /// clock can be stepped, skewed or faked apart from the others.
     pub since_unix_ms: u64,
+    /// When the permit was granted, milliseconds of the host's boot clock (`CLOCK_BOOTTIME`),
+    /// which every process of the host reads alike and no wall-clock step moves: what
+    /// backfilling compares with its own reading. Wait records, records of earlier versions and
+    /// records written where there is no boot clock lack it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since_boot_ms: Option<u64>,
+    /// The boot that `since_boot_ms` counts from (Linux's `/proc/sys/kernel/random/boot_id`):
+    /// a time of another boot (a record left from before a restart) tells nothing now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
     /// Whether this is part of an exclusive permit.
     pub exclusive: bool,
     /// The holder's permits per GPU, N.
@@ -160,6 +171,8 @@ mod tests {
             binary: Some("b".repeat(2000)),
             thread: "main".into(),
             since_unix_ms: 5,
+            since_boot_ms: Some(3),
+            boot_id: Some("b".into()),
             exclusive: true,
             concurrency: 2,
             units: 2,
@@ -181,5 +194,16 @@ mod tests {
         let back = HolderRecord::decode(&forged.encode()).unwrap().unwrap();
         assert_eq!(back.test, "t\\u{1b}[2J\\r\\nforged \\u{202e}x");
         assert!(HolderRecord::decode(&[0xff, 0xfe]).is_err());
+    }
+
+    #[test]
+    fn a_record_of_an_earlier_version_has_no_boot_clock_time() {
+        let old = br#"{"pid":7,"test":"t","thread":"main","since_unix_ms":5,"exclusive":false,"concurrency":2}"#;
+        let r = HolderRecord::decode(old).unwrap().unwrap();
+        assert_eq!((r.since_boot_ms, r.boot_id.as_deref()), (None, None));
+        assert_eq!(r.since_unix_ms, 5);
+        // And one without them is written as an earlier version would.
+        let text = String::from_utf8(r.encode()).unwrap();
+        assert!(!text.contains("boot"), "{text}");
     }
 }

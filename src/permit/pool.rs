@@ -516,6 +516,9 @@ impl PermitPool {
                     binary: Some(crate::runs::current_test_binary()),
                     thread: d.thread.clone(),
                     since_unix_ms: unix_ms(d.since_wall),
+                    // Stamped on the boot clock at the grant (`HostSlots::write_records`).
+                    since_boot_ms: None,
+                    boot_id: None,
                     exclusive,
                     concurrency: inner.layout().per_gpu,
                     units,

@@ -29,6 +29,14 @@ pub(super) fn boot_ms() -> Option<u64> {
         .then(|| ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000)
 }
 
+/// The id of the boot that `CLOCK_BOOTTIME` counts from (`/proc/sys/kernel/random/boot_id`),
+/// the same for every process of the host until it restarts.
+pub(super) fn boot_id() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = text.trim();
+    (!id.is_empty()).then(|| id.to_string())
+}
+
 /// Space for `len` bytes from the start of `file`, allocated now without changing its length
 /// or contents (`fallocate` with `FALLOC_FL_KEEP_SIZE`): later writes within it do not need
 /// space the file system may no longer have.

@@ -491,6 +491,13 @@ pub(crate) fn boot_ms() -> Option<u64> {
     kernel::boot_ms()
 }
 
+/// The id of the boot that [`boot_ms`] counts from, where the host names one (Linux): a
+/// boot-clock time of another boot (a record left from before a restart) is not comparable
+/// with [`boot_ms`] now.
+pub(crate) fn boot_id() -> Option<String> {
+    kernel::boot_id()
+}
+
 /// Reads up to `buf.len()` bytes at offset 0.
 pub(crate) fn read_at_start(file: &File, buf: &mut [u8]) -> io::Result<usize> {
     os::read_at_start(file, buf)

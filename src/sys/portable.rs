@@ -89,6 +89,11 @@ pub(super) fn boot_ms() -> Option<u64> {
     None
 }
 
+/// No boot clock, so no boot for it to count from.
+pub(super) fn boot_id() -> Option<String> {
+    None
+}
+
 /// Nothing is reserved here; a full disk may still refuse a record.
 pub(super) fn reserve(_file: &std::fs::File, _len: u64) -> std::io::Result<()> {
     Ok(())
