@@ -86,6 +86,17 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
         };
     }
     cmd.env(PROBE_REQUEST_VAR, value);
+    if crate::config::watch_log().is_some() {
+        // Watched (`gpu-test-permit watch`): the child loads drivers without a permit on
+        // purpose, and is not one of the test's processes. It is started without the loader's
+        // log, so it leaves none in the watch directory: the watcher reads every log there as
+        // the test's, and needs to tell nothing apart. Recognising the child by its log
+        // instead would trust what a process wrote about itself, and the loader logs its
+        // first loads before any code of the child could say what it is.
+        for var in ["LD_DEBUG", "LD_DEBUG_OUTPUT", crate::config::WATCH_VAR] {
+            cmd.env_remove(var);
+        }
+    }
     // Its own process group, and it dies with this thread.
     crate::sys::contain_child(&mut cmd);
     let mut child = Reaper::new(cmd.spawn()?);

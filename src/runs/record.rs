@@ -177,8 +177,9 @@ pub struct DriversRecord {
     pub test: String,
     /// The attempt (1 for the first).
     pub attempt: u32,
-    /// The GPU driver libraries seen: every one the process loaded where it was watched, the
-    /// ones it had mapped where it looked at itself.
+    /// The GPU driver libraries seen: every one the process (and, watched, each process it
+    /// started) loaded as it ran where it was watched, the ones it had mapped where it looked
+    /// at itself; in either case not those in `linked`.
     pub drivers: Vec<String>,
     /// Those it loaded while it held no permit.
     pub unpermitted: Vec<String>,
@@ -189,6 +190,11 @@ pub struct DriversRecord {
     /// How it was seen: `watched` (the loader's log, every load) or `mapped` (the process
     /// looked at what it had mapped at its first permit or as it exited).
     pub seen: String,
+    /// The GPU driver libraries its program was linked to at build time (mapped before its
+    /// first instruction, or its executable's dependencies): not in `drivers`, never an
+    /// escape (see [`drivers`](crate::drivers)).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub linked: Vec<String>,
 }
 
 impl DriversRecord {

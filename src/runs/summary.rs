@@ -150,6 +150,12 @@ pub struct RunSummary {
     /// Tests whose process was watched loading a GPU driver (with a permit or without), by
     /// name, with the drivers it loaded: the run's GPU tests as the drivers tell them.
     pub loaded_drivers: Vec<(TestKey, Vec<String>)>,
+    /// Tests whose program was linked to a GPU driver at build time, by name, with those
+    /// drivers: not escapes (see [`drivers`](crate::drivers)).
+    pub linked_drivers: Vec<(TestKey, Vec<String>)>,
+    /// Tests whose processes were watched (`gpu-test-permit watch`): where there are none,
+    /// only drivers still mapped when a test looked at itself were seen.
+    pub watched_tests: usize,
 }
 
 /// One permit's life, as the records tell it.
@@ -184,6 +190,8 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
     let mut skip_order: Vec<TestKey> = Vec::new();
     let mut escaped: BTreeMap<TestKey, Escaped> = BTreeMap::new();
     let mut loaded: BTreeMap<TestKey, Vec<String>> = BTreeMap::new();
+    let mut linked: BTreeMap<TestKey, Vec<String>> = BTreeMap::new();
+    let mut watched: std::collections::BTreeSet<TestKey> = Default::default();
     // Each driver once, in the order first seen.
     let add = |to: &mut Vec<String>, from: &[String]| {
         for lib in from {
@@ -197,7 +205,13 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
             RunRecord::Drivers(d) => {
                 let key = key_of(&d.binary, &d.test);
                 if d.seen == "watched" {
-                    add(loaded.entry(key.clone()).or_default(), &d.drivers);
+                    watched.insert(key.clone());
+                    if !d.drivers.is_empty() {
+                        add(loaded.entry(key.clone()).or_default(), &d.drivers);
+                    }
+                }
+                if !d.linked.is_empty() {
+                    add(linked.entry(key.clone()).or_default(), &d.linked);
                 }
                 if d.escaped() {
                     let e = escaped.entry(key.clone()).or_insert_with(|| Escaped {
@@ -249,6 +263,8 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
     }
     s.escaped = escaped.into_values().collect();
     s.loaded_drivers = loaded.into_iter().collect();
+    s.linked_drivers = linked.into_iter().collect();
+    s.watched_tests = watched.len();
     s.gpu_tests = last_attempt.len();
     s.retried = last_attempt
         .iter()

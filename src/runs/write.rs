@@ -304,9 +304,10 @@ pub(crate) fn record_skip(backend: &str, reason: &str) {
     append(&dir, record);
 }
 
-/// Records that this process (a test) had GPU `drivers` mapped without a permit: at its first
-/// permit (`at_first_permit`) or as it exited without ever holding one.
-pub(crate) fn record_drivers(drivers: Vec<String>, at_first_permit: bool) {
+/// Records that this process (a test) had GPU `drivers` mapped without a permit, and
+/// `linked` mapped as its executable's dependencies: at its first permit (`at_first_permit`)
+/// or as it exited without ever holding one.
+pub(crate) fn record_drivers(drivers: Vec<String>, linked: Vec<String>, at_first_permit: bool) {
     write_drivers(DriversRecord {
         run: String::new(),
         unix_us: 0,
@@ -315,29 +316,22 @@ pub(crate) fn record_drivers(drivers: Vec<String>, at_first_permit: bool) {
         test: String::new(),
         attempt: 0,
         unpermitted: drivers.clone(),
+        before_first_permit: !drivers.is_empty(),
         drivers,
-        before_first_permit: true,
         held: at_first_permit,
         seen: "mapped".into(),
+        linked,
     });
 }
 
-/// Records what the loader's log of watched process `pid` (the running test's, as the
-/// watcher `gpu-test-permit watch` sees it) says: the drivers it `loaded`, those of them
-/// `unpermitted`, whether one came `before_first_permit` and whether it `held` one (see
-/// `drivers::WatchLog`), when it loaded a GPU driver and this runs under nextest. Returns
+/// Records what the loader's logs of watched command `pid` (the running test's, as the
+/// watcher `gpu-test-permit watch` sees it, with every process it started) say (see
+/// `drivers::WatchLog`), when this runs under nextest: a record for every watched test,
+/// one that loaded no driver too, so that `report` knows the run was watched. Returns
 /// whether a record was written.
 #[doc(hidden)]
-pub fn record_watched(
-    pid: u32,
-    loaded: &[String],
-    unpermitted: &[String],
-    before_first_permit: bool,
-    held: bool,
-) -> bool {
-    if loaded.is_empty() {
-        return false;
-    }
+pub fn record_watched(pid: u32, seen: &crate::drivers::WatchLog) -> bool {
+    let all = |list: &[String]| list.iter().map(|d| cut(d.clone())).collect();
     write_drivers(DriversRecord {
         run: String::new(),
         unix_us: 0,
@@ -345,11 +339,12 @@ pub fn record_watched(
         binary: String::new(),
         test: String::new(),
         attempt: 0,
-        drivers: loaded.iter().map(|d| cut(d.clone())).collect(),
-        unpermitted: unpermitted.iter().map(|d| cut(d.clone())).collect(),
-        before_first_permit,
-        held,
+        drivers: all(&seen.loaded),
+        unpermitted: all(&seen.unpermitted),
+        before_first_permit: seen.before_first_permit,
+        held: seen.held,
         seen: "watched".into(),
+        linked: all(&seen.linked),
     })
 }
 

@@ -93,9 +93,13 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     drop(permit);
     // Read once the permit is back: the log may be long, and its slots are not held for it.
     if let Some(w) = &watch {
-        // The command held the permit all its life: whatever it loaded, it loaded with one.
-        let seen = w.read(ended.pid);
-        gpu_test_permit::runs::record_watched(ended.pid, &seen.loaded, &[], false, true);
+        // The command held the permit all its life, and so did what it started (the permit's
+        // locks are inherited): whatever they loaded, they loaded with one.
+        let mut seen = w.read(ended.pid);
+        seen.unpermitted.clear();
+        seen.before_first_permit = false;
+        seen.held = true;
+        gpu_test_permit::runs::record_watched(ended.pid, &seen);
     }
     // Removed now: a command killed by a signal is died of below, which runs no destructor.
     drop(watch);
@@ -147,13 +151,7 @@ pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
     let ended = signals.run(&mut cmd).map_err(cannot_run)?;
     let seen = watch.read(ended.pid);
     drop(watch);
-    let recorded = gpu_test_permit::runs::record_watched(
-        ended.pid,
-        &seen.loaded,
-        &seen.unpermitted,
-        seen.before_first_permit,
-        seen.held,
-    );
+    let recorded = gpu_test_permit::runs::record_watched(ended.pid, &seen);
     if !recorded && !seen.unpermitted.is_empty() {
         let names: Vec<&str> = seen
             .unpermitted
@@ -174,12 +172,12 @@ pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
     Ok(exit_like(ended.status))
 }
 
-/// A private directory for the loader's log of a watched command (`LD_DEBUG=files`, glibc),
-/// removed when dropped.
+/// A private directory for the loader's logs of a watched command (`LD_DEBUG=files`, glibc):
+/// one for each of its processes, `ld.<pid>`. Removed when dropped.
 struct Watch(crate::private_dir::PrivateDir);
 
-/// The most of a loader log read: a process that maps more than this is not a test.
-const WATCH_LOG_MOST: u64 = 64 << 20;
+/// The name every log in the directory starts with; the loader adds `.<pid>`.
+const LOG_PREFIX: &str = "ld";
 
 impl Watch {
     /// A new private directory, written to once: where the loader cannot open its log it
@@ -199,32 +197,58 @@ impl Watch {
         Ok(watch)
     }
 
-    /// Makes the loader of `cmd`'s process (and of what it starts) log every library it maps
-    /// into this directory, and tells the crate in it where to write its marks.
+    /// Makes the loader of `cmd`'s process (and of each process it starts, which inherits
+    /// the variables) log every library it maps into this directory, and tells the crate in
+    /// it where to write its marks.
     fn arm(&self, cmd: &mut Command) {
-        let log = self.0.path().join("ld");
+        let log = self.0.path().join(LOG_PREFIX);
         cmd.env("LD_DEBUG", "files")
             .env("LD_DEBUG_OUTPUT", &log)
             .env(gpu_test_permit::drivers::WATCH_VAR, &log);
     }
 
-    /// What the log of process `pid` says (nothing where the loader wrote none).
+    /// What the logs of the command (process `pid`) and of every process it started say,
+    /// together; each log is read with its own process's marks, as a stream.
     fn read(&self, pid: u32) -> gpu_test_permit::drivers::WatchLog {
-        use std::io::Read;
-        let mut text = Vec::new();
-        match std::fs::File::open(self.0.path().join(format!("ld.{pid}"))) {
-            Ok(f) => {
-                let _ = f.take(WATCH_LOG_MOST).read_to_end(&mut text);
+        let mut seen = gpu_test_permit::drivers::WatchLog::default();
+        let mut own = false;
+        let entries = std::fs::read_dir(self.0.path()).into_iter().flatten();
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name();
+            let Some(of) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(LOG_PREFIX)?.strip_prefix('.'))
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // Only regular files: nothing here may block the read.
+            if !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
             }
+            let read = std::fs::File::open(entry.path()).and_then(|f| {
+                gpu_test_permit::drivers::read_watch_log_from(std::io::BufReader::new(f))
+            });
+            match read {
+                Ok(log) => seen.merge(log),
+                Err(e) => eprintln!(
+                    "gpu-test-permit: cannot read the loader's log of process {of} ({}): {e}; \
+                     its driver loads are not counted",
+                    entry.path().display()
+                ),
+            }
+            own |= of == pid;
+        }
+        if !own {
             // The command's loader wrote nothing: not glibc's (musl, a static binary, another
             // system), or the command is not a program of its own (a script's interpreter
             // would have written one).
-            Err(_) => eprintln!(
+            eprintln!(
                 "gpu-test-permit: the command's dynamic loader kept no log, so its driver loads \
                  were not seen (watching needs glibc's loader, on Linux)"
-            ),
+            );
         }
-        gpu_test_permit::drivers::read_watch_log(&String::from_utf8_lossy(&text))
+        seen
     }
 }
 

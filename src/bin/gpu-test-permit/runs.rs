@@ -84,6 +84,65 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
+/// The report's sections on drivers beyond the escapes: those linked at build time, and, for a
+/// run that was not watched, what it cannot have seen.
+fn render_drivers(s: &RunSummary, out: &mut String) {
+    use std::fmt::Write;
+    if !s.linked_drivers.is_empty() {
+        // By binary: every test of a program that links a driver maps it.
+        let mut binaries: Vec<(&str, Vec<&str>, usize)> = Vec::new();
+        for (key, drivers) in &s.linked_drivers {
+            let at = match binaries.iter().position(|(b, _, _)| *b == key.binary) {
+                Some(at) => at,
+                None => {
+                    binaries.push((&key.binary, Vec::new(), 0));
+                    binaries.len() - 1
+                }
+            };
+            let (_, names, tests) = &mut binaries[at];
+            *tests += 1;
+            for d in drivers {
+                let d = gpu_test_permit::drivers::library_name(d);
+                if !names.contains(&d) {
+                    names.push(d);
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "\nlinked to a GPU driver at build time: {} (mapped as the program starts, in \
+             every test; not an escape: mapping a driver touches no GPU, creating a context \
+             does, and the driver watch cannot tell which of these tests did)",
+            plural(binaries.len(), "test binary", "test binaries")
+        );
+        for (binary, names, tests) in binaries {
+            let _ = writeln!(
+                out,
+                "  {}: {} ({})",
+                printable(binary),
+                printable(&names.join(", ")),
+                plural(tests, "test", "tests")
+            );
+        }
+    }
+    if s.watched_tests == 0 && s.gpu_tests + s.escaped.len() + s.linked_drivers.len() > 0 {
+        let _ = writeln!(
+            out,
+            "\ndriver loads: this run was not watched, so only drivers still mapped when a test \
+             process looked at itself (at its first permit, or as it exited without one) were \
+             seen{}. A driver loaded and unloaded again before that (wgpu unloads its Vulkan \
+             drivers when its instance is dropped) is not, nor one loaded by a process a test \
+             started. To see every load, run the tests under the watch: cargo's target runner \
+             `gpu-test-permit watch --` (CARGO_TARGET_<TRIPLE>_RUNNER, on Linux with glibc).",
+            if s.escaped.is_empty() {
+                ": none without a permit"
+            } else {
+                ""
+            }
+        );
+    }
+}
+
 /// The report's text.
 fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> String {
     use std::fmt::Write;
@@ -166,6 +225,7 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
             );
         }
     }
+    render_drivers(s, &mut out);
     let _ = writeln!(out, "\nskipped: {}", s.skipped.len());
     for k in &s.skipped {
         let _ = writeln!(out, "  {}: {}", name(&k.key), printable(&k.message()));

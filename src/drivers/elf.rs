@@ -1,0 +1,223 @@
+//! Just enough of ELF to follow an executable's dependencies: the `DT_NEEDED` names and the
+//! `DT_SONAME` of a file, read through its program headers as the loader reads them.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+
+/// The most of a file's dynamic section and string table that is read: a library's are a
+/// few KiB.
+const MOST: u64 = 4 << 20;
+
+/// What the dynamic section of an ELF file names.
+#[derive(Debug, Default)]
+pub(super) struct Dynamic {
+    /// Its `DT_NEEDED` entries: the libraries it was linked to.
+    pub(super) needed: Vec<String>,
+    /// Its `DT_SONAME`, the name others are linked to it by.
+    pub(super) soname: Option<String>,
+}
+
+/// Reads the dynamic section of the ELF file at `path`; `None` where it is not one (or has
+/// none).
+pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
+    let mut file = File::open(path).ok()?;
+    let mut ident = [0u8; 64];
+    file.read_exact(&mut ident[..16]).ok()?;
+    if &ident[..4] != b"\x7fELF" {
+        return None;
+    }
+    let wide = match ident[4] {
+        1 => false,
+        2 => true,
+        _ => return None,
+    };
+    let little = match ident[5] {
+        1 => true,
+        2 => false,
+        _ => return None,
+    };
+    let header_len = if wide { 64 } else { 52 };
+    file.read_exact(&mut ident[16..header_len]).ok()?;
+    let r = Reader { wide, little };
+    let h = &ident[..header_len];
+    let (phoff, phentsize, phnum) = if wide {
+        (r.u64(&h[32..]), r.u16(&h[54..]), r.u16(&h[56..]))
+    } else {
+        (r.u32(&h[28..]), r.u16(&h[42..]), r.u16(&h[44..]))
+    };
+    let (phentsize, phnum) = (u64::from(phentsize), u64::from(phnum));
+    if phentsize < if wide { 56 } else { 32 } || phnum == 0 || phnum * phentsize > MOST {
+        return None;
+    }
+    let headers = read_at(&mut file, phoff, phnum * phentsize)?;
+    // (vaddr, offset, filesz) of each PT_LOAD; (offset, filesz) of PT_DYNAMIC.
+    let mut loads = Vec::new();
+    let mut dynamic = None;
+    for h in headers.chunks_exact(phentsize as usize) {
+        let kind = r.u32(h);
+        let (offset, vaddr, filesz) = if wide {
+            (r.u64(&h[8..]), r.u64(&h[16..]), r.u64(&h[32..]))
+        } else {
+            (r.u32(&h[4..]), r.u32(&h[8..]), r.u32(&h[16..]))
+        };
+        match kind {
+            1 => loads.push((vaddr, offset, filesz)),
+            2 => dynamic = Some((offset, filesz)),
+            _ => {}
+        }
+    }
+    let (offset, size) = dynamic?;
+    let entries = read_at(&mut file, offset, size.min(MOST))?;
+    let entry = if wide { 16 } else { 8 };
+    let (mut strtab, mut strsz, mut needed, mut soname) = (None, None, Vec::new(), None);
+    for e in entries.chunks_exact(entry) {
+        let (tag, val) = if wide {
+            (r.u64(e), r.u64(&e[8..]))
+        } else {
+            (r.u32(e), r.u32(&e[4..]))
+        };
+        match tag {
+            0 => break,
+            1 => needed.push(val),
+            5 => strtab = Some(val),
+            10 => strsz = Some(val),
+            14 => soname = Some(val),
+            _ => {}
+        }
+    }
+    // DT_STRTAB is an address: the file offset is that of the segment holding it.
+    let strtab = strtab?;
+    let (vaddr, seg_offset, _) = loads
+        .iter()
+        .find(|(vaddr, _, filesz)| strtab >= *vaddr && strtab - vaddr < *filesz)?;
+    let strings = read_at(
+        &mut file,
+        seg_offset + (strtab - vaddr),
+        strsz.unwrap_or(MOST).min(MOST),
+    )?;
+    let string = |at: u64| -> Option<String> {
+        let rest = strings.get(usize::try_from(at).ok()?..)?;
+        let end = rest.iter().position(|&b| b == 0)?;
+        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    };
+    Some(Dynamic {
+        needed: needed.into_iter().filter_map(string).collect(),
+        soname: soname.and_then(string),
+    })
+}
+
+/// Up to `len` bytes of `file` from `offset` (fewer where it ends first).
+fn read_at(file: &mut File, offset: u64, len: u64) -> Option<Vec<u8>> {
+    file.seek(SeekFrom::Start(offset)).ok()?;
+    let mut out = Vec::new();
+    file.take(len).read_to_end(&mut out).ok()?;
+    Some(out)
+}
+
+/// Reads the file's integers in its class and byte order.
+struct Reader {
+    wide: bool,
+    little: bool,
+}
+
+impl Reader {
+    fn u16(&self, b: &[u8]) -> u16 {
+        let b = [b[0], b[1]];
+        if self.little {
+            u16::from_le_bytes(b)
+        } else {
+            u16::from_be_bytes(b)
+        }
+    }
+
+    fn u32(&self, b: &[u8]) -> u64 {
+        let b = [b[0], b[1], b[2], b[3]];
+        u64::from(if self.little {
+            u32::from_le_bytes(b)
+        } else {
+            u32::from_be_bytes(b)
+        })
+    }
+
+    fn u64(&self, b: &[u8]) -> u64 {
+        debug_assert!(self.wide);
+        let b: [u8; 8] = b[..8].try_into().expect("eight bytes");
+        if self.little {
+            u64::from_le_bytes(b)
+        } else {
+            u64::from_be_bytes(b)
+        }
+    }
+}
+
+/// The files among `mapped` (paths) that the executable at `exe` depends on, transitively:
+/// each `DT_NEEDED` name is the file of that name among `mapped`, or the one whose
+/// `DT_SONAME` it is (a library found through a link: `libcuda.so.1` mapped as
+/// `libcuda.so.580.95.05`). Sonames are read only for names no mapped file bears.
+pub(super) fn needed_closure(exe: &Path, mapped: &[String]) -> Vec<String> {
+    let mut sonames: Option<Vec<Option<String>>> = None;
+    let mut reached: Vec<usize> = Vec::new();
+    let mut queue: Vec<String> = dynamic(exe).map(|d| d.needed).unwrap_or_default();
+    let mut asked: Vec<String> = Vec::new();
+    while let Some(name) = queue.pop() {
+        if asked.contains(&name) {
+            continue;
+        }
+        let file = super::library_name(&name);
+        let found = mapped
+            .iter()
+            .position(|m| super::library_name(m) == file)
+            .or_else(|| {
+                let sonames = sonames.get_or_insert_with(|| {
+                    mapped
+                        .iter()
+                        .map(|m| dynamic(Path::new(m)).and_then(|d| d.soname))
+                        .collect()
+                });
+                sonames.iter().position(|s| s.as_deref() == Some(file))
+            });
+        asked.push(name);
+        let Some(at) = found else { continue };
+        if reached.contains(&at) {
+            continue;
+        }
+        reached.push(at);
+        if let Some(d) = dynamic(Path::new(&mapped[at])) {
+            queue.extend(d.needed);
+        }
+    }
+    reached.sort_unstable();
+    reached.into_iter().map(|at| mapped[at].clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn this_test_binary_needs_the_c_library() {
+        let exe = std::env::current_exe().unwrap();
+        let d = dynamic(&exe).expect("a test binary is a dynamic ELF file");
+        assert!(d.needed.iter().any(|n| n.starts_with("libc.so")), "{d:?}");
+        let mapped = crate::sys::mapped_files().unwrap();
+        let closure = needed_closure(&exe, &mapped);
+        assert!(
+            closure
+                .iter()
+                .any(|p| super::super::library_name(p).starts_with("libc.so")),
+            "{closure:?}"
+        );
+        let libc = closure
+            .iter()
+            .find(|p| super::super::library_name(p).starts_with("libc.so"))
+            .unwrap();
+        assert_eq!(
+            dynamic(Path::new(libc)).unwrap().soname.as_deref(),
+            Some("libc.so.6")
+        );
+        assert!(dynamic(Path::new("/proc/self/status")).is_none());
+        assert!(dynamic(Path::new("/nonexistent")).is_none());
+    }
+}
