@@ -620,3 +620,218 @@ fn config_says_whether_backfilling_is_on() {
         "{bad}"
     );
 }
+
+/// The environment that runs a process under libfaketime with its wall clock `offset` away
+/// (`+1h`, `-1h`), its monotonic and boot clocks untouched; checked to work, with `date`.
+/// `None` where libfaketime is not installed.
+fn wall_clock_off(offset: &str) -> Option<Vec<(String, String)>> {
+    let lib = crate::cap_breaks::libfaketime()?;
+    let env = vec![
+        ("LD_PRELOAD".to_string(), lib.display().to_string()),
+        ("FAKETIME".to_string(), offset.to_string()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".to_string(), "1".to_string()),
+    ];
+    let out = std::process::Command::new("date")
+        .arg("+%s")
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .output()
+        .unwrap();
+    let read: i64 = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let ahead = !offset.starts_with('-');
+    let off = if ahead { read - now } else { now - read };
+    assert!(
+        off >= 3500,
+        "{} did not put date {offset} off: {read}, now {now}",
+        lib.display()
+    );
+    Some(env)
+}
+
+/// `env` as [`Suite::hold`] takes it.
+fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}
+
+/// The holds the trace records, each as (test, backfilled), in the order they ended.
+fn holds_of(tests: &[(&str, bool)]) -> Vec<(String, bool)> {
+    tests.iter().map(|&(t, b)| (t.to_string(), b)).collect()
+}
+
+/// Grant times were wall-clock times, compared with the backfiller's wall clock: with the
+/// holder's wall clock an hour ahead, or the backfiller's an hour behind (what a host's clock
+/// stepped back after the grant looks like), a holder of 2 s on record seemed to hold on for
+/// an hour and 2 s, and a request of 12 s was let in "before" a head that could start in 2 s.
+/// Read on the boot clock, which libfaketime leaves alone, the holder ends in 2 s: the request
+/// would still hold its unit then, so it waits behind the head.
+#[test]
+fn a_wall_clock_an_hour_off_lets_no_long_request_past_the_head() {
+    for (skewed, offset) in [("holder", "+1h"), ("backfiller", "-1h")] {
+        let Some(off) = wall_clock_off(offset) else {
+            eprintln!("not run: needs libfaketime (apt-get install faketime)");
+            return;
+        };
+        let env_of = |who: &str| if who == skewed { pairs(&off) } else { vec![] };
+        let s = Suite::new(2);
+        s.record(&[
+            ("short", 2_000_000),
+            ("heavy", 2_000_000),
+            ("long_light", 12_000_000),
+        ]);
+        let holder = s.hold("short", &[], &env_of("holder"));
+        s.starts(&holder, "the holder");
+        let head = s.hold("heavy", &["--units", "2"], &[]);
+        s.wait_for_head(&head);
+        let long = s.hold("long_light", &[], &env_of("backfiller"));
+        assert!(
+            !long.held_within(Duration::from_secs(2)),
+            "the {skewed}'s wall clock {offset}: a request of 12 s was let in past a head that \
+             could start when a holder of 2 s lets go"
+        );
+        release(holder);
+        s.starts(
+            &head,
+            &format!("the {skewed}'s wall clock {offset}: the head"),
+        );
+        assert!(!long.held_within(Duration::ZERO), "the cap");
+        release(head);
+        s.starts(&long, "the long request after the head");
+        release(long);
+        assert_eq!(
+            s.holds(),
+            holds_of(&[("short", false), ("heavy", false), ("long_light", false)]),
+            "the {skewed}'s wall clock {offset}"
+        );
+    }
+}
+
+/// The same holder an hour ahead, with the head waiting under `GPU_TEST_PERMIT_TIMEOUT=8s`:
+/// the request let in past it held its unit past the head's deadline, and the head gave up
+/// while a later request held the unit it waited for. It is served once the holder lets go.
+#[test]
+fn a_head_with_a_timeout_is_served_beside_a_holder_an_hour_ahead() {
+    let Some(ahead) = wall_clock_off("+1h") else {
+        eprintln!("not run: needs libfaketime (apt-get install faketime)");
+        return;
+    };
+    let s = Suite::new(2);
+    s.record(&[
+        ("short", 2_000_000),
+        ("heavy", 2_000_000),
+        ("long_light", 12_000_000),
+    ]);
+    let holder = s.hold("short", &[], &pairs(&ahead));
+    s.starts(&holder, "the holder");
+    let head = s.hold(
+        "heavy",
+        &["--units", "2"],
+        &[("GPU_TEST_PERMIT_TIMEOUT", "8s")],
+    );
+    s.wait_for_head(&head);
+    let long = s.hold("long_light", &[], &[]);
+    // Its chance to be let in past the head, within the holder's 2 s.
+    std::thread::sleep(Duration::from_millis(1500));
+    release(holder);
+    if !head.held_within(LONG) {
+        let holds = s.holds();
+        let (status, err) = head.release();
+        panic!("the head was not served ({status}): {err}; holds so far: {holds:?}");
+    }
+    assert!(!long.held_within(Duration::ZERO), "the cap");
+    release(head);
+    s.starts(&long, "the long request after the head");
+    release(long);
+    assert_eq!(
+        s.holds(),
+        holds_of(&[("short", false), ("heavy", false), ("long_light", false)])
+    );
+}
+
+/// A holder's grant time that cannot be placed on the boot clock — a record of an earlier
+/// version (no `since_boot_ms`), a time later than now, a time of another boot — is not known:
+/// the holder lets go now for the shadow time and never for the extra units, so nothing is
+/// let in past the head on its strength; the record as the holder wrote it lets a request of
+/// 1 s in before a head that waits for a holder of 30 s.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_grant_time_that_cannot_be_placed_on_the_boot_clock_lets_nothing_past_the_head() {
+    for forged in [
+        "as written",
+        "earlier version",
+        "later than now",
+        "another boot",
+    ] {
+        let s = Suite::new(2);
+        s.record(&[
+            ("short", 30_000_000),
+            ("heavy", 2_000_000),
+            ("light", 1_000_000),
+        ]);
+        let holder = s.hold("short", &[], &[]);
+        s.starts(&holder, "the holder");
+        let pid = holder.child.id();
+        let slot = status(&s.slots())
+            .unwrap()
+            .slots
+            .iter()
+            .find(|slot| slot.holder.as_ref().is_some_and(|r| r.pid == pid))
+            .map(|slot| s.slots().join(format!("gpu0.slot{}", slot.index)))
+            .expect("the holder's record");
+        let text = std::fs::read_to_string(&slot).unwrap();
+        let mut record: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        let fields = record.as_object_mut().unwrap();
+        match forged {
+            "as written" => {}
+            "earlier version" => {
+                fields.remove("since_boot_ms");
+                fields.remove("boot_id");
+            }
+            "later than now" => {
+                let at = fields["since_boot_ms"].as_u64().expect("a boot-clock time");
+                fields.insert("since_boot_ms".into(), (at + 3_600_000).into());
+            }
+            _ => {
+                fields.insert(
+                    "boot_id".into(),
+                    "00000000-0000-4000-8000-000000000000".into(),
+                );
+            }
+        }
+        let mut forged_text = serde_json::to_string(&record).unwrap();
+        forged_text.push('\n');
+        std::fs::write(&slot, format!("{forged_text:<1024}")).unwrap();
+        let head = s.hold("heavy", &["--units", "2"], &[]);
+        s.wait_for_head(&head);
+        let light = s.hold("light", &[], &[]);
+        let backfills = forged == "as written";
+        let backfilled = light.held_within(if backfills { LONG } else { SETTLE });
+        assert_eq!(
+            backfilled, backfills,
+            "{forged}: {record} (let in past the head: {backfilled})"
+        );
+        release(holder);
+        if backfilled {
+            release(light);
+            s.starts(&head, forged);
+            release(head);
+        } else {
+            s.starts(&head, forged);
+            assert!(!light.held_within(Duration::ZERO), "{forged}: the cap");
+            release(head);
+            s.starts(&light, forged);
+            release(light);
+        }
+        let mut holds = s.holds();
+        holds.sort();
+        let mut want = holds_of(&[("short", false), ("heavy", false), ("light", backfills)]);
+        want.sort();
+        assert_eq!(holds, want, "{forged}");
+    }
+}

@@ -623,7 +623,7 @@ fn a_small_descriptor_limit_still_leaves_room_for_the_slots() {
 /// not through the `faketime` wrapper: the wrapper makes a named semaphore and shared memory
 /// named by its pid, which a wrapper killed by a test leaves behind, and a later wrapper that
 /// gets the same pid then refuses to start ("sem_open: File exists").
-fn libfaketime() -> Option<PathBuf> {
+pub(crate) fn libfaketime() -> Option<PathBuf> {
     let mut dirs = vec![PathBuf::from("/usr/lib"), PathBuf::from("/usr/local/lib")];
     if let Ok(entries) = std::fs::read_dir("/usr/lib") {
         dirs.extend(entries.flatten().map(|e| e.path()));
