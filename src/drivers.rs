@@ -3,8 +3,11 @@
 //! A test that builds its GPU object without a permit escapes the cap, and nothing in the
 //! permits' own records can see it. What can be seen is the driver: a process that uses a GPU
 //! maps its driver library (`libcuda`, a Vulkan ICD such as NVIDIA's `libGLX_nvidia`, Mesa's
-//! `libvulkan_radeon`, `libvulkan_intel` or `libvulkan_lvp`, AMDVLK, `libnvidia-*`; see
-//! [`driver_library`]). Two ways to see it:
+//! `libvulkan_radeon`, `libvulkan_intel` or `libvulkan_lvp`, AMDVLK, SwiftShader,
+//! `libnvidia-*`, `libnvcuvid`, `libnvoptix`, Level Zero's `libze_intel_gpu`, an OpenCL ICD
+//! such as `libigdrcl` or `libamdocl64`; see [`driver_by_name`]), or any library that a
+//! Vulkan ICD manifest or OpenCL vendor file installed on the machine names, whatever its name
+//! ([`driver_library`]). Two ways to see it:
 //!
 //! - **Watched** (Linux with glibc): `gpu-test-permit watch -- COMMAND` (or `run --watch`), as
 //!   cargo's target runner (for `cargo test` and nextest alike), starts the test process with
@@ -82,23 +85,47 @@ pub const HELD_MARK: &str = "gpu-test-permit: held";
 /// The line written when it goes back to none.
 pub const FREE_MARK: &str = "gpu-test-permit: free";
 
-/// Whether the library at `path` (or named `path`) is a GPU driver: mapping it means the
-/// process reached a GPU (or a software one such as lavapipe). By its file name:
+/// Whether the library at `path` (or named `path`) is a GPU driver on this machine: one known
+/// by its file name ([`driver_by_name`]), or one that an installed Vulkan ICD manifest or
+/// OpenCL vendor file names (the Vulkan loader's search path, `VK_DRIVER_FILES`,
+/// `VK_ICD_FILENAMES` and `VK_ADD_DRIVER_FILES` included; `/etc/OpenCL/vendors`,
+/// `OCL_ICD_VENDORS`; Level Zero's `ZE_ENABLE_ALT_DRIVERS`). The manifests are read once per
+/// process, the first time a name is not on the list; one that cannot be read or is not a
+/// manifest is skipped.
+pub fn driver_library(path: &str) -> bool {
+    driver_by_name(path) || crate::icd::named_by_manifest(path)
+}
+
+/// Whether the library at `path` (or named `path`) is a GPU driver by its file name alone:
+/// mapping it means the process reached a GPU (or a software one such as lavapipe or
+/// SwiftShader):
 ///
 /// - CUDA: `libcuda.so*`, `nvcuda.dll`; NVIDIA's other driver libraries `libnvidia-*` (its
-///   management library `libnvidia-ml`, which opens no context, is left out);
+///   management library `libnvidia-ml`, which opens no context, is left out), its video
+///   decoder `libnvcuvid` and ray tracer `libnvoptix`;
 /// - Vulkan drivers (ICDs): NVIDIA's `libGLX_nvidia`, Mesa's `libvulkan_*` (radeon, intel,
-///   lvp, nouveau, ...), AMDVLK's `amdvlk*`; not the loader `libvulkan.so` itself, which a
-///   process loads to find out that there is no driver;
+///   lvp, nouveau, ...), AMDVLK's `amdvlk*`, SwiftShader's `libvk_swiftshader`; not the loader
+///   `libvulkan.so` itself, which a process loads to find out that there is no driver;
 /// - GL: NVIDIA's `libEGL_nvidia`, Mesa's `libgallium*` and `*_dri.so`;
-/// - ROCm/HIP: `libamdhip64`, `libhsa-runtime64`.
-pub fn driver_library(path: &str) -> bool {
+/// - ROCm/HIP: `libamdhip64`, `libhsa-runtime64`;
+/// - Level Zero: Intel's GPU driver `libze_intel_gpu` (not the loader `libze_loader`);
+/// - OpenCL drivers (ICDs): Intel's `libigdrcl`, AMD's `libamdocl*` (not the loader
+///   `libOpenCL`).
+///
+/// ```
+/// use gpu_test_permit::drivers::driver_by_name;
+///
+/// assert!(driver_by_name("/usr/lib/x86_64-linux-gnu/libvk_swiftshader.so"));
+/// assert!(driver_by_name("libze_intel_gpu.so.1"));
+/// assert!(!driver_by_name("libOpenCL.so.1"));
+/// ```
+pub fn driver_by_name(path: &str) -> bool {
     let name = library_name(path);
     let stem = name.split(".so").next().unwrap_or(name);
     if stem.ends_with("_dri") {
         return true;
     }
-    const PREFIXES: [&str; 8] = [
+    const PREFIXES: [&str; 14] = [
         "libvulkan_",
         "libGLX_nvidia",
         "libEGL_nvidia",
@@ -107,6 +134,12 @@ pub fn driver_library(path: &str) -> bool {
         "libamdhip64",
         "libhsa-runtime64",
         "libnvidia-",
+        "libnvcuvid",
+        "libnvoptix",
+        "libvk_swiftshader",
+        "libze_intel_gpu",
+        "libigdrcl",
+        "libamdocl",
     ];
     (stem == "libcuda" || name.eq_ignore_ascii_case("nvcuda.dll"))
         || (PREFIXES.iter().any(|p| stem.starts_with(p)) && !stem.starts_with("libnvidia-ml"))
@@ -126,10 +159,20 @@ pub fn library_name(path: &str) -> &str {
 }
 
 /// The GPU driver libraries this process has mapped now, by path, or `None` where this cannot
-/// be seen (not Linux, or `/proc` unreadable).
+/// be seen (not Linux, or `/proc` unreadable). The driver manifests ([`driver_library`]) are
+/// read only where the process has a loader that reads them mapped (Vulkan's, OpenCL's, Level
+/// Zero's): a process without one pays for the list of names alone.
 pub fn loaded_drivers() -> Option<Vec<String>> {
     let mapped = crate::sys::mapped_files()?;
-    Some(mapped.into_iter().filter(|p| driver_library(p)).collect())
+    let through_manifests = mapped.iter().any(|p| crate::icd::is_loader(p));
+    Some(
+        mapped
+            .into_iter()
+            .filter(|p| {
+                driver_by_name(p) || (through_manifests && crate::icd::named_by_manifest(p))
+            })
+            .collect(),
+    )
 }
 
 /// What a watched process's loader log says.
@@ -557,7 +600,13 @@ mod tests {
             "/opt/amdgpu/lib64/amdvlk64.so",
             "C:\\Windows\\System32\\nvcuda.dll",
         ] {
-            assert!(driver_library(yes), "{yes}");
+            "/usr/lib/x86_64-linux-gnu/libnvcuvid.so.1",
+            "/usr/lib/x86_64-linux-gnu/libnvoptix.so.1",
+            "/usr/lib/x86_64-linux-gnu/libvk_swiftshader.so",
+            "/usr/lib/x86_64-linux-gnu/libze_intel_gpu.so.1",
+            "/usr/lib/x86_64-linux-gnu/intel-opencl/libigdrcl.so",
+            "/opt/rocm/lib/libamdocl64.so",
+            assert!(driver_by_name(yes), "{yes}");
         }
         for no in [
             "/usr/lib/x86_64-linux-gnu/libvulkan.so.1.3.239",
@@ -568,7 +617,9 @@ mod tests {
             "/lib/x86_64-linux-gnu/libc.so.6",
             "libcudax.so",
         ] {
-            assert!(!driver_library(no), "{no}");
+            "/usr/lib/x86_64-linux-gnu/libze_loader.so.1",
+            "/usr/lib/x86_64-linux-gnu/libOpenCL.so.1",
+            assert!(!driver_by_name(no), "{no}");
         }
     }
 

@@ -83,6 +83,7 @@ pub mod decision;
 pub mod devices;
 pub mod drivers;
 mod fixture;
+mod icd;
 pub mod hangs;
 pub mod host;
 pub mod junit;

@@ -18,7 +18,8 @@
 //! The newest 32 runs' files are kept. Writing is best effort: a record that cannot be
 //! written is said once on standard error and never fails a test.
 //!
-//! Reading: [`read_run`] and [`last_run`] give a run's records, [`summarize`] what they say
+//! Reading: [`read_run`] and [`last_run`] give a run's records ([`just_ended`] says which of
+//! this user's runs may be the one that just ended), [`summarize`] what they say
 //! ([`RunSummary`]: skips, contention casualties, the peak), which `gpu-test-permit report`
 //! prints and `gpu-test-permit junit` writes into nextest's JUnit report.
 //!
@@ -64,7 +65,10 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 pub use casualty::{CasualtyRecord, forget_casualties, recorded_casualties};
-pub use read::{RecordedRun, RunRecords, RunsError, last_run, read_run, recorded_runs};
+pub use read::{
+    BESIDE, JustEnded, RecordedRun, RunRecords, RunsError, just_ended, last_run, read_run,
+    recorded_runs,
+};
 pub use record::{
     ChoiceRecord, DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord,
 };

@@ -399,6 +399,27 @@ pub(crate) fn open_regular_for_append(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// Opens a file for reading without blocking on a FIFO or device at its name (a symbolic link
+/// is followed): anything but a regular file is refused. For files this crate reads but never
+/// wrote, such as the GPU drivers' manifests.
+pub(crate) fn open_regular_to_read(path: &Path) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true);
+    os::no_block(&mut opts);
+    let file = opts.open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(special_file(&meta));
+    }
+    Ok(file)
+}
+
+/// Whether the file or directory of `meta` belongs to this process's effective user; always
+/// where files have no owner to compare (not on Unix).
+pub(crate) fn owned_by_this_user(meta: &std::fs::Metadata) -> bool {
+    os::owned_by_this_user(meta)
+}
+
 /// The error for a name that is not a regular file: what it is instead.
 fn special_file(meta: &std::fs::Metadata) -> io::Error {
     let kind = os::special_file_kind(&meta.file_type());

@@ -79,6 +79,10 @@ fn effective_uid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+pub(super) fn owned_by_this_user(meta: &std::fs::Metadata) -> bool {
+    meta.uid() == effective_uid()
+}
+
 pub(super) fn per_user_name(base: &str) -> String {
     format!("{base}-{}", effective_uid())
 }

@@ -19,6 +19,8 @@ mod holders;
 mod host;
 mod in_process;
 mod inherit;
+#[cfg(target_os = "linux")]
+mod icd;
 mod junit;
 mod layering;
 #[cfg(target_os = "linux")]
@@ -37,6 +39,10 @@ mod stress;
 mod stub;
 #[cfg(unix)]
 mod third_party;
+#[cfg(target_os = "linux")]
+mod report_choice;
+#[cfg(unix)]
+mod squat;
 mod trace;
 mod truth;
 mod tune;

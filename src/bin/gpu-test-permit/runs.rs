@@ -5,7 +5,9 @@
 use std::process::ExitCode;
 
 use gpu_test_permit::host::recorded_hangs;
-use gpu_test_permit::runs::{RunSummary, TestKey, last_run, read_run, recorded_runs, summarize};
+use gpu_test_permit::runs::{
+    JustEnded, RunRecords, RunSummary, TestKey, just_ended, read_run, recorded_runs, summarize,
+};
 
 use crate::args::Args;
 use crate::report::{printable, printable_path};
@@ -37,13 +39,7 @@ pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
                     )
                 })?
         }
-        None => last_run(&dir).map_err(|e| e.to_string())?.ok_or_else(|| {
-            format!(
-                "no run recorded in {} (test processes record their run under cargo nextest, \
-                 in the slot directory their environment names)",
-                printable_path(&dir)
-            )
-        })?,
+        None => the_run_that_just_ended(&dir)?,
     };
     let s = summarize(&records);
     print!("{}", render(&s, &dir, &records.path));
@@ -73,6 +69,64 @@ pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    })
+}
+
+/// Without `--run-id`: the one run of this user that may have just ended, or why there is
+/// none to choose (see `runs::just_ended`).
+fn the_run_that_just_ended(dir: &std::path::Path) -> Result<RunRecords, String> {
+    let how = "name the run with --run-id ID: cargo nextest prints it as it starts (`Nextest run \
+               ID <uuid> with nextest profile: ...`) and writes it as the `uuid` of its JUnit \
+               report";
+    let id = match just_ended(dir) {
+        JustEnded::One(id) => id,
+        JustEnded::Nothing { others } => {
+            let others = if others == 0 {
+                String::new()
+            } else {
+                format!(
+                    "; {} of other users {} there, which `report` reads only when named ({how})",
+                    plural(others, "run", "runs"),
+                    if others == 1 { "is" } else { "are" }
+                )
+            };
+            return Err(format!(
+                "no run of this user recorded in {} (test processes record their run under \
+                 cargo nextest, in the slot directory their environment names){others}",
+                printable_path(dir)
+            ));
+        }
+        JustEnded::Several(runs) => {
+            let now = std::time::SystemTime::now();
+            let named: Vec<String> = runs
+                .iter()
+                .rev()
+                .map(|r| {
+                    let ago = now.duration_since(r.modified).unwrap_or_default();
+                    format!(
+                        "{} (last written {:.1} s ago)",
+                        printable(&r.run_id),
+                        ago.as_secs_f64()
+                    )
+                })
+                .collect();
+            return Err(format!(
+                "{} of this user in {} may be the run that just ended, newest first: {}. They \
+                 ran side by side, or one began within {} s of another's end, so the newest \
+                 need not be yours; {how}",
+                plural(runs.len(), "run", "runs"),
+                printable_path(dir),
+                named.join(", "),
+                gpu_test_permit::runs::BESIDE.as_secs()
+            ));
+        }
+    };
+    read_run(dir, &id).map_err(|e| e.to_string())?.ok_or_else(|| {
+        format!(
+            "the records of run {} in {} went away as they were read; run `report` again",
+            printable(&id),
+            printable_path(dir)
+        )
     })
 }
 

@@ -1,0 +1,382 @@
+//! The GPU drivers this machine's driver manifests name: a library that an installed Vulkan ICD
+//! manifest or OpenCL vendor file names is a driver here, whatever its file name
+//! (SwiftShader's `libvk_swiftshader.so`, an OpenCL ICD, a vendor's driver under a new name).
+//!
+//! Where the loaders look, and so where this looks (each one that exists; all of them, where the
+//! loaders take the first that names any):
+//!
+//! - Vulkan: the files and directories in `VK_DRIVER_FILES`, `VK_ICD_FILENAMES` and
+//!   `VK_ADD_DRIVER_FILES` (`:`-separated); `vulkan/icd.d/*.json` under `XDG_CONFIG_HOME`
+//!   (`~/.config`), each of `XDG_CONFIG_DIRS` (`/etc/xdg`), `/etc`, `/usr/local/etc`,
+//!   `XDG_DATA_HOME` (`~/.local/share`) and each of `XDG_DATA_DIRS` (`/usr/local/share`,
+//!   `/usr/share`). A manifest is JSON, `{"file_format_version": "1.0.0", "ICD":
+//!   {"library_path": ...}}`; the path is a bare file name (the dynamic loader finds it) or a
+//!   path, relative to the manifest's directory where it is not absolute.
+//! - OpenCL: the `*.icd` files in `OCL_ICD_VENDORS` (a directory, or one file),
+//!   `OPENCL_VENDOR_PATH` and `/etc/OpenCL/vendors`, whose first line names the library; the
+//!   libraries `OCL_ICD_FILENAMES` names (`:`-separated).
+//! - Level Zero: the libraries `ZE_ENABLE_ALT_DRIVERS` names (`,`-separated).
+//!
+//! They are read once per process, when the first driver question that the file name cannot
+//! answer is asked. A manifest that is not JSON, is not a regular file, is larger than 64 KiB or
+//! cannot be read is skipped; so is one that names a loader (`libvulkan`, `libOpenCL`,
+//! `libze_loader`), which every process that looks for a GPU loads. A library counts by its
+//! name up to `.so` (`libfoo.so.1` and `libfoo.so` are one driver), and, where the manifest
+//! names it by path, by the name of the file that path leads to as well.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The largest manifest read; a larger file is not one.
+const LARGEST_MANIFEST: u64 = 64 << 10;
+/// The most entries of one directory looked at.
+const MOST_ENTRIES: usize = 512;
+/// The loaders: a manifest that names one is skipped.
+const LOADERS: [&str; 3] = ["libvulkan", "libOpenCL", "libze_loader"];
+
+/// Whether the library at `path` (or named `path`) is one that a driver manifest installed on
+/// this machine names. Reads the manifests the first time it is asked.
+pub(crate) fn named_by_manifest(path: &str) -> bool {
+    static INSTALLED: OnceLock<BTreeSet<String>> = OnceLock::new();
+    let stem = driver_stem(file_name(path));
+    !stem.is_empty()
+        && INSTALLED
+            .get_or_init(|| installed(|name| crate::config::driver_manifest_var(name)))
+            .contains(stem)
+}
+
+/// Whether the library at `path` is a loader that finds drivers through manifests (Vulkan's,
+/// OpenCL's, Level Zero's): a process without one mapped has loaded no driver through them.
+pub(crate) fn is_loader(path: &str) -> bool {
+    LOADERS.contains(&driver_stem(file_name(path)))
+}
+
+/// What a manifest is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// A Vulkan ICD manifest (JSON).
+    Vulkan,
+    /// An OpenCL vendor file (`*.icd`: the library on its first line).
+    OpenCl,
+}
+
+/// The stems of the libraries the manifests that `lookup` (the environment) points to name.
+fn installed(lookup: impl Fn(&str) -> Option<OsString>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let (places, libraries) = search(&lookup);
+    for library in libraries {
+        add(&mut out, &library, None);
+    }
+    for (place, kind) in places {
+        for manifest in manifests_at(&place, kind) {
+            let Some(text) = read_small(&manifest) else {
+                continue;
+            };
+            let library = match kind {
+                Kind::Vulkan => vulkan_library(&text),
+                Kind::OpenCl => opencl_library(&text),
+            };
+            if let Some(library) = library {
+                add(&mut out, &library, manifest.parent());
+            }
+        }
+    }
+    out
+}
+
+/// Where the loaders look for manifests (files or directories, each with its kind), and the
+/// libraries named directly by variables.
+fn search(lookup: &impl Fn(&str) -> Option<OsString>) -> (Vec<(PathBuf, Kind)>, Vec<String>) {
+    let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
+    let list = |name: &str| -> Vec<PathBuf> {
+        var(name)
+            .map(|v| {
+                std::env::split_paths(&v)
+                    .filter(|p| !p.as_os_str().is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let home = var("HOME").map(PathBuf::from);
+    let or_home = |name: &str, under: &str| -> Vec<PathBuf> {
+        match var(name) {
+            Some(v) => vec![PathBuf::from(v)],
+            None => home.iter().map(|h| h.join(under)).collect(),
+        }
+    };
+    let or_default = |name: &str, default: &[&str]| -> Vec<PathBuf> {
+        let named = list(name);
+        if named.is_empty() {
+            default.iter().map(PathBuf::from).collect()
+        } else {
+            named
+        }
+    };
+    let mut places: Vec<(PathBuf, Kind)> = Vec::new();
+    for name in ["VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"] {
+        places.extend(list(name).into_iter().map(|p| (p, Kind::Vulkan)));
+    }
+    let mut roots = or_home("XDG_CONFIG_HOME", ".config");
+    roots.extend(or_default("XDG_CONFIG_DIRS", &["/etc/xdg"]));
+    roots.extend(["/etc", "/usr/local/etc"].map(PathBuf::from));
+    roots.extend(or_home("XDG_DATA_HOME", ".local/share"));
+    roots.extend(or_default(
+        "XDG_DATA_DIRS",
+        &["/usr/local/share", "/usr/share"],
+    ));
+    places.extend(
+        roots
+            .into_iter()
+            .map(|r| (r.join("vulkan/icd.d"), Kind::Vulkan)),
+    );
+    for name in ["OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH"] {
+        places.extend(var(name).map(|v| (PathBuf::from(v), Kind::OpenCl)));
+    }
+    places.push((PathBuf::from("/etc/OpenCL/vendors"), Kind::OpenCl));
+    let mut libraries: Vec<String> = list("OCL_ICD_FILENAMES")
+        .into_iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if let Some(alt) = var("ZE_ENABLE_ALT_DRIVERS") {
+        libraries.extend(
+            alt.to_string_lossy()
+                .split(',')
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_string),
+        );
+    }
+    (places, libraries)
+}
+
+/// The manifests at `place`: the file itself, or a directory's files of the kind's extension
+/// (in name order).
+fn manifests_at(place: &Path, kind: Kind) -> Vec<PathBuf> {
+    let Ok(meta) = std::fs::metadata(place) else {
+        return Vec::new();
+    };
+    if !meta.is_dir() {
+        return vec![place.to_path_buf()];
+    }
+    let Ok(entries) = std::fs::read_dir(place) else {
+        return Vec::new();
+    };
+    let extension = match kind {
+        Kind::Vulkan => "json",
+        Kind::OpenCl => "icd",
+    };
+    let mut files: Vec<PathBuf> = entries
+        .take(MOST_ENTRIES)
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == extension))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The text of the manifest at `path`, where it is a regular file of at most
+/// [`LARGEST_MANIFEST`] bytes that opens without blocking and is UTF-8.
+fn read_small(path: &Path) -> Option<String> {
+    let file = crate::sys::open_regular_to_read(path).ok()?;
+    if file.metadata().ok()?.len() > LARGEST_MANIFEST {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(LARGEST_MANIFEST + 1)
+        .read_to_string(&mut text)
+        .ok()?;
+    (text.len() as u64 <= LARGEST_MANIFEST).then_some(text)
+}
+
+/// The library a Vulkan ICD manifest names (`ICD.library_path`), as written; `None` where it
+/// is not such a manifest.
+fn vulkan_library(text: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let path = v.get("ICD")?.get("library_path")?.as_str()?;
+    (!path.trim().is_empty()).then(|| path.to_string())
+}
+
+/// The library an OpenCL vendor file names: its first line that is not blank.
+fn opencl_library(text: &str) -> Option<String> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    Some(line.to_string())
+}
+
+/// Adds the stem of `library` (named in a manifest in directory `manifest_dir`, or by a
+/// variable) to `out`, and, where it is a path, the stem of the file it leads to.
+fn add(out: &mut BTreeSet<String>, library: &str, manifest_dir: Option<&Path>) {
+    let mut stems = vec![driver_stem(file_name(library)).to_string()];
+    if library.contains('/') {
+        let path = match manifest_dir {
+            Some(dir) if Path::new(library).is_relative() => dir.join(library),
+            _ => PathBuf::from(library),
+        };
+        if let Ok(real) = std::fs::canonicalize(&path) {
+            let name = real.file_name().map(|n| n.to_string_lossy().into_owned());
+            stems.extend(name.map(|n| driver_stem(&n).to_string()));
+        }
+    }
+    for stem in stems {
+        if !stem.is_empty() && !LOADERS.contains(&stem.as_str()) {
+            out.insert(stem);
+        }
+    }
+}
+
+/// The file name of `path`.
+fn file_name(path: &str) -> &str {
+    path.rsplit(['/', '\\']).next().unwrap_or(path)
+}
+
+/// A library's name up to `.so` (where `.so` ends the name or a `.` follows it: `libfoo.so.1`
+/// and `libfoo.so` are one), or without `.dll`.
+fn driver_stem(name: &str) -> &str {
+    let mut from = 0;
+    while let Some(i) = name[from..].find(".so") {
+        let at = from + i;
+        let after = &name[at + 3..];
+        if after.is_empty() || after.starts_with('.') {
+            return &name[..at];
+        }
+        from = at + 3;
+    }
+    name.strip_suffix(".dll").unwrap_or(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_vulkan_manifest_names_its_library() {
+        let m = r#"{"file_format_version": "1.0.0", "ICD": {"library_path": "libvk_swiftshader.so", "api_version": "1.3.0"}}"#;
+        assert_eq!(vulkan_library(m).as_deref(), Some("libvk_swiftshader.so"));
+        let m = r#"{"file_format_version": "1.0.1", "ICD": {"library_path": "./lib/x.so"}}"#;
+        assert_eq!(vulkan_library(m).as_deref(), Some("./lib/x.so"));
+        for bad in [
+            "",
+            "not json",
+            r#"{"file_format_version": "1.0.0"}"#,
+            r#"{"ICD": {"library_path": 3}}"#,
+            r#"{"ICD": {"library_path": " "}}"#,
+            r#"{"layer": {"library_path": "libVkLayer_x.so"}}"#,
+            r#"{"ICD": {"library_path": "libx.so"}"#,
+        ] {
+            assert_eq!(vulkan_library(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_opencl_vendor_file_names_its_library_on_its_first_line() {
+        assert_eq!(
+            opencl_library("\n  libigdrcl.so  \nignored\n").as_deref(),
+            Some("libigdrcl.so")
+        );
+        assert_eq!(opencl_library(" \n\n"), None);
+    }
+
+    #[test]
+    fn a_library_counts_by_its_name_up_to_so() {
+        for (name, stem) in [
+            ("libvk_swiftshader.so", "libvk_swiftshader"),
+            ("libamdocl64.so.1.2", "libamdocl64"),
+            ("libfoo.something.so", "libfoo.something"),
+            ("libsoap.so", "libsoap"),
+            ("nvcuda.dll", "nvcuda"),
+            ("plain", "plain"),
+        ] {
+            assert_eq!(driver_stem(name), stem, "{name}");
+        }
+    }
+
+    #[test]
+    fn manifests_are_found_where_the_loaders_look_and_bad_ones_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let data = root.join("data");
+        let icd = data.join("vulkan/icd.d");
+        std::fs::create_dir_all(&icd).unwrap();
+        let lib = root.join("real/libvk_real.so.1.0");
+        std::fs::create_dir_all(lib.parent().unwrap()).unwrap();
+        std::fs::write(&lib, b"").unwrap();
+        std::fs::create_dir_all(icd.join("lib")).unwrap();
+        std::os::unix::fs::symlink(&lib, icd.join("lib/libvk_link.so")).unwrap();
+        let manifest = |library: &str| {
+            serde_json::json!({"file_format_version": "1.0.0", "ICD": {"library_path": library}})
+                .to_string()
+        };
+        std::fs::write(icd.join("a.json"), manifest("libvk_bare.so.1")).unwrap();
+        // Relative to the manifest's directory; leads to libvk_real.
+        std::fs::write(icd.join("b.json"), manifest("./lib/libvk_link.so")).unwrap();
+        std::fs::write(icd.join("c.json"), "{ not json").unwrap();
+        std::fs::write(icd.join("d.json"), manifest("libvulkan.so.1")).unwrap();
+        std::fs::write(icd.join("e.txt"), manifest("libvk_not_a_manifest.so")).unwrap();
+        std::fs::create_dir(icd.join("f.json")).unwrap();
+        std::fs::write(icd.join("g.json"), " ".repeat(70 << 10)).unwrap();
+        let added = root.join("added.json");
+        std::fs::write(&added, manifest("/opt/x/libvk_added.so")).unwrap();
+        let vendors = root.join("vendors");
+        std::fs::create_dir(&vendors).unwrap();
+        std::fs::write(vendors.join("intel.icd"), "libigdrcl.so\n").unwrap();
+        let vars = [
+            ("XDG_DATA_DIRS", data.as_os_str().to_owned()),
+            ("VK_ADD_DRIVER_FILES", added.as_os_str().to_owned()),
+            ("OCL_ICD_VENDORS", vendors.as_os_str().to_owned()),
+            ("OCL_ICD_FILENAMES", OsString::from("/opt/y/libpocl.so.2")),
+            ("ZE_ENABLE_ALT_DRIVERS", OsString::from("libze_other.so,")),
+            ("HOME", root.join("home").into_os_string()),
+        ];
+        let lookup = |name: &str| {
+            vars.iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.clone())
+        };
+        let found = installed(lookup);
+        for yes in [
+            "libvk_bare",
+            "libvk_link",
+            "libvk_real",
+            "libvk_added",
+            "libigdrcl",
+            "libpocl",
+            "libze_other",
+        ] {
+            assert!(found.contains(yes), "{yes} not in {found:?}");
+        }
+        for no in ["libvulkan", "libvk_not_a_manifest", ""] {
+            assert!(!found.contains(no), "{no:?} in {found:?}");
+        }
+        let (places, _) = search(&lookup);
+        let places: Vec<&Path> = places.iter().map(|(p, _)| p.as_path()).collect();
+        for dir in [
+            root.join("home/.config/vulkan/icd.d"),
+            root.join("home/.local/share/vulkan/icd.d"),
+            PathBuf::from("/etc/xdg/vulkan/icd.d"),
+            PathBuf::from("/etc/vulkan/icd.d"),
+            icd.clone(),
+            PathBuf::from("/etc/OpenCL/vendors"),
+        ] {
+            assert!(
+                places.contains(&dir.as_path()),
+                "{} not in {places:?}",
+                dir.display()
+            );
+        }
+        // XDG_DATA_DIRS replaces the default data directories, as the loader does.
+        assert!(
+            !places.contains(&Path::new("/usr/share/vulkan/icd.d")),
+            "{places:?}"
+        );
+    }
+
+    #[test]
+    fn loaders_are_known() {
+        assert!(is_loader("/usr/lib/x86_64-linux-gnu/libvulkan.so.1"));
+        assert!(is_loader("libOpenCL.so.1"));
+        assert!(!is_loader("libvulkan_lvp.so"));
+    }
+}
