@@ -48,5 +48,7 @@ mod truth;
 mod tune;
 mod util;
 mod waiters;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod watch;
 mod weighted;
 mod weighted_processes;

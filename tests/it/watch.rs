@@ -1,0 +1,475 @@
+//! The driver watch with real processes: `gpu-test-permit watch` as nextest's target runner
+//! would run it (nextest's variables set by hand, records in a slot directory of the test's
+//! own), a program built here from `tests/stub/watch_helper.c` as the test, and the stand-in
+//! `libcuda` as the driver. What `watch` records is read back with `report`.
+//!
+//! - A driver a process the test started loads without a permit is the test's escape; one the
+//!   crate's own probe child loads is not.
+//! - A program linked to `libcuda` at build time (`DT_NEEDED`) maps it in every test: reported
+//!   as linked at build time, never as an escape; the same driver `dlopen`ed is one.
+//! - A driver loaded after more than 64 MiB of loader log is still seen.
+//! - `report` of a run that was not watched says what it cannot have seen.
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use gpu_test_permit::runs::{DriversRecord, RunRecord, read_run};
+
+use crate::util::{bin, clear_permit_env, manifest_dir, target_tmpdir, tempdir};
+
+/// The test binary the records name.
+const BINARY: &str = "watch-helper";
+
+/// Where this process builds what the tests run.
+fn build_dir() -> PathBuf {
+    let dir = target_tmpdir().join(format!("watch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs the C compiler (`STUB_CC` where set, as for the stand-in drivers, else `cc`) with
+/// `args`.
+fn cc(args: &[&OsStr]) {
+    let cc = std::env::var("STUB_CC").unwrap_or_default();
+    let mut cc = cc.split_whitespace();
+    let program = cc.next().unwrap_or("cc");
+    let out = Command::new(program)
+        .args(cc)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {program}: {e} (install gcc)"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The stand-in `libcuda` (`tests/stub/cuda_probe.c`) installed as a real driver is: the file
+/// `libcuda.so.1.0.0` with the soname `libcuda.so.1`, and the links `libcuda.so.1` and
+/// `libcuda.so` to it. The directory that holds them.
+fn cuda_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = build_dir().join("cuda");
+        std::fs::create_dir_all(&dir).unwrap();
+        let lib = dir.join("libcuda.so.1.0.0");
+        let src = manifest_dir().join("tests/stub/cuda_probe.c");
+        cc(&[
+            "-shared".as_ref(),
+            "-fPIC".as_ref(),
+            "-O1".as_ref(),
+            "-Wl,-soname,libcuda.so.1".as_ref(),
+            "-o".as_ref(),
+            lib.as_os_str(),
+            src.as_os_str(),
+        ]);
+        for link in ["libcuda.so.1", "libcuda.so"] {
+            let _ = std::fs::remove_file(dir.join(link));
+            std::os::unix::fs::symlink("libcuda.so.1.0.0", dir.join(link)).unwrap();
+        }
+        dir
+    })
+}
+
+/// `tests/stub/watch_helper.c` built plain, or `linked` to the stand-in `libcuda`
+/// (`DT_NEEDED`, as `-lcuda` links it).
+fn helper(linked: bool) -> &'static Path {
+    static PLAIN: OnceLock<PathBuf> = OnceLock::new();
+    static LINKED: OnceLock<PathBuf> = OnceLock::new();
+    let (cell, name) = match linked {
+        false => (&PLAIN, "watch_helper"),
+        true => (&LINKED, "watch_helper_linked"),
+    };
+    cell.get_or_init(|| {
+        let out = build_dir().join(name);
+        let src = manifest_dir().join("tests/stub/watch_helper.c");
+        let mut args: Vec<&OsStr> = vec![
+            "-O1".as_ref(),
+            "-o".as_ref(),
+            out.as_os_str(),
+            src.as_os_str(),
+            "-ldl".as_ref(),
+        ];
+        let search = format!("-L{}", cuda_dir().display());
+        if linked {
+            args.extend([
+                OsStr::new("-Wl,--no-as-needed"),
+                search.as_ref(),
+                "-lcuda".as_ref(),
+            ]);
+        }
+        cc(&args);
+        out
+    })
+}
+
+/// A small library that is no driver, for the helper's `pad` step.
+fn pad_library() -> PathBuf {
+    crate::stub::library_dir("nvml", &["libwatchpad.so"]).join("libwatchpad.so")
+}
+
+/// `gpu-test-permit watch -- ARGS` as nextest runs test `test` of run `run` through it (its
+/// records in `slots`), the stand-in `libcuda` first in the library path.
+fn watch(slots: &Path, run: &str, test: &str, args: &[&OsStr]) -> Output {
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    c.args(["watch", "--"])
+        .args(args)
+        .env(gpu_test_permit::config::DIR_VAR, slots)
+        .env("NEXTEST_RUN_ID", run)
+        .env("NEXTEST_BINARY_ID", BINARY)
+        .env("NEXTEST_TEST_NAME", test)
+        .env("NEXTEST_ATTEMPT", "1")
+        .env("LD_LIBRARY_PATH", cuda_dir());
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    out
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The drivers records of run `run` in `slots`.
+fn drivers(slots: &Path, run: &str) -> Vec<DriversRecord> {
+    let records = read_run(slots, run).unwrap().expect("the run's records");
+    records
+        .records
+        .into_iter()
+        .filter_map(|r| match r {
+            RunRecord::Drivers(d) => Some(d),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `report --run-id RUN` of `slots`, failing on escapes where `fail`.
+fn report(slots: &Path, run: &str, fail: bool) -> Output {
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    c.args(["report", "--run-id", run]).arg("--dir").arg(slots);
+    if fail {
+        c.arg("--fail-on-unpermitted");
+    }
+    c.output().unwrap()
+}
+
+/// The tests `report` names in its section on drivers loaded without a permit, with the
+/// rest of their lines.
+fn reported_escapes(shown: &str) -> Vec<String> {
+    let Some(section) = shown.split("loaded a GPU driver without a permit: ").nth(1) else {
+        return Vec::new();
+    };
+    section
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .map(|l| l.trim().to_string())
+        .collect()
+}
+
+fn unique_run(name: &str) -> String {
+    format!("watch-{name}-{}", std::process::id())
+}
+
+#[test]
+fn a_driver_loaded_by_a_process_the_test_started_is_the_tests_escape() {
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let run = unique_run("child");
+    // The test runs a helper, which loads the driver without a permit; the test itself
+    // loads nothing.
+    let h = helper(false).as_os_str();
+    watch(
+        &slots,
+        &run,
+        "tool::runs_a_helper",
+        &[
+            h,
+            "run".as_ref(),
+            h,
+            "dlopen".as_ref(),
+            "libcuda.so.1".as_ref(),
+        ],
+    );
+    let records = drivers(&slots, &run);
+    let escaped: Vec<&DriversRecord> = records.iter().filter(|d| d.escaped()).collect();
+    assert_eq!(escaped.len(), 1, "{records:?}");
+    assert_eq!(escaped[0].test, "tool::runs_a_helper");
+    assert_eq!(escaped[0].unpermitted, ["libcuda.so.1"], "{records:?}");
+    assert!(escaped[0].linked.is_empty(), "{records:?}");
+
+    let out = report(&slots, &run, false);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    let named = reported_escapes(&shown);
+    assert_eq!(named.len(), 1, "{shown}");
+    assert!(
+        named[0].starts_with(&format!(
+            "{BINARY} tool::runs_a_helper: loaded libcuda.so.1"
+        )),
+        "{shown}"
+    );
+    assert!(!shown.contains("not watched"), "{shown}");
+    let out = report(&slots, &run, true);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+
+    // Outside nextest, `watch` names the command on standard error.
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    c.args(["watch", "--"])
+        .args([
+            h,
+            "run".as_ref(),
+            h,
+            "dlopen".as_ref(),
+            "libcuda.so.1".as_ref(),
+        ])
+        .env("LD_LIBRARY_PATH", cuda_dir());
+    let out = c.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        stderr.contains("loaded a GPU driver while it held no permit")
+            && stderr.contains("libcuda.so.1"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn the_crates_own_probe_child_under_a_watched_test_is_not_an_escape() {
+    // The test runs the CLI's probe, whose child loads the stand-in CUDA driver without a
+    // permit on purpose (and answers that there is a device).
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let run = unique_run("probe");
+    let h = helper(false).as_os_str();
+    let out = watch(
+        &slots,
+        &run,
+        "probe::from_a_test",
+        &[
+            h,
+            "run".as_ref(),
+            bin().as_os_str(),
+            "probe".as_ref(),
+            "--json".as_ref(),
+            "cuda".as_ref(),
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["backends"][0]["outcome"]["status"], "devices", "{v}");
+    assert_eq!(v["backends"][0]["source"], "child", "{v}");
+    let records = drivers(&slots, &run);
+    assert!(!records.is_empty(), "the test was watched");
+    assert!(
+        records.iter().all(|d| !d.escaped() && d.drivers.is_empty()),
+        "{records:?}"
+    );
+    let out = report(&slots, &run, true);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn a_program_linked_to_the_driver_at_build_time_is_not_an_escape() {
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let run = unique_run("linked");
+    // A CPU test of a binary linked to libcuda: it maps the driver and never uses it.
+    watch(&slots, &run, "cpu::adds", &[helper(true).as_os_str()]);
+    // A test of the plain binary that loads the same driver without a permit.
+    watch(
+        &slots,
+        &run,
+        "gpu::opens_raw",
+        &[
+            helper(false).as_os_str(),
+            "dlopen".as_ref(),
+            "libcuda.so.1".as_ref(),
+        ],
+    );
+    let records = drivers(&slots, &run);
+    let of = |test: &str| records.iter().find(|d| d.test == test).unwrap();
+    let cpu = of("cpu::adds");
+    assert!(!cpu.escaped(), "{cpu:?}");
+    assert!(cpu.drivers.is_empty(), "{cpu:?}");
+    assert_eq!(cpu.linked, ["libcuda.so.1"], "{cpu:?}");
+    let gpu = of("gpu::opens_raw");
+    assert_eq!(gpu.unpermitted, ["libcuda.so.1"], "{gpu:?}");
+
+    let out = report(&slots, &run, true);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    let named = reported_escapes(&shown);
+    assert_eq!(named.len(), 1, "{shown}");
+    assert!(
+        named[0].starts_with(&format!("{BINARY} gpu::opens_raw:")),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("linked to a GPU driver at build time: 1 test binary")
+            && shown.contains(&format!("  {BINARY}: libcuda.so.1 (1 test)")),
+        "{shown}"
+    );
+
+    // Only the linked one: `--fail-on-unpermitted` has nothing to fail on.
+    let run = unique_run("linked-only");
+    watch(&slots, &run, "cpu::adds", &[helper(true).as_os_str()]);
+    let out = report(&slots, &run, true);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(reported_escapes(&text(&out)).is_empty(), "{}", text(&out));
+}
+
+#[test]
+fn the_in_process_look_finds_the_executables_own_drivers_by_soname() {
+    // What the crate does in a test process that is not watched, at its first permit or as
+    // it exits: the drivers among its mapped files that its executable depends on. Here on a
+    // live process's maps: the linked program maps `libcuda.so.1.0.0`, which its DT_NEEDED
+    // names `libcuda.so.1` (the soname); the plain one that `dlopen`s it does not depend on
+    // it.
+    let maps_of = |args: &[&OsStr]| -> (PathBuf, Vec<String>) {
+        let (program, rest) = args.split_first().unwrap();
+        let mut child = Command::new(program)
+            .args(rest)
+            .arg("maps")
+            .env("LD_LIBRARY_PATH", cuda_dir())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        assert_eq!(ready.trim(), "ready");
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap();
+        drop(child.stdin.take());
+        assert!(child.wait().unwrap().success());
+        let mut mapped: Vec<String> = Vec::new();
+        for p in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
+            if p.starts_with('/') && !mapped.iter().any(|m| m == p) {
+                mapped.push(p.to_string());
+            }
+        }
+        (PathBuf::from(program), mapped)
+    };
+    let real = cuda_dir().join("libcuda.so.1.0.0");
+    let real = real.canonicalize().unwrap();
+    let (exe, mapped) = maps_of(&[helper(true).as_os_str()]);
+    assert!(mapped.iter().any(|m| Path::new(m) == real), "{mapped:?}");
+    assert_eq!(
+        gpu_test_permit::drivers::linked_at_build_time(&exe, &mapped),
+        [real.to_string_lossy()]
+    );
+    let (exe, mapped) = maps_of(&[
+        helper(false).as_os_str(),
+        "dlopen".as_ref(),
+        "libcuda.so.1".as_ref(),
+    ]);
+    assert!(mapped.iter().any(|m| Path::new(m) == real), "{mapped:?}");
+    assert!(
+        gpu_test_permit::drivers::linked_at_build_time(&exe, &mapped).is_empty(),
+        "{mapped:?}"
+    );
+}
+
+#[test]
+fn a_driver_loaded_after_64_mib_of_loader_log_is_seen() {
+    // The helper grows its own loader log past 64 MiB (dlopen and dlclose of a library that
+    // is no driver, through a long path), then loads the driver without a permit.
+    const MIB_64: u64 = 64 << 20;
+    const ROUNDS: &str = "3200";
+    let pad = pad_library();
+    let steps = |then: &[&'static str]| -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = vec![
+            helper(false).into(),
+            "pad".into(),
+            pad.clone().into(),
+            ROUNDS.into(),
+        ];
+        v.extend(then.iter().map(Into::into));
+        v
+    };
+    // How long that log is: the same steps with the loader's log in a file of the test's.
+    let work = tempdir();
+    let log = work.path().join("ld");
+    let args = steps(&[]);
+    let (program, rest) = args.split_first().unwrap();
+    let out = Command::new(program)
+        .args(rest)
+        .env("LD_DEBUG", "files")
+        .env("LD_DEBUG_OUTPUT", &log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let written: u64 = std::fs::read_dir(work.path())
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    assert!(written > MIB_64 + (1 << 20), "{written} bytes of log");
+    for e in std::fs::read_dir(work.path()).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+
+    let slots = work.path().join("slots");
+    let run = unique_run("long-log");
+    let args = steps(&["dlopen", "libcuda.so.1"]);
+    let args: Vec<&OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    watch(&slots, &run, "gpu::late", &args);
+    let records = drivers(&slots, &run);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].unpermitted, ["libcuda.so.1"], "{records:?}");
+    let out = report(&slots, &run, true);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+}
+
+#[test]
+fn report_of_a_run_that_was_not_watched_says_what_it_cannot_have_seen() {
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    // A run whose test took a permit, not watched (`run` holds it for the command).
+    let run = unique_run("unwatched");
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    c.args(["run", "--", "true"])
+        .env(gpu_test_permit::config::DIR_VAR, &slots)
+        .env("NEXTEST_RUN_ID", &run)
+        .env("NEXTEST_BINARY_ID", BINARY)
+        .env("NEXTEST_TEST_NAME", "gpu::draws")
+        .env("NEXTEST_ATTEMPT", "1");
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let out = report(&slots, &run, false);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("driver loads: this run was not watched")
+            && shown.contains("wgpu unloads its Vulkan drivers")
+            && shown.contains("`gpu-test-permit watch --`"),
+        "{shown}"
+    );
+
+    // The same test watched, loading nothing: the report has nothing to warn of.
+    let run = unique_run("watched");
+    watch(&slots, &run, "gpu::draws", &["true".as_ref()]);
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    c.args(["run", "--", "true"])
+        .env(gpu_test_permit::config::DIR_VAR, &slots)
+        .env("NEXTEST_RUN_ID", &run)
+        .env("NEXTEST_BINARY_ID", BINARY)
+        .env("NEXTEST_TEST_NAME", "gpu::draws")
+        .env("NEXTEST_ATTEMPT", "1");
+    assert!(c.output().unwrap().status.success());
+    let shown = text(&report(&slots, &run, false));
+    assert!(!shown.contains("not watched"), "{shown}");
+    assert!(reported_escapes(&shown).is_empty(), "{shown}");
+}
