@@ -141,4 +141,11 @@ pub mod __private {
     pub fn live_process_name(pid: u32) -> Option<String> {
         crate::live::process_name(pid)
     }
+
+    /// Opens an existing file for reading without following a symbolic link and without
+    /// blocking on a FIFO or device at its name, refusing anything but a regular file (for the
+    /// command-line tool, which may open files another process of this user could have made).
+    pub fn open_regular_for_reading(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+        crate::sys::open_regular_for_reading(path)
+    }
 }

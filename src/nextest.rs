@@ -161,11 +161,15 @@ pub const PRIORITIZED_MOST: usize = 100;
 /// assert!(block.contains("filter = 'binary_id(=suite::gpu) & test(=short_copy)'\npriority = 99\n"));
 /// ```
 pub fn priority_block(tests: &[(&str, &str, std::time::Duration)]) -> String {
-    let mut sorted: Vec<&(&str, &str, std::time::Duration)> = tests.iter().collect();
+    // A test or binary without a name cannot be named in a filter (`test(=)` is an error, and
+    // any other matcher would match other tests too): left out, and said so.
+    let (mut sorted, unnamed): (Vec<&(&str, &str, std::time::Duration)>, Vec<_>) = tests
+        .iter()
+        .partition(|(binary, test, _)| !binary.is_empty() && !test.is_empty());
     sorted.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| (a.0, a.1).cmp(&(b.0, b.1))));
     sorted.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
     sorted.truncate(PRIORITIZED_MOST);
-    if sorted.is_empty() {
+    if sorted.is_empty() && unnamed.is_empty() {
         return String::new();
     }
     let mut out = String::from(
@@ -176,6 +180,13 @@ pub fn priority_block(tests: &[(&str, &str, std::time::Duration)]) -> String {
 # here keep priority 0 and start after these.
 ",
     );
+    if !unnamed.is_empty() {
+        out.push_str(&format!(
+            "# Left out: {} test(s) the history records with an empty test or binary name, which\n\
+             # no filter can name alone.\n",
+            unnamed.len()
+        ));
+    }
     let mut priority = 100i32;
     let mut last: Option<std::time::Duration> = None;
     for (binary, test, hold) in sorted {
@@ -193,15 +204,33 @@ pub fn priority_block(tests: &[(&str, &str, std::time::Duration)]) -> String {
     out
 }
 
-/// `s` for a filterset's name matcher (`test(=...)`, `binary_id(=...)`): `\\` for a
-/// backslash, and the characters that would end the matcher (`(`, `)`, `,`) and a quote that
-/// would end the TOML literal string around it as `\u{..}` escapes.
+/// `s` for a filterset's name matcher (`test(=...)`, `binary_id(=...)`) inside a TOML literal
+/// string (`'...'` or `'''...'''`): `\\` for a backslash; and as the filterset's `\u{..}`
+/// escapes, which the matcher reads back as the character itself, the characters that would
+/// end the matcher (`(`, `)`, `,`), the quote that would end the TOML string around it, and
+/// every control character (a TOML literal string may hold none but a tab, and a line break
+/// or a tab in a filter reads as the space between its words) and every whitespace character
+/// but the plain space.
+///
+/// The empty name is returned empty: no matcher can hold it (`test(=)` is an error), so the
+/// callers leave such a test out (see [`priority_block`]).
+///
+/// ```
+/// use gpu_test_permit::nextest::filter_name;
+///
+/// assert_eq!(filter_name("m::t"), "m::t");
+/// assert_eq!(filter_name("f(1, 2)"), "f\\u{28}1\\u{2c} 2\\u{29}");
+/// assert_eq!(filter_name("a\nb\x7f"), "a\\u{a}b\\u{7f}");
+/// ```
 pub fn filter_name(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
             '(' | ')' | ',' | '\'' => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c if c.is_control() || (c.is_whitespace() && c != ' ') => {
+                out.push_str(&format!("\\u{{{:x}}}", c as u32));
+            }
             c => out.push(c),
         }
     }
@@ -270,8 +299,11 @@ pub(crate) fn hint_once(concurrency: usize) {
             let Some(hint) = group_hint(env, concurrency) else {
                 return;
             };
-            let first = match (&env.run_id, Config::global().slot_dir_path()) {
-                (Some(run), Ok(dir)) => first_of_run(&dir, run, concurrency).unwrap_or(true),
+            let cfg = Config::global();
+            let first = match (&env.run_id, cfg.slot_dir_path()) {
+                (Some(run), Ok(dir)) => {
+                    first_of_run(&cfg.records_dir_for(&dir), run, concurrency).unwrap_or(true)
+                }
                 _ => true,
             };
             if first {
@@ -360,6 +392,49 @@ pub fn recorded_hint(dir: &Path) -> io::Result<Option<RecordedHint>> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn priority_filters_hold_no_control_character_and_leave_out_the_unnamed() {
+        let s = Duration::from_secs;
+        let tests = [
+            ("s::b", "a\nb", s(5)),
+            ("s::b", "tab\there\r\u{7f}\u{1}\u{85}\u{2028}", s(4)),
+            ("s::b\n", "x", s(3)),
+            ("s::b", "'''q'", s(2)),
+            ("s::b", "", s(2)),
+            ("", "y", s(2)),
+        ];
+        let block = priority_block(&tests);
+        let filters: Vec<&str> = block
+            .lines()
+            .filter_map(|l| l.strip_prefix("filter = '")?.strip_suffix('\''))
+            .collect();
+        assert_eq!(
+            filters,
+            [
+                r"binary_id(=s::b) & test(=a\u{a}b)",
+                r"binary_id(=s::b) & test(=tab\u{9}here\u{d}\u{7f}\u{1}\u{85}\u{2028})",
+                r"binary_id(=s::b\u{a}) & test(=x)",
+                r"binary_id(=s::b) & test(=\u{27}\u{27}\u{27}q\u{27})",
+            ],
+            "{block}"
+        );
+        // Every line is whole: no control character, no line break inside a string.
+        for line in block.lines() {
+            assert!(!line.chars().any(char::is_control), "{line:?}");
+        }
+        assert!(
+            block.contains(
+                "# Left out: 2 test(s) the history records with an empty test or binary name"
+            ),
+            "{block}"
+        );
+        let only_unnamed = priority_block(&[("s::b", "", s(1))]);
+        assert!(
+            !only_unnamed.lines().any(|l| l.starts_with("filter")),
+            "{only_unnamed}"
+        );
+    }
 
     #[test]
     fn priorities_go_longest_first_ties_share_one_and_only_the_longest_hundred_get_one() {

@@ -12,7 +12,7 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024), or `auto`: chosen at the start of each run from this host's history (see [`tune`](crate::tune)) | 2 |
-//! | `GPU_TEST_PERMIT_CONCURRENCY` | the same as `REALIZAR_GPU_TEST_CONCURRENCY`; when both are set this one wins, with a warning if they differ | `REALIZAR_GPU_TEST_CONCURRENCY` |
+//! | `GPU_TEST_PERMIT_CONCURRENCY` | the same as `REALIZAR_GPU_TEST_CONCURRENCY`; when both are set this one wins, with a warning if they differ; a blank value of either counts as unset when the other has one | `REALIZAR_GPU_TEST_CONCURRENCY` |
 //! | `GPU_TEST_PERMIT_MAX_CONCURRENCY` | the most permits per GPU `auto` may choose | 4 |
 //! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit: `90`, `90s`, `1500ms`, `10m`, `1h` | 10m |
 //! | `GPU_TEST_PERMIT_HOLD_TIMEOUT` | longest a permit may be held; past it the process prints who holds permits, since when and the N in force, records the hang, and aborts (a wedged driver becomes a failure, not a hung run; `gpu-test-permit run` instead ends its command, then exits with 124); keep it below nextest's `slow-timeout` termination | off |
@@ -32,6 +32,7 @@
 //! | `GPU_TEST_PERMIT_WEIGHTS` | `declared`: a permit takes the units its test declares (one when it declares nothing); `learned`: with a memory budget in force, a test that declares nothing takes the units its measured peak GPU memory plus [`LEARNED_MARGIN_PERCENT`] needs (at most a whole GPU), the peak being the most its fixture reported in the runs recorded on this host ([`tune`](crate::tune)); a declaration always wins | `declared` |
 //! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
 //! | `GPU_TEST_PERMIT_INHERITED` | set by `gpu-test-permit run` for its command: the permit it holds, which the command and its descendants work inside instead of taking host slots (see [`InheritedPermit`]); not for setting by hand | unset |
+//! | `GPU_TEST_PERMIT_RECORDS` | set by `gpu-test-permit find-gpu-tests` for the suite it runs: an absolute directory that the run's records, configuration warnings and test-group hint go to instead of the slot directory (its permits are still the host's); not for setting by hand | the slot directory |
 //! | `GPU_TEST_PERMIT_WATCH` | set by `gpu-test-permit watch` (and `run --watch`) for its command: the loader log into which the crate marks when the process holds a permit (see [`drivers`](crate::drivers)); not for setting by hand | unset |
 //! | `WGPU_ADAPTER_NAME` | wgpu's own: the wgpu fixture uses only adapters whose name contains this text (case-insensitive), as `wgpu::util::initialize_adapter_from_env` does; no match fails the test with the list of adapters | best adapter |
 //! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | the same for this crate's fixture only (your own `WGPU_ADAPTER_NAME` code is not affected); wins over `WGPU_ADAPTER_NAME` when both are set | `WGPU_ADAPTER_NAME` |
@@ -109,8 +110,9 @@ pub struct Config {
     /// Permits per GPU, from [`CONCURRENCY_VAR`]; with `auto`, the seed (2, or the ceiling
     /// when lower), which a pool with no slot directory uses.
     pub concurrency: NonZeroUsize,
-    /// The variable N is read from: [`CONCURRENCY_ALIAS_VAR`] when it is set (it wins), else
-    /// [`CONCURRENCY_VAR`] (also when neither is set: the name messages give for it).
+    /// The variable N is read from: [`CONCURRENCY_ALIAS_VAR`] when it is set (it wins; blank,
+    /// it counts as unset where [`CONCURRENCY_VAR`] has a value), else [`CONCURRENCY_VAR`]
+    /// (also when neither is set: the name messages give for it).
     pub concurrency_var: &'static str,
     /// [`CONCURRENCY_VAR`] is `auto`: the N of each run is chosen from this host's history
     /// when its slot directory is laid out ([`tune`](crate::tune)).
@@ -125,6 +127,10 @@ pub struct Config {
     pub slot_dir: SlotDir,
     /// The state directory [`STATE_VAR`] names, when it is set to an absolute path.
     pub state_dir: Option<PathBuf>,
+    /// The directory [`RECORDS_VAR`] names, when it is set to an absolute path: where this
+    /// process's run records go instead of the slot directory (see
+    /// [`Config::records_dir_for`]).
+    pub records_dir: Option<PathBuf>,
     /// Where the per-user state goes by default: `$XDG_STATE_HOME` (absolute), else
     /// `$HOME/.local/state`; `None` without either.
     pub user_state_home: Option<PathBuf>,
@@ -258,6 +264,26 @@ impl Config {
         }
     }
 
+    /// Where the records of a run (see [`runs`](crate::runs)), its configuration warnings and
+    /// its test-group hint that belong in slot directory `slot_dir` are written: the directory
+    /// [`RECORDS_VAR`] names (a run `gpu-test-permit find-gpu-tests` keeps apart), else
+    /// `slot_dir` itself.
+    ///
+    /// ```
+    /// use std::path::{Path, PathBuf};
+    /// use gpu_test_permit::config::{Config, RECORDS_VAR};
+    ///
+    /// let slots = Path::new("/srv/gpu-slots");
+    /// assert_eq!(Config::from_lookup(|_| None).records_dir_for(slots), slots);
+    /// let apart = Config::from_lookup(|name| (name == RECORDS_VAR).then(|| "/tmp/find".into()));
+    /// assert_eq!(apart.records_dir_for(slots), PathBuf::from("/tmp/find"));
+    /// ```
+    pub fn records_dir_for(&self, slot_dir: &std::path::Path) -> PathBuf {
+        self.records_dir
+            .clone()
+            .unwrap_or_else(|| slot_dir.to_path_buf())
+    }
+
     /// The GPU ids of a pool spanning `gpus` GPUs, in permit-device order: permit device k is
     /// GPU `gpu_ids(gpus)[k]`. The list [`GPUS_VAR`] names, else `0..gpus` (a count or
     /// `auto`; pass the pool's [`gpus`](crate::PermitPool::gpus), which knows what `auto`
@@ -300,6 +326,7 @@ impl Config {
         let Ok(dir) = self.slot_dir_path() else {
             return; // refused with its own message at the first permit
         };
+        let dir = self.records_dir_for(&dir);
         if let Err(e) = record_warnings(&dir, run_id, &self.warnings) {
             crate::notice::line(&format!(
                 "cannot record the configuration warnings in {}: {e}",
@@ -322,10 +349,20 @@ impl Config {
         };
         let mut auto_concurrency = false;
         // The crate's own name wins; the other, when it says something else, is ignored with
-        // a warning.
-        let (concurrency_var, raw_concurrency) = match lookup(CONCURRENCY_ALIAS_VAR) {
+        // a warning. A blank value of either name counts as unset where the other name has
+        // one (`VAR=` in a script or CI file means "not set", and must not hide the other);
+        // alone, it is a bad value like any other.
+        let own = lookup(CONCURRENCY_ALIAS_VAR);
+        let other = lookup(CONCURRENCY_VAR);
+        let blank = |v: &Option<OsString>| v.as_ref().is_none_or(|v| is_blank(v));
+        let (own, other) = match (blank(&own), blank(&other)) {
+            (true, false) => (None, other),
+            (false, true) => (own, None),
+            _ => (own, other),
+        };
+        let (concurrency_var, raw_concurrency) = match own {
             Some(own) => {
-                if let Some(other) = lookup(CONCURRENCY_VAR)
+                if let Some(other) = other
                     && concurrency_meaning(&other) != concurrency_meaning(&own)
                 {
                     warnings.push(warning(
@@ -340,7 +377,7 @@ impl Config {
                 }
                 (CONCURRENCY_ALIAS_VAR, Some(own))
             }
-            None => (CONCURRENCY_VAR, lookup(CONCURRENCY_VAR)),
+            None => (CONCURRENCY_VAR, other),
         };
         let concurrency = match raw_concurrency {
             None => NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap(),
@@ -393,6 +430,17 @@ impl Config {
                 let problem = "is not an absolute path";
                 let using = "the default state directory";
                 warnings.push(warning(STATE_VAR, &raw, problem, using));
+                None
+            }
+        });
+        let records_dir = lookup(RECORDS_VAR).and_then(|raw| {
+            let path = PathBuf::from(&raw);
+            if path.is_absolute() {
+                Some(path)
+            } else {
+                let problem = "is not an absolute path";
+                let using = "the slot directory";
+                warnings.push(warning(RECORDS_VAR, &raw, problem, using));
                 None
             }
         });
@@ -590,6 +638,7 @@ impl Config {
             timeout,
             slot_dir,
             state_dir,
+            records_dir,
             user_state_home,
             trace,
             require,
@@ -731,6 +780,12 @@ pub(crate) fn wgpu_backend() -> Option<String> {
     std::env::var_os(WGPU_BACKEND_VAR).map(|v| v.to_string_lossy().into_owned())
 }
 
+/// Whether `raw` is empty or only whitespace: for a variable with two names, as good as unset
+/// where the other name has a value.
+fn is_blank(raw: &OsString) -> bool {
+    raw.to_string_lossy().trim().is_empty()
+}
+
 /// What a value of [`CONCURRENCY_VAR`] means, for telling whether two values agree: `auto`, a
 /// valid N, or the value itself (trimmed).
 fn concurrency_meaning(raw: &OsString) -> String {
@@ -787,6 +842,58 @@ mod tests {
         let auto = config(&[(CONCURRENCY_ALIAS_VAR, "auto"), (CONCURRENCY_VAR, "4")]);
         assert!(auto.auto_concurrency);
         assert_eq!(auto.warnings.len(), 1, "{:?}", auto.warnings);
+    }
+
+    #[test]
+    fn a_blank_concurrency_name_is_unset_where_the_other_has_a_value() {
+        for blank in ["", " ", "\t"] {
+            for (blank_var, set_var) in [
+                (CONCURRENCY_ALIAS_VAR, CONCURRENCY_VAR),
+                (CONCURRENCY_VAR, CONCURRENCY_ALIAS_VAR),
+            ] {
+                let c = config(&[(blank_var, blank), (set_var, "1")]);
+                assert_eq!(c.concurrency.get(), 1, "{blank_var}={blank:?}");
+                assert_eq!(c.concurrency_var, set_var, "{blank_var}={blank:?}");
+                assert!(
+                    c.warnings.is_empty(),
+                    "{blank_var}={blank:?}: {:?}",
+                    c.warnings
+                );
+                let c = config(&[(blank_var, blank), (set_var, "auto")]);
+                assert!(c.auto_concurrency, "{blank_var}={blank:?}");
+            }
+            // Both blank, or one alone: a bad value, named, with the value used instead.
+            for vars in [
+                &[(CONCURRENCY_ALIAS_VAR, blank), (CONCURRENCY_VAR, "")][..],
+                &[(CONCURRENCY_ALIAS_VAR, blank)],
+                &[(CONCURRENCY_VAR, blank)],
+            ] {
+                let c = config(vars);
+                assert_eq!(c.concurrency.get(), DEFAULT_CONCURRENCY, "{vars:?}");
+                let text: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
+                assert_eq!(
+                    text,
+                    [format!(
+                        "{}='{blank}' is empty; using {DEFAULT_CONCURRENCY}",
+                        vars[0].0
+                    )],
+                    "{vars:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn no_concurrency_warning_ends_without_the_value_used() {
+        let values = ["", " ", "1", "2", "auto", "x", "0"];
+        for own in values {
+            for other in values {
+                let c = config(&[(CONCURRENCY_ALIAS_VAR, own), (CONCURRENCY_VAR, other)]);
+                for w in &c.warnings {
+                    assert!(!w.using.trim().is_empty(), "{own:?} {other:?}: {w}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@ use std::time::Duration;
 /// [`CONCURRENCY_ALIAS_VAR`] is the same, and wins when both are set.
 pub const CONCURRENCY_VAR: &str = "REALIZAR_GPU_TEST_CONCURRENCY";
 /// The crate's own name for [`CONCURRENCY_VAR`], with the same values. When both are set this
-/// one wins, with a configuration warning if they disagree.
+/// one wins, with a configuration warning if they disagree. A blank value (empty or only
+/// whitespace) of either name counts as unset when the other has one.
 pub const CONCURRENCY_ALIAS_VAR: &str = "GPU_TEST_PERMIT_CONCURRENCY";
 /// The most permits per GPU that [`CONCURRENCY_VAR`]`=auto` may choose: the ceiling the user
 /// trusts. Default [`DEFAULT_MAX_CONCURRENCY`].
@@ -129,3 +130,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// into which the crate writes a line each time the process goes from no permit to one and
 /// back (see [`drivers`](crate::drivers)).
 pub const WATCH_VAR: &str = "GPU_TEST_PERMIT_WATCH";
+
+/// Set by `gpu-test-permit find-gpu-tests` for the suite it runs: the directory (an absolute
+/// path) that the run's records (see [`runs`](crate::runs): grants, releases, skips, driver
+/// loads, `auto`'s choice), its configuration warnings and its test-group hint are written to
+/// instead of the slot directory. The run's permits are still the host's, taken in the slot
+/// directory beside everyone else's; only what it records stays apart from the host's runs
+/// (`report`, the history `auto` and backfilling learn from). Not for setting by hand.
+pub const RECORDS_VAR: &str = "GPU_TEST_PERMIT_RECORDS";

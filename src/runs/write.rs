@@ -139,6 +139,9 @@ fn own_run() -> bool {
 /// Appends `record` to the run's file in `dir` (for a process that is a run of its own, when
 /// it exits: see [`flush`]).
 pub(crate) fn append(dir: &Path, record: RunRecord) {
+    // A run kept apart from the host's (`find-gpu-tests`) records where it is told to.
+    let apart = Config::global().records_dir.clone();
+    let dir = apart.as_deref().unwrap_or(dir);
     if own_run() {
         let full = {
             let mut pending = PENDING.lock();

@@ -738,3 +738,46 @@ fn weights_are_declared_or_learned_and_a_bad_value_falls_back_to_declared() {
         assert_eq!((c.weights, c.warnings.len()), (Weights::Declared, 1));
     }
 }
+
+/// An empty `GPU_TEST_PERMIT_CONCURRENCY` (as a CI file's `VAR=` leaves it) is unset: a
+/// process with `REALIZAR_GPU_TEST_CONCURRENCY=1` beside it lays out N = 1 and warns of
+/// nothing, and `config` names the variable N came from; the other way round likewise.
+#[test]
+fn an_empty_concurrency_name_leaves_n_to_the_other() {
+    use crate::util::{bin, clear_permit_env, tempdir};
+    use gpu_test_permit::config::CONCURRENCY_ALIAS_VAR;
+    for (empty, set) in [
+        (CONCURRENCY_ALIAS_VAR, CONCURRENCY_VAR),
+        (CONCURRENCY_VAR, CONCURRENCY_ALIAS_VAR),
+    ] {
+        let dir = tempdir();
+        let command = |args: &[&str]| {
+            let mut c = std::process::Command::new(bin());
+            clear_permit_env(&mut c);
+            c.env(DIR_VAR, dir.path())
+                .env(empty, "")
+                .env(set, "1")
+                .args(args);
+            c.output().unwrap()
+        };
+        let out = command(&["hold", "--for", "1ms"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{empty}='': {err}");
+        assert!(!err.contains("CONCURRENCY"), "{empty}='': {err}");
+        let out = command(&["status"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.lines()
+                .any(|l| l == "layout: N = 1 permit(s) per GPU x 1 GPU(s)"),
+            "{empty}='': {text}"
+        );
+        let out = command(&["config"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.lines()
+                .any(|l| l.trim_start().starts_with(set) && l.contains(" 1")),
+            "{empty}='': {text}"
+        );
+        assert!(!text.contains("using \n") && !text.ends_with("using "), "{text}");
+    }
+}

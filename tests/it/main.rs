@@ -13,6 +13,8 @@ mod config;
 mod decision;
 mod devices;
 mod dirs;
+#[cfg(target_os = "linux")]
+mod find_cap;
 mod fixture;
 mod hold_timeout;
 mod holders;
@@ -32,6 +34,8 @@ mod multi_gpu;
 mod native_probe;
 mod permit;
 mod platform;
+#[cfg(target_os = "linux")]
+mod private_dirs;
 mod probe;
 mod recipes;
 mod report;

@@ -21,8 +21,10 @@
 //!    (options only `cargo nextest run` takes, such as `-j`, are left out of the listing).
 //! 2. `cargo nextest run NEXTEST-ARGS` once per way, under a profile of this command's own (a
 //!    nextest tool config file in a private directory: no fail-fast, no retries, a JUnit
-//!    report that keeps every test's output), with slots (and so the run's records) in a
-//!    private directory.
+//!    report that keeps every test's output). Its tests take their permits in the caller's
+//!    slot directory, within the host's cap beside every other GPU user there (a busy host
+//!    makes the run wait, never over-subscribes the GPU); what the run records goes to the
+//!    private directory, apart from the host's runs.
 //! 3. Each test found is named on standard error with why; [`filterset`] names them all, one
 //!    test binary per line, the whole binary where all its tests need the GPU.
 
@@ -31,9 +33,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 
-use gpu_test_permit::config::{
-    DIR_VAR, INHERITED_VAR, REQUIRE_VAR, SKIP_LOG_VAR, STATE_VAR, TRACE_VAR,
-};
+use gpu_test_permit::config::{Config, RECORDS_VAR, REQUIRE_VAR, SKIP_LOG_VAR, TRACE_VAR};
 use gpu_test_permit::drivers::library_name;
 use gpu_test_permit::nextest::{GROUP, TOOL};
 
@@ -174,6 +174,9 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
             )));
         }
     };
+    // The tests take the host's permits: a slot directory that cannot be used is said once
+    // here, before the suite is built and run only to have every permit refused.
+    Config::global().slot_dir_path()?;
     let work = PrivateDir::new("find")?;
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
 
@@ -317,9 +320,8 @@ fn present_run(
     }
     keep_apart(&mut run, dir);
     let cases = run_and_read(&mut run, dir, &[])?;
-    let slots = dir.join("slots");
     let loaded: Vec<((String, String), Vec<String>)> =
-        match gpu_test_permit::runs::last_run(&slots).map_err(|e| e.to_string())? {
+        match gpu_test_permit::runs::last_run(&records_dir(dir)).map_err(|e| e.to_string())? {
             Some(records) => gpu_test_permit::runs::summarize(&records)
                 .loaded_drivers
                 .into_iter()
@@ -420,15 +422,25 @@ fn run_and_read(run: &mut Command, dir: &Path, own_marks: &[&str]) -> Result<Vec
     Ok(parse_junit(&report, own_marks))
 }
 
-/// Keeps the run's permits and records apart from the host's: slots in `work`, and no trace,
-/// skip log, state directory or inherited permit of the caller's; tests skip where a backend
-/// has no device instead of failing.
+/// Keeps the run's records apart from the host's, and its permits the host's: the tests
+/// take their permits in the caller's slot directory (as `GPU_TEST_PERMIT_DIR`, or its
+/// default, says for the caller), under the caller's N and state directory and inside an
+/// inherited permit the caller works in, so that finding the GPU tests never runs more of
+/// them than the host's cap allows beside everything else on the GPU. What the run records
+/// goes to `work/records` instead of the slot directory ([`RECORDS_VAR`]), and no trace or
+/// skip log of the caller's gets its events; tests skip where a backend has no device instead
+/// of failing.
 fn keep_apart(cmd: &mut Command, work: &Path) {
-    for var in [TRACE_VAR, SKIP_LOG_VAR, STATE_VAR, INHERITED_VAR] {
+    for var in [TRACE_VAR, SKIP_LOG_VAR] {
         cmd.env_remove(var);
     }
     cmd.env(REQUIRE_VAR, "none")
-        .env(DIR_VAR, work.join("slots"));
+        .env(RECORDS_VAR, records_dir(work));
+}
+
+/// Where the run of `work` records (see [`keep_apart`]).
+fn records_dir(work: &Path) -> std::path::PathBuf {
+    work.join("records")
 }
 
 /// Hides every GPU driver from `cmd` and what it starts, and keeps its permits apart from the
@@ -443,8 +455,7 @@ fn keep_apart(cmd: &mut Command, work: &Path) {
 /// - CUDA and ROCm: `CUDA_VISIBLE_DEVICES=-1` (and the HIP and ROCr ones): the driver loads,
 ///   and has no device to show.
 /// - This crate: `GPU_TEST_PERMIT_REQUIRE=none`, so its tests skip, with their line, instead
-///   of failing; slots (and so the run's records) in `work`; no trace, skip log, state
-///   directory or inherited permit of the caller's.
+///   of failing; the run's records in `work`, its permits the host's (see [`keep_apart`]).
 pub(crate) fn hide_gpu_drivers(cmd: &mut Command, work: &Path) {
     let none = work.join("no-such-driver.json");
     for var in [
@@ -490,13 +501,20 @@ store-failure-output = true
     )
 }
 
-/// `s` as a TOML basic string.
+/// `s` as a TOML basic string: a quote and a backslash escaped, and every control character
+/// (U+0000 to U+001F, U+007F, and the C1 controls, which TOML allows but no reader shows) as
+/// TOML's short escape where it has one, else `\uXXXX`.
 fn toml_string(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
             c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
             c => out.push(c),
         }
@@ -1006,5 +1024,9 @@ mod tests {
     #[test]
     fn toml_strings_are_escaped() {
         assert_eq!(toml_string(r#"C:\a "b""#), r#""C:\\a \"b\"""#);
+        assert_eq!(
+            toml_string("a\u{8}\t\n\u{c}\r\u{1}\u{1f}\u{7f}\u{85}é"),
+            r#""a\b\t\n\f\r\u0001\u001F\u007F\u0085é""#
+        );
     }
 }

@@ -95,7 +95,8 @@ fn make_owner(dir: &Path) -> io::Result<File> {
 /// Removes this user's `gpu-test-permit-<what>-<pid>-<n>` directories in `base` whose process
 /// is gone: unchanged for [`LEFT_FOR`], with an `owner` file nobody holds locked (or, made
 /// before directories had one, with no process `pid` left). Best effort: whatever cannot be
-/// read or removed is left as it is.
+/// read or removed is left as it is, and so is a directory whose `owner` is not a regular
+/// file (nothing here opens what could block).
 fn remove_left_behind(base: &Path, what: &str) {
     let prefix = format!("gpu-test-permit-{what}-");
     let Ok(entries) = std::fs::read_dir(base) else {
@@ -121,9 +122,18 @@ fn remove_left_behind(base: &Path, what: &str) {
         if !meta.is_dir() || !mine(&meta) || unchanged_for.is_none_or(|age| age < LEFT_FOR) {
             continue;
         }
-        let gone = match File::open(path.join(OWNER)) {
-            // Kept where it is held, or where the file system takes no locks.
-            Ok(owner) => owner.try_lock().is_ok(),
+        let owner = path.join(OWNER);
+        // Only a regular file is ours: a FIFO (or a device, a socket, a link) at the name
+        // would block or mislead the open that locks it, so its directory is left alone.
+        // Opened without following a link and without blocking all the same: the name may
+        // change between the look and the open.
+        let gone = match std::fs::symlink_metadata(&owner) {
+            Ok(meta) if !meta.file_type().is_file() => false,
+            Ok(_) => match gpu_test_permit::__private::open_regular_for_reading(&owner) {
+                // Kept where it is held, or where the file system takes no locks.
+                Ok(owner) => owner.try_lock().is_ok(),
+                Err(_) => false,
+            },
             Err(e) if e.kind() == io::ErrorKind::NotFound => !process_is_visible(pid),
             Err(_) => false,
         };
@@ -211,6 +221,37 @@ mod tests {
         age(&held, 2 * LEFT_FOR);
         remove_left_behind(base.path(), "watch");
         assert!(!held.exists());
+    }
+
+    #[test]
+    fn an_owner_that_is_not_a_regular_file_is_not_opened_and_its_directory_stays() {
+        let base = tempfile::tempdir().unwrap();
+        let fifo_dir = base.path().join("gpu-test-permit-watch-4000000-0");
+        let link_dir = base.path().join("gpu-test-permit-watch-4000000-1");
+        for dir in [&fifo_dir, &link_dir] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        let fifo =
+            std::ffi::CString::new(fifo_dir.join(OWNER).into_os_string().into_encoded_bytes())
+                .unwrap();
+        // SAFETY: mkfifo(3) on a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/dev/null", link_dir.join(OWNER)).unwrap();
+        for dir in [&fifo_dir, &link_dir] {
+            age(dir, 2 * LEFT_FOR);
+        }
+        // An open that blocked on the FIFO would never come back: the sweep runs aside.
+        let (done, finished) = std::sync::mpsc::channel();
+        let swept = base.path().to_path_buf();
+        std::thread::spawn(move || {
+            remove_left_behind(&swept, "watch");
+            let _ = done.send(());
+        });
+        assert!(
+            finished.recv_timeout(Duration::from_secs(30)).is_ok(),
+            "the sweep blocked on a FIFO"
+        );
+        assert!(fifo_dir.join(OWNER).exists() && link_dir.exists());
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
                  # up to GPU_TEST_PERMIT_MAX_CONCURRENCY ({}), size the group to that (tests past\n\
                  # the chosen N then wait in their processes), and print this again once settled.\n",
                 cfg.concurrency_var,
-                choice.to_string().replace('\n', " "),
+                comment_text(&choice.to_string()),
                 cfg.max_concurrency
             );
             choice.per_gpu
@@ -43,6 +43,18 @@ pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
     };
     print!("{auto}{text}{}", longest_first(cfg));
     Ok(ExitCode::SUCCESS)
+}
+
+/// `text` for a TOML comment line: a line break as a space, and every other control character
+/// (which a TOML comment may not hold, but for a tab) as its `\u{..}` escape.
+fn comment_text(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' => " ".to_string(),
+            c if c.is_control() => c.escape_unicode().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
 }
 
 /// The priorities that start the longest GPU tests first, from the hold times this host's
@@ -109,4 +121,16 @@ fn weights_snippet(per_gpu: usize, wrapper: bool) -> String {
 {how}",
         group = gpu_test_permit::nextest::GROUP
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn comment_text_holds_no_control_character() {
+        let text = comment_text("N = 2 (auto: GPU a\nb\rc\td\u{7f}e\u{0}f)");
+        assert_eq!(text, "N = 2 (auto: GPU a b\\u{d}c\\u{9}d\\u{7f}e\\u{0}f)");
+        assert!(!text.chars().any(char::is_control), "{text}");
+    }
 }
