@@ -2,8 +2,8 @@
 //! records) or microseconds (trace events) since the Unix epoch; a clock set before 1970
 //! reads as 0. And the host's boot clock with the boot it counts from ([`BootTime`]), for
 //! what other processes compare with their own reading (heartbeats, grant times): a wall
-//! clock can be stepped, skewed by NTP or faked for one process (libfaketime), a boot clock
-//! cannot.
+//! clock can be stepped (by hand or by NTP) or faked for one process (libfaketime), a boot
+//! clock cannot.
 
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

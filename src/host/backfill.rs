@@ -17,7 +17,7 @@
 //!   counts as holding on forever).
 //!
 //! Its arithmetic reads one clock, the host's boot clock ([`Clock`]: `CLOCK_BOOTTIME`, which
-//! every process reads alike and no wall-clock step, NTP or faked time moves; the wall clock
+//! every process reads alike and no wall-clock step or faked time moves; the wall clock
 //! only where there is no boot clock): a holder's grant time is its record's `since_boot_ms`,
 //! set at the grant, compared with the backfiller's own reading. The record's wall-clock time
 //! is for people only: a holder whose wall clock reads an hour ahead, or a host whose wall
