@@ -39,6 +39,7 @@ mod private_dirs;
 mod probe;
 mod recipes;
 mod report;
+mod snippet_toml;
 mod stress;
 mod stub;
 #[cfg(unix)]
