@@ -4,8 +4,11 @@
 //! - **Wait files.** A process that has waited keeps `gpu0.wait.<pid>` locked while it lives
 //!   and writes the record of its waiting request into it (blank while none waits), then its
 //!   heartbeat, renewed every few milliseconds while it waits: for the order of the queue, for
-//!   [`status`](crate::host::status) and for the message of a wait that times out. Unlocked ones are
-//!   leftovers of killed processes, removed when a process opens the directory.
+//!   [`status`](crate::host::status) and for the message of a wait that times out. Where
+//!   another process holds that name (another user can make anything at a name it can guess),
+//!   the file is `gpu0.wait.<pid>.<random>` instead ([`make_locked_file`]); readers take the
+//!   pid from the record. Unlocked ones are leftovers of killed processes, removed by this
+//!   user's waiters when they first wait in the directory.
 //! - **Turns.** A waiting request keeps its turn while it shows signs of life. One whose pid
 //!   names no process here (another PID namespace's, or a forged record), that is stopped
 //!   (`SIGSTOP`, Ctrl-Z, a debugger; seen through `/proc` on Linux), or whose heartbeat is
@@ -106,48 +109,119 @@ impl std::fmt::Display for Liveness {
     }
 }
 
-/// Where a wait file is made and locked before it is renamed to its name
-/// (`gpu0.new-wait.<pid>`): a wait file is never seen unlocked, which `status` and sweepers
-/// would take for a dead waiter's leftover and remove.
+/// Where a wait file is made and locked before it is linked to its name:
+/// `gpu0.new-wait.<pid>.<random>`, a name nobody else can know beforehand. A wait file is never
+/// seen unlocked, which `status` and sweepers would take for a dead waiter's leftover and
+/// remove.
 pub(super) const STAGING_PREFIX: &str = "gpu0.new-wait.";
 
-/// This process's wait file at `path`, made and locked. On Unix it is made under a staging name
-/// and renamed into place once locked; elsewhere it is made in place and locked, and a lock
-/// refused (another process probing it) or a file removed between the open and the lock is tried
-/// again, a little later each time. `None` when it cannot be had: the request then waits
-/// unlisted.
-fn make_wait_file(dir: &Path, path: &Path) -> Option<std::fs::File> {
-    let staging = dir.join(format!("{STAGING_PREFIX}{}", std::process::id()));
-    make_locked_file(dir, &staging, path)
+/// This process's wait file in `dir`, made and locked, and where: `gpu0.wait.<pid>`, or where
+/// another process holds that name, `gpu0.wait.<pid>.<random>` ([`make_locked_file`]). `None`
+/// when it cannot be had: the request then waits unlisted, and tries again later.
+fn make_wait_file(dir: &Path) -> Option<(PathBuf, File)> {
+    let pid = std::process::id();
+    make_locked_file(
+        dir,
+        &format!("{STAGING_PREFIX}{pid}"),
+        &format!("{WAIT_PREFIX}{pid}"),
+    )
 }
 
-/// A file of this process at `path`, made and locked as [`make_wait_file`] makes a wait file
-/// (through `staging` where open files can be renamed).
-pub(super) fn make_locked_file(dir: &Path, staging: &Path, path: &Path) -> Option<std::fs::File> {
+/// A file of this process in `dir`, made and locked, and the path it has: `name`, or where
+/// another process holds that name (a directory, FIFO or file another user made there, a
+/// file of a process of the same pid in another PID namespace), `name.<random>`: whoever can
+/// guess a name can take it first, so a taken one is never waited for. Readers find a
+/// process's files by the pid their names begin with and their records hold.
+///
+/// Where open files can be renamed (Unix) the file is made and locked under a staging name,
+/// `staging.<random>`, then linked to its name, which never replaces what is there
+/// (`link(2)`; where the file system has no hard links, renamed, which replaces only a file of
+/// this user), and its staging name removed: it is never seen unlocked. Elsewhere it is made in
+/// place and locked. A lock refused (another process probing the file) or a file removed
+/// between the open and the lock is tried again, a little later each time.
+pub(super) fn make_locked_file(dir: &Path, staging: &str, name: &str) -> Option<(PathBuf, File)> {
     let shared = sys::is_shared_dir(dir);
-    for attempt in 0..8 {
-        let made = if sys::RENAMES_OPEN_FILES {
-            let file = sys::open_lock_file(staging, shared).ok()?;
+    let mut path = dir.join(name);
+    let (mut attempt, mut taken) = (0, 0);
+    while attempt < 8 && taken < 4 {
+        let placed = if sys::RENAMES_OPEN_FILES {
+            let staged = dir.join(format!("{staging}.{}", unguessable()));
+            let file = sys::open_lock_file(&staged, shared).ok()?;
             // The record's and heartbeat's space, while the disk has it.
             let _ = sys::reserve(&file, RECORD_AND_BEAT);
-            (file.try_lock().is_ok() && std::fs::rename(staging, path).is_ok()).then_some(file)
+            let placed = if file.try_lock().is_ok() && sys::same_file(&staged, &file) {
+                place(&staged, &path).map(|()| file)
+            } else {
+                Err(Placing::Again)
+            };
+            let _ = std::fs::remove_file(&staged);
+            placed
         } else {
-            let file = sys::open_lock_file(path, shared).ok()?;
-            file.try_lock().is_ok().then_some(file)
+            match sys::open_lock_file(&path, shared) {
+                Ok(file) if file.try_lock().is_ok() => Ok(file),
+                Ok(_) => Err(Placing::Again),
+                Err(_) => Err(Placing::Taken),
+            }
         };
-        // Locked by this description, and still the file at the path: ours.
-        match made {
-            Some(file) if sys::same_file(path, &file) => return Some(file),
-            _ => std::thread::sleep(std::time::Duration::from_micros(100 << attempt)),
+        match placed {
+            // Locked by this description, and still the file at the path: ours.
+            Ok(file) if sys::same_file(&path, &file) => return Some((path, file)),
+            Ok(_) | Err(Placing::Taken) => {
+                taken += 1;
+                path = dir.join(format!("{name}.{}", unguessable()));
+            }
+            Err(Placing::Again) => {
+                std::thread::sleep(Duration::from_micros(100 << attempt));
+                attempt += 1;
+            }
         }
     }
     None
 }
 
+/// Why a file could not be placed at its name.
+enum Placing {
+    /// Something else is there.
+    Taken,
+    /// Its staging name was swept or probed meanwhile: try again.
+    Again,
+}
+
+/// Gives the locked file at `staged` the name `path` as well, never replacing what is there.
+fn place(staged: &Path, path: &Path) -> Result<(), Placing> {
+    match std::fs::hard_link(staged, path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(Placing::Taken),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Placing::Again),
+        // No hard links on this file system: renamed, where nothing is at the name.
+        Err(_) if std::fs::symlink_metadata(path).is_ok() => Err(Placing::Taken),
+        Err(_) => match std::fs::rename(staged, path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Placing::Again),
+            Err(_) => Err(Placing::Taken),
+        },
+    }
+}
+
+/// 64 random bits, in hex, for a name no other process can know beforehand: std's randomly
+/// keyed hasher (its keys come from the system's random source) over this process's pid and a
+/// count.
+pub(super) fn unguessable() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNT.fetch_add(1, Ordering::Relaxed));
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
 /// Removes wait files and threads files ([`super::threads`]) whose process is gone (unlocked
-/// ones). The global pool of a process is
-/// never dropped, so its wait file outlives it. Run by a process before its first wait in the
-/// directory: only waiters read wait files.
+/// ones), their staging names included, where they are this user's: a file of another user is
+/// theirs to remove (a sticky directory would refuse anyway, except to root), whether a dead
+/// process of theirs left it or they made it at a name a waiter of ours would take. The global
+/// pool of a process is never dropped, so its wait file outlives it. Run by a process before
+/// its first wait in the directory: only waiters read wait files.
 pub(super) fn sweep_wait_files(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
@@ -171,7 +245,7 @@ pub(super) fn sweep_wait_files(dir: &Path) {
         };
         // Removed while locked: its owner, if it comes back to life under a reused pid,
         // checks that its file is still the one at the path.
-        if file.try_lock().is_ok() {
+        if sys::is_own_file(&file) && file.try_lock().is_ok() {
             let _ = std::fs::remove_file(&path);
         }
     }
@@ -188,9 +262,7 @@ pub(super) fn head_liveness(
 ) -> Liveness {
     // The fresher of the two: the gate's is renewed less often, the wait file's may have found
     // no space.
-    let listed = wait_entry(&dir.join(format!("{WAIT_PREFIX}{}", record.pid)))
-        .filter(|w| w.record.pid == record.pid)
-        .map(|w| w.beat_age_ms);
+    let listed = wait_entry_of(dir, record.pid).map(|w| w.beat_age_ms);
     let beat = match (gate_beat, listed) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -267,6 +339,27 @@ pub(super) fn wait_entries(dir: &Path) -> Vec<WaitEntry> {
     out
 }
 
+/// The waiting request of process `pid` in its wait file: `gpu0.wait.<pid>`, or where another
+/// process held that name when it was made, `gpu0.wait.<pid>.<random>` ([`make_locked_file`]),
+/// found by a scan of `dir` only when the first tells none.
+pub(super) fn wait_entry_of(dir: &Path, pid: u32) -> Option<WaitEntry> {
+    let plain = format!("{WAIT_PREFIX}{pid}");
+    let of_pid = |w: &WaitEntry| w.record.pid == pid;
+    if let Some(w) = wait_entry(&dir.join(&plain)).filter(of_pid) {
+        return Some(w);
+    }
+    let suffixed = format!("{plain}.");
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&suffixed))
+        })
+        .find_map(|e| wait_entry(&e.path()).filter(of_pid))
+}
+
 /// The waiting request in wait file `path`, if the file is locked (its process lives) and
 /// holds one.
 pub(super) fn wait_entry(path: &Path) -> Option<WaitEntry> {
@@ -305,7 +398,8 @@ pub(super) struct Waiting {
     pub(super) watch: Option<Watch>,
     /// Next step of the polling fallback.
     pub(super) poll_step: Option<Duration>,
-    /// `gpu0.wait.<pid>`, locked for the life of the process, holding the record of the
+    /// `gpu0.wait.<pid>` (or `gpu0.wait.<pid>.<random>` where that name was taken, see
+    /// [`make_locked_file`]), locked for the life of the process, holding the record of the
     /// request waiting now (blank while none waits), so that [`status`] can list waiters and
     /// tell a killed process's leftover (unlocked) from a live one.
     pub(super) file: Option<(PathBuf, File)>,
@@ -345,8 +439,7 @@ impl Waiting {
             // first. Here rather than at every open of the directory, so that a process that
             // never waits (most test processes) never scans it.
             sweep_wait_files(dir);
-            let path = dir.join(format!("{WAIT_PREFIX}{}", std::process::id()));
-            self.file = make_wait_file(dir, &path).map(|file| (path, file));
+            self.file = make_wait_file(dir);
             self.list_failed = self.file.is_none().then(Instant::now);
         }
         let Some((_, file)) = &self.file else {
@@ -407,7 +500,9 @@ impl Waiting {
 
 impl Drop for Waiting {
     fn drop(&mut self) {
-        if let Some((path, _)) = &self.file {
+        if let Some((path, file)) = &self.file
+            && sys::same_file(path, file)
+        {
             let _ = std::fs::remove_file(path);
         }
     }
@@ -450,24 +545,114 @@ mod tests {
             gpus: 1,
             memory: None,
         };
-        // A directory where the wait file is staged: it cannot be made.
-        let staging = dir
-            .path()
-            .join(format!("{STAGING_PREFIX}{}", std::process::id()));
-        std::fs::create_dir(&staging).unwrap();
-        let path = dir
-            .path()
-            .join(format!("{WAIT_PREFIX}{}", std::process::id()));
+        // A slot directory not made yet: the wait file cannot be made.
+        let slots = dir.path().join("slots");
+        let path = slots.join(format!("{WAIT_PREFIX}{}", std::process::id()));
         let mut waiting = Waiting::default();
-        waiting.list(dir.path(), &record);
+        waiting.list(&slots, &record);
         assert!(!waiting.listed && !path.exists());
         // Not tried again at once: a wake-up soon after costs nothing.
-        std::fs::remove_dir(&staging).unwrap();
-        waiting.list(dir.path(), &record);
+        std::fs::create_dir(&slots).unwrap();
+        waiting.list(&slots, &record);
         assert!(!waiting.listed && !path.exists());
         std::thread::sleep(LIST_RETRY);
-        waiting.list(dir.path(), &record);
+        waiting.list(&slots, &record);
         assert!(waiting.listed);
         assert_eq!(wait_entry(&path).map(|w| w.record), Some(record));
+    }
+
+    fn record(since_unix_ms: u64) -> HolderRecord {
+        HolderRecord {
+            pid: std::process::id(),
+            test: "t".into(),
+            binary: None,
+            thread: "main".into(),
+            since_unix_ms,
+            since_boot_ms: None,
+            boot_id: None,
+            exclusive: false,
+            concurrency: 2,
+            units: 1,
+            gpus: 1,
+            memory: None,
+        }
+    }
+
+    /// The names in `dir` that begin with `prefix`.
+    fn names(dir: &Path, prefix: &str) -> Vec<String> {
+        let mut out: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_waiter_whose_wait_file_name_is_taken_lists_itself_under_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid = std::process::id();
+        // Another process made a directory at the name (a rename onto it fails, EISDIR).
+        let plain = dir.path().join(format!("{WAIT_PREFIX}{pid}"));
+        std::fs::create_dir(&plain).unwrap();
+        let mut waiting = Waiting::default();
+        waiting.list(dir.path(), &record(5));
+        assert!(waiting.listed, "not listed beside a taken name");
+        let (path, _) = waiting.file.as_ref().unwrap();
+        let name = path.file_name().unwrap().to_str().unwrap();
+        let suffix = name.strip_prefix(&format!("{WAIT_PREFIX}{pid}.")).unwrap();
+        assert!(
+            suffix.len() == 16 && suffix.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{name}"
+        );
+        // Every reader finds it: the queue's order, the head's liveness, `status`.
+        let entries = wait_entries(dir.path());
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].record, record(5));
+        assert_eq!(
+            wait_entry_of(dir.path(), pid).map(|w| w.record),
+            Some(record(5))
+        );
+        let status = crate::host::status(dir.path()).unwrap();
+        assert_eq!(status.waiters, vec![record(5)]);
+        // No staging name is left behind, and the other process's directory is untouched.
+        assert!(names(dir.path(), STAGING_PREFIX).is_empty());
+        assert!(plain.is_dir());
+        drop(waiting);
+        assert_eq!(
+            names(dir.path(), WAIT_PREFIX),
+            vec![format!("{WAIT_PREFIX}{pid}")]
+        );
+    }
+
+    #[test]
+    fn a_live_file_at_the_name_is_never_replaced() {
+        // A locked wait file of the same pid: a process of another PID namespace sharing the
+        // directory, waiting. Renaming over it would take its listing away.
+        let dir = tempfile::tempdir().unwrap();
+        let pid = std::process::id();
+        let plain = dir.path().join(format!("{WAIT_PREFIX}{pid}"));
+        let theirs = std::fs::File::create(&plain).unwrap();
+        sys::write_at(&theirs, &record(1).encode(), 0).unwrap();
+        // Another open file description: its lock stands against this one's.
+        let held = std::fs::File::open(&plain).unwrap();
+        held.try_lock().unwrap();
+        let mut waiting = Waiting::default();
+        waiting.list(dir.path(), &record(5));
+        assert!(waiting.listed);
+        assert!(sys::same_file(&plain, &held), "the live file was replaced");
+        let since: Vec<u64> = wait_entries(dir.path())
+            .iter()
+            .map(|w| w.record.since_unix_ms)
+            .collect();
+        assert_eq!(since, vec![1, 5]);
+    }
+
+    #[test]
+    fn staging_names_cannot_be_known_beforehand() {
+        let (a, b) = (unguessable(), unguessable());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 16);
     }
 }

@@ -84,8 +84,8 @@ pub struct SkippedFile {
 }
 
 /// Reads who holds and who waits for the slots in `dir`, without creating or taking anything.
-/// A missing directory has no slots. Leftover wait records of killed processes, and their
-/// files of threads waiting in-process, are removed.
+/// A missing directory has no slots. Leftover wait records of killed processes of this user,
+/// and their files of threads waiting in-process, are removed; another user's are left to them.
 /// Never blocks: a FIFO, device or symbolic link named like a slot file is skipped and listed in
 /// [`HostStatus::skipped`].
 ///
@@ -173,10 +173,12 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
                 let liveness = Liveness::judge(w.record.pid, w.beat_age_ms);
                 (w.record, liveness)
             })),
-            // A killed waiter's leftover.
-            None => {
+            // A killed waiter's leftover, removed where it is this user's: a file of another
+            // user is theirs (one they made at a name a waiter would take, say).
+            None if sys::is_own_file(&file) => {
                 let _ = std::fs::remove_file(&path);
             }
+            None => {}
         }
     }
     out.slots.sort_by_key(|s| s.index);

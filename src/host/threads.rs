@@ -5,15 +5,16 @@
 //! process sees them. A pool with host slots whose threads queue there publishes how many wait
 //! and since when the oldest of them waits in a file of its own, beside the wait files:
 //!
-//! - made and locked under `gpu0.new-threads.<pid>.<pool>`, then renamed into place, so it is
-//!   never seen unlocked; locked for the life of the pool (of the process, for the global
-//!   pool) and removed when the pool is dropped;
+//! - made and locked under `gpu0.new-threads.<pid>.<pool>.<random>`, then linked into place,
+//!   so it is never seen unlocked; named `gpu0.threads.<pid>.<pool>.<random>` where another
+//!   process holds the plain name (`queue::make_locked_file`); locked for the life of the pool
+//!   (of the process, for the global pool) and removed when the pool is dropped;
 //! - made at the first wait of one of the pool's threads (a process whose threads never wait
 //!   never makes it), and rewritten only when the queue changes (a thread joins it, leaves it,
 //!   or is granted its units), never on the path of an acquisition that does not wait;
-//! - an unlocked one is a killed process's leftover: [`status`](super::status) ignores and
-//!   removes it, as do waiters sweeping the wait files; a pid reused by a later process finds
-//!   its own file renamed over the leftover.
+//! - an unlocked one is a killed process's leftover: [`status`](super::status) ignores it and
+//!   removes it where it is this user's, as do waiters sweeping the wait files; a pid reused by
+//!   a later process whose sweep has not removed the leftover takes a suffixed name beside it.
 //!
 //! Diagnostics only: a pool that cannot make or write the file waits all the same.
 
@@ -91,12 +92,13 @@ impl ThreadsFile {
             if threads == 0 {
                 return;
             }
-            let path = self.dir.join(format!("{THREADS_PREFIX}{}", self.name));
-            let staging = self
-                .dir
-                .join(format!("{THREADS_STAGING_PREFIX}{}", self.name));
-            match super::queue::make_locked_file(&self.dir, &staging, &path) {
-                Some(file) => state.file = Some((path, file)),
+            let made = super::queue::make_locked_file(
+                &self.dir,
+                &format!("{THREADS_STAGING_PREFIX}{}", self.name),
+                &format!("{THREADS_PREFIX}{}", self.name),
+            );
+            match made {
+                Some(made) => state.file = Some(made),
                 None => {
                     state.failed = Some(Instant::now());
                     return;
@@ -141,7 +143,8 @@ fn pid_of(name: &str) -> Option<u32> {
 }
 
 /// Reads threads file `path` (named `name`): `Ok(None)` for one whose process waits for nothing
-/// now; `Err(())` for an unlocked one, a killed process's leftover (removed here).
+/// now; `Err(())` for an unlocked one, a killed process's leftover (removed here where it is
+/// this user's: another user's file is theirs).
 pub(super) fn read_threads(path: &Path, name: &str) -> Result<Option<ThreadsWaiting>, ()> {
     let Some(pid) = pid_of(name) else {
         return Ok(None);
@@ -150,7 +153,9 @@ pub(super) fn read_threads(path: &Path, name: &str) -> Result<Option<ThreadsWait
         return Ok(None);
     };
     if !is_locked(&file) {
-        let _ = std::fs::remove_file(path);
+        if sys::is_own_file(&file) {
+            let _ = std::fs::remove_file(path);
+        }
         return Err(());
     }
     // A live lock under a pid that names no process here: a process of another PID
@@ -203,6 +208,35 @@ mod tests {
         assert_eq!(read_threads(&path, &name), Ok(None));
         drop(f);
         assert!(!path.exists(), "removed with its pool");
+    }
+
+    #[test]
+    fn a_pool_whose_file_name_is_taken_publishes_under_another() {
+        let dir = tempfile::tempdir().unwrap();
+        // Another process made a directory at the name the pool's file would take.
+        let plain = format!("{THREADS_PREFIX}{}.9", std::process::id());
+        std::fs::create_dir(dir.path().join(&plain)).unwrap();
+        let f = ThreadsFile::new(dir.path(), 9);
+        f.publish(2, Some(Instant::now()));
+        let status = crate::host::status(dir.path()).unwrap();
+        assert_eq!(
+            status
+                .in_process
+                .iter()
+                .map(|t| (t.pid, t.threads))
+                .collect::<Vec<_>>(),
+            vec![(std::process::id(), 2)]
+        );
+        drop(f);
+        let left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            left,
+            vec![plain],
+            "the pool's file is removed, the directory kept"
+        );
     }
 
     #[test]

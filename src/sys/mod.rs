@@ -530,6 +530,13 @@ pub(crate) fn same_file(path: &Path, file: &File) -> bool {
     os::same_file(path, file)
 }
 
+/// Whether open file `file` belongs to this process's user (its effective uid), which alone
+/// may remove it as its own leftover. Always true where files have no owners to compare (not on
+/// Unix).
+pub(crate) fn is_own_file(file: &File) -> bool {
+    os::is_own_file(file)
+}
+
 /// Waits for a change to a set of files: a write to any of them, or the last close of a file
 /// opened for writing (which is what a process that exits or is killed does to its lock files).
 ///

@@ -40,6 +40,8 @@ mod probe;
 mod recipes;
 mod report;
 mod snippet_toml;
+#[cfg(unix)]
+mod squat;
 mod stress;
 mod stub;
 #[cfg(unix)]
