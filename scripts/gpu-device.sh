@@ -168,6 +168,9 @@ why() {
     *) echo "exit $1" ;;
     esac
 }
+# The run id nextest prints as it starts (`Nextest run ID <uuid> with nextest profile: ...`) in log
+# $1: `report` reads the run it is named, never a guess between the runs of one slot directory.
+run_id() { grep -m1 'Nextest run' "$1" | grep -oE '[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}' || true; }
 skips() { if [ -f "$work/skips/$1" ]; then wc -l <"$work/skips/$1"; else echo 0; fi; }
 
 # --- the crate's capture, fixture and probe tests ----------------------------------------------
@@ -386,7 +389,7 @@ for n in $ns; do
     fi
     # The run's records: a test that failed beside others and passed alone on its retry (which
     # runs with the GPU to itself) is a contention casualty at this N.
-    casualties=$(GPU_TEST_PERMIT_DIR=$slots "$cli" report 2>&1 | tee -a "$log" |
+    casualties=$(GPU_TEST_PERMIT_DIR=$slots "$cli" report --run-id "$(run_id "$runlog")" 2>&1 | tee -a "$log" |
         sed -n 's/^contention casualties: \([0-9]*\).*/\1/p')
     result="$p passed, $f failed, $(skips "nextest-N$n") skip lines; peak <= $n: $peak_ok; contention casualties (retried alone, passed): ${casualties:-?}"
     if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ] || [ "$peak_ok" != yes ]; then
@@ -424,7 +427,7 @@ if [ "$auto_runs" -gt 0 ]; then
             --status-level fail -E "$nextest_suite" >"$runlog" 2>&1 || rc=$?
         wall=$(secs "$s" "$(now)")
         cat "$runlog" >>"$log"
-        n=$(GPU_TEST_PERMIT_DIR=$auto_slots GPU_TEST_PERMIT_STATE=$auto_state "$cli" report 2>&1 |
+        n=$(GPU_TEST_PERMIT_DIR=$auto_slots GPU_TEST_PERMIT_STATE=$auto_state "$cli" report --run-id "$(run_id "$runlog")" 2>&1 |
             tee -a "$log" | sed -n 's/^chosen by REALIZAR_GPU_TEST_CONCURRENCY=auto: N = \([0-9]*\).*/\1/p')
         chosen+=("N=${n:-?} ${wall}s$([ "$rc" -eq 0 ] || echo " ($(why "$rc"))")")
         [ -n "$n" ] || auto_ok=no

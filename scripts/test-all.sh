@@ -70,7 +70,8 @@ GPU_TEST_PERMIT_GPU_MEMORY=256MiB GPU_TEST_PERMIT_TRACE="$traces/nextest.json" \
 # where there is no CUDA driver) marked skipped, as many as the skip log counts, none passed.
 gtp() { cargo run -q --all-features --bin gpu-test-permit -- "$@"; }
 gtp junit target/nextest/default/junit.xml -o "$traces/junit.xml"
-gtp report
+# The run that report reads is named: the uuid nextest writes on the JUnit report's root.
+gtp report --run-id "$(grep -o 'uuid="[^"]*"' target/nextest/default/junit.xml | head -n1 | cut -d'"' -f2)"
 skips=$(grep -c . "$traces/skips.log" || true)
 marked=$(grep -c '<skipped message="backend=' "$traces/junit.xml" || true)
 echo "== example suite JUnit report: $marked tests marked skipped, $skips skips logged"
