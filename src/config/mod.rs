@@ -354,7 +354,7 @@ impl Config {
         // alone, it is a bad value like any other.
         let own = lookup(CONCURRENCY_ALIAS_VAR);
         let other = lookup(CONCURRENCY_VAR);
-        let blank = |v: &Option<OsString>| v.as_ref().is_none_or(|v| is_blank(v));
+        let blank = |v: &Option<OsString>| v.as_ref().is_none_or(is_blank);
         let (own, other) = match (blank(&own), blank(&other)) {
             (true, false) => (None, other),
             (false, true) => (own, None),
