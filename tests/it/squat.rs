@@ -185,3 +185,53 @@ fn a_file_another_user_made_at_a_waiters_name_stays_theirs() {
     status(&slots);
     assert_eq!(owner(&name), (NOBODY, false), "removed by status");
 }
+
+/// The directory's shared files have fixed names, which another user may make first: a
+/// directory at the layout's, the gate's, a slot's or `gpu0.notify`'s name fails the request
+/// at once with an error naming it; at `gpu0.budget`'s or `gpu0.backfill`'s, the request is
+/// granted without them.
+#[test]
+fn shared_files_another_user_took_fail_the_request_with_their_name_or_are_done_without() {
+    let Some(setpriv) = as_nobody() else {
+        eprintln!("not run: needs root and setpriv (util-linux) to act as user nobody");
+        return;
+    };
+    let dir = tempdir();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fatal = ["gpu0.layout", "gpu0.gate", "gpu0.slot0", "gpu0.notify"];
+    for name in fatal.iter().chain(&["gpu0.budget", "gpu0.backfill"]) {
+        let slots = dir.path().join(format!("slots-{name}"));
+        std::fs::create_dir(&slots).unwrap();
+        std::fs::set_permissions(&slots, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let taken = slots.join(name);
+        let made = Command::new("sh")
+            .arg("-c")
+            .arg(format!("{setpriv} mkdir \"$TAKEN\""))
+            .env("TAKEN", &taken)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let out = cli(&slots, 1)
+            .env("GPU_TEST_PERMIT_TIMEOUT", "10s")
+            .args(["hold", "--memory", "1G", "--for", "10ms"])
+            .env("GPU_TEST_PERMIT_GPU_MEMORY", "8G")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        if fatal.contains(name) {
+            assert_eq!(out.status.code(), Some(2), "{name}: {stdout}{stderr}");
+            assert!(
+                stderr.contains(&taken.display().to_string()),
+                "{name}: {stderr}"
+            );
+        } else {
+            assert!(out.status.success(), "{name}: {stdout}{stderr}");
+            assert!(stdout.contains("held"), "{name}: {stdout}{stderr}");
+        }
+        assert_eq!(owner(&taken), (NOBODY, true), "{name}");
+    }
+}
