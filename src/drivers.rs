@@ -20,9 +20,11 @@
 //!   each process loaded while it held no permit ([`read_watch_log_from`], read as a stream:
 //!   no log is too long), however briefly they stayed. When the command exits the watcher
 //!   reads every process's log, counts what they say as the test's, and records it in the
-//!   run's records, which `report` reads. This crate's own probe children are left out: they
-//!   load drivers without a permit on purpose, and are started without the loader's log, so
-//!   they write none.
+//!   run's records, which `report` reads. A process started inside a permit passed on to it
+//!   ([`GpuTestPermit::pass_to`](crate::GpuTestPermit::pass_to), `gpu-test-permit run`)
+//!   writes its log as `held.<pid>` ([`INSIDE_PERMIT_LOG`]) and held the permit all its life.
+//!   This crate's own probe children are left out: they load drivers without a permit on
+//!   purpose, and are started without the loader's log, so they write none.
 //! - **In-process** (Linux, any libc; no watcher): at the process's first permit this crate
 //!   looks at what the process has mapped (`/proc/self/maps`); a driver already there was
 //!   loaded before the first permit. Under nextest, a test process that never took a permit
@@ -188,6 +190,10 @@ pub struct WatchLog {
     pub before_first_permit: bool,
     /// Whether it held a permit at all.
     pub held: bool,
+    /// Whether a process the command started (a tool or helper a test runs), not the
+    /// command's own, loaded one of `unpermitted`. Set by the watcher, which knows which log
+    /// is whose; [`merge`](Self::merge) keeps it where either has it.
+    pub started_process: bool,
     /// The GPU driver libraries the program was linked to at build time: mapped as the
     /// program started, before its first instruction (the loader's `transferring control`),
     /// as the executable's dependencies (`DT_NEEDED`, transitively). Mapping a driver touches
@@ -211,6 +217,7 @@ impl WatchLog {
         add(&mut self.linked, other.linked);
         self.before_first_permit |= other.before_first_permit;
         self.held |= other.held;
+        self.started_process |= other.started_process;
     }
 }
 
@@ -434,6 +441,34 @@ pub(crate) fn permit_returned() {
             mark(&w.log, FREE_MARK);
         }
     }
+}
+
+/// The name the loader's logs of processes that work inside a permit passed on to them start
+/// with, in the watch directory: `held.<pid>`, beside the `ld.<pid>` of the others.
+pub const INSIDE_PERMIT_LOG: &str = "held";
+
+/// Where this process is watched: makes the loader of `cmd` (a process that will work inside
+/// a permit this process passes on to it, [`GpuTestPermit::pass_to`]) write its log as
+/// [`INSIDE_PERMIT_LOG`]`.<pid>`, which the watcher reads as the log of a process that held a
+/// permit all its life (it holds the permit's slot locks until it and the processes it
+/// starts have exited), as are those of the processes it starts, which inherit the name. Its
+/// loads are then no escapes, though it writes no marks (a tool that does not use this
+/// crate).
+///
+/// [`GpuTestPermit::pass_to`]: crate::GpuTestPermit::pass_to
+pub(crate) fn watch_inside_permit(cmd: &mut std::process::Command) {
+    let Some(log) = crate::config::watch_log() else {
+        return;
+    };
+    // Only where the watcher's log is the loader's: a variable set by hand changes nothing.
+    if std::env::var_os("LD_DEBUG_OUTPUT").as_ref() != Some(&log) {
+        return;
+    }
+    let Some(dir) = std::path::Path::new(&log).parent() else {
+        return;
+    };
+    let held = dir.join(INSIDE_PERMIT_LOG);
+    cmd.env("LD_DEBUG_OUTPUT", &held).env(WATCH_VAR, &held);
 }
 
 /// This process's loader log and permit count, where it is watched.

@@ -195,6 +195,10 @@ pub struct DriversRecord {
     /// escape (see [`drivers`](crate::drivers)).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub linked: Vec<String>,
+    /// Whether a process the test started (a tool or helper it runs), not the test's own,
+    /// loaded one of `unpermitted` (watched only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub started_process: bool,
 }
 
 impl DriversRecord {

@@ -110,6 +110,8 @@ pub struct Escaped {
     pub held: bool,
     /// How it was seen: `watched` or `mapped` (see [`DriversRecord`](super::DriversRecord)).
     pub seen: String,
+    /// Whether a process the test started, not the test's own, loaded one of them.
+    pub started_process: bool,
 }
 
 /// What a run's records say ([`summarize`]).
@@ -219,7 +221,9 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
                         drivers: Vec::new(),
                         held: d.held,
                         seen: d.seen.clone(),
+                        started_process: false,
                     });
+                    e.started_process |= d.started_process;
                     add(&mut e.drivers, &d.unpermitted);
                     if d.seen == "watched" {
                         e.seen = d.seen.clone();

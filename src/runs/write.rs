@@ -324,6 +324,7 @@ pub(crate) fn record_drivers(drivers: Vec<String>, linked: Vec<String>, at_first
         held: at_first_permit,
         seen: "mapped".into(),
         linked,
+        started_process: false,
     });
 }
 
@@ -348,6 +349,7 @@ pub fn record_watched(pid: u32, seen: &crate::drivers::WatchLog) -> bool {
         held: seen.held,
         seen: "watched".into(),
         linked: all(&seen.linked),
+        started_process: seen.started_process,
     })
 }
 

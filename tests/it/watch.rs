@@ -245,6 +245,62 @@ fn a_driver_loaded_by_a_process_the_test_started_is_the_tests_escape() {
 }
 
 #[test]
+fn a_tool_a_test_runs_inside_its_permit_is_no_escape() {
+    // The test runs its tool through `gpu-test-permit run` (`GpuTestPermit::pass_to`): the
+    // tool works inside the permit, however it loads the driver, and writes no marks.
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let run = unique_run("inside");
+    let h = helper(false).as_os_str();
+    watch(
+        &slots,
+        &run,
+        "tool::inside_a_permit",
+        &[
+            bin().as_os_str(),
+            "run".as_ref(),
+            "--".as_ref(),
+            h,
+            "run".as_ref(),
+            h,
+            "dlopen".as_ref(),
+            "libcuda.so.1".as_ref(),
+        ],
+    );
+    let records = drivers(&slots, &run);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert!(!records[0].escaped(), "{records:?}");
+    assert_eq!(records[0].drivers, ["libcuda.so.1"], "{records:?}");
+    let out = report(&slots, &run, true);
+    assert!(out.status.success(), "{}", text(&out));
+
+    // The same tool run beside the permit, not inside it, escapes; named as loaded by a
+    // process the test started.
+    let run = unique_run("beside");
+    watch(
+        &slots,
+        &run,
+        "tool::beside_a_permit",
+        &[
+            h,
+            "run".as_ref(),
+            h,
+            "dlopen".as_ref(),
+            "libcuda.so.1".as_ref(),
+        ],
+    );
+    let shown = text(&report(&slots, &run, false));
+    assert_eq!(
+        reported_escapes(&shown),
+        [format!(
+            "{BINARY} tool::beside_a_permit: loaded libcuda.so.1 and took no permit (watched, \
+             in a process it started)"
+        )],
+        "{shown}"
+    );
+}
+
+#[test]
 fn the_crates_own_probe_child_under_a_watched_test_is_not_an_escape() {
     // The test runs the CLI's probe, whose child loads the stand-in CUDA driver without a
     // permit on purpose (and answers that there is a device).

@@ -176,7 +176,9 @@ pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
 /// one for each of its processes, `ld.<pid>`. Removed when dropped.
 struct Watch(crate::private_dir::PrivateDir);
 
-/// The name every log in the directory starts with; the loader adds `.<pid>`.
+/// The name every log in the directory starts with; the loader adds `.<pid>`. Those of
+/// processes that work inside a permit passed on to them start with
+/// [`gpu_test_permit::drivers::INSIDE_PERMIT_LOG`] instead.
 const LOG_PREFIX: &str = "ld";
 
 impl Watch {
@@ -208,18 +210,23 @@ impl Watch {
     }
 
     /// What the logs of the command (process `pid`) and of every process it started say,
-    /// together; each log is read with its own process's marks, as a stream.
+    /// together; each log is read with its own process's marks, as a stream. A process that
+    /// worked inside a permit passed on to it held one all its life.
     fn read(&self, pid: u32) -> gpu_test_permit::drivers::WatchLog {
         let mut seen = gpu_test_permit::drivers::WatchLog::default();
         let mut own = false;
         let entries = std::fs::read_dir(self.0.path()).into_iter().flatten();
         for entry in entries.filter_map(Result::ok) {
             let name = entry.file_name();
-            let Some(of) = name
-                .to_str()
-                .and_then(|n| n.strip_prefix(LOG_PREFIX)?.strip_prefix('.'))
-                .and_then(|p| p.parse::<u32>().ok())
-            else {
+            let Some((inside, of)) = name.to_str().and_then(|n| {
+                let (prefix, of) = n.split_once('.')?;
+                let inside = match prefix {
+                    LOG_PREFIX => false,
+                    gpu_test_permit::drivers::INSIDE_PERMIT_LOG => true,
+                    _ => return None,
+                };
+                Some((inside, of.parse::<u32>().ok()?))
+            }) else {
                 continue;
             };
             // Only regular files: nothing here may block the read.
@@ -230,14 +237,22 @@ impl Watch {
                 gpu_test_permit::drivers::read_watch_log_from(std::io::BufReader::new(f))
             });
             match read {
-                Ok(log) => seen.merge(log),
+                Ok(mut log) => {
+                    if inside {
+                        log.unpermitted.clear();
+                        log.before_first_permit = false;
+                        log.held = true;
+                    }
+                    log.started_process = of != pid && !log.unpermitted.is_empty();
+                    seen.merge(log);
+                }
                 Err(e) => eprintln!(
                     "gpu-test-permit: cannot read the loader's log of process {of} ({}): {e}; \
                      its driver loads are not counted",
                     entry.path().display()
                 ),
             }
-            own |= of == pid;
+            own |= of == pid && !inside;
         }
         if !own {
             // The command's loader wrote nothing: not glibc's (musl, a static binary, another

@@ -260,7 +260,9 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
             } else {
                 "and took no permit"
             };
-            let how = if e.seen == "watched" {
+            let how = if e.seen == "watched" && e.started_process {
+                "watched, in a process it started"
+            } else if e.seen == "watched" {
                 "watched"
             } else {
                 "still mapped when looked at"
