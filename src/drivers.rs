@@ -289,13 +289,14 @@ impl LogState {
             return;
         }
         // `  4242:\tMESSAGE`
-        let message = line
-            .split_once(":\t")
-            .map_or(line, |(_, m)| m)
-            .trim_start();
-        if ["calling init:", "initialize program:", "transferring control:"]
-            .iter()
-            .any(|start| message.starts_with(start))
+        let message = line.split_once(":\t").map_or(line, |(_, m)| m).trim_start();
+        if [
+            "calling init:",
+            "initialize program:",
+            "transferring control:",
+        ]
+        .iter()
+        .any(|start| message.starts_with(start))
         {
             self.starting = false;
             return;
