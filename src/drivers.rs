@@ -166,15 +166,16 @@ pub fn library_name(path: &str) -> &str {
 /// Zero's): a process without one pays for the list of names alone.
 pub fn loaded_drivers() -> Option<Vec<String>> {
     let mapped = crate::sys::mapped_files()?;
+    let driver = mapped_driver(&mapped);
+    Some(mapped.iter().filter(|p| driver(p)).cloned().collect())
+}
+
+/// [`driver_library`] for the files of one process's maps, `mapped`: the driver manifests are
+/// asked only where a loader that reads them (Vulkan's, OpenCL's, Level Zero's) is among them,
+/// so a process that loaded none pays for the list of names alone.
+fn mapped_driver(mapped: &[String]) -> impl Fn(&str) -> bool + use<> {
     let through_manifests = mapped.iter().any(|p| crate::icd::is_loader(p));
-    Some(
-        mapped
-            .into_iter()
-            .filter(|p| {
-                driver_by_name(p) || (through_manifests && crate::icd::named_by_manifest(p))
-            })
-            .collect(),
-    )
+    move |p| driver_by_name(p) || (through_manifests && crate::icd::named_by_manifest(p))
 }
 
 /// What a watched process's loader log says.
@@ -528,7 +529,8 @@ fn unpermitted_now() -> Option<MappedNow> {
         return None;
     }
     let mapped = crate::sys::mapped_files()?;
-    if !mapped.iter().any(|p| driver_library(p)) {
+    let driver = mapped_driver(&mapped);
+    if !mapped.iter().any(|p| driver(p)) {
         return None;
     }
     if crate::config::Config::global().probe_mode == crate::backend::ProbeMode::InProcess {
@@ -537,7 +539,7 @@ fn unpermitted_now() -> Option<MappedNow> {
     let linked = linked_at_build_time(std::path::Path::new("/proc/self/exe"), &mapped);
     let unpermitted = mapped
         .into_iter()
-        .filter(|p| driver_library(p) && !linked.contains(p))
+        .filter(|p| driver(p) && !linked.contains(p))
         .collect();
     Some(MappedNow {
         unpermitted,
@@ -635,13 +637,13 @@ mod tests {
             "/usr/lib/x86_64-linux-gnu/libgallium-24.2.8.so",
             "/opt/amdgpu/lib64/amdvlk64.so",
             "C:\\Windows\\System32\\nvcuda.dll",
-        ] {
             "/usr/lib/x86_64-linux-gnu/libnvcuvid.so.1",
             "/usr/lib/x86_64-linux-gnu/libnvoptix.so.1",
             "/usr/lib/x86_64-linux-gnu/libvk_swiftshader.so",
             "/usr/lib/x86_64-linux-gnu/libze_intel_gpu.so.1",
             "/usr/lib/x86_64-linux-gnu/intel-opencl/libigdrcl.so",
             "/opt/rocm/lib/libamdocl64.so",
+        ] {
             assert!(driver_by_name(yes), "{yes}");
         }
         for no in [
@@ -652,9 +654,9 @@ mod tests {
             "/usr/lib/x86_64-linux-gnu/libcudart.so.12",
             "/lib/x86_64-linux-gnu/libc.so.6",
             "libcudax.so",
-        ] {
             "/usr/lib/x86_64-linux-gnu/libze_loader.so.1",
             "/usr/lib/x86_64-linux-gnu/libOpenCL.so.1",
+        ] {
             assert!(!driver_by_name(no), "{no}");
         }
     }

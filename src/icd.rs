@@ -44,7 +44,7 @@ pub(crate) fn named_by_manifest(path: &str) -> bool {
     let stem = driver_stem(file_name(path));
     !stem.is_empty()
         && INSTALLED
-            .get_or_init(|| installed(|name| crate::config::driver_manifest_var(name)))
+            .get_or_init(|| installed(crate::config::driver_manifest_var))
             .contains(stem)
 }
 

@@ -703,6 +703,30 @@ pub(crate) fn probe_key_var(name: &str) -> Option<OsString> {
     std::env::var_os(name)
 }
 
+/// The variables that say where GPU drivers' manifests are (the Vulkan loader's and OpenCL's
+/// search paths, and the home directory that `XDG_DATA_HOME` defaults under): a library a
+/// manifest names is a driver on this machine (`drivers::driver_library`).
+pub(crate) const DRIVER_MANIFEST_VARS: [&str; 12] = [
+    "VK_DRIVER_FILES",
+    "VK_ICD_FILENAMES",
+    "VK_ADD_DRIVER_FILES",
+    "XDG_CONFIG_DIRS",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_DATA_DIRS",
+    "HOME",
+    "OCL_ICD_VENDORS",
+    "OPENCL_VENDOR_PATH",
+    "OCL_ICD_FILENAMES",
+    "ZE_ENABLE_ALT_DRIVERS",
+];
+
+/// The value of one of [`DRIVER_MANIFEST_VARS`] in this process. Read afresh.
+pub(crate) fn driver_manifest_var(name: &str) -> Option<OsString> {
+    debug_assert!(DRIVER_MANIFEST_VARS.contains(&name));
+    std::env::var_os(name)
+}
+
 /// The probe child's request, set by a probing parent for its child only (see
 /// `probe::child`); a process started any other way ignores and removes it.
 pub(crate) const PROBE_REQUEST_VAR: &str = "GPU_TEST_PERMIT_PROBE_CHILD";
@@ -752,30 +776,6 @@ pub(crate) fn wgpu_backend_set() -> bool {
 /// wgpu's own [`WGPU_BACKEND_VAR`], when set (lossily as text). Read afresh, for the probe
 /// child without the `wgpu` feature: it asks before `main`.
 #[cfg(not(feature = "wgpu"))]
-/// The variables that say where GPU drivers' manifests are (the Vulkan loader's and OpenCL's
-/// search paths, and the home directory that `XDG_DATA_HOME` defaults under): a library a
-/// manifest names is a driver on this machine (`drivers::driver_library`).
-pub(crate) const DRIVER_MANIFEST_VARS: [&str; 12] = [
-    "VK_DRIVER_FILES",
-    "VK_ICD_FILENAMES",
-    "VK_ADD_DRIVER_FILES",
-    "XDG_CONFIG_DIRS",
-    "XDG_CONFIG_HOME",
-    "XDG_DATA_HOME",
-    "XDG_DATA_DIRS",
-    "HOME",
-    "OCL_ICD_VENDORS",
-    "OPENCL_VENDOR_PATH",
-    "OCL_ICD_FILENAMES",
-    "ZE_ENABLE_ALT_DRIVERS",
-];
-
-/// The value of one of [`DRIVER_MANIFEST_VARS`] in this process. Read afresh.
-pub(crate) fn driver_manifest_var(name: &str) -> Option<OsString> {
-    debug_assert!(DRIVER_MANIFEST_VARS.contains(&name));
-    std::env::var_os(name)
-}
-
 pub(crate) fn wgpu_backend() -> Option<String> {
     std::env::var_os(WGPU_BACKEND_VAR).map(|v| v.to_string_lossy().into_owned())
 }

@@ -19,10 +19,10 @@ mod fixture;
 mod hold_timeout;
 mod holders;
 mod host;
-mod in_process;
-mod inherit;
 #[cfg(target_os = "linux")]
 mod icd;
+mod in_process;
+mod inherit;
 mod junit;
 mod layering;
 #[cfg(target_os = "linux")]
@@ -39,6 +39,8 @@ mod private_dirs;
 mod probe;
 mod recipes;
 mod report;
+#[cfg(target_os = "linux")]
+mod report_choice;
 mod snippet_toml;
 #[cfg(unix)]
 mod squat;
@@ -46,8 +48,6 @@ mod stress;
 mod stub;
 #[cfg(unix)]
 mod third_party;
-#[cfg(target_os = "linux")]
-mod report_choice;
 #[cfg(unix)]
 mod squat;
 mod trace;
