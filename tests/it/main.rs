@@ -48,8 +48,6 @@ mod stress;
 mod stub;
 #[cfg(unix)]
 mod third_party;
-#[cfg(unix)]
-mod squat;
 mod trace;
 mod truth;
 mod tune;
