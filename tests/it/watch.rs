@@ -376,6 +376,32 @@ fn a_program_linked_to_the_driver_at_build_time_is_not_an_escape() {
         "{shown}"
     );
 
+    // The linked program started by `exec` in a process that ran another program first (a
+    // shell): its start is told apart in the same log, and its own load is still one.
+    let run = unique_run("linked-exec");
+    // Another driver by name (the stand-in NVML library, named as one of NVIDIA's).
+    let other = crate::stub::library_dir("nvml", &["libnvidia-watchstub.so"])
+        .join("libnvidia-watchstub.so");
+    let line = format!(
+        "exec {} dlopen {}",
+        helper(true).to_str().expect("a path that is text"),
+        other.to_str().expect("a path that is text")
+    );
+    watch(
+        &slots,
+        &run,
+        "cpu::through_a_shell",
+        &["sh".as_ref(), "-c".as_ref(), line.as_ref()],
+    );
+    let records = drivers(&slots, &run);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].linked, ["libcuda.so.1"], "{records:?}");
+    assert_eq!(
+        records[0].unpermitted,
+        [other.to_string_lossy()],
+        "{records:?}"
+    );
+
     // Only the linked one: `--fail-on-unpermitted` has nothing to fail on.
     let run = unique_run("linked-only");
     watch(&slots, &run, "cpu::adds", &[helper(true).as_os_str()]);

@@ -234,7 +234,10 @@ impl Watch {
                 continue;
             }
             let read = std::fs::File::open(entry.path()).and_then(|f| {
-                gpu_test_permit::drivers::read_watch_log_from(std::io::BufReader::new(f))
+                gpu_test_permit::drivers::read_watch_log_from(std::io::BufReader::with_capacity(
+                    1 << 16,
+                    f,
+                ))
             });
             match read {
                 Ok(mut log) => {
