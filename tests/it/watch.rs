@@ -463,6 +463,97 @@ fn the_in_process_look_finds_the_executables_own_drivers_by_soname() {
     );
 }
 
+/// `tests/stub/linked_permit.rs` built with rustc against this crate's library as this test
+/// binary's build left it (the newest `libgpu_test_permit-*.rlib` beside it) and linked to the
+/// stand-in `libcuda`.
+fn linked_permit() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let deps = exe.parent().unwrap();
+        let rlib = std::fs::read_dir(deps)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with("libgpu_test_permit-") && name.ends_with(".rlib")
+            })
+            .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no libgpu_test_permit-*.rlib in {} to build tests/stub/linked_permit.rs \
+                     against: run this test from the build tree (cargo test, cargo nextest)",
+                    deps.display()
+                )
+            })
+            .path();
+        // The toolchain's own rustc, beside the cargo that runs the tests.
+        let rustc = std::env::var_os("CARGO")
+            .map(PathBuf::from)
+            .map(|cargo| cargo.with_file_name("rustc"))
+            .filter(|r| r.exists())
+            .unwrap_or_else(|| PathBuf::from("rustc"));
+        let out = build_dir().join("linked_permit");
+        let src = manifest_dir().join("tests/stub/linked_permit.rs");
+        let mut extern_crate = std::ffi::OsString::from("gpu_test_permit=");
+        extern_crate.push(&rlib);
+        let mut dependencies = std::ffi::OsString::from("dependency=");
+        dependencies.push(deps);
+        let built = Command::new(&rustc)
+            .args(["--edition", "2021", "-C", "debuginfo=0", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .arg("-L")
+            .arg(dependencies)
+            .arg("--extern")
+            .arg(extern_crate)
+            .arg("-L")
+            .arg(cuda_dir())
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", rustc.display()));
+        assert!(built.status.success(), "{}", text(&built));
+        out
+    })
+}
+
+#[test]
+fn the_in_process_look_counts_a_driver_the_executable_links_as_linked() {
+    // Not watched: the test process looks at its own maps at its first permit, and (nextest)
+    // as a process that took none exits. The driver it links is there both times.
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let run = unique_run("in-process");
+    for (test, arg) in [("gpu::with_a_permit", "permit"), ("cpu::without", "none")] {
+        let mut c = Command::new(linked_permit());
+        clear_permit_env(&mut c);
+        c.arg(arg)
+            .env(gpu_test_permit::config::DIR_VAR, &slots)
+            .env("NEXTEST_RUN_ID", &run)
+            .env("NEXTEST_BINARY_ID", BINARY)
+            .env("NEXTEST_TEST_NAME", test)
+            .env("NEXTEST_ATTEMPT", "1")
+            .env("LD_LIBRARY_PATH", cuda_dir());
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let real = cuda_dir().join("libcuda.so.1.0.0").canonicalize().unwrap();
+    let records = drivers(&slots, &run);
+    assert_eq!(records.len(), 2, "{records:?}");
+    for d in &records {
+        assert_eq!(d.seen, "mapped", "{d:?}");
+        assert!(!d.escaped(), "{d:?}");
+        assert_eq!(d.linked, [real.to_string_lossy()], "{d:?}");
+    }
+    let out = report(&slots, &run, true);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains(&format!("  {BINARY}: libcuda.so.1.0.0 (2 tests)")),
+        "{shown}"
+    );
+}
+
 #[test]
 fn a_driver_loaded_after_64_mib_of_loader_log_is_seen() {
     // The helper grows its own loader log past 64 MiB (dlopen and dlclose of a library that
