@@ -884,6 +884,21 @@ mod tests {
     }
 
     #[test]
+    fn run_records_go_where_records_var_says_when_it_is_absolute() {
+        let slots = std::path::Path::new("/srv/slots");
+        let c = config(&[(RECORDS_VAR, "/tmp/find/records")]);
+        assert_eq!(c.records_dir_for(slots), PathBuf::from("/tmp/find/records"));
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        let c = config(&[(RECORDS_VAR, "records")]);
+        assert_eq!(c.records_dir_for(slots), slots);
+        let text: Vec<String> = c.warnings.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            ["GPU_TEST_PERMIT_RECORDS='records' is not an absolute path; using the slot directory"]
+        );
+    }
+
+    #[test]
     fn no_concurrency_warning_ends_without_the_value_used() {
         let values = ["", " ", "1", "2", "auto", "x", "0"];
         for own in values {
