@@ -10,8 +10,10 @@
 //!   `NEXTEST_ATTEMPT`), its units and the N in force;
 //! - a **release**, with how the test stood then ([`Outcome`]: panicking means failed;
 //!   `gpu-test-permit run` records its command's exit);
-//! - **drivers** a test process loaded without a permit, or every driver it loaded where it
-//!   was watched ([`DriversRecord`], see [`drivers`](crate::drivers)).
+//! - **drivers** a test process loaded without a permit, or every driver it (and each process
+//!   it started) loaded where it was watched, with those its program was linked to at build
+//!   time apart ([`DriversRecord`], see [`drivers`](crate::drivers)); every watched test has
+//!   one, so that a run's records say whether it was watched.
 //!
 //! Each line is written with one write under the file's lock, so lines of the run's
 //! processes never interleave; a process that dies mid-hold leaves a grant without a release.
