@@ -778,6 +778,9 @@ fn an_empty_concurrency_name_leaves_n_to_the_other() {
                 .any(|l| l.trim_start().starts_with(set) && l.contains(" 1")),
             "{empty}='': {text}"
         );
-        assert!(!text.contains("using \n") && !text.ends_with("using "), "{text}");
+        assert!(
+            !text.contains("using \n") && !text.ends_with("using "),
+            "{text}"
+        );
     }
 }
