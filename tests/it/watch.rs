@@ -301,6 +301,43 @@ fn a_tool_a_test_runs_inside_its_permit_is_no_escape() {
 }
 
 #[test]
+fn a_helper_run_beside_the_tests_own_permit_escapes() {
+    // The test holds a permit in its own process and runs a helper without passing it on:
+    // the helper holds none when it loads the driver.
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let run = unique_run("beside-own");
+    let h = helper(false).as_os_str();
+    watch(
+        &slots,
+        &run,
+        "tool::beside_its_own_permit",
+        &[
+            linked_permit().as_os_str(),
+            "permit".as_ref(),
+            "run".as_ref(),
+            h,
+            "dlopen".as_ref(),
+            "libcuda.so.1".as_ref(),
+        ],
+    );
+    let shown = text(&report(&slots, &run, false));
+    assert_eq!(
+        reported_escapes(&shown),
+        [format!(
+            "{BINARY} tool::beside_its_own_permit: loaded libcuda.so.1 while holding none \
+             (watched, in a process it started)"
+        )],
+        "{shown}"
+    );
+    // The test's own program links the driver: apart, not an escape.
+    assert!(
+        shown.contains(&format!("  {BINARY}: libcuda.so.1 (1 test)")),
+        "{shown}"
+    );
+}
+
+#[test]
 fn the_crates_own_probe_child_under_a_watched_test_is_not_an_escape() {
     // The test runs the CLI's probe, whose child loads the stand-in CUDA driver without a
     // permit on purpose (and answers that there is a device).
@@ -501,7 +538,7 @@ fn linked_permit() -> &'static Path {
         let mut dependencies = std::ffi::OsString::from("dependency=");
         dependencies.push(deps);
         let built = Command::new(&rustc)
-            .args(["--edition", "2021", "-C", "debuginfo=0", "-o"])
+            .args(["--edition", "2024", "-C", "debuginfo=0", "-o"])
             .arg(&out)
             .arg(&src)
             .arg("-L")

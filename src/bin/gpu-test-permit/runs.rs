@@ -255,7 +255,10 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
             s.escaped.len()
         );
         for e in &s.escaped {
-            let when = if e.held {
+            let when = if e.held && e.started_process {
+                // The permit was the test's; the process that loaded it held none.
+                "while holding none"
+            } else if e.held {
                 "while holding none (before its first permit, or between two)"
             } else {
                 "and took no permit"
