@@ -98,6 +98,7 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
         let mut seen = w.read(ended.pid);
         seen.unpermitted.clear();
         seen.before_first_permit = false;
+        seen.started_process = false;
         seen.held = true;
         gpu_test_permit::runs::record_watched(ended.pid, &seen);
     }
