@@ -12,7 +12,7 @@
 //!   `/usr/share`). A manifest is JSON, `{"file_format_version": "1.0.0", "ICD":
 //!   {"library_path": ...}}`; the path is a bare file name (the dynamic loader finds it) or a
 //!   path, relative to the manifest's directory where it is not absolute.
-//! - OpenCL: the `*.icd` files in `OCL_ICD_VENDORS` (a directory, or one file),
+//! - OpenCL: the `*.icd` files in `OCL_ICD_VENDORS` (a directory, one `.icd` file, or a library),
 //!   `OPENCL_VENDOR_PATH` and `/etc/OpenCL/vendors`, whose first line names the library; the
 //!   libraries `OCL_ICD_FILENAMES` names (`:`-separated).
 //! - Level Zero: the libraries `ZE_ENABLE_ALT_DRIVERS` names (`,`-separated).
@@ -71,6 +71,14 @@ fn installed(lookup: impl Fn(&str) -> Option<OsString>) -> BTreeSet<String> {
         add(&mut out, &library, None);
     }
     for (place, kind) in places {
+        // ocl-icd reads a file in OCL_ICD_VENDORS that is not a `.icd` as the library itself.
+        if kind == Kind::OpenCl
+            && place.extension().is_none_or(|x| x != "icd")
+            && std::fs::metadata(&place).is_ok_and(|m| m.is_file())
+        {
+            add(&mut out, &place.to_string_lossy(), None);
+            continue;
+        }
         for manifest in manifests_at(&place, kind) {
             let Some(text) = read_small(&manifest) else {
                 continue;
@@ -366,6 +374,12 @@ mod tests {
                 dir.display()
             );
         }
+        // A file in OCL_ICD_VENDORS that is not a `.icd` is the library itself.
+        let library = root.join("libamd_elsewhere.so.1");
+        std::fs::write(&library, b"\x7fELF").unwrap();
+        let found =
+            installed(|name| (name == "OCL_ICD_VENDORS").then(|| library.as_os_str().to_owned()));
+        assert!(found.contains("libamd_elsewhere"), "{found:?}");
         // XDG_DATA_DIRS replaces the default data directories, as the loader does.
         assert!(
             !places.contains(&Path::new("/usr/share/vulkan/icd.d")),
