@@ -301,6 +301,41 @@ fn a_tool_a_test_runs_inside_its_permit_is_no_escape() {
 }
 
 #[test]
+fn run_watch_names_the_driver_a_process_the_test_started_loaded() {
+    // `find-gpu-tests` runs each test under `run --watch` and counts as GPU tests those whose
+    // records name a driver: a test whose helper loads one is among them, inside the permit.
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let run = unique_run("run-watch");
+    let h = helper(false).as_os_str();
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    c.args(["run", "--watch", "--"])
+        .args([
+            h,
+            "run".as_ref(),
+            h,
+            "dlopen".as_ref(),
+            "libcuda.so.1".as_ref(),
+        ])
+        .env(gpu_test_permit::config::DIR_VAR, &slots)
+        .env("NEXTEST_RUN_ID", &run)
+        .env("NEXTEST_BINARY_ID", BINARY)
+        .env("NEXTEST_TEST_NAME", "tool::found")
+        .env("NEXTEST_ATTEMPT", "1")
+        .env("LD_LIBRARY_PATH", cuda_dir());
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let records = drivers(&slots, &run);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0].drivers, ["libcuda.so.1"], "{records:?}");
+    assert!(!records[0].escaped(), "{records:?}");
+    let summary = gpu_test_permit::runs::summarize(&read_run(&slots, &run).unwrap().unwrap());
+    assert_eq!(summary.loaded_drivers.len(), 1, "{summary:?}");
+    assert_eq!(summary.loaded_drivers[0].0.test, "tool::found");
+}
+
+#[test]
 fn a_helper_run_beside_the_tests_own_permit_escapes() {
     // The test holds a permit in its own process and runs a helper without passing it on:
     // the helper holds none when it loads the driver.
