@@ -841,14 +841,16 @@ impl HostSlots {
         self.held_back.lock().clone()
     }
 
-    /// Whether another process has a waiting request older than `record` (by the time it
-    /// began to wait, then by pid) that keeps its turn ([`Liveness::Active`]).
+    /// Whether another process has a waiting request ahead of `record` in the queue's order
+    /// (by the time it began to wait on the boot clock, then by pid: [`queue::order_key`])
+    /// that keeps its turn ([`Liveness::Active`]).
     fn older_waiter_first(&self, record: &HolderRecord) -> bool {
-        let own = (record.since_unix_ms, record.pid);
+        let now = crate::clock::boot_now();
+        let own = queue::order_key(record, now);
         wait_entries(&self.dir).iter().any(|w| {
             let r = &w.record;
             r.pid != record.pid
-                && (r.since_unix_ms, r.pid) < own
+                && queue::order_key(r, now) < own
                 && Liveness::judge(r.pid, w.beat_age_ms).keeps_turn()
         })
     }

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use super::lock::is_locked;
 use super::record::{HolderRecord, RECORD_LEN, padded, padded_text, read_start};
+use crate::clock::BootTime;
 use crate::sys::{self, ChangeWatch};
 
 /// Longest sleep between re-checks while waiting, as a safety net under the change watch (the
@@ -270,7 +271,7 @@ pub(super) fn head_liveness(
     let age = match (beat, first_seen) {
         (Some(age), _) => age,
         (None, Some(at)) => at.elapsed().as_millis() as i64,
-        (None, None) => wall_age_ms(record.since_unix_ms),
+        (None, None) => wait_age_ms(record),
     };
     Liveness::judge(record.pid, age)
 }
@@ -313,6 +314,49 @@ pub(super) fn wall_age_ms(ms: u64) -> i64 {
     crate::clock::now_unix_ms() as i64 - ms as i64
 }
 
+/// How long ago the wait of `record` began (negative: in the future), for a request with no
+/// heartbeat to judge by: on the boot clock where the record has a time of this boot, else by
+/// the wall clock.
+fn wait_age_ms(record: &HolderRecord) -> i64 {
+    match (crate::clock::boot_now(), record.since_boot_ms) {
+        (Some(now), Some(at)) if record.boot_id.as_deref() == now.boot_id => {
+            now.ms as i64 - at as i64
+        }
+        _ => wall_age_ms(record.since_unix_ms),
+    }
+}
+
+/// Where the waiting request `record` stands in the queue's order, as every process of this
+/// version on the host reads it alike (`now`: this process's boot clock, [`boot_now`]):
+/// requests go first by the smaller key. The key is one value per record, so ordering by it is
+/// a total order, whichever records lack a boot-clock time:
+///
+/// - a record with a time of this boot on the boot clock (`since_boot_ms` and `boot_id`, when
+///   its wait began; this version writes both wherever there is a boot clock) is ordered by
+///   that time, which no process's wall clock moves: a waiter whose wall clock is an hour
+///   behind neither jumps ahead of the requests that waited before it nor, an hour ahead,
+///   falls behind the next hour's;
+/// - a record that has none (an earlier version's, or one of another boot, which is no time
+///   now) comes after every such record, and among its kind by the wall-clock time it was
+///   written with (`since_unix_ms`), as earlier versions order the queue. It can be placed
+///   nowhere among the others without reading two processes' wall clocks as one, and after
+///   them it is never the cause of two waiters of this version each letting the other go
+///   first (an earlier version's waiter lets those go first whom its wall clock says are
+///   older, and this version's never let it go first);
+/// - where there is no boot clock (macOS) every record is of the second kind: wall-clock order.
+///
+/// Ties go by pid.
+///
+/// [`boot_now`]: crate::clock::boot_now
+pub(super) fn order_key(record: &HolderRecord, now: Option<BootTime>) -> (bool, u64, u32) {
+    match (now, record.since_boot_ms) {
+        (Some(now), Some(at)) if record.boot_id.as_deref() == now.boot_id => {
+            (false, at, record.pid)
+        }
+        _ => (true, record.since_unix_ms, record.pid),
+    }
+}
+
 /// A waiting request as its wait file tells: its record and its last heartbeat.
 pub(super) struct WaitEntry {
     pub(super) record: HolderRecord,
@@ -321,8 +365,8 @@ pub(super) struct WaitEntry {
     pub(super) beat_age_ms: i64,
 }
 
-/// The waiting requests of live processes (locked wait files with a record in them), oldest
-/// first.
+/// The waiting requests of live processes (locked wait files with a record in them), in the
+/// queue's order ([`order_key`]).
 pub(super) fn wait_entries(dir: &Path) -> Vec<WaitEntry> {
     let mut out = Vec::new();
     let Ok(entries) = std::fs::read_dir(dir) else {
@@ -335,7 +379,8 @@ pub(super) fn wait_entries(dir: &Path) -> Vec<WaitEntry> {
         }
         out.extend(wait_entry(&entry.path()));
     }
-    out.sort_by_key(|w| w.record.since_unix_ms);
+    let now = crate::clock::boot_now();
+    out.sort_by_key(|w| order_key(&w.record, now));
     out
 }
 
@@ -374,7 +419,7 @@ pub(super) fn wait_entry(path: &Path) -> Option<WaitEntry> {
     let beat_age_ms = raw
         .get(RECORD_LEN..)
         .and_then(beat_age_ms)
-        .unwrap_or_else(|| wall_age_ms(record.since_unix_ms));
+        .unwrap_or_else(|| wait_age_ms(&record));
     Some(WaitEntry {
         record,
         beat_age_ms,
@@ -647,6 +692,106 @@ mod tests {
             .map(|w| w.record.since_unix_ms)
             .collect();
         assert_eq!(since, vec![1, 5]);
+    }
+
+    /// A wait record of process `pid` whose wait began at `unix` by its wall clock and at `boot`
+    /// on the boot clock of `boot_id`.
+    fn waiting(pid: u32, unix: u64, boot: Option<u64>, boot_id: Option<&str>) -> HolderRecord {
+        HolderRecord {
+            pid,
+            since_boot_ms: boot,
+            boot_id: boot_id.map(str::to_string),
+            ..record(unix)
+        }
+    }
+
+    #[test]
+    fn the_queue_is_ordered_on_the_boot_clock_and_records_without_it_come_after() {
+        const WALL: u64 = 1_700_000_000_000;
+        let hour = 3_600_000;
+        let now = Some(BootTime {
+            ms: 50_000,
+            boot_id: Some("this"),
+        });
+        let this = Some("this");
+        // In the order they must come, whatever their wall clocks said.
+        let want = [
+            // Began to wait first, with a wall clock an hour ahead.
+            waiting(10, WALL + hour, Some(1_000), this),
+            waiting(11, WALL, Some(2_000), this),
+            // A tie on the boot clock goes by pid.
+            waiting(12, WALL - 7, Some(2_000), this),
+            // Began to wait last, with a wall clock an hour behind.
+            waiting(13, WALL - hour, Some(3_000), this),
+            // An earlier version's records, and one of another boot, by their wall clocks.
+            waiting(20, WALL - 2 * hour, None, None),
+            waiting(21, WALL - hour, Some(1), Some("another")),
+            waiting(22, WALL - hour, None, None),
+            waiting(23, WALL + hour, None, None),
+        ];
+        // Every order of arrival sorts alike: the key is one value per record, a total order.
+        let mut rotated = want.to_vec();
+        for turn in 0..want.len() {
+            rotated.rotate_left(1);
+            for reversed in [false, true] {
+                let mut v = rotated.clone();
+                if reversed {
+                    v.reverse();
+                }
+                v.sort_by_key(|r| order_key(r, now));
+                let pids: Vec<u32> = v.iter().map(|r| r.pid).collect();
+                assert_eq!(pids, [10, 11, 12, 13, 20, 21, 22, 23], "{turn} {reversed}");
+            }
+        }
+        // Without a boot clock (macOS), the wall clock's order, as before.
+        let mut v = want.to_vec();
+        v.sort_by_key(|r| order_key(r, None));
+        let pids: Vec<u32> = v.iter().map(|r| r.pid).collect();
+        assert_eq!(pids, [20, 13, 21, 22, 12, 11, 10, 23]);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn every_reader_of_the_wait_files_lists_them_in_the_queues_order() {
+        // Live wait files (locked through another description) of three requests of this
+        // process's pid — the order under test is what the files say.
+        let dir = tempfile::tempdir().unwrap();
+        let now = crate::clock::boot_now().expect("Linux has a boot clock");
+        let id = now.boot_id;
+        let hour = 3_600_000;
+        let wall = crate::clock::now_unix_ms();
+        let records = [
+            // Listed first by name, began to wait last, with its wall clock an hour behind.
+            (
+                "a",
+                waiting(std::process::id(), wall - hour, Some(now.ms), id),
+            ),
+            ("b", waiting(std::process::id(), wall, Some(now.ms - 2), id)),
+            (
+                "c",
+                waiting(std::process::id(), wall + hour, Some(now.ms - 1), id),
+            ),
+        ];
+        let mut held = Vec::new();
+        for (name, r) in &records {
+            let path = dir.path().join(format!("{WAIT_PREFIX}1.{name}"));
+            let file = std::fs::File::create(&path).unwrap();
+            sys::write_at(&file, &r.encode(), 0).unwrap();
+            let lock = std::fs::File::open(&path).unwrap();
+            lock.try_lock().unwrap();
+            held.push(lock);
+        }
+        let want = vec![
+            records[1].1.clone(),
+            records[2].1.clone(),
+            records[0].1.clone(),
+        ];
+        let listed: Vec<HolderRecord> = wait_entries(dir.path())
+            .into_iter()
+            .map(|w| w.record)
+            .collect();
+        assert_eq!(listed, want);
+        assert_eq!(crate::host::status(dir.path()).unwrap().waiters, want);
     }
 
     #[test]

@@ -26,13 +26,16 @@ pub struct HolderRecord {
     /// Thread name (or id).
     pub thread: String,
     /// When the permit was granted (in a wait record: when the wait began), milliseconds since
-    /// the Unix epoch: for people (`status`, diagnoses). Backfilling never reads it: a wall
-    /// clock can be stepped, skewed or faked apart from the others.
+    /// the Unix epoch: for people, as a date. Neither backfilling nor the queue's order reads
+    /// it where the record has a boot-clock time of this boot (`since_boot_ms`), and nor do
+    /// the ages `status` and the diagnoses show ([`age`](Self::age)): a wall clock can be
+    /// stepped, skewed or faked apart from the others.
     pub since_unix_ms: u64,
-    /// When the permit was granted, milliseconds of the host's boot clock (`CLOCK_BOOTTIME`),
-    /// which every process of the host reads alike and no wall-clock step moves: what
-    /// backfilling compares with its own reading. Wait records, records of earlier versions and
-    /// records written where there is no boot clock lack it.
+    /// When the permit was granted (in a wait record: when the wait began), milliseconds of
+    /// the host's boot clock (`CLOCK_BOOTTIME`), which every process of the host reads alike
+    /// and no wall-clock step moves: what backfilling and the queue's order compare with
+    /// their own reading. Records of earlier versions and records written where there is no
+    /// boot clock lack it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_boot_ms: Option<u64>,
     /// The boot that `since_boot_ms` counts from (Linux's `/proc/sys/kernel/random/boot_id`):
@@ -66,6 +69,40 @@ fn is_one(n: &usize) -> bool {
 }
 
 impl HolderRecord {
+    /// How long ago the record's time was — the grant, in a slot's record; the start of the
+    /// wait, in a wait file's or the gate's — as this process can tell: on the boot clock
+    /// where the record has a time of this boot (`since_boot_ms`), else on the wall clock
+    /// (`since_unix_ms`). `None` where that time cannot be told: one later than now (a wall
+    /// clock ahead of this process's, a forged record), or one before this host booted (a
+    /// wall clock behind by more than the host has been up). A wall clock behind by less
+    /// cannot be seen: it reads as that much longer.
+    pub fn age(&self) -> Option<std::time::Duration> {
+        self.age_at(crate::clock::boot_now(), crate::clock::now_unix_ms())
+    }
+
+    /// [`age`](Self::age) with the boot clock reading `boot` (`None`: no boot clock) and the
+    /// wall clock `wall_ms`.
+    pub(crate) fn age_at(
+        &self,
+        boot: Option<crate::clock::BootTime>,
+        wall_ms: u64,
+    ) -> Option<std::time::Duration> {
+        let ms = match (boot, self.since_boot_ms) {
+            (Some(now), Some(at)) if self.boot_id.as_deref() == now.boot_id => {
+                now.ms.checked_sub(at)?
+            }
+            _ => {
+                let ms = wall_ms.checked_sub(self.since_unix_ms)?;
+                // A process that lives now began to wait or hold in this boot.
+                if boot.is_some_and(|now| ms > now.ms) {
+                    return None;
+                }
+                ms
+            }
+        };
+        Some(std::time::Duration::from_millis(ms))
+    }
+
     pub(super) fn encode(&self) -> Vec<u8> {
         let mut r = self.clone();
         let mut limit = NAME_LIMIT;
@@ -194,6 +231,58 @@ mod tests {
         let back = HolderRecord::decode(&forged.encode()).unwrap().unwrap();
         assert_eq!(back.test, "t\\u{1b}[2J\\r\\nforged \\u{202e}x");
         assert!(HolderRecord::decode(&[0xff, 0xfe]).is_err());
+    }
+
+    #[test]
+    fn an_age_is_read_on_the_boot_clock_where_the_record_allows_and_is_never_invented() {
+        use crate::clock::BootTime;
+        use std::time::Duration;
+        const WALL: u64 = 1_700_000_000_000;
+        let boot = |ms| {
+            Some(BootTime {
+                ms,
+                boot_id: Some("this"),
+            })
+        };
+        let record = |unix: u64, at: Option<u64>, id: Option<&str>| {
+            HolderRecord {
+            since_unix_ms: unix,
+            since_boot_ms: at,
+            boot_id: id.map(str::to_string),
+            ..HolderRecord::decode(
+                br#"{"pid":7,"test":"t","thread":"main","since_unix_ms":0,"exclusive":false,"concurrency":2}"#,
+            )
+            .unwrap()
+            .unwrap()
+        }
+        };
+        let s = Duration::from_secs;
+        let hour = 3_600_000;
+        // Written an hour ahead and an hour behind by the wall clock, 5 s ago by the boot clock.
+        for unix in [WALL + hour, WALL - hour, WALL] {
+            let r = record(unix, Some(95_000_000), Some("this"));
+            assert_eq!(r.age_at(boot(100_000_000), WALL), Some(s(5_000)), "{unix}");
+        }
+        // Later than now on the boot clock (a forged record, another time namespace): unknown.
+        let r = record(WALL, Some(100_000_001), Some("this"));
+        assert_eq!(r.age_at(boot(100_000_000), WALL), None);
+        // No boot-clock time, or one of another boot: the wall clock...
+        for (at, id) in [(None, None), (Some(95_000_000), Some("another"))] {
+            let r = record(WALL - 5_000, at, id);
+            assert_eq!(r.age_at(boot(100_000_000), WALL), Some(s(5)));
+            // ... where it tells a time at all: not one later than now, nor one before the
+            // host booted (100 000 s ago).
+            let ahead = record(WALL + hour, at, id);
+            assert_eq!(ahead.age_at(boot(100_000_000), WALL), None);
+            let before_boot = record(WALL - 100_000_001, at, id);
+            assert_eq!(before_boot.age_at(boot(100_000_000), WALL), None);
+            let since_boot = record(WALL - 100_000_000, at, id);
+            assert_eq!(since_boot.age_at(boot(100_000_000), WALL), Some(s(100_000)));
+        }
+        // No boot clock (macOS): the wall clock, never negative.
+        let r = record(WALL - 5_000, Some(95_000_000), Some("this"));
+        assert_eq!(r.age_at(None, WALL), Some(s(5)));
+        assert_eq!(record(WALL + 1, None, None).age_at(None, WALL), None);
     }
 
     #[test]

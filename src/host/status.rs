@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use super::layout::{LAYOUT_LEN, Layout};
 use super::lock::is_locked;
-use super::queue::{Liveness, THREADS_PREFIX, WAIT_PREFIX, head_liveness, read_head, wait_entry};
+use super::queue::{
+    Liveness, THREADS_PREFIX, WAIT_PREFIX, head_liveness, order_key, read_head, wait_entry,
+};
 use super::record::{HolderRecord, read_record, read_start};
 use super::threads::{ThreadsWaiting, read_threads};
 use crate::sys;
@@ -41,7 +43,9 @@ pub struct HostStatus {
     /// slot file found.
     pub slots: Vec<SlotStatus>,
     /// Requests waiting for slots now, one per waiting process (the threads of one process
-    /// queue inside it, behind this one).
+    /// queue inside it, behind this one), in the queue's order: by when each began to wait on
+    /// the host's boot clock; requests whose records have no time of this boot on it (an
+    /// earlier version's) after those, by their wall-clock time.
     pub waiters: Vec<HolderRecord>,
     /// Per entry of [`waiters`](Self::waiters), whether it keeps its turn, and if not, why
     /// ([`Liveness`]): one that lost it holds nobody back.
@@ -182,7 +186,9 @@ pub fn status(dir: &Path) -> io::Result<HostStatus> {
         }
     }
     out.slots.sort_by_key(|s| s.index);
-    waiting.sort_by_key(|(w, _)| w.since_unix_ms);
+    // In the queue's order, as the waiters themselves read it.
+    let now = crate::clock::boot_now();
+    waiting.sort_by_key(|(w, _)| order_key(w, now));
     (out.waiters, out.waiter_liveness) = waiting.into_iter().unzip();
     out.skipped.sort_by(|a, b| a.path.cmp(&b.path));
     out.in_process

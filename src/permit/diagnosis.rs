@@ -1,12 +1,11 @@
 //! Who was in the way when a wait timed out: the host's holders and waiters, and this
 //! process's own holders, gathered into [`WaitTimeout`].
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Instant;
 
 use super::error::{AcquireError, Holder, WaitTimeout, Waiter};
 use super::inner::PoolInner;
 use super::want::Want;
-use crate::clock::unix_ms;
 use crate::host::{Blockers, HostSlots};
 use crate::sync::Ordering;
 
@@ -22,15 +21,15 @@ impl PoolInner {
             .as_ref()
             .map_or_else(Blockers::default, HostSlots::blockers);
         let pid = std::process::id();
-        let now_ms = unix_ms(SystemTime::now());
-        let since = |ms: u64| Duration::from_millis(now_ms.saturating_sub(ms));
         // Host records cover every process, this one included; seats add this process's
         // holders without a record (a pool without host slots).
         // A permit of k units wrote its record into each of its k slots: list it once.
         let mut holders: Vec<Holder> = count_equal(blockers.holders)
             .into_iter()
             .map(|(r, slots)| Holder {
-                held_for: since(r.since_unix_ms),
+                // On the boot clock where the record allows: a holder whose wall clock is an
+                // hour ahead has not held for 0 s, nor one an hour behind for an hour.
+                held_for: r.age(),
                 stopped: r.pid != pid && crate::sys::process_is_stopped(r.pid),
                 exited: r.pid != pid && !crate::sys::process_is_visible(r.pid),
                 units: r.units.max(slots),
@@ -47,7 +46,7 @@ impl PoolInner {
             test: String::new(),
             thread: String::new(),
             pid: owner,
-            held_for: Duration::ZERO,
+            held_for: None,
             exclusive: false,
             units: slots,
             stopped: owner != 0 && owner != pid && crate::sys::process_is_stopped(owner),
@@ -65,7 +64,9 @@ impl PoolInner {
                     test: thread.clone(),
                     thread,
                     pid,
-                    held_for: crate::sys::coarse_elapsed(seat.since.load(Ordering::Relaxed)),
+                    held_for: Some(crate::sys::coarse_elapsed(
+                        seat.since.load(Ordering::Relaxed),
+                    )),
                     exclusive: seat.exclusive.load(Ordering::Relaxed),
                     units: seat.units.load(Ordering::Relaxed),
                     stopped: false,
@@ -78,7 +79,7 @@ impl PoolInner {
             .waiting
             .into_iter()
             .map(|w| Waiter {
-                waiting_for: since(w.record.since_unix_ms),
+                waiting_for: w.record.age(),
                 test: w.record.test,
                 thread: w.record.thread,
                 pid: w.record.pid,

@@ -174,8 +174,11 @@ pub struct Holder {
     pub thread: String,
     /// Process id.
     pub pid: u32,
-    /// How long it has held the permit.
-    pub held_for: Duration,
+    /// How long it has held the permit; `None` where that cannot be told: a holder that wrote
+    /// no record, or a record whose grant time this process cannot place (one later than now
+    /// by the wall clock, where the record has no boot-clock time: see
+    /// [`HolderRecord::age`](crate::host::HolderRecord::age)).
+    pub held_for: Option<Duration>,
     /// Whether it holds the whole pool.
     pub exclusive: bool,
     /// Permit units it holds (1, k for a weighted permit, all for an exclusive one).
@@ -185,7 +188,7 @@ pub struct Holder {
     pub stopped: bool,
     /// Whether it recorded itself in its slots. `false`: slots locked by a process that wrote
     /// no record there (`units` of them), so its test, thread and hold time are unknown (empty
-    /// and zero): a process taking the several slots of a weighted or exclusive permit,
+    /// and `None`): a process taking the several slots of a weighted or exclusive permit,
     /// caught in the microseconds before it has them all (stopped there, it keeps them until
     /// it is resumed or killed), or one whose record could not be written. `pid` is the lock's
     /// owner where the system tells it (`/proc/locks` on Linux), else 0.
@@ -237,11 +240,11 @@ impl fmt::Display for Holder {
         }
         write!(
             f,
-            "test `{}` (thread `{}`, pid {}) for {:.1}s{}{}{}",
+            "test `{}` (thread `{}`, pid {}) for {}{}{}{}",
             self.test,
             self.thread,
             self.pid,
-            self.held_for.as_secs_f64(),
+            how_long(self.held_for),
             if self.exclusive {
                 ", exclusive".to_string()
             } else if self.units > 1 {
@@ -296,8 +299,9 @@ pub struct Waiter {
     pub thread: String,
     /// Process id.
     pub pid: u32,
-    /// How long it had been waiting.
-    pub waiting_for: Duration,
+    /// How long it had been waiting; `None` where that cannot be told (see
+    /// [`HolderRecord::age`](crate::host::HolderRecord::age)).
+    pub waiting_for: Option<Duration>,
     /// Whether it asked for the whole pool.
     pub exclusive: bool,
     /// Permit units it asked for.
@@ -316,11 +320,11 @@ impl fmt::Display for Waiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "test `{}` (thread `{}`, pid {}) waiting {:.1}s for a{} permit{}{}",
+            "test `{}` (thread `{}`, pid {}) waiting {} for a{} permit{}{}",
             self.test,
             self.thread,
             self.pid,
-            self.waiting_for.as_secs_f64(),
+            how_long(self.waiting_for),
             sized(self.exclusive, self.units),
             if self.head {
                 ", at the head of the queue"
@@ -389,8 +393,12 @@ impl fmt::Display for WaitTimeout {
             .iter()
             .filter(|h| !h.stopped && h.recorded)
             .collect();
-        // (Hold times come from millisecond records: allow for their rounding.)
-        let whole_wait = |h: &&Holder| h.held_for + Duration::from_millis(50) >= self.waited;
+        // (Hold times come from millisecond records: allow for their rounding. A hold time
+        // that cannot be told is no sign of being stuck.)
+        let whole_wait = |h: &&Holder| {
+            h.held_for
+                .is_some_and(|held| held + Duration::from_millis(50) >= self.waited)
+        };
         if !running.is_empty() && running.iter().all(whole_wait) {
             // Nothing changed hands while this test waited: stuck rather than busy.
             write!(
@@ -412,6 +420,15 @@ impl fmt::Display for WaitTimeout {
 }
 
 impl std::error::Error for WaitTimeout {}
+
+/// A hold or wait time as the diagnosis shows it: `1.5s`, or where it cannot be told, `an
+/// unknown time`.
+fn how_long(d: Option<Duration>) -> String {
+    match d {
+        Some(d) => format!("{:.1}s", d.as_secs_f64()),
+        None => "an unknown time".to_string(),
+    }
+}
 
 /// What completes "a… permit" for a request: "n exclusive", " 3-unit", or nothing for one unit.
 fn sized(exclusive: bool, units: usize) -> String {
@@ -450,6 +467,76 @@ impl From<Refused> for AcquireError {
                 gpus,
                 inherited,
             },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(held_for: Option<Duration>) -> Holder {
+        Holder {
+            test: "gpu::draws".into(),
+            thread: "main".into(),
+            pid: 7,
+            held_for,
+            exclusive: false,
+            units: 1,
+            stopped: false,
+            recorded: true,
+            exited: false,
+        }
+    }
+
+    fn timeout(holders: Vec<Holder>) -> WaitTimeout {
+        WaitTimeout {
+            waited: Duration::from_secs(2),
+            kind: PermitKind::Shared,
+            units: 1,
+            test: "gpu::waits".into(),
+            concurrency: 1,
+            capacity: 1,
+            holders,
+            waiters: vec![Waiter {
+                test: "gpu::queued".into(),
+                thread: "main".into(),
+                pid: 8,
+                waiting_for: None,
+                exclusive: false,
+                units: 1,
+                head: false,
+                stopped: false,
+                liveness: crate::host::Liveness::Active,
+            }],
+            queued_here: 0,
+            memory: None,
+        }
+    }
+
+    #[test]
+    fn a_hold_time_that_cannot_be_told_is_said_so_and_is_no_sign_of_being_stuck() {
+        let stuck = "Every holder held its permit for the whole wait";
+        let whole = timeout(vec![holder(Some(Duration::from_secs(3)))]).to_string();
+        assert!(
+            whole.contains("pid 7) for 3.0s") && whole.contains(stuck),
+            "{whole}"
+        );
+        for holders in [
+            vec![holder(None)],
+            vec![holder(Some(Duration::from_secs(3))), holder(None)],
+        ] {
+            let text = timeout(holders).to_string();
+            assert!(text.contains("pid 7) for an unknown time"), "{text}");
+            assert!(!text.contains(stuck), "{text}");
+            assert!(
+                text.contains("A holder that is stuck is the usual cause"),
+                "{text}"
+            );
+            assert!(
+                text.contains("pid 8) waiting an unknown time for a permit"),
+                "{text}"
+            );
         }
     }
 }

@@ -509,6 +509,9 @@ impl PermitPool {
             crate::runs::tally::gpu_test(&d.test);
             if let Some(host) = &inner.host {
                 let start = waited_since.unwrap_or_else(Instant::now);
+                // When the wait began on the boot clock as well: the queue's order reads it
+                // (`queue::order_key`); the grant stamps its own (`HostSlots::write_records`).
+                let boot = crate::clock::boot_now();
                 let record = HolderRecord {
                     gpus,
                     pid: crate::sys::pid(),
@@ -516,9 +519,8 @@ impl PermitPool {
                     binary: Some(crate::runs::current_test_binary()),
                     thread: d.thread.clone(),
                     since_unix_ms: unix_ms(d.since_wall),
-                    // Stamped on the boot clock at the grant (`HostSlots::write_records`).
-                    since_boot_ms: None,
-                    boot_id: None,
+                    since_boot_ms: boot.map(|b| b.ms),
+                    boot_id: boot.and_then(|b| b.boot_id).map(str::to_string),
                     exclusive,
                     concurrency: inner.layout().per_gpu,
                     units,

@@ -14,10 +14,30 @@ use gpu_test_permit::trace::{
 
 use crate::args::Args;
 
+/// How long ago Unix milliseconds `since_unix_ms` were by this process's wall clock (`1.5s`);
+/// `an unknown time` for a time later than now, which only a clock set apart from this one
+/// can have written.
 pub(crate) fn ago(since_unix_ms: u64) -> String {
     let since = UNIX_EPOCH + Duration::from_millis(since_unix_ms);
-    let d = SystemTime::now().duration_since(since).unwrap_or_default();
-    format!("{:.1}s", d.as_secs_f64())
+    seconds(SystemTime::now().duration_since(since).ok())
+}
+
+/// `1.5s`, or `an unknown time`.
+fn seconds(d: Option<Duration>) -> String {
+    match d {
+        Some(d) => format!("{:.1}s", d.as_secs_f64()),
+        None => "an unknown time".to_string(),
+    }
+}
+
+/// How long ago a holder's grant, or a waiter's start, was ([`HolderRecord::age`]: on the boot
+/// clock where the record allows, so that a process whose wall clock is set apart shows the
+/// time it really held or waited); `for an unknown time` where it cannot be told.
+fn record_age(r: &HolderRecord) -> String {
+    match r.age() {
+        Some(d) => seconds(Some(d)),
+        None => "for an unknown time".to_string(),
+    }
 }
 
 fn who(r: &HolderRecord) -> String {
@@ -123,7 +143,7 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
                 println!(
                     "{} {names}{on}: held {} by {}{}",
                     if held.len() == 1 { "slot" } else { "slots" },
-                    ago(r.since_unix_ms),
+                    record_age(r),
                     who(r),
                     exited(r.pid)
                 );
@@ -176,7 +196,7 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
     if let Some(head) = &s.head {
         println!(
             "head of the queue {}: {}{}",
-            ago(head.request.since_unix_ms),
+            record_age(&head.request),
             who(&head.request),
             if head.liveness.keeps_turn() {
                 String::new()
@@ -197,7 +217,7 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
         } else {
             format!(" ({liveness}: it lost its turn to the requests behind it)")
         };
-        println!("waiting {}: {}{lost}", ago(w.since_unix_ms), who(w));
+        println!("waiting {}: {}{lost}", record_age(w), who(w));
     }
     // The threads of one process queue inside it, behind its one request at the slots.
     for t in &s.in_process {
