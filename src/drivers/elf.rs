@@ -19,8 +19,12 @@ pub(super) struct Dynamic {
 }
 
 /// Reads the dynamic section of the ELF file at `path`; `None` where it is not one (or has
-/// none).
+/// none). Only a regular file is opened: a process also maps devices (`/dev/nvidia0`,
+/// `/dev/dri/renderD128`), and opening one of those is no look at all.
 pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
+    if !std::fs::metadata(path).ok()?.is_file() {
+        return None;
+    }
     let mut file = File::open(path).ok()?;
     let mut ident = [0u8; 64];
     file.read_exact(&mut ident[..16]).ok()?;
@@ -218,6 +222,7 @@ mod tests {
             Some("libc.so.6")
         );
         assert!(dynamic(Path::new("/proc/self/status")).is_none());
+        assert!(dynamic(Path::new("/dev/null")).is_none());
         assert!(dynamic(Path::new("/nonexistent")).is_none());
     }
 }
