@@ -178,7 +178,8 @@ fn mapped_driver(mapped: &[String]) -> impl Fn(&str) -> bool + use<> {
     move |p| driver_by_name(p) || (through_manifests && crate::icd::named_by_manifest(p))
 }
 
-/// What a watched process's loader log says.
+/// What a watched process's loader log says (or, merged with [`WatchLog::merge`], the logs of
+/// every process of a watched command).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct WatchLog {
