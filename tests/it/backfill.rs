@@ -624,7 +624,7 @@ fn config_says_whether_backfilling_is_on() {
 /// The environment that runs a process under libfaketime with its wall clock `offset` away
 /// (`+1h`, `-1h`), its monotonic and boot clocks untouched; checked to work, with `date`.
 /// `None` where libfaketime is not installed.
-fn wall_clock_off(offset: &str) -> Option<Vec<(String, String)>> {
+pub(crate) fn wall_clock_off(offset: &str) -> Option<Vec<(String, String)>> {
     let lib = crate::cap_breaks::libfaketime()?;
     let env = vec![
         ("LD_PRELOAD".to_string(), lib.display().to_string()),
@@ -656,7 +656,7 @@ fn wall_clock_off(offset: &str) -> Option<Vec<(String, String)>> {
 }
 
 /// `env` as [`Suite::hold`] takes it.
-fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+pub(crate) fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 

@@ -9,6 +9,8 @@ mod cap_breaks;
 #[cfg(feature = "cuda")]
 mod capture;
 mod cli;
+#[cfg(target_os = "linux")]
+mod clocks;
 mod config;
 mod decision;
 mod devices;
