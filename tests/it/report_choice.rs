@@ -151,7 +151,8 @@ fn report_leaves_out_another_users_runs() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("no run of this user recorded in")
+        stderr.contains("no run recorded in")
+            && stderr.contains(" by this user (")
             && stderr
                 .contains("; 1 run of other users is there, which `report` reads only when named"),
         "{}",

@@ -91,7 +91,7 @@ fn the_run_that_just_ended(dir: &std::path::Path) -> Result<RunRecords, String> 
                 )
             };
             return Err(format!(
-                "no run of this user recorded in {} (test processes record their run under \
+                "no run recorded in {} by this user (test processes record their run under \
                  cargo nextest, in the slot directory their environment names){others}",
                 printable_path(dir)
             ));
