@@ -12,6 +12,10 @@
 #      against the one built with every feature, and fixtures/no-features' tests required;
 #   2c. `find-gpu-tests --by loads` over the example suite's archive: its GPU tests named by the
 #      drivers they loaded (NVIDIA's, here), its CPU tests not;
+#   2d. the driver watch on the GPU's driver: fixtures/adopter under nextest with each test
+#      process under `watch` (`report` names exactly its tests that open the GPU without a
+#      permit), a driver loaded by a process the watched command started, the probe's children
+#      (never named), a program linked to libcuda at build time (never named);
 #   3. the example suite at each N of GPU_VALIDATE_NS ("1 2 3 4 8"): its test binaries run
 #      directly, as `cargo test` runs them, GPU_VALIDATE_ROUNDS times (5), and `cargo nextest
 #      run --archive-file --retries 1` once, with the test group's max-threads = N; each run
@@ -310,6 +314,66 @@ if [ "$rc" -ne 0 ] || [ -n "$missing" ] || [ -n "$cpu_named" ]; then
     fail
 fi
 row "\`find-gpu-tests --by loads\` over the example suite (GPU tests named by the drivers they loaded, CPU tests not)" "$result" "$(secs "$s" "$(now)") s"
+
+# --- the driver watch on the GPU's own driver --------------------------------------------------
+# fixtures/adopter under nextest, every test process under `gpu-test-permit watch` (cargo's
+# target runner): `report` must name exactly its three tests that open the GPU without a permit
+# (two through wgpu, one through the suite's own CUDA bindings), and none of those that take
+# one. Then, without nextest: a test run by a shell (the driver is loaded in a process the
+# watched command started), `gpu-test-permit probe` (its probe children load drivers on
+# purpose, without a permit), and a program linked to libcuda at build time that touches no GPU.
+say "the driver watch: fixtures/adopter under nextest, watched"
+s=$(now)
+adopter_slots=$work/slots/adopter
+mkdir -p "$adopter_slots" "$work/adopter-ex"
+chmod 700 "$adopter_slots"
+runner_var="CARGO_TARGET_$(uname -m | tr 'a-z' 'A-Z')_UNKNOWN_LINUX_GNU_RUNNER"
+rc=0
+env "$runner_var=$cli watch --" GPU_TEST_PERMIT_DIR="$adopter_slots" timeout -k 10 "$run_timeout" \
+    "$nextest" nextest run --archive-file "$here/adopter.tar.zst" --workspace-remap "$ws" \
+    --extract-to "$work/adopter-ex" --no-fail-fast --status-level fail \
+    >"$work/adopter.log" 2>&1 || rc=$?
+cat "$work/adopter.log" >>"$log"
+read -r p f <<<"$(nextest_counts "$work/adopter.log")"
+GPU_TEST_PERMIT_DIR=$adopter_slots "$cli" report >"$work/adopter-report.log" 2>&1 || true
+cat "$work/adopter-report.log" >>"$log"
+escapes=$(awk '/loaded a GPU driver without a permit: /{on=1; next}
+    on && /^  /{sub(/^  /, ""); sub(/: .*/, ""); print; next} on{on=0}' "$work/adopter-report.log" |
+    sort | paste -sd';' -)
+expected=$(printf '%s\n' "gpu-test-permit-adopter tests::raw_adapter_is_named" \
+    "gpu-test-permit-adopter::integration raw_adapter_from_outside" \
+    $([ "$cuda" = yes ] && echo "gpu-test-permit-adopter::integration cuda_raw_from_outside") |
+    sort | paste -sd';' -)
+adopter_drivers=$(sed -n '/loaded a GPU driver without a permit: /,/^$/p' "$work/adopter-report.log" |
+    grep -o 'lib[A-Za-z0-9_.-]*\.so[0-9.]*' | sort -u | paste -sd' ' -)
+result="$p passed, $f failed; escapes named: ${escapes:-none}; by: ${adopter_drivers:-nothing}"
+if [ "$rc" -ne 0 ] || [ "$escapes" != "$expected" ]; then
+    result="**FAIL** ($(why "$rc"); expected $expected): $result"
+    fail
+fi
+row "fixtures/adopter under nextest, each test under \`watch\`: \`report\` names exactly its 3 tests that open the GPU without a permit" "$result" "$(secs "$s" "$(now)") s"
+
+s=$(now)
+adopter_unit=$(find "$work/adopter-ex/target/release/deps" -maxdepth 1 -type f -perm -u+x \
+    -name 'gpu_test_permit_adopter-*' | head -n 1)
+child=$("$cli" watch -- sh -c "\"$adopter_unit\" --exact tests::raw_adapter_is_named >/dev/null; :" 2>&1 || true)
+probe_watched=$("$cli" watch -- "$cli" probe 2>&1 >/dev/null || true)
+if [ "$cuda" = yes ]; then
+    linked=$("$cli" watch -- "$here/bin/linked-to-libcuda" 2>&1; echo "exit $?")
+    linked_to=$(ldd "$here/bin/linked-to-libcuda" 2>&1 | sed -n 's/.*libcuda.so.1 => \([^ ]*\).*/\1/p')
+else
+    linked="not run: no CUDA driver; exit 0" linked_to="no CUDA driver"
+fi
+echo "watch, child: $child" >>"$log"
+echo "watch, probe: $probe_watched" >>"$log"
+echo "watch, linked ($linked_to): $linked" >>"$log"
+result="a child's load named ($(sed -n 's/.*while it held no permit[^:]*: //p' <<<"$child" | head -n 1)); the probe's children not; a program linked to ${linked_to:-?}: ${linked//$'\n'/ }"
+if ! grep -q 'while it held no permit' <<<"$child" || grep -q 'no permit' <<<"$probe_watched" ||
+    grep -q 'no permit' <<<"$linked" || [ "${linked##*exit }" != 0 ] || [ -z "$linked_to" ]; then
+    result="**FAIL**: $result (the log has each output)"
+    fail
+fi
+row "\`watch\` without nextest: a driver loaded by a process the command started, the probe's children, a program linked to libcuda" "$result" "$(secs "$s" "$(now)") s"
 
 # --- the example suite at each N ---------------------------------------------------------------
 suite=()

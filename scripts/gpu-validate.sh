@@ -8,6 +8,10 @@
 #   bin/cargo-nextest.xz      cargo-nextest itself (xz; the GPU machine needs no Rust)
 #   tests.tar.zst             a nextest archive: the crate's integration tests (`it`) and the
 #                             example suite's test binaries, release, every feature, stripped
+#   adopter.tar.zst           a nextest archive of fixtures/adopter (wgpu 27, no feature of this
+#                             crate; some of its tests open the GPU without a permit)
+#   bin/linked-to-libcuda     a program linked to libcuda.so.1 at build time (DT_NEEDED) that
+#                             calls nothing of it: mapped at start, no GPU touched
 #   workspace/                what the tests read at run time: the stand-in driver sources
 #                             (tests/stub/*.c) and the nextest configuration
 #   debs/                     Debian's Vulkan loader (libvulkan1), for a machine without one
@@ -65,6 +69,18 @@ nice cargo nextest archive --release --all-features --target-dir "$target" \
     --archive-file "$dir/tests.tar.zst" 2>&1 | grep -v '^ *Compiling' || true
 [ -s "$dir/tests.tar.zst" ] || { echo "gpu-validate: the nextest archive failed" >&2; exit 1; }
 cp "$target/release/gpu-test-permit" "$dir/bin/"
+# The adopter, as a project that knows nothing of features uses the crate (its own wgpu).
+nice cargo nextest archive --release --target-dir "$target" -p gpu-test-permit-adopter \
+    --archive-file "$dir/adopter.tar.zst" 2>&1 | grep -v '^ *Compiling' || true
+[ -s "$dir/adopter.tar.zst" ] || { echo "gpu-validate: the adopter's nextest archive failed" >&2; exit 1; }
+# Linked to libcuda at build time: against a stand-in named as the driver's soname, so that on
+# the GPU machine the loader maps the real driver as the program starts.
+stub=$(mktemp -d)
+printf 'int cuInit(unsigned int flags) { (void)flags; return 0; }\n' >"$stub/cuda.c"
+printf 'int main(void) { return 0; }\n' >"$stub/main.c"
+cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$stub/libcuda.so" "$stub/cuda.c"
+cc -o "$dir/bin/linked-to-libcuda" "$stub/main.c" -Wl,--no-as-needed -L"$stub" -lcuda
+rm -rf "$stub"
 # Without features, as a project on wgpu or CUDA bindings of its own uses the crate: the CLI, and
 # the test binary of fixtures/no-features, each built apart so that no feature of the builds
 # above is unified into it.
@@ -81,6 +97,8 @@ cp -r tests/stub "$dir/workspace/tests/"
 cp -r .config "$dir/workspace/"
 cp Cargo.toml "$dir/workspace/"
 cp example-suite/Cargo.toml "$dir/workspace/example-suite/"
+mkdir -p "$dir/workspace/fixtures/adopter"
+cp fixtures/adopter/Cargo.toml "$dir/workspace/fixtures/adopter/"
 
 # A Vulkan loader for a GPU machine whose image has none (the NVIDIA driver brings only the ICD).
 if ! (cd "$dir/debs" && apt-get download -q libvulkan1 >/dev/null 2>&1); then
