@@ -3,6 +3,7 @@
 # to break the cap, with oracles that flag a broken promise. Exits non-zero on any violation.
 #
 #   scripts/chaos.sh --ci                     the fixed seeds CI runs (about three minutes)
+#   CHAOS_KEEP=1 scripts/chaos.sh ...         keep every scenario's directory (trace, logs, records)
 #   scripts/chaos.sh --minutes M [--seed S]   scenarios of one seed for M minutes
 #   scripts/chaos.sh --seed S [--scenario K]  replay one seed (its first scenario, or scenario K)
 #
@@ -17,11 +18,13 @@ bin=${CARGO_TARGET_DIR:-target}/debug
 drive() { "$bin/chaos" --cli "$bin/gpu-test-permit" --client "$bin/chaos-client" "$@"; }
 
 # The CI set: seeds whose scenarios, at 2acda4f, found the background job that outlives `run`,
-# fork without exec, two users under one `run` and a killed `run`'s layout rewritten
-# (docs/adversary.md).
+# fork without exec, two users under one `run` and a killed `run`'s layout rewritten, and at
+# bd56f07 find-gpu-tests' permits outside the host's cap, a head delayed by a request let past
+# it on a holder's grant time an hour ahead, a waiter whose wait-file name was taken never
+# listed, and watched tests' driver loads named wrongly (docs/adversary.md).
 CI_SEEDS=(1 2 3)
 CI_SCENARIOS=8
-# And single scenarios of other seeds whose only attack is a timeout storm (a timed-out wait's
+# And single scenarios of other seeds whose attack is a timeout storm (a timed-out wait's
 # diagnostics once unlocked another thread's slot, at eb6b051).
 CI_SINGLE=("33 0" "14 0")
 
