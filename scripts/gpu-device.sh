@@ -21,6 +21,8 @@
 #      run --archive-file --retries 1` once, with the test group's max-threads = N; each run
 #      traced and checked to have held at most N permits; `gpu-test-permit report` counts the
 #      nextest run's contention casualties (tests that failed beside others and passed alone);
+#      its JUnit report through `gpu-test-permit junit` marks skipped exactly the tests that
+#      printed a skip line;
 #   4. GPU_VALIDATE_AUTO_RUNS (6) nextest runs in a row with REALIZAR_GPU_TEST_CONCURRENCY=auto
 #      (ceiling GPU_VALIDATE_AUTO_MAX, 8) and a fresh state directory: the N each chose;
 #   5. `gpu-test-permit trace` over each runner's traces: the measured memory the fixtures
@@ -340,10 +342,11 @@ cat "$work/adopter-report.log" >>"$log"
 escapes=$(awk '/loaded a GPU driver without a permit: /{on=1; next}
     on && /^  /{sub(/^  /, ""); sub(/: .*/, ""); print; next} on{on=0}' "$work/adopter-report.log" |
     sort | paste -sd';' -)
-expected=$(printf '%s\n' "gpu-test-permit-adopter tests::raw_adapter_is_named" \
-    "gpu-test-permit-adopter::integration raw_adapter_from_outside" \
-    $([ "$cuda" = yes ] && echo "gpu-test-permit-adopter::integration cuda_raw_from_outside") |
-    sort | paste -sd';' -)
+expected=$({
+    echo "gpu-test-permit-adopter tests::raw_adapter_is_named"
+    echo "gpu-test-permit-adopter::integration raw_adapter_from_outside"
+    if [ "$cuda" = yes ]; then echo "gpu-test-permit-adopter::integration cuda_raw_from_outside"; fi
+} | sort | paste -sd';' -)
 adopter_drivers=$(sed -n '/loaded a GPU driver without a permit: /,/^$/p' "$work/adopter-report.log" |
     grep -o 'lib[A-Za-z0-9_.-]*\.so[0-9.]*' | sort -u | paste -sd' ' -)
 result="$p passed, $f failed; escapes named: ${escapes:-none}; by: ${adopter_drivers:-nothing}"
@@ -437,13 +440,16 @@ for n in $ns; do
         "$ws/.config/nextest.toml" >"$nextest_config"
     trace=$work/traces/nextest-N$n.json
     runlog=$work/nextest-N$n.log
+    # nextest writes the run's JUnit report under the remapped workspace's target/.
+    junit_in=$ws/target/nextest/default/junit.xml
+    rm -f "$junit_in"
     s=$(now)
     rc=0
     GPU_TEST_PERMIT_CONCURRENCY=$n REALIZAR_GPU_TEST_CONCURRENCY=$n GPU_TEST_PERMIT_DIR=$slots GPU_TEST_PERMIT_TRACE=$trace \
         GPU_TEST_PERMIT_SKIP_LOG=$work/skips/nextest-N$n \
         timeout -k 10 "$run_timeout" "$nextest" nextest run --archive-file "$archive" \
-        --workspace-remap "$ws" --config-file "$nextest_config" --no-fail-fast --status-level fail \
-        --retries 1 -E "$nextest_suite" >"$runlog" 2>&1 || rc=$?
+        --workspace-remap "$ws" --config-file "$nextest_config" \
+        --no-fail-fast --status-level fail --retries 1 -E "$nextest_suite" >"$runlog" 2>&1 || rc=$?
     wall=$(secs "$s" "$(now)")
     cat "$runlog" >>"$log"
     read -r p f <<<"$(nextest_counts "$runlog")"
@@ -455,8 +461,15 @@ for n in $ns; do
     # runs with the GPU to itself) is a contention casualty at this N.
     casualties=$(GPU_TEST_PERMIT_DIR=$slots "$cli" report --run-id "$(run_id "$runlog")" 2>&1 | tee -a "$log" |
         sed -n 's/^contention casualties: \([0-9]*\).*/\1/p')
-    result="$p passed, $f failed, $(skips "nextest-N$n") skip lines; peak <= $n: $peak_ok; contention casualties (retried alone, passed): ${casualties:-?}"
-    if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ] || [ "$peak_ok" != yes ]; then
+    # Its JUnit report as CI would show it: `gpu-test-permit junit` marks as skipped exactly the
+    # tests that printed a skip line (none, where every backend is there).
+    marked="?"
+    if [ -s "$junit_in" ] && GPU_TEST_PERMIT_DIR=$slots "$cli" junit "$junit_in" \
+        -o "$work/junit-N$n.xml" >>"$log" 2>&1; then
+        marked=$(grep -c '<skipped message="backend=' "$work/junit-N$n.xml" || true)
+    fi
+    result="$p passed, $f failed, $(skips "nextest-N$n") skip lines; peak <= $n: $peak_ok; contention casualties (retried alone, passed): ${casualties:-?}; \`junit\` marked $marked skipped"
+    if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ] || [ "$peak_ok" != yes ] || [ "$marked" != "$(skips "nextest-N$n")" ]; then
         result="**FAIL** ($(why "$rc")): $result"
         fail
     fi
