@@ -204,6 +204,29 @@ pub struct WatchLog {
 }
 
 impl WatchLog {
+    /// Records what this says of watched command `pid` (the running test's) in the run's
+    /// records, when this runs under nextest: a record for every watched test, one that
+    /// loaded no driver too, so that `report` knows the run was watched. Returns whether a
+    /// record was written (not under nextest, none is).
+    #[doc(hidden)]
+    pub fn record(&self, pid: u32) -> bool {
+        crate::runs::record_watched(crate::runs::DriversRecord {
+            run: String::new(),
+            unix_us: 0,
+            pid,
+            binary: String::new(),
+            test: String::new(),
+            attempt: 0,
+            drivers: self.loaded.clone(),
+            unpermitted: self.unpermitted.clone(),
+            before_first_permit: self.before_first_permit,
+            held: self.held,
+            seen: String::new(),
+            linked: self.linked.clone(),
+            started_process: self.started_process,
+        })
+    }
+
     /// Adds what another process's log says: the drivers of both, each once; held where
     /// either held a permit, before a first permit where either loaded one so.
     pub fn merge(&mut self, other: WatchLog) {
@@ -464,7 +487,7 @@ pub(crate) fn watch_inside_permit(cmd: &mut std::process::Command) {
         return;
     };
     // Only where the watcher's log is the loader's: a variable set by hand changes nothing.
-    if std::env::var_os("LD_DEBUG_OUTPUT").as_ref() != Some(&log) {
+    if crate::config::loader_log().as_ref() != Some(&log) {
         return;
     }
     let Some(dir) = std::path::Path::new(&log).parent() else {
@@ -556,14 +579,12 @@ fn unpermitted_now() -> Option<MappedNow> {
 /// bears, the sonames of the mapped files): a few small reads per library.
 ///
 /// ```
-/// # #[cfg(target_os = "linux")] {
 /// use gpu_test_permit::drivers::linked_at_build_time;
 ///
 /// // No test binary links a GPU driver; it links the C library.
 /// let exe = std::env::current_exe().unwrap();
 /// let mapped = vec!["/lib/x86_64-linux-gnu/libc.so.6".to_string()];
 /// assert!(linked_at_build_time(&exe, &mapped).is_empty());
-/// # }
 /// ```
 pub fn linked_at_build_time(exe: &std::path::Path, mapped: &[String]) -> Vec<String> {
     if !mapped.iter().any(|p| driver_library(p)) {

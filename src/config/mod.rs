@@ -754,6 +754,12 @@ pub(crate) fn watch_log() -> Option<OsString> {
     std::env::var_os(WATCH_VAR)
 }
 
+/// The loader's own log file (`LD_DEBUG_OUTPUT`, glibc), which a watcher sets to the same
+/// value as [`WATCH_VAR`]. Read afresh.
+pub(crate) fn loader_log() -> Option<OsString> {
+    std::env::var_os("LD_DEBUG_OUTPUT")
+}
+
 /// Whether this process runs inside a permit passed on to it ([`INHERITED_VAR`] set). Read
 /// afresh, without the rest of the configuration (at exit, in a constructor).
 pub(crate) fn inherits_a_permit() -> bool {

@@ -78,12 +78,13 @@ pub use summary::{
     Casualty, Escaped, LearnedWeight, RunSummary, SkippedTest, TestKey, Unreleased, summarize,
 };
 pub use trace::casualties_in_trace;
+pub(crate) use write::record_watched;
+#[doc(hidden)]
+pub use write::set_command_outcome;
 pub(crate) use write::{
     Granted, append, current_test, current_test_binary, flush, granted, nextest_run, outcome_now,
     record_drivers, record_skip, released, run_id, traced_attempt,
 };
-#[doc(hidden)]
-pub use write::{record_watched, set_command_outcome};
 
 /// The names of run files start with this.
 pub(crate) const FILE_PREFIX: &str = "gpu0.run.";

@@ -328,29 +328,24 @@ pub(crate) fn record_drivers(drivers: Vec<String>, linked: Vec<String>, at_first
     });
 }
 
-/// Records what the loader's logs of watched command `pid` (the running test's, as the
-/// watcher `gpu-test-permit watch` sees it, with every process it started) say (see
-/// `drivers::WatchLog`), when this runs under nextest: a record for every watched test,
-/// one that loaded no driver too, so that `report` knows the run was watched. Returns
-/// whether a record was written.
-#[doc(hidden)]
-pub fn record_watched(pid: u32, seen: &crate::drivers::WatchLog) -> bool {
-    let all = |list: &[String]| list.iter().map(|d| cut(d.clone())).collect();
-    write_drivers(DriversRecord {
-        run: String::new(),
-        unix_us: 0,
-        pid,
-        binary: String::new(),
-        test: String::new(),
-        attempt: 0,
-        drivers: all(&seen.loaded),
-        unpermitted: all(&seen.unpermitted),
-        before_first_permit: seen.before_first_permit,
-        held: seen.held,
-        seen: "watched".into(),
-        linked: all(&seen.linked),
-        started_process: seen.started_process,
-    })
+/// Records what the loader's logs of a watched command say (`record`'s pid, drivers and
+/// flags, as `drivers::WatchLog::record` fills them in: the running test's command, as the
+/// watcher `gpu-test-permit watch` sees it, with every process it started), when this runs
+/// under nextest: a record for every watched test, one that loaded no driver too, so that
+/// `report` knows the run was watched. The run, the test, the time and `seen` are filled in
+/// here. Returns whether a record was written.
+pub(crate) fn record_watched(mut record: DriversRecord) -> bool {
+    for list in [
+        &mut record.drivers,
+        &mut record.unpermitted,
+        &mut record.linked,
+    ] {
+        for d in list.iter_mut() {
+            *d = cut(std::mem::take(d));
+        }
+    }
+    record.seen = "watched".into();
+    write_drivers(record)
 }
 
 /// Writes `record` for the running test of this nextest run, filling in the run, the time,

@@ -100,7 +100,7 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
         seen.before_first_permit = false;
         seen.started_process = false;
         seen.held = true;
-        gpu_test_permit::runs::record_watched(ended.pid, &seen);
+        seen.record(ended.pid);
     }
     // Removed now: a command killed by a signal is died of below, which runs no destructor.
     drop(watch);
@@ -152,7 +152,7 @@ pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
     let ended = signals.run(&mut cmd).map_err(cannot_run)?;
     let seen = watch.read(ended.pid);
     drop(watch);
-    let recorded = gpu_test_permit::runs::record_watched(ended.pid, &seen);
+    let recorded = seen.record(ended.pid);
     if !recorded && !seen.unpermitted.is_empty() {
         let names: Vec<&str> = seen
             .unpermitted
