@@ -121,13 +121,15 @@ fn the_run_that_just_ended(dir: &std::path::Path) -> Result<RunRecords, String> 
             ));
         }
     };
-    read_run(dir, &id).map_err(|e| e.to_string())?.ok_or_else(|| {
-        format!(
-            "the records of run {} in {} went away as they were read; run `report` again",
-            printable(&id),
-            printable_path(dir)
-        )
-    })
+    read_run(dir, &id)
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "the records of run {} in {} went away as they were read; run `report` again",
+                printable(&id),
+                printable_path(dir)
+            )
+        })
 }
 
 fn name(k: &TestKey) -> String {
