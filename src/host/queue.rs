@@ -576,20 +576,7 @@ mod tests {
     #[test]
     fn a_waiter_whose_wait_file_could_not_be_made_lists_itself_once_it_can() {
         let dir = tempfile::tempdir().unwrap();
-        let record = HolderRecord {
-            pid: std::process::id(),
-            test: "t".into(),
-            binary: None,
-            thread: "main".into(),
-            since_unix_ms: 1,
-            since_boot_ms: None,
-            boot_id: None,
-            exclusive: false,
-            concurrency: 2,
-            units: 1,
-            gpus: 1,
-            memory: None,
-        };
+        let record = record(1);
         // A slot directory not made yet: the wait file cannot be made.
         let slots = dir.path().join("slots");
         let path = slots.join(format!("{WAIT_PREFIX}{}", std::process::id()));
