@@ -232,8 +232,7 @@ impl Clock {
     /// another boot, or a time later than this reading.
     pub(crate) fn granted(&self, r: &HolderRecord) -> Option<u64> {
         let at = match self {
-            Clock::Boot(now) if r.boot_id.as_deref() == now.boot_id => r.since_boot_ms?,
-            Clock::Boot(_) => return None,
+            Clock::Boot(now) => r.boot_ms_in(*now)?,
             Clock::Wall(_) => r.since_unix_ms,
         };
         (at <= self.ms()).then_some(at)

@@ -349,11 +349,9 @@ fn wait_age_ms(record: &HolderRecord) -> i64 {
 ///
 /// [`boot_now`]: crate::clock::boot_now
 pub(super) fn order_key(record: &HolderRecord, now: Option<BootTime>) -> (bool, u64, u32) {
-    match (now, record.since_boot_ms) {
-        (Some(now), Some(at)) if record.boot_id.as_deref() == now.boot_id => {
-            (false, at, record.pid)
-        }
-        _ => (true, record.since_unix_ms, record.pid),
+    match now.and_then(|now| record.boot_ms_in(now)) {
+        Some(at) => (false, at, record.pid),
+        None => (true, record.since_unix_ms, record.pid),
     }
 }
 

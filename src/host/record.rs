@@ -87,11 +87,9 @@ impl HolderRecord {
         boot: Option<crate::clock::BootTime>,
         wall_ms: u64,
     ) -> Option<std::time::Duration> {
-        let ms = match (boot, self.since_boot_ms) {
-            (Some(now), Some(at)) if self.boot_id.as_deref() == now.boot_id => {
-                now.ms.checked_sub(at)?
-            }
-            _ => {
+        let ms = match boot.and_then(|now| Some((now.ms, self.boot_ms_in(now)?))) {
+            Some((now_ms, at)) => now_ms.checked_sub(at)?,
+            None => {
                 let ms = wall_ms.checked_sub(self.since_unix_ms)?;
                 // A process that lives now began to wait or hold in this boot.
                 if boot.is_some_and(|now| ms > now.ms) {
@@ -101,6 +99,14 @@ impl HolderRecord {
             }
         };
         Some(std::time::Duration::from_millis(ms))
+    }
+
+    /// The record's time on the boot clock of `now`'s boot: its `since_boot_ms` where it was
+    /// stamped in that boot; `None` where it has no boot-clock time (an earlier version's
+    /// record, a host without a boot clock) or one of another boot.
+    pub(crate) fn boot_ms_in(&self, now: crate::clock::BootTime) -> Option<u64> {
+        self.since_boot_ms
+            .filter(|_| self.boot_id.as_deref() == now.boot_id)
     }
 
     pub(super) fn encode(&self) -> Vec<u8> {

@@ -534,7 +534,7 @@ pub(crate) fn same_file(path: &Path, file: &File) -> bool {
 /// may remove it as its own leftover. Always true where files have no owners to compare (not on
 /// Unix).
 pub(crate) fn is_own_file(file: &File) -> bool {
-    os::is_own_file(file)
+    file.metadata().is_ok_and(|m| owned_by_this_user(&m))
 }
 
 /// Waits for a change to a set of files: a write to any of them, or the last close of a file

@@ -592,10 +592,6 @@ pub(super) fn is_too_many_open_files(e: &io::Error) -> bool {
     e.raw_os_error() == Some(libc::EMFILE)
 }
 
-pub(super) fn is_own_file(file: &File) -> bool {
-    file.metadata().is_ok_and(|m| m.uid() == effective_uid())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -196,8 +196,3 @@ pub(super) fn process_is_visible(_pid: u32) -> bool {
 pub(super) fn is_too_many_open_files(_e: &io::Error) -> bool {
     false
 }
-
-/// Files have no owner to compare here: every one counts as this user's.
-pub(super) fn is_own_file(_file: &File) -> bool {
-    true
-}
