@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build -q -p gpu-test-permit --bin gpu-test-permit
+cargo build -q -p gpu-test-permit-cli --bin gpu-test-permit
 cargo build -q -p gpu-test-permit-chaos --features multi-gpu
 bin=${CARGO_TARGET_DIR:-target}/debug
 drive() { "$bin/chaos" --cli "$bin/gpu-test-permit" --client "$bin/chaos-client" "$@"; }

@@ -10,7 +10,7 @@ targets=(aarch64-unknown-linux-gnu x86_64-apple-darwin x86_64-pc-windows-gnu)
 rustup target add "${targets[@]}" >/dev/null
 for t in "${targets[@]}"; do
     echo "== cargo check --target $t"
-    cargo check -q -p gpu-test-permit --lib --bins --all-features --target "$t"
+    cargo check -q -p gpu-test-permit -p gpu-test-permit-cli --lib --bins --all-features --target "$t"
     echo "== cargo check --target $t (no features)"
-    cargo check -q -p gpu-test-permit --lib --bins --target "$t"
+    cargo check -q -p gpu-test-permit -p gpu-test-permit-cli --lib --bins --target "$t"
 done

@@ -181,7 +181,7 @@ skips() { if [ -f "$work/skips/$1" ]; then wc -l <"$work/skips/$1"; else echo 0;
 
 # --- the crate's capture, fixture and probe tests ----------------------------------------------
 it=$(binary it)
-it_env=(env "CARGO_MANIFEST_DIR=$ws" "CARGO_BIN_EXE_gpu-test-permit=$ex/target/release/gpu-test-permit"
+it_env=(env "CARGO_MANIFEST_DIR=$ws/cli" "CARGO_BIN_EXE_gpu-test-permit=$ex/target/release/gpu-test-permit"
     "GPU_TEST_PERMIT_DIR=$work/slots/crate" "GPU_TEST_PERMIT_SKIP_LOG=$work/skips/crate-direct")
 skip_args=()
 nextest_skip=

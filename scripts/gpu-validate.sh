@@ -13,7 +13,7 @@
 #   bin/linked-to-libcuda     a program linked to libcuda.so.1 at build time (DT_NEEDED) that
 #                             calls nothing of it: mapped at start, no GPU touched
 #   workspace/                what the tests read at run time: the stand-in driver sources
-#                             (tests/stub/*.c) and the nextest configuration
+#                             (cli/tests/stub/*.c) and the nextest configuration
 #   debs/                     Debian's Vulkan loader (libvulkan1), for a machine without one
 #   gpu-device.sh             the script that runs it all there (scripts/gpu-device.sh)
 #   order-timing.sh           the example suite before and after its order is learned
@@ -51,7 +51,7 @@ command -v cargo-nextest >/dev/null || {
 # Release and stripped: the binaries travel, and debug ones with debug info are about 120 MB each.
 export CARGO_PROFILE_RELEASE_STRIP=true
 tests=()
-for t in tests/it example-suite/tests/*.rs; do
+for t in cli/tests/it example-suite/tests/*.rs; do
     t=${t##*/}
     tests+=(--test "${t%.rs}")
 done
@@ -63,9 +63,9 @@ if [ -e "$dir" ] && [ -n "$(ls -A "$dir")" ] && [ ! -f "$dir/build-info" ]; then
     exit 1
 fi
 rm -rf "$dir"
-mkdir -p "$dir/bin" "$dir/workspace/tests" "$dir/workspace/example-suite" "$dir/debs"
+mkdir -p "$dir/bin" "$dir/workspace/cli/tests" "$dir/workspace/example-suite" "$dir/debs"
 nice cargo nextest archive --release --all-features --target-dir "$target" \
-    -p gpu-test-permit -p gpu-test-permit-example-suite "${tests[@]}" \
+    -p gpu-test-permit-cli -p gpu-test-permit-example-suite "${tests[@]}" \
     --archive-file "$dir/tests.tar.zst" 2>&1 | grep -v '^ *Compiling' || true
 [ -s "$dir/tests.tar.zst" ] || { echo "gpu-validate: the nextest archive failed" >&2; exit 1; }
 cp "$target/release/gpu-test-permit" "$dir/bin/"
@@ -93,7 +93,8 @@ cp "$native" "$dir/bin/native-no-features"
 nice xz -T0 -6 -c "$(command -v cargo-nextest)" >"$dir/bin/cargo-nextest.xz"
 
 # The tests' files: nextest remaps the workspace to this folder (CARGO_MANIFEST_DIR at run time).
-cp -r tests/stub "$dir/workspace/tests/"
+cp -r cli/tests/stub "$dir/workspace/cli/tests/"
+cp cli/Cargo.toml "$dir/workspace/cli/"
 cp -r .config "$dir/workspace/"
 cp Cargo.toml "$dir/workspace/"
 cp example-suite/Cargo.toml "$dir/workspace/example-suite/"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Miri over the in-process permit (tests/it/in_process.rs): the seats' unsafe code, the guards
+# Miri over the in-process permit (cli/tests/it/in_process.rs): the seats' unsafe code, the guards
 # that move between threads, a pool freed by its last permit. Needs the nightly toolchain with
 # the miri component (`rustup component add --toolchain nightly miri rust-src`).
 #
@@ -8,4 +8,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MIRIFLAGS="${MIRIFLAGS:--Zmiri-disable-isolation -Zmiri-permissive-provenance}" \
-    cargo +nightly miri test -p gpu-test-permit --test it -- in_process::
+    cargo +nightly miri test -p gpu-test-permit-cli --test it -- in_process::

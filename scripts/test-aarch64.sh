@@ -2,7 +2,7 @@
 # The crate's unit and integration tests, built for aarch64-unknown-linux-gnu (the architecture
 # of GB10 GPU runners) and run under qemu-user on an x86-64 Debian or Ubuntu machine, one
 # process per test (cargo nextest). No GPU: the CUDA tests run against the stand-in driver
-# libraries (tests/stub/*.c, built for aarch64 with STUB_CC), the wgpu tests against Mesa's
+# libraries (cli/tests/stub/*.c, built for aarch64 with STUB_CC), the wgpu tests against Mesa's
 # lavapipe for arm64 where multiarch can install it. Doctests are not run.
 #
 # Usage: scripts/test-aarch64.sh [FEATURE-SET...]
@@ -119,7 +119,7 @@ else
 fi
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
-# The tests build their stand-in driver libraries with this compiler (tests/it/stub.rs).
+# The tests build their stand-in driver libraries with this compiler (cli/tests/it/stub.rs).
 export STUB_CC=aarch64-linux-gnu-gcc
 if [ "$binfmt_ok" = 0 ]; then
     export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER=qemu-aarch64
@@ -181,14 +181,14 @@ for set in "${sets[@]}"; do
     fi
     say "== $set: building the tests for $target (${flags[*]:-default features})"
     t0=$(date +%s)
-    cargo test -q -p gpu-test-permit "${flags[@]}" --target "$target" "${runs[@]}" --no-run
+    cargo test -q -p gpu-test-permit -p gpu-test-permit-cli "${flags[@]}" --target "$target" "${runs[@]}" --no-run
     t1=$(date +%s)
     skips=$(mktemp)
     log=$(mktemp)
     say "== $set: running them under qemu (GPU_TEST_PERMIT_REQUIRE=$require)"
     set +e
     GPU_TEST_PERMIT_REQUIRE=$require GPU_TEST_PERMIT_SKIP_LOG="$skips" \
-        cargo nextest run -p gpu-test-permit "${flags[@]}" --target "$target" "${runs[@]}" \
+        cargo nextest run -p gpu-test-permit -p gpu-test-permit-cli "${flags[@]}" --target "$target" "${runs[@]}" \
         --no-fail-fast --cargo-quiet --status-level fail --final-status-level slow \
         -E "not ($filter)" 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}

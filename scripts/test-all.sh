@@ -95,7 +95,7 @@ done
 # stand-in driver (tests/stub/cuda_probe.c) that reports no device and counts its cuInit calls.
 stub="$traces/stub"
 mkdir -p "$stub"
-cc -shared -fPIC -O1 -o "$stub/libcuda.so.1" tests/stub/cuda_probe.c
+cc -shared -fPIC -O1 -o "$stub/libcuda.so.1" cli/tests/stub/cuda_probe.c
 cp "$stub/libcuda.so.1" "$stub/libcuda.so"
 LD_LIBRARY_PATH="$stub" CUDA_PROBE_STUB=zero CUDA_PROBE_STUB_COUNT="$stub/cuinit-calls" \
     GPU_TEST_PERMIT_REQUIRE=none GPU_TEST_PERMIT_DIR="$stub/slots" \

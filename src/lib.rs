@@ -86,7 +86,6 @@ mod fixture;
 pub mod hangs;
 pub mod host;
 mod icd;
-pub mod junit;
 mod live;
 pub mod nextest;
 mod notice;
@@ -121,8 +120,9 @@ pub mod wgpu {
     pub use crate::fixture::wgpu::*;
 }
 
-/// Not public API: entry points for this crate's own integration tests, which cannot reach the
-/// crate's internal modules. May change or go away in any release.
+/// Not public API: entry points for this crate's own integration tests and for the
+/// command-line tool (`gpu-test-permit-cli`, released with it), which cannot reach the crate's
+/// internal modules. May change or go away in any release.
 #[doc(hidden)]
 pub mod __private {
     /// A process on a GPU as NVML lists it: its pid, and the memory it uses (`None`: NVML cannot
@@ -147,5 +147,11 @@ pub mod __private {
     /// command-line tool, which may open files another process of this user could have made).
     pub fn open_regular_for_reading(path: &std::path::Path) -> std::io::Result<std::fs::File> {
         crate::sys::open_regular_for_reading(path)
+    }
+
+    /// `text` with every control character and non-space whitespace escaped, as a test name is
+    /// shown on one line (the command-line tool's timeline).
+    pub fn escape_controls(text: &str) -> String {
+        crate::host::escape_controls(text)
     }
 }

@@ -106,7 +106,7 @@ impl TraceEvent {
 
     /// When it ended, microseconds since the Unix epoch (saturating: an event [`read_trace`]
     /// accepts never overflows).
-    pub(super) fn end(&self) -> u64 {
+    pub fn end(&self) -> u64 {
         self.ts.saturating_add(self.dur)
     }
 }
@@ -115,7 +115,7 @@ impl TraceArgs {
     /// Permit units the permit took: `units`, or where an event lacks them (0: a trace of an
     /// earlier version, or an event not read by [`read_events`](crate::trace::read_events)), 1 or, for an exclusive
     /// permit, `capacity`.
-    pub(crate) fn held_units(&self) -> usize {
+    pub fn held_units(&self) -> usize {
         match self.units {
             0 if self.exclusive => self.capacity.max(1),
             0 => 1,

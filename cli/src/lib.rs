@@ -1,0 +1,17 @@
+//! The analysis behind the `gpu-test-permit` command, apart from the library that test
+//! processes link ([`gpu_test_permit`]): what runs read after the fact.
+//!
+//! - [`trace`]: what a trace of permits tells about choosing N — per-test waits and holds,
+//!   utilisation, the what-if for other N and its model, the memory advice, a trace drawn as
+//!   text;
+//! - [`junit`]: the tests that skipped at run time marked skipped in nextest's JUnit report.
+//!
+//! A test suite depends on `gpu-test-permit` alone; this crate is for the command
+//! (`cargo install gpu-test-permit-cli` installs `gpu-test-permit`) and for tools that read
+//! what the runs recorded.
+
+#![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+pub mod junit;
+pub mod trace;

@@ -1,0 +1,434 @@
+//! The modules of `src/` form layers that only point down: no cycles, the configuration is a
+//! leaf every module may read, and the probe knows nothing of its consumers. Read from the
+//! source text (`use crate::...` and `crate::...` paths), so it checks what a reader sees.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            if p.file_name().unwrap() != "bin" {
+                sources(&p, out);
+            }
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level module a file belongs to (`src/probe/cache.rs` -> `probe`).
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap();
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
+    first.trim_end_matches(".rs").to_string()
+}
+
+/// Root re-exports and exported macros, so `crate::acquire` counts as a use of `permit`.
+fn aliases(src: &Path, files: &[PathBuf]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let flat = lib.replace('\n', " ");
+    for part in flat.split("pub use ").skip(1) {
+        let stmt = part.split(';').next().unwrap();
+        let Some((module, rest)) = stmt.split_once("::") else {
+            continue;
+        };
+        let names = rest.trim().trim_start_matches('{').trim_end_matches('}');
+        for name in names.split(',') {
+            let name = name.trim();
+            if !name.is_empty() {
+                out.insert(name.to_string(), module.trim().to_string());
+            }
+        }
+    }
+    for f in files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for part in text.split("macro_rules! ").skip(1) {
+            let name: String = part
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            out.insert(name, module_of(src, f));
+        }
+    }
+    // The facade modules in lib.rs that only re-export the fixtures.
+    out.insert("wgpu".into(), "fixture".into());
+    out.insert("cuda".into(), "fixture".into());
+    out
+}
+
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = crate::util::workspace_root().join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let modules: BTreeSet<String> = files
+        .iter()
+        .map(|f| module_of(&src, f))
+        .filter(|m| m != "lib")
+        .collect();
+    let aliases = aliases(&src, &files);
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in &files {
+        let from = module_of(&src, f);
+        if from == "lib" {
+            continue;
+        }
+        // Code only: a doc link is no dependency.
+        let text: String = std::fs::read_to_string(f)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut names = Vec::new();
+        for part in text.split("crate::").skip(1) {
+            if let Some(group) = part.strip_prefix('{') {
+                // `use crate::{a, b::c}`
+                let inner = group.split('}').next().unwrap();
+                names.extend(inner.split(',').map(|s| s.trim().to_string()));
+            } else {
+                names.push(part.to_string());
+            }
+        }
+        for name in names {
+            let head: String = name
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let to = if modules.contains(&head) {
+                head
+            } else if let Some(m) = aliases.get(&head) {
+                m.clone()
+            } else {
+                continue;
+            };
+            if to != from {
+                g.entry(from.clone()).or_default().insert(to);
+            }
+        }
+        g.entry(from).or_default();
+    }
+    g
+}
+
+fn find_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        stack: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = stack.iter().position(|s| s == n) {
+            let mut cycle = stack[i..].to_vec();
+            cycle.push(n.to_string());
+            return Some(cycle);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        stack.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for n in g.keys() {
+        if let Some(c) = visit(n, g, &mut Vec::new(), &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn src_modules_form_layers_without_cycles() {
+    let g = graph();
+    assert!(g.contains_key("permit") && g.contains_key("probe"), "{g:?}");
+    if let Some(cycle) = find_cycle(&g) {
+        panic!("modules form a cycle: {}\n{g:#?}", cycle.join(" -> "));
+    }
+}
+
+#[test]
+fn config_is_a_leaf_and_the_probe_knows_nothing_of_its_consumers() {
+    let g = graph();
+    let below_config = ["sys", "backend", "clock", "notice"];
+    let config: Vec<_> = g["config"]
+        .iter()
+        .filter(|m| !below_config.contains(&m.as_str()))
+        .collect();
+    assert!(config.is_empty(), "config reads {config:?}");
+    for consumer in ["fixture", "permit", "permitted", "decision", "capture"] {
+        assert!(
+            !g["probe"].contains(consumer),
+            "the probe uses `{consumer}`: {:?}",
+            g["probe"]
+        );
+    }
+}
+
+/// Live GPU memory (`live`, NVML read at run time) is a leaf the host slots may ask: it reads
+/// only the platform layer, the configuration and the notices, so no permit or slot logic
+/// reaches into it and it reaches into none.
+#[test]
+fn live_memory_is_a_leaf_below_the_host_slots() {
+    let g = graph();
+    let below_live = ["sys", "notice", "config"];
+    let above: Vec<_> = g["live"]
+        .iter()
+        .filter(|m| !below_live.contains(&m.as_str()))
+        .collect();
+    assert!(above.is_empty(), "live uses {above:?}");
+    assert!(
+        !g["config"].contains("live") && !g["sys"].contains("live"),
+        "a layer below live uses it: {g:?}"
+    );
+}
+
+/// `(constant, variable)` for every `pub const *_VAR: &str = "..."` of config.
+fn config_variables(config: &str) -> Vec<(String, String)> {
+    config
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub const "))
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(": &str = \"")?;
+            name.ends_with("_VAR")
+                .then(|| (name.to_string(), rest.trim_end_matches("\";").to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn every_variable_is_in_configs_table_exactly_once() {
+    let dir = crate::util::workspace_root().join("src/config");
+    let config = std::fs::read_to_string(dir.join("mod.rs")).unwrap();
+    let constants = std::fs::read_to_string(dir.join("vars.rs")).unwrap();
+    let rows: Vec<&str> = config
+        .lines()
+        .filter_map(|l| l.strip_prefix("//! | `"))
+        .map(|l| l.split('`').next().unwrap())
+        .collect();
+    let vars = config_variables(&constants);
+    assert!(vars.len() >= 12, "{vars:?}");
+    for (constant, var) in &vars {
+        let n = rows.iter().filter(|r| *r == var).count();
+        assert_eq!(n, 1, "{constant} = {var} is in the table {n} times");
+    }
+    for row in rows {
+        assert!(
+            vars.iter().any(|(_, v)| v == row),
+            "the table names {row}, which config has no constant for"
+        );
+    }
+}
+
+#[test]
+fn only_config_reads_the_environment() {
+    let src = crate::util::workspace_root().join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let readers = [
+        "env::var(",
+        "env::var_os(",
+        "env::vars(",
+        "env::vars_os(",
+        "env::remove_var(",
+    ];
+    for f in files {
+        if f.starts_with(src.join("config")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") {
+                continue;
+            }
+            for r in readers {
+                assert!(
+                    !code.contains(r),
+                    "{}:{}: reads the environment outside config: {line}",
+                    f.display(),
+                    i + 1
+                );
+            }
+        }
+    }
+}
+
+/// Within a module folder split into files (`src/host/`, `src/trace/`, `src/config/`,
+/// `src/live/`), the files below
+/// `mod.rs` point only sideways and down: each names its siblings (`super::<file>::...` or
+/// `crate::<folder>::<file>::...`), never the folder's own items above it, and the files form
+/// no cycle. `mod.rs` sits on top and uses them all.
+#[test]
+fn the_files_of_the_host_trace_config_and_live_folders_form_layers_without_cycles() {
+    for folder in ["host", "trace", "config", "live"] {
+        folder_layers(folder);
+    }
+}
+
+/// The same for the permit pool, the probe and the fixtures: the pool's inner state sits below
+/// the guards and the pool's public face, the probe child's protocol below both of its sides.
+#[test]
+fn the_files_of_the_permit_probe_and_fixture_folders_form_layers_without_cycles() {
+    for folder in ["permit", "probe", "fixture"] {
+        folder_layers(folder);
+    }
+}
+
+/// Below the crate root, code names items by the module that defines them
+/// (`crate::permit::GpuTestPermit`), never by the root's re-exports (`crate::GpuTestPermit`):
+/// the root is the top layer, and a re-export hides which module a file depends on. Exported
+/// macros (`$crate::...`) name root paths, as their users see them, and are not counted.
+#[test]
+fn no_module_below_the_root_uses_a_root_re_export() {
+    let src = crate::util::workspace_root().join("src");
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    let mut reexports = BTreeSet::new();
+    for part in lib.replace('\n', " ").split("pub use ").skip(1) {
+        let stmt = part.split(';').next().unwrap();
+        let Some((_, rest)) = stmt.split_once("::") else {
+            continue;
+        };
+        let names = rest.trim().trim_start_matches('{').trim_end_matches('}');
+        reexports.extend(
+            names
+                .split(',')
+                .map(|n| n.trim().to_string())
+                .filter(|n| !n.is_empty() && n != "*"),
+        );
+    }
+    assert!(reexports.contains("GpuTestPermit"), "{reexports:?}");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut found = Vec::new();
+    for f in files.iter().filter(|f| **f != src.join("lib.rs")) {
+        let text = std::fs::read_to_string(f).unwrap();
+        for name in crate_paths(&text) {
+            if reexports.contains(&name) {
+                found.push(format!("{}: crate::{name}", f.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "name these by their defining module:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The first segment of every `crate::` path in code (comments and `$crate::` left out),
+/// `use crate::{a, b::c}` groups included.
+fn crate_paths(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut out = Vec::new();
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("crate::") {
+        let after = &rest[at + "crate::".len()..];
+        let macro_path = rest[..at].ends_with('$');
+        rest = after;
+        if macro_path {
+            continue;
+        }
+        let mut names = Vec::new();
+        if let Some(group) = after.strip_prefix('{') {
+            let inner = group.split('}').next().unwrap();
+            names.extend(inner.split(',').map(str::trim));
+        } else {
+            names.push(after);
+        }
+        for n in names {
+            let head: String = n
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !head.is_empty() {
+                out.push(head);
+            }
+        }
+    }
+    out
+}
+
+fn folder_layers(folder: &str) {
+    let dir = crate::util::workspace_root().join("src").join(folder);
+    let files: BTreeSet<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .filter(|m| m != "mod")
+        .collect();
+    assert!(files.len() >= 3, "{folder}: {files:?}");
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut problems = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(dir.join(format!("{file}.rs"))).unwrap();
+        // Code only (a doc link is no dependency), and the file's own tests may reach up.
+        let code: String = text
+            .split("mod tests {")
+            .next()
+            .unwrap()
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let edges = g.entry(file.clone()).or_default();
+        let own = format!("crate::{folder}::");
+        let parts = code
+            .split("super::")
+            .skip(1)
+            .chain(code.split(own.as_str()).skip(1));
+        let mut names = Vec::new();
+        for part in parts {
+            match part.strip_prefix('{') {
+                // `use super::{a::X, Y}`
+                Some(group) => names.extend(group.split('}').next().unwrap().split(',')),
+                None => names.push(part),
+            }
+        }
+        for part in names {
+            let name: String = part
+                .trim()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if name.is_empty() {
+                continue;
+            }
+            if !files.contains(&name) {
+                problems.push(format!(
+                    "src/{folder}/{file}.rs reaches up to `{name}` of the folder's own items: \
+                     name the sibling file it comes from"
+                ));
+            } else if &name != file {
+                edges.insert(name);
+            }
+        }
+    }
+    if let Some(cycle) = find_cycle(&g) {
+        problems.push(format!("the files form a cycle: {}", cycle.join(" -> ")));
+    }
+    assert!(
+        problems.is_empty(),
+        "{folder}:\n{}\n{g:?}",
+        problems.join("\n")
+    );
+}

@@ -1,0 +1,197 @@
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use gpu_test_permit::PermitPool;
+
+/// A pool with its own slot directory, so tests never share slots with each other.
+pub fn pool(dir: &Path, n: usize) -> PermitPool {
+    PermitPool::builder()
+        .concurrency(n)
+        .slot_dir(dir)
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("gtp-test")
+        .tempdir()
+        .unwrap()
+}
+
+/// The CLI: where nextest (or, for a test binary run by hand away from its build,
+/// `CARGO_BIN_EXE_gpu-test-permit`) says it is at run time, as when the test binaries run from
+/// an archive on another machine; else where it was built.
+pub fn bin() -> PathBuf {
+    run_time_path("NEXTEST_BIN_EXE_gpu-test-permit")
+        .or_else(|| run_time_path("CARGO_BIN_EXE_gpu-test-permit"))
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_gpu-test-permit")))
+}
+
+/// The crate's directory (the stand-in drivers' sources are under it): where cargo or nextest
+/// says it is at run time (nextest remaps it for an archive run on another machine), else where
+/// it was built.
+pub fn manifest_dir() -> PathBuf {
+    run_time_path("CARGO_MANIFEST_DIR").unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
+/// The workspace's root: the library's crate (`src/`), the fixtures, README.md and the docs.
+/// This test suite is the command-line crate's (`cli/`), one level below.
+pub fn workspace_root() -> PathBuf {
+    let dir = manifest_dir();
+    dir.parent().map(Path::to_path_buf).unwrap_or(dir)
+}
+
+/// Scratch space for files the tests build (the stand-in drivers): `CARGO_TARGET_TMPDIR` when
+/// set at run time, as `scripts/gpu-device.sh` does where the test binaries run away from the
+/// tree that built them, else the build's own.
+pub fn target_tmpdir() -> PathBuf {
+    run_time_path("CARGO_TARGET_TMPDIR")
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")))
+}
+
+fn run_time_path(var: &str) -> Option<PathBuf> {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// Removes every variable of this crate and of nextest from `c`'s environment.
+pub fn clear_permit_env(c: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if k.starts_with("GPU_TEST_PERMIT_")
+            || k.starts_with("NEXTEST_")
+            || k == "REALIZAR_GPU_TEST_CONCURRENCY"
+        {
+            c.env_remove(&*k);
+        }
+    }
+}
+
+/// How many entries of `dir` have a name containing `part`.
+pub fn files_named(dir: &Path, part: &str) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .contains(part)
+        })
+        .count()
+}
+
+/// The CLI with a clean permit environment pointing at `dir`.
+pub fn cli(dir: &Path, n: usize) -> Command {
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    c.env("GPU_TEST_PERMIT_DIR", dir)
+        .env("REALIZAR_GPU_TEST_CONCURRENCY", n.to_string());
+    c
+}
+
+/// A `hold` child whose stdout lines arrive on a channel.
+pub struct Holder {
+    pub child: Child,
+    pub lines: mpsc::Receiver<String>,
+}
+
+impl Holder {
+    pub fn spawn(mut cmd: Command) -> Holder {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out: ChildStdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Holder { child, lines }
+    }
+
+    /// Waits for the `held` line.
+    pub fn held_within(&self, d: Duration) -> bool {
+        matches!(self.lines.recv_timeout(d), Ok(l) if l.starts_with("held"))
+    }
+
+    /// Closes stdin: the holder releases and exits. Returns its status and stderr.
+    pub fn release(mut self) -> (std::process::ExitStatus, String) {
+        drop(self.child.stdin.take());
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            use std::io::Read;
+            let _ = e.read_to_string(&mut err);
+        }
+        (status, err)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends `sig` to process `pid`, a child of the test; it must exist.
+#[cfg(unix)]
+pub fn signal(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) of a child of this test.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, sig) }, 0);
+}
+
+/// A command left running by a `run` that was killed: it holds `run`'s slot through the
+/// descriptor it inherited. Killed on drop, whatever the test's outcome.
+#[cfg(unix)]
+pub struct Orphan {
+    /// The pid of the killed `run`, which the slot's record names.
+    pub run: u32,
+    pub command: libc::pid_t,
+}
+
+#[cfg(unix)]
+impl Orphan {
+    /// `run -- sleep 60` on `dir` (N = `n`, one GPU), with `run` killed once the command has
+    /// started.
+    pub fn start(dir: &Path, n: usize) -> Orphan {
+        let mut run = cli(dir, n)
+            .env("GPU_TEST_PERMIT_GPUS", "1")
+            .args(["run", "--", "sh", "-c", "echo $$; exec sleep 60"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(run.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let orphan = Orphan {
+            run: run.id(),
+            command: line.trim().parse().unwrap(),
+        };
+        run.kill().unwrap();
+        run.wait().unwrap();
+        orphan
+    }
+}
+
+#[cfg(unix)]
+impl Drop for Orphan {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on the pid of the command the test started.
+        unsafe { libc::kill(self.command, libc::SIGKILL) };
+    }
+}

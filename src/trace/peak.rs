@@ -1,0 +1,64 @@
+//! The most permit units held at once, from a trace: what a test checks to see the cap held.
+
+use super::event::TraceEvent;
+
+/// The largest number of permit units held at the same moment according to `events` (a
+/// weighted hold counts its `units`, an exclusive one `capacity`).
+pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
+    let mut edges: Vec<(u64, i64)> = Vec::new();
+    for e in events.iter().filter(|e| e.name == "hold") {
+        let units = e.args.held_units() as i64;
+        edges.push((e.ts, units));
+        edges.push((e.end(), -units));
+    }
+    peak_of(edges)
+}
+
+/// The most held at once by `edges`, `(time, units taken or, negative, given back)`.
+fn peak_of(mut edges: Vec<(u64, i64)>) -> usize {
+    // At equal timestamps, count releases before acquisitions.
+    edges.sort_by_key(|&(t, d)| (t, d));
+    let (mut cur, mut peak) = (0i64, 0i64);
+    for (_, d) in edges {
+        cur += d;
+        peak = peak.max(cur);
+    }
+    peak as usize
+}
+
+/// Per GPU, the most permit units held on it at the same moment according to `events`, from
+/// the host slots each hold event names (slot `i` is on GPU `i % gpus`, `gpus` as the events
+/// say). Empty when the trace is of one GPU, or its holds name no slots (an in-process pool,
+/// which places nothing).
+///
+/// ```
+/// use gpu_test_permit::trace::{peak_per_gpu, TraceArgs, TraceEvent};
+///
+/// let hold = |ts, slots: Vec<usize>| TraceEvent {
+///     name: "hold".into(), cat: "gpu-test-permit".into(), ph: "X".into(), ts, dur: 100,
+///     pid: 1, tid: 1,
+///     args: TraceArgs { units: slots.len(), slots, gpus: 4, capacity: 8, ..Default::default() },
+/// };
+/// // A permit on GPUs 1 and 2 (slots 1 and 2), beside one on GPU 1 (slot 5).
+/// let events = [hold(0, vec![1, 2]), hold(50, vec![5])];
+/// assert_eq!(peak_per_gpu(&events), [0, 2, 1, 0]);
+/// ```
+pub fn peak_per_gpu(events: &[TraceEvent]) -> Vec<usize> {
+    let holds: Vec<&TraceEvent> = events
+        .iter()
+        .filter(|e| e.name == "hold" && !e.args.slots.is_empty())
+        .collect();
+    let gpus = holds.iter().map(|e| e.args.gpus).max().unwrap_or(1);
+    if gpus <= 1 {
+        return Vec::new();
+    }
+    let mut edges: Vec<Vec<(u64, i64)>> = vec![Vec::new(); gpus];
+    for e in holds {
+        let g = e.args.gpus.max(1);
+        for slot in &e.args.slots {
+            edges[slot % g].push((e.ts, 1));
+            edges[slot % g].push((e.end(), -1));
+        }
+    }
+    edges.into_iter().map(peak_of).collect()
+}
