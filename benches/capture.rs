@@ -6,7 +6,7 @@
 //! - `decide`: the rule alone (pure function).
 //!
 //! With a real CUDA driver it measures that driver. Without one, the bench starts itself again
-//! with the stand-in driver `tests/stub/cuda_capture.c` in `LD_LIBRARY_PATH` (a running process
+//! with the stand-in driver `cli/tests/stub/cuda_capture.c` in `LD_LIBRARY_PATH` (a running process
 //! cannot pick up a new library path), so the query costs a call into a small C function: a
 //! harsher ratio than against a real driver, where the query itself costs more.
 //!

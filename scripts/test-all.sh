@@ -24,7 +24,7 @@ apt_install() {
 }
 have cargo-nextest || cargo install cargo-nextest --locked
 have cc || apt_install gcc libc6-dev
-# faketime runs a queue head under another wall clock (tests/it/cap_breaks.rs); without it,
+# faketime runs a queue head under another wall clock (cli/tests/it/cap_breaks.rs); without it,
 # that one test says it was not run.
 if ! have faketime && [ "$(id -u)" = 0 ] && have apt-get; then
     apt_install faketime
@@ -92,7 +92,7 @@ for t in cargo-test nextest; do
 done
 
 # One CUDA probe per nextest run: the example suite's CUDA tests, one process each, against the
-# stand-in driver (tests/stub/cuda_probe.c) that reports no device and counts its cuInit calls.
+# stand-in driver (cli/tests/stub/cuda_probe.c) that reports no device and counts its cuInit calls.
 stub="$traces/stub"
 mkdir -p "$stub"
 cc -shared -fPIC -O1 -o "$stub/libcuda.so.1" cli/tests/stub/cuda_probe.c

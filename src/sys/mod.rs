@@ -1,7 +1,7 @@
 //! The library's platform layer: every call of the library that differs between operating
 //! systems lives below this module, so the modules above it carry no platform `cfg`
-//! (`tests/it/platform.rs` greps the library's sources to keep it so). The CLI binary's own
-//! signal forwarding for `run`, in `src/bin/gpu-test-permit/run.rs`, is not part of the library
+//! (`cli/tests/it/platform.rs` greps the library's sources to keep it so). The CLI binary's own
+//! signal forwarding for `run`, in `cli/src/bin/gpu-test-permit/run.rs`, is not part of the library
 //! and keeps its platform code there.
 //!
 //! This file is the portable face: the functions the rest of the crate calls, and the logic that

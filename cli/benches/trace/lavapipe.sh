@@ -5,7 +5,7 @@
 # N from its N = 2 trace alone, and from its N = 1 and N = 2 traces fitted together. The
 # repository's nextest config puts the GPU tests in a test group of 2, which would cap N = 4
 # at 2: these runs use a config without it, and 16 test threads (as the H100 traces in
-# tests/data/h100-example-suite did), so that N alone caps them.
+# cli/tests/data/h100-example-suite did), so that N alone caps them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${RUNS:-5}

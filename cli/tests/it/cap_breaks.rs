@@ -695,7 +695,7 @@ fn a_wall_clock_step_does_not_silence_the_head_of_the_queue() {
 /// Finding 8: a grant that declares memory wrote its declaration into its slots only after
 /// it let go of the gate, so the next head's memory check (NVML's free memory less what the
 /// holders declared) could miss it. The order of the system calls, logged by an LD_PRELOAD
-/// library (`tests/stub/lock_log.c`), shows the declaration written before the gate is let go.
+/// library (`cli/tests/stub/lock_log.c`), shows the declaration written before the gate is let go.
 #[test]
 fn a_memory_declaration_is_written_before_the_gate_is_let_go() {
     let dir = tempdir();

@@ -2,7 +2,7 @@
 //! capture state machine (in child processes), and real-device tests (`cuda_device_*`).
 //!
 //! Stand-in driver tests run their CUDA part in a child: this test binary started again with
-//! `--exact capture::child_<name>` and `LD_LIBRARY_PATH` pointing at `tests/stub/cuda_capture.c`
+//! `--exact capture::child_<name>` and `LD_LIBRARY_PATH` pointing at `cli/tests/stub/cuda_capture.c`
 //! built as `libcuda.so`. The child tests are `#[ignore]`d and return at once unless
 //! `CAPTURE_CHILD` names them, so they never run against whatever driver the machine has.
 

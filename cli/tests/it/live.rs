@@ -1,4 +1,4 @@
-//! Live GPU memory from NVML, against the stand-in `libnvidia-ml.so.1` (`tests/stub/nvml.c`):
+//! Live GPU memory from NVML, against the stand-in `libnvidia-ml.so.1` (`cli/tests/stub/nvml.c`):
 //! a child of this test binary with the stand-in first in `LD_LIBRARY_PATH` answers queries
 //! on its standard input, while the test changes the stand-in's state file between them.
 //! They test how the crate reads NVML; they prove nothing about NVIDIA's.

@@ -1,5 +1,5 @@
 //! Permits that declare memory on GPUs others use too: `gpu-test-permit hold --memory` processes
-//! with the stand-in `libnvidia-ml.so.1` (`tests/stub/nvml.c`) first in `LD_LIBRARY_PATH`,
+//! with the stand-in `libnvidia-ml.so.1` (`cli/tests/stub/nvml.c`) first in `LD_LIBRARY_PATH`,
 //! whose free memory and processes the test sets through its state file while they wait. They
 //! test how the crate admits permits by NVML's numbers; they prove nothing about NVIDIA's.
 

@@ -208,7 +208,7 @@ fn no_driver_means_not_installed_in_child_and_in_process() {
     }
 }
 
-/// Builds `tests/stub/vulkan_icd.c` and a loader manifest for it; returns the manifest.
+/// Builds `cli/tests/stub/vulkan_icd.c` and a loader manifest for it; returns the manifest.
 #[cfg(target_os = "linux")]
 pub(crate) fn vulkan_stub_manifest(dir: &Path) -> std::path::PathBuf {
     let src = crate::util::manifest_dir().join("tests/stub/vulkan_icd.c");

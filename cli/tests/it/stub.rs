@@ -1,7 +1,7 @@
 //! Stand-in driver libraries for fault injection.
 #![allow(dead_code)] // used by the probe, capture and live tests
 //!
-//! Each C file under `tests/stub/` is compiled once per test binary run into its own directory,
+//! Each C file under `cli/tests/stub/` is compiled once per test binary run into its own directory,
 //! as `libcuda.so` and `libcuda.so.1` ([`driver_dir`]) or under other names ([`library_dir`],
 //! e.g. NVML's). A child process started with that directory first in `LD_LIBRARY_PATH` loads
 //! the stand-in instead of a real driver. They test how this crate handles drivers; they prove
@@ -12,13 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-/// Builds `tests/stub/<name>.c` (once per process) and returns the directory that holds
+/// Builds `cli/tests/stub/<name>.c` (once per process) and returns the directory that holds
 /// `libcuda.so` and `libcuda.so.1` built from it.
 pub fn driver_dir(name: &str) -> PathBuf {
     library_dir(name, &["libcuda.so.1", "libcuda.so"])
 }
 
-/// Builds `tests/stub/<name>.c` (once per process) and returns the directory that holds it
+/// Builds `cli/tests/stub/<name>.c` (once per process) and returns the directory that holds it
 /// under each of `libraries`' names, e.g. `&["libnvidia-ml.so.1", "libnvidia-ml.so"]`.
 pub fn library_dir(name: &str, libraries: &[&str]) -> PathBuf {
     static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);

@@ -116,7 +116,7 @@ fn trace_summary_matches_the_quadratic_algorithm_on_random_traces() {
     }
 }
 
-/// The H100 traces of the example suite (`tests/data/h100-example-suite`, in the repository):
+/// The H100 traces of the example suite (`cli/tests/data/h100-example-suite`, in the repository):
 /// `(file, events, wall seconds from the data's README)`.
 fn h100_traces() -> Vec<(String, Vec<gpu_test_permit::trace::TraceEvent>, f64)> {
     let dir =

@@ -1,6 +1,6 @@
 //! The driver watch with real processes: `gpu-test-permit watch` as nextest's target runner
 //! would run it (nextest's variables set by hand, records in a slot directory of the test's
-//! own), a program built here from `tests/stub/watch_helper.c` as the test, and the stand-in
+//! own), a program built here from `cli/tests/stub/watch_helper.c` as the test, and the stand-in
 //! `libcuda` as the driver. What `watch` records is read back with `report`.
 //!
 //! - A driver a process the test started loads without a permit is the test's escape; one the
@@ -48,7 +48,7 @@ fn cc(args: &[&OsStr]) {
     );
 }
 
-/// The stand-in `libcuda` (`tests/stub/cuda_probe.c`) installed as a real driver is: the file
+/// The stand-in `libcuda` (`cli/tests/stub/cuda_probe.c`) installed as a real driver is: the file
 /// `libcuda.so.1.0.0` with the soname `libcuda.so.1`, and the links `libcuda.so.1` and
 /// `libcuda.so` to it. The directory that holds them.
 fn cuda_dir() -> &'static Path {
@@ -75,7 +75,7 @@ fn cuda_dir() -> &'static Path {
     })
 }
 
-/// `tests/stub/watch_helper.c` built plain, or `linked` to the stand-in `libcuda`
+/// `cli/tests/stub/watch_helper.c` built plain, or `linked` to the stand-in `libcuda`
 /// (`DT_NEEDED`, as `-lcuda` links it).
 fn helper(linked: bool) -> &'static Path {
     static PLAIN: OnceLock<PathBuf> = OnceLock::new();
@@ -535,7 +535,7 @@ fn the_in_process_look_finds_the_executables_own_drivers_by_soname() {
     );
 }
 
-/// `tests/stub/linked_permit.rs` built with rustc against this crate's library as this test
+/// `cli/tests/stub/linked_permit.rs` built with rustc against this crate's library as this test
 /// binary's build left it (the newest `libgpu_test_permit-*.rlib` beside it) and linked to the
 /// stand-in `libcuda`.
 fn linked_permit() -> &'static Path {

@@ -4,10 +4,10 @@
 //! runs PROGRAM as a child process while it holds the permit, without passing the permit on
 //! (the child holds none), and fails where PROGRAM fails. Under nextest the crate looks at what the
 //! process has mapped (at the first permit, or as a process without one exits): the driver
-//! there is linked at build time, not loaded without a permit. Built by tests/it/watch.rs:
+//! there is linked at build time, not loaded without a permit. Built by cli/tests/it/watch.rs:
 //!
 //! ```sh
-//! rustc --edition 2024 tests/stub/linked_permit.rs -o linked_permit \
+//! rustc --edition 2024 cli/tests/stub/linked_permit.rs -o linked_permit \
 //!     -L dependency=target/debug/deps \
 //!     --extern gpu_test_permit=target/debug/deps/libgpu_test_permit-<hash>.rlib \
 //!     -L <dir with libcuda.so>
