@@ -52,22 +52,14 @@ use std::fs::{File, TryLockError};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-
 use super::record::HolderRecord;
+use super::tests_file::{self, TESTS_FILE};
 use crate::clock::{self, BootTime};
 use crate::sys;
-
-/// The tests' reference hold times, one JSON line a test, in the state directory: written by
-/// [`tune`](crate::tune) from the recorded runs, read here.
-pub(crate) const TESTS_FILE: &str = "gpu0.tests";
 
 /// The lock one backfiller at a time holds while it counts and takes, and a holder of several
 /// slots while it lets go of them, in the slot directory; made by the first backfiller.
 pub(crate) const BACKFILL_FILE: &str = "gpu0.backfill";
-
-/// The most of [`TESTS_FILE`] that is read.
-const READ_LIMIT: usize = 8 << 20;
 
 /// How long a release of several slots waits for `gpu0.backfill` before it lets go of its
 /// slots without it: a backfiller holds it for microseconds, and one that holds it longer is
@@ -95,15 +87,6 @@ pub(crate) fn lock_within(file: &File, wait: Duration) -> bool {
             Err(_) => return false,
         }
     }
-}
-
-/// What backfilling reads of a line of [`TESTS_FILE`].
-#[derive(Deserialize)]
-struct TestLine {
-    /// `<binary>::<test>`.
-    test: String,
-    /// Its reference hold time, microseconds.
-    us: u64,
 }
 
 /// How a request may take units past the waiting head.
@@ -272,7 +255,7 @@ impl HoldTimes {
         else {
             return HoldTimes::default();
         };
-        let mut buf = vec![0u8; READ_LIMIT];
+        let mut buf = vec![0u8; tests_file::READ_LIMIT];
         let Ok(n) = sys::read_at_start(&file, &mut buf) else {
             return HoldTimes::default();
         };
@@ -283,8 +266,9 @@ impl HoldTimes {
     /// The hold times of [`TESTS_FILE`]'s lines in `text`, garbage left out.
     fn parse(text: &str) -> HoldTimes {
         HoldTimes(
-            text.lines()
-                .filter_map(|l| serde_json::from_str::<TestLine>(l).ok())
+            tests_file::parse(text)
+                .0
+                .into_iter()
                 .map(|t| (t.test, t.us.div_ceil(1000)))
                 .collect(),
         )

@@ -73,6 +73,7 @@ mod queue;
 mod record;
 mod slot;
 mod status;
+pub(crate) mod tests_file;
 mod threads;
 
 use std::fs::{File, TryLockError};
@@ -90,7 +91,6 @@ pub use fit::Placement;
 /// NVML tells the free memory (`GPU_TEST_PERMIT_LIVE_MEMORY`): a new test process's CUDA
 /// context (300 to 500 MiB on current GPUs and drivers) and some slack, bytes.
 pub const LIVE_MARGIN: u64 = crate::live::MARGIN;
-pub(crate) use backfill::TESTS_FILE;
 pub(crate) use fit::Topology;
 pub(crate) use inherit::{
     InheritError, adopt_inherited, let_other_users_probe, other_share_dir_in_use, outermost_dir,

@@ -349,6 +349,45 @@ fn the_snippet_reads_a_forged_history_without_stalling() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
 
+/// The history's hold times are read by the snippet as backfilling reads them: a line of this
+/// version, one written before the format had a version, and one that does not say when its
+/// test was last seen each give a priority; a line of a later version gives none.
+#[test]
+fn the_snippet_reads_each_line_of_the_history_that_backfilling_reads() {
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let state = work.path().join("state");
+    std::fs::create_dir_all(&slots).unwrap();
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(
+        state.join("gpu0.tests"),
+        "{\"v\":1,\"test\":\"a::now\",\"us\":4000,\"seen\":1,\"binary\":\"a\",\"name\":\"now\"}\n\
+         {\"test\":\"a::unversioned\",\"us\":3000,\"seen\":1,\"binary\":\"a\",\"name\":\"unversioned\"}\n\
+         {\"test\":\"a::unseen\",\"us\":2000,\"binary\":\"a\",\"name\":\"unseen\"}\n\
+         {\"v\":2,\"test\":\"a::later\",\"us\":9000,\"seen\":1,\"binary\":\"a\",\"name\":\"later\"}\n",
+    )
+    .unwrap();
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    let out = c
+        .arg("nextest-snippet")
+        .env("GPU_TEST_PERMIT_DIR", &slots)
+        .env("GPU_TEST_PERMIT_STATE", &state)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for (test, priority) in [("now", 100), ("unversioned", 99), ("unseen", 98)] {
+        assert!(
+            text.contains(&format!(
+                "filter = 'binary_id(=a) & test(={test})'\npriority = {priority}\n"
+            )),
+            "{test}: {text}"
+        );
+    }
+    assert!(!text.contains("later"), "{text}");
+}
+
 #[test]
 fn the_readme_shows_the_snippets_the_tool_prints() {
     let readme = readme();
