@@ -279,7 +279,9 @@ impl HoldTimes {
         if self.0.is_empty() {
             return None;
         }
-        self.0.get(&format!("{}::{test}", binary?)).copied()
+        self.0
+            .get(&crate::nextest::test_key(binary?, test))
+            .copied()
     }
 }
 
@@ -554,5 +556,17 @@ mod tests {
         assert_eq!(times.of(Some("bin"), "b"), Some(u64::MAX.div_ceil(1000)));
         assert_eq!(times.of(None, "a"), None);
         assert_eq!(times.of(Some("other"), "a"), None);
+    }
+
+    #[test]
+    fn a_name_longer_than_records_keep_finds_its_hold_time() {
+        // The history keys the test by its name as run records cut it; the holder's record
+        // names it whole.
+        let long = "n".repeat(crate::nextest::LONGEST_TEXT + 10);
+        let recorded = crate::nextest::cut(long.clone());
+        let line = format!("{{\"test\":\"bin::{recorded}\",\"us\":3000,\"seen\":1}}\n");
+        let times = HoldTimes::parse(&line);
+        assert_eq!(times.of(Some("bin"), &long), Some(3));
+        assert_eq!(times.of(Some("bin"), &recorded), Some(3));
     }
 }

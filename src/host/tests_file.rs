@@ -49,12 +49,12 @@ pub(crate) struct TestLine {
 }
 
 impl TestLine {
-    /// A line of this version for test `test` (`<binary>::<name>`), of binary `binary` and
-    /// name `name`, with reference hold time `us`, last seen at `seen` (Unix milliseconds).
-    pub(crate) fn new(test: String, binary: String, name: String, us: u64, seen: u64) -> TestLine {
+    /// A line of this version for test `name` of binary `binary`, with reference hold time
+    /// `us`, last seen at `seen` (Unix milliseconds).
+    pub(crate) fn new(binary: String, name: String, us: u64, seen: u64) -> TestLine {
         TestLine {
             v: VERSION,
-            test,
+            test: crate::nextest::test_key(&binary, &name),
             us,
             seen,
             mem: None,
@@ -113,16 +113,9 @@ mod tests {
     fn known() -> Vec<TestLine> {
         let heavy = TestLine {
             mem: Some(8 << 30),
-            ..TestLine::new(
-                "suite::heavy".into(),
-                "suite".into(),
-                "heavy".into(),
-                250_000,
-                1_764_300_000_000,
-            )
+            ..TestLine::new("suite".into(), "heavy".into(), 250_000, 1_764_300_000_000)
         };
         let light = TestLine::new(
-            "suite::light".into(),
             "suite".into(),
             "light \"quoted\" \u{e9}".into(),
             1_500,

@@ -391,13 +391,7 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
         for (test, t) in &m.tests {
             let mean = t.hold_us / t.count.max(1);
             let r = refs.entry(test.clone()).or_insert_with(|| {
-                TestLine::new(
-                    test.clone(),
-                    t.binary.clone(),
-                    t.name.clone(),
-                    mean,
-                    m.start_ms,
-                )
+                TestLine::new(t.binary.clone(), t.name.clone(), mean, m.start_ms)
             });
             if r.binary.is_none() {
                 (r.binary, r.name) = (Some(t.binary.clone()), Some(t.name.clone()));
