@@ -48,9 +48,8 @@
 //! backfiller changes at most who goes first (`docs/protocol.md`, 12).
 
 use std::collections::HashMap;
-use std::fs::{File, TryLockError};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::record::HolderRecord;
 use super::tests_file::{self, TESTS_FILE};
@@ -70,24 +69,6 @@ pub(crate) const RELEASE_WAIT: Duration = Duration::from_millis(50);
 /// on releasing without looking for it again: releases where nothing backfills cost no more
 /// than a look now and then.
 pub(crate) const MISSING_RECHECK: Duration = Duration::from_millis(100);
-
-/// Locks `file` (`gpu0.backfill`) within `wait`, trying again after 50 µs, then twice as long
-/// each time up to a millisecond (a backfiller holds it for microseconds); whether it did.
-/// Never waits longer: a stopped process holding it must not hold up a release.
-pub(crate) fn lock_within(file: &File, wait: Duration) -> bool {
-    let end = Instant::now() + wait;
-    let mut pause = Duration::from_micros(50);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return true,
-            Err(TryLockError::WouldBlock) if Instant::now() < end => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(1));
-            }
-            Err(_) => return false,
-        }
-    }
-}
 
 /// How a request may take units past the waiting head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

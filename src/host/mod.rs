@@ -972,7 +972,7 @@ impl HostSlots {
                 let file = self.backfill_file_if_made().map(|f| f.lock());
                 let locked = file
                     .as_ref()
-                    .is_some_and(|f| backfill::lock_within(f, backfill::RELEASE_WAIT));
+                    .is_some_and(|f| sys::lock_within(f, backfill::RELEASE_WAIT));
                 self.slots.release(slots);
                 if let Some(f) = file.filter(|_| locked) {
                     let _ = f.unlock();
