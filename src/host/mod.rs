@@ -109,7 +109,7 @@ pub(crate) use threads::ThreadsFile;
 pub use threads::ThreadsWaiting;
 
 use error::io_err;
-pub(crate) use layout::Want;
+pub(crate) use layout::WantedLayout;
 use layout::{Agreed, agree_on_layout, fd_budget, peek};
 use lock::is_locked_at;
 use queue::{RECHECK, Waiting, Watch, head_liveness, read_head, wait_entries};
@@ -215,7 +215,7 @@ impl HostSlots {
     /// first. The slots opened follow the directory's recorded layout, which is `wanted` unless
     /// another process using the directory set a different one (see [`HostSlots::layout`]).
     pub(crate) fn open(dir: &Path, wanted: Layout) -> Result<HostSlots, HostError> {
-        Ok(HostSlots::open_with(dir, wanted, |_| Want::Fixed(wanted))?.0)
+        Ok(HostSlots::open_with(dir, wanted, |_| WantedLayout::Fixed(wanted))?.0)
     }
 
     /// Opens the slots of `dir` with the N `auto` chooses for the run whose key (a safe file
@@ -234,8 +234,8 @@ impl HostSlots {
             gpus,
         };
         let (host, chose) = HostSlots::open_with(dir, seed, |file| match peek(file) {
-            Some((layout, Some(theirs))) if theirs == run => Want::Auto { layout, run },
-            _ => Want::Auto {
+            Some((layout, Some(theirs))) if theirs == run => WantedLayout::Auto { layout, run },
+            _ => WantedLayout::Auto {
                 layout: Layout {
                     per_gpu: choose(),
                     gpus,
@@ -253,7 +253,7 @@ impl HostSlots {
     fn open_with<'a>(
         dir: &Path,
         expected: Layout,
-        want: impl FnOnce(&File) -> Want<'a>,
+        want: impl FnOnce(&File) -> WantedLayout<'a>,
     ) -> Result<(HostSlots, bool), HostError> {
         // Where the layout file is there already (a directory used before), opening it
         // read-write below tests what the write test would.
@@ -280,7 +280,7 @@ impl HostSlots {
         } = agree_on_layout(dir, &layout_path, &layout_file, want)?;
         fd_budget(dir, layout)?;
         let wanted = want.layout();
-        if layout != wanted && matches!(want, Want::Fixed(_)) {
+        if layout != wanted && matches!(want, WantedLayout::Fixed(_)) {
             crate::notice::line(&format!(
                 "slot directory {} serves {layout} (set by a process using it now); this process \
                  asked for {wanted} and uses the directory's layout, so that the cap holds. Give \

@@ -77,7 +77,7 @@ pub use record::{
     ChoiceRecord, DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord,
 };
 pub use summary::{
-    Casualty, Escaped, LearnedWeight, RunSummary, SkippedTest, TestKey, Unreleased, summarize,
+    Casualty, Escaped, LearnedWeight, RunSummary, SkippedTest, TestKey, UnreleasedGrant, summarize,
 };
 pub use trace::casualties_in_trace;
 pub(crate) use write::record_watched;
