@@ -7,14 +7,15 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::parse::{parse_concurrency, parse_dir, parse_duration, parse_gpus, parse_memory};
-use super::parse::{parse_placement, utf8};
+use super::parse::{
+    RequireError, ValueError, parse_concurrency, parse_dir, parse_duration, parse_gpus,
+    parse_memory, parse_placement, utf8,
+};
 use super::values::{
     AdapterName, ConfigWarning, Gpus, MemoryBudget, Placement, PowerPref, RetryMode, SlotDir,
     Weights, warning,
 };
 use super::vars::*;
-use super::{RequireError, ValueError};
 
 /// The lookup of [`Config::from_lookup`](super::Config::from_lookup).
 pub(super) trait Lookup: Fn(&str) -> Option<OsString> {}
