@@ -363,6 +363,16 @@ pub(crate) fn mapped_files() -> Option<Vec<String>> {
     kernel::mapped_files()
 }
 
+/// Whether `wanted` holds for the path (or name) of one of the objects the dynamic loader has
+/// loaded into this process (the executable, as `""`, and every shared library, whether the
+/// executable needs it or `dlopen` loaded it), asked in the loader's order until one answers
+/// yes; `None` where the loader's list cannot be seen (Linux only: `dl_iterate_phdr`). No
+/// system call and no file read: a look at the loader's list in memory. `wanted` runs under
+/// the loader's lock: it must not load a library, and must not panic (a panic counts as yes).
+pub(crate) fn any_loaded_object(wanted: &mut dyn FnMut(&[u8]) -> bool) -> Option<bool> {
+    kernel::any_loaded_object(wanted)
+}
+
 /// Opens an existing regular file for appending, never through a symbolic link and without
 /// blocking on a FIFO at its name.
 pub(crate) fn open_regular_for_append_no_follow(path: &Path) -> io::Result<File> {
