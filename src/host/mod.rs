@@ -504,11 +504,11 @@ impl HostSlots {
         // When the head has lost its turn, the oldest waiter that keeps its own takes the
         // slots past it, with the head's protection: a newer request, even one that has just
         // arrived, lets it go first.
-        if !defer
-            && self.head_lost_turn(&mut turn.head_seen)
-            && !(!waiting.listed && self.older_waiter_first(record))
-        {
-            return Ok(Place::PastHead);
+        if !defer && self.head_lost_turn(&mut turn.head_seen) {
+            let older_first = !waiting.listed && self.older_waiter_first(record);
+            if !older_first {
+                return Ok(Place::PastHead);
+            }
         }
         Ok(Place::Behind)
     }
