@@ -24,7 +24,11 @@
 //! (`perf stat -e page-faults` counts them), so compare several layouts of each side.
 //!
 //! Set `PROCESS_COST_TESTS` to test binaries with the tests `takes_a_permit` and `takes_none`
-//! to run those instead, as nextest runs a test: `scripts/process-cost.sh` builds them.
+//! to run those instead, as nextest runs a test: `scripts/process-cost.sh` builds them. Each
+//! test is paired with its own binary's `takes_none`, or, where `PROCESS_COST_WITHOUT` names
+//! a test binary of the same tests that does not link the crate, with that binary's test of
+//! the same name, run in the same rotation: what linking the crate costs a test process
+//! (`scripts/link-cost.sh` builds them).
 //!
 //! ```sh
 //! cargo bench --bench process_cost                   # 2,000 processes a variant
@@ -46,6 +50,7 @@ type Variant = (
 );
 
 const IN_GROUP: &[(&str, &str)] = &[("NEXTEST_TEST_GROUP", "gpu")];
+const OUTSIDE_GROUP: &[(&str, &str)] = &[("NEXTEST_TEST_GROUP", "@global")];
 
 const VARIANTS: &[Variant] = &[
     ("baseline: links the crate, takes no permit", "none", &[]),
@@ -91,34 +96,46 @@ fn main() {
     let this = std::env::current_exe().expect("this executable");
     let mut runs: Vec<Run> = Vec::new();
     match std::env::var_os("PROCESS_COST_TESTS") {
-        // Test binaries built by `scripts/process-cost.sh`: each one's two tests, as nextest
-        // runs a test (`--exact NAME --nocapture`, one a process).
+        // Test binaries built by `scripts/process-cost.sh` or `scripts/link-cost.sh`: each
+        // one's two tests, as nextest runs a test (`--exact NAME --nocapture`, one a process),
+        // the binary without the crate first where there is one.
         Some(bins) => {
-            for bin in std::env::split_paths(&bins) {
+            let without = std::env::var_os("PROCESS_COST_WITHOUT").map(PathBuf::from);
+            for bin in without.iter().cloned().chain(std::env::split_paths(&bins)) {
                 let label = bin.file_name().map_or_else(
                     || bin.display().to_string(),
                     |n| n.to_string_lossy().into_owned(),
                 );
-                for (name, test) in [
-                    ("baseline: the test takes no permit", "takes_none"),
+                for (name, test, extra) in [
+                    ("the test takes no permit", "takes_none", OUTSIDE_GROUP),
                     (
                         "the test takes one permit, in a test group",
                         "takes_a_permit",
+                        IN_GROUP,
                     ),
                 ] {
+                    let args: Vec<String> =
+                        vec!["--exact".into(), test.into(), "--nocapture".into()];
+                    // Its pair: the same test without the crate, else its binary's first test.
+                    let base = match &without {
+                        Some(_) => runs.iter().position(|r| r.args == args),
+                        None => runs.iter().position(|r| r.exe == bin),
+                    }
+                    .unwrap_or(runs.len());
                     runs.push(Run {
                         name: format!("{label}: {name}"),
                         exe: bin.clone(),
-                        args: vec!["--exact".into(), test.into(), "--nocapture".into()],
+                        args,
                         child: None,
-                        extra: IN_GROUP,
+                        extra,
+                        base,
                     });
                 }
             }
         }
         None => {
             for (name, what, extra) in VARIANTS {
-                runs.push(Run::of(&this, name.to_string(), what, extra));
+                runs.push(Run::of(&runs, &this, name.to_string(), what, extra));
             }
             // Other builds' baselines and permits, each against its own baseline.
             let others = std::env::var_os("PROCESS_COST_OTHER").unwrap_or_default();
@@ -128,21 +145,33 @@ fn main() {
                     |n| n.to_string_lossy().into_owned(),
                 );
                 for (name, what, extra) in &VARIANTS[..2] {
-                    runs.push(Run::of(&other, format!("{name} [{label}]"), what, extra));
+                    runs.push(Run::of(
+                        &runs,
+                        &other,
+                        format!("{name} [{label}]"),
+                        what,
+                        extra,
+                    ));
                 }
             }
         }
     }
     let one = |run: &Run, i: usize| {
         let mut cmd = Command::new(&run.exe);
+        // What nextest 0.9 sets for a test process (the run id is a UUID).
         cmd.args(&run.args)
             .env("REALIZAR_GPU_TEST_CONCURRENCY", "8")
             .env_remove("GPU_TEST_PERMIT_CONCURRENCY")
             .env("GPU_TEST_PERMIT_DIR", dir.path())
+            .env("NEXTEST", "1")
             .env("NEXTEST_EXECUTION_MODE", "process-per-test")
-            .env("NEXTEST_RUN_ID", "process-cost-bench")
+            .env("NEXTEST_RUN_ID", "6c0f1a52-9d0e-4b7a-8f3e-2a5b7c9d1e04")
             .env("NEXTEST_TEST_NAME", format!("trivial_{i}"))
             .env("NEXTEST_BINARY_ID", "bench::process_cost")
+            .env("NEXTEST_ATTEMPT", "1")
+            .env("NEXTEST_TOTAL_ATTEMPTS", "1")
+            .env("NEXTEST_TEST_GLOBAL_SLOT", "0")
+            .env("NEXTEST_TEST_GROUP_SLOT", "none")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null());
         if let Some(what) = run.child {
@@ -172,11 +201,7 @@ fn main() {
     }
     println!("CPU per process (user + sys), {processes} processes a variant, started in turn:");
     for (r, run) in runs.iter().enumerate() {
-        // The first run of the same executable is its baseline.
-        let base = runs
-            .iter()
-            .position(|b| b.exe == run.exe)
-            .expect("its baseline");
+        let base = run.base;
         let added: Vec<f64> = ms[r].iter().zip(&ms[base]).map(|(a, b)| a - b).collect();
         let (mean, half) = mean_interval(&added);
         println!(
@@ -200,10 +225,14 @@ struct Run {
     /// binary.
     child: Option<&'static str>,
     extra: &'static [(&'static str, &'static str)],
+    /// The run each process of this one is paired with (itself for a baseline).
+    base: usize,
 }
 
 impl Run {
+    /// The first of `runs` with the same executable is its baseline.
     fn of(
+        runs: &[Run],
         exe: &Path,
         name: String,
         what: &'static str,
@@ -215,6 +244,7 @@ impl Run {
             args: Vec::new(),
             child: Some(what),
             extra,
+            base: runs.iter().position(|r| r.exe == exe).unwrap_or(runs.len()),
         }
     }
 }

@@ -26,11 +26,12 @@
 //!   This crate's own probe children are left out: they load drivers without a permit on
 //!   purpose, and are started without the loader's log, so they write none.
 //! - **In-process** (Linux, any libc; no watcher): at the process's first permit this crate
-//!   looks at what the process has mapped (`/proc/self/maps`); a driver already there was
-//!   loaded before the first permit. Under nextest, a test process that never took a permit
-//!   looks again as it exits. A driver unloaded before either look (wgpu unloads the Vulkan
-//!   drivers when its instance is dropped) is not seen this way: watch the run for that
-//!   (`report` of a run that was not watched says so).
+//!   looks at what the process has mapped (the loader's list of loaded objects, then, where it
+//!   names a driver or a Vulkan, OpenCL or Level Zero loader, `/proc/self/maps`); a driver
+//!   already there was loaded before the first permit. Under nextest, a test process that
+//!   never took a permit looks again as it exits. A driver unloaded before either look (wgpu
+//!   unloads the Vulkan drivers when its instance is dropped) is not seen this way: watch the
+//!   run for that (`report` of a run that was not watched says so).
 //!
 //! **Linked at build time.** A program linked to a driver (`-lcuda`: the `DT_NEEDED` of
 //! cudarc's `dynamic-linking`, of `cust`) maps it as it starts, before its first instruction,
@@ -127,24 +128,61 @@ pub fn driver_by_name(path: &str) -> bool {
     if stem.ends_with("_dri") {
         return true;
     }
-    const PREFIXES: [&str; 14] = [
-        "libvulkan_",
-        "libGLX_nvidia",
-        "libEGL_nvidia",
-        "amdvlk",
-        "libgallium",
-        "libamdhip64",
-        "libhsa-runtime64",
-        "libnvidia-",
-        "libnvcuvid",
-        "libnvoptix",
-        "libvk_swiftshader",
-        "libze_intel_gpu",
-        "libigdrcl",
-        "libamdocl",
-    ];
     (stem == "libcuda" || name.eq_ignore_ascii_case("nvcuda.dll"))
-        || (PREFIXES.iter().any(|p| stem.starts_with(p)) && !stem.starts_with("libnvidia-ml"))
+        || (DRIVER_PREFIXES.iter().any(|p| stem.starts_with(p))
+            && !stem.starts_with("libnvidia-ml"))
+}
+
+/// The starts of drivers' file names ([`driver_by_name`]).
+const DRIVER_PREFIXES: [&str; 14] = [
+    "libvulkan_",
+    "libGLX_nvidia",
+    "libEGL_nvidia",
+    "amdvlk",
+    "libgallium",
+    "libamdhip64",
+    "libhsa-runtime64",
+    "libnvidia-",
+    "libnvcuvid",
+    "libnvoptix",
+    "libvk_swiftshader",
+    "libze_intel_gpu",
+    "libigdrcl",
+    "libamdocl",
+];
+
+/// Whether the library at `path` may be a GPU driver by its file name ([`driver_by_name`]) or
+/// a loader that finds drivers through manifests: yes for every one of them, and for few
+/// others. Byte by byte, in a handful of comparisons: it runs in every test process, in the
+/// test profile's unoptimised code.
+fn may_be_a_driver_or_loader(path: &[u8]) -> bool {
+    let mut start = path.len();
+    while start > 0 && path[start - 1] != b'/' && path[start - 1] != b'\\' {
+        start -= 1;
+    }
+    let name = &path[start..];
+    for p in DRIVER_PREFIXES {
+        if name.starts_with(p.as_bytes()) {
+            return true;
+        }
+    }
+    for p in crate::icd::LOADERS {
+        if name.starts_with(p.as_bytes()) {
+            return true;
+        }
+    }
+    if name.starts_with(b"libcuda") || name.eq_ignore_ascii_case(b"nvcuda.dll") {
+        return true;
+    }
+    // `*_dri.so`.
+    let mut i = 0;
+    while i + 4 <= name.len() {
+        if name[i] == b'_' && &name[i..i + 4] == b"_dri" {
+            return true;
+        }
+        i += 1;
+    }
+    false
 }
 
 /// The file name of the library at `path` (a loader's log and a process's maps name
@@ -546,10 +584,15 @@ struct MappedNow {
 
 /// The drivers mapped now, where some are and they can be judged: an in-process probe
 /// (`GPU_TEST_PERMIT_PROBE=in-process`) loads drivers without a permit on purpose. The
-/// executable's dependencies are read only here, where a driver is mapped.
+/// process's maps are read only where the loader's list names a driver or a loader that
+/// reads manifests ([`may_hold_a_driver`]), and the executable's dependencies only where a
+/// driver is mapped.
 fn unpermitted_now() -> Option<MappedNow> {
     if crate::config::watch_log().is_some() {
         // The watcher sees every load, and says what it saw.
+        return None;
+    }
+    if !may_hold_a_driver() {
         return None;
     }
     let mapped = crate::sys::mapped_files()?;
@@ -569,6 +612,16 @@ fn unpermitted_now() -> Option<MappedNow> {
         unpermitted,
         linked,
     })
+}
+
+/// Whether this process may have a GPU driver mapped: the dynamic loader's list of the objects
+/// it loaded (in memory: no system call, no file read) names a driver by its file name
+/// ([`driver_by_name`]) or a loader that finds drivers through manifests (Vulkan's, OpenCL's,
+/// Level Zero's), or cannot be seen. A driver is mapped by the loader, as the executable's
+/// dependency or by `dlopen`, so a process whose list names neither has none; the maps, which
+/// cost a test process far more to read, are read only where this says yes.
+fn may_hold_a_driver() -> bool {
+    crate::sys::any_loaded_object(&mut may_be_a_driver_or_loader).unwrap_or(true)
 }
 
 /// The GPU drivers among `mapped` (paths of mapped files, as `/proc/<pid>/maps` names them)
@@ -667,6 +720,7 @@ mod tests {
             "/opt/rocm/lib/libamdocl64.so",
         ] {
             assert!(driver_by_name(yes), "{yes}");
+            assert!(may_be_a_driver_or_loader(yes.as_bytes()), "{yes}");
         }
         for no in [
             "/usr/lib/x86_64-linux-gnu/libvulkan.so.1.3.239",
@@ -680,6 +734,35 @@ mod tests {
             "/usr/lib/x86_64-linux-gnu/libOpenCL.so.1",
         ] {
             assert!(!driver_by_name(no), "{no}");
+        }
+    }
+
+    #[test]
+    fn the_loaders_list_is_looked_at_for_drivers_and_loaders_alone() {
+        for yes in [
+            "/usr/lib/x86_64-linux-gnu/libvulkan.so.1",
+            "/usr/lib/x86_64-linux-gnu/libOpenCL.so.1",
+            "/usr/lib/x86_64-linux-gnu/libze_loader.so.1",
+            "/usr/lib/x86_64-linux-gnu/dri/iris_dri.so",
+            "NVCUDA.DLL",
+        ] {
+            assert!(
+                may_be_a_driver_or_loader(yes.as_bytes())
+                    && (driver_by_name(yes) || crate::icd::is_loader(yes)),
+                "{yes}"
+            );
+        }
+        // What a test binary loads.
+        for no in [
+            "",
+            "linux-vdso.so.1",
+            "/lib/x86_64-linux-gnu/libgcc_s.so.1",
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/lib64/ld-linux-x86-64.so.2",
+            "/lib/x86_64-linux-gnu/libm.so.6",
+            "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
+        ] {
+            assert!(!may_be_a_driver_or_loader(no.as_bytes()), "{no}");
         }
     }
 

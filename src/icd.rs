@@ -35,7 +35,7 @@ const LARGEST_MANIFEST: u64 = 64 << 10;
 /// The most entries of one directory looked at.
 const MOST_ENTRIES: usize = 512;
 /// The loaders: a manifest that names one is skipped.
-const LOADERS: [&str; 3] = ["libvulkan", "libOpenCL", "libze_loader"];
+pub(crate) const LOADERS: [&str; 3] = ["libvulkan", "libOpenCL", "libze_loader"];
 
 /// Whether the library at `path` (or named `path`) is one that a driver manifest installed on
 /// this machine names. Reads the manifests the first time it is asked.

@@ -264,6 +264,75 @@ pub fn current_test_name() -> String {
     }
 }
 
+/// Longest test name, binary id or reason a record keeps; longer ones are cut (at a
+/// character).
+pub(crate) const LONGEST_TEXT: usize = 2048;
+
+/// `text` cut to [`LONGEST_TEXT`] bytes, at a character.
+pub(crate) fn cut(mut text: String) -> String {
+    let end = cut_str(&text).len();
+    text.truncate(end);
+    text
+}
+
+fn cut_str(text: &str) -> &str {
+    let mut end = text.len().min(LONGEST_TEXT);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// The running test's identity, as nextest's JUnit report names it and run records, the
+/// history, learned weights and backfilling key it: its binary (`NEXTEST_BINARY_ID`, else the
+/// executable's name without cargo's hash) and its name ([`current_test_name`]), each cut to
+/// [`LONGEST_TEXT`]. [`test_key`] joins the two.
+pub(crate) fn current_test() -> (String, String) {
+    (current_test_binary(), cut(current_test_name()))
+}
+
+/// The test binary of [`current_test`].
+pub(crate) fn current_test_binary() -> String {
+    // The process's binary does not change: found once.
+    static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            cut(Config::global()
+                .nextest
+                .as_ref()
+                .and_then(|n| n.binary_id.clone())
+                .unwrap_or_else(binary_from_exe))
+        })
+        .clone()
+}
+
+fn binary_from_exe() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| {
+            p.file_stem()
+                .map(|s| binary_of_stem(&s.to_string_lossy()).to_string())
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+/// The test binary named by executable name `stem` (without its extension): cargo names test
+/// executables `<crate>-<16 hex digits>`.
+fn binary_of_stem(stem: &str) -> &str {
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            name
+        }
+        _ => stem,
+    }
+}
+
+/// The key of test `name` of binary `binary`, `<binary>::<name>`, each cut as records cut it:
+/// what run records, `gpu0.tests`, learned weights and backfilling find a test by.
+pub(crate) fn test_key(binary: &str, name: &str) -> String {
+    format!("{}::{}", cut_str(binary), cut_str(name))
+}
+
 /// The hint printed when a test takes a permit under nextest outside a test group, or `None`
 /// when no hint is due.
 pub fn group_hint(env: &NextestEnv, concurrency: usize) -> Option<String> {
@@ -392,6 +461,49 @@ pub fn recorded_hint(dir: &Path) -> io::Result<Option<RecordedHint>> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_test_is_keyed_by_its_binary_and_name_each_cut_as_records_cut_them() {
+        // As run records (measure), the history, learned weights and backfilling key a test.
+        assert_eq!(test_key("suite", "gpu_a"), "suite::gpu_a");
+        assert_eq!(
+            test_key("crate::bin/it", "mod::inner::test"),
+            "crate::bin/it::mod::inner::test"
+        );
+        assert_eq!(test_key("", ""), "::");
+        // A name longer than a record keeps: the key of the name as the holder's record has it
+        // (whole) and as the run record has it (cut) is one.
+        let long = format!("{}\u{e9}tail", "n".repeat(LONGEST_TEXT - 1));
+        let recorded = cut(long.clone());
+        assert_eq!(
+            recorded.len(),
+            LONGEST_TEXT - 1,
+            "cut before the two-byte character"
+        );
+        assert_eq!(test_key("b", &long), test_key("b", &recorded));
+        assert_eq!(test_key("b", &long), format!("b::{recorded}"));
+        let long_binary = "x".repeat(LONGEST_TEXT + 5);
+        assert_eq!(
+            test_key(&long_binary, "t"),
+            format!("{}::t", cut(long_binary.clone()))
+        );
+        assert_eq!(cut("short".into()), "short");
+    }
+
+    #[test]
+    fn a_binary_is_its_executables_name_without_cargos_hash() {
+        for (stem, binary) in [
+            ("it-0123456789abcdef", "it"),
+            ("my-crate-0123456789ABCDEF", "my-crate"),
+            ("my-crate", "my-crate"),
+            ("it-0123456789abcdeg", "it-0123456789abcdeg"),
+            ("it-0123456789abcde", "it-0123456789abcde"),
+            ("-0123456789abcdef", ""),
+            ("plain", "plain"),
+        ] {
+            assert_eq!(binary_of_stem(stem), binary, "{stem}");
+        }
+    }
 
     #[test]
     fn priority_filters_hold_no_control_character_and_leave_out_the_unnamed() {

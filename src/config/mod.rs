@@ -76,6 +76,7 @@
 mod inherited;
 mod nextest;
 mod parse;
+mod read;
 mod values;
 mod vars;
 mod warnings;
@@ -99,8 +100,6 @@ pub use values::{
 pub use vars::*;
 pub use warnings::{RecordedWarnings, recorded_warnings};
 
-use parse::{parse_dir, utf8};
-use values::warning;
 use warnings::record_warnings;
 
 /// The typed, validated configuration.
@@ -338,285 +337,24 @@ impl Config {
     /// Builds a configuration from any lookup function (for tests and tools); `lookup` returns
     /// `None` for an unset variable.
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Config {
+        let lookup = &lookup;
         let mut warnings = Vec::new();
-        let max_concurrency = match lookup(MAX_CONCURRENCY_VAR) {
-            None => NonZeroUsize::new(DEFAULT_MAX_CONCURRENCY).unwrap(),
-            Some(raw) => parse_concurrency(&raw).unwrap_or_else(|problem| {
-                let using = DEFAULT_MAX_CONCURRENCY;
-                warnings.push(warning(MAX_CONCURRENCY_VAR, &raw, problem, using));
-                NonZeroUsize::new(DEFAULT_MAX_CONCURRENCY).unwrap()
-            }),
-        };
-        let mut auto_concurrency = false;
-        // The crate's own name wins; the other, when it says something else, is ignored with
-        // a warning. A blank value of either name counts as unset where the other name has
-        // one (`VAR=` in a script or CI file means "not set", and must not hide the other);
-        // alone, it is a bad value like any other.
-        let own = lookup(CONCURRENCY_ALIAS_VAR);
-        let other = lookup(CONCURRENCY_VAR);
-        let blank = |v: &Option<OsString>| v.as_ref().is_none_or(is_blank);
-        let (own, other) = match (blank(&own), blank(&other)) {
-            (true, false) => (None, other),
-            (false, true) => (own, None),
-            _ => (own, other),
-        };
-        let (concurrency_var, raw_concurrency) = match own {
-            Some(own) => {
-                if let Some(other) = other
-                    && concurrency_meaning(&other) != concurrency_meaning(&own)
-                {
-                    warnings.push(warning(
-                        CONCURRENCY_VAR,
-                        &other,
-                        format!(
-                            "differs from {CONCURRENCY_ALIAS_VAR}='{}', which wins",
-                            own.to_string_lossy()
-                        ),
-                        own.to_string_lossy().trim(),
-                    ));
-                }
-                (CONCURRENCY_ALIAS_VAR, Some(own))
-            }
-            None => (CONCURRENCY_VAR, other),
-        };
-        let concurrency = match raw_concurrency {
-            None => NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap(),
-            Some(raw)
-                if raw
-                    .to_str()
-                    .is_some_and(|s| s.trim().eq_ignore_ascii_case("auto")) =>
-            {
-                auto_concurrency = true;
-                NonZeroUsize::new(DEFAULT_CONCURRENCY)
-                    .unwrap()
-                    .min(max_concurrency)
-            }
-            Some(raw) => parse_concurrency(&raw).unwrap_or_else(|problem| {
-                warnings.push(warning(concurrency_var, &raw, problem, DEFAULT_CONCURRENCY));
-                NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap()
-            }),
-        };
-        let timeout = match lookup(TIMEOUT_VAR) {
-            None => DEFAULT_TIMEOUT,
-            Some(raw) => parse_duration(&raw).unwrap_or_else(|problem| {
-                let using = format!("{}s", DEFAULT_TIMEOUT.as_secs());
-                warnings.push(warning(TIMEOUT_VAR, &raw, problem, using));
-                DEFAULT_TIMEOUT
-            }),
-        };
-        let hold_timeout = match lookup(HOLD_TIMEOUT_VAR) {
-            None => None,
-            Some(raw) if raw.to_str().map(str::trim) == Some("off") => None,
-            Some(raw) => parse_duration(&raw)
-                .map_err(|problem| warnings.push(warning(HOLD_TIMEOUT_VAR, &raw, problem, "off")))
-                .ok(),
-        };
-        let slot_dir = match lookup(DIR_VAR) {
-            None => SlotDir::Default,
-            Some(raw) => match parse_dir(&raw) {
-                Ok(p) => SlotDir::Explicit(p),
-                Err(problem) => SlotDir::Invalid(format!(
-                    "{DIR_VAR}='{}' {problem}; set it to an absolute directory path shared by \
-                     every process that uses the GPU, or unset it",
-                    raw.to_string_lossy()
-                )),
-            },
-        };
-        let state_dir = lookup(STATE_VAR).and_then(|raw| {
-            let path = PathBuf::from(&raw);
-            if path.is_absolute() {
-                Some(path)
-            } else {
-                let problem = "is not an absolute path";
-                let using = "the default state directory";
-                warnings.push(warning(STATE_VAR, &raw, problem, using));
-                None
-            }
-        });
-        let records_dir = lookup(RECORDS_VAR).and_then(|raw| {
-            let path = PathBuf::from(&raw);
-            if path.is_absolute() {
-                Some(path)
-            } else {
-                let problem = "is not an absolute path";
-                let using = "the slot directory";
-                warnings.push(warning(RECORDS_VAR, &raw, problem, using));
-                None
-            }
-        });
-        let user_state_home = lookup("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| {
-                lookup("HOME")
-                    .map(PathBuf::from)
-                    .filter(|p| p.is_absolute())
-                    .map(|home| home.join(".local").join("state"))
-            });
-        let trace = match lookup(TRACE_VAR) {
-            None => None,
-            Some(raw) if raw.is_empty() => {
-                warnings.push(warning(TRACE_VAR, &raw, "is empty", "no trace"));
-                None
-            }
-            Some(raw) => Some(PathBuf::from(raw)),
-        };
-        let require = match lookup(REQUIRE_VAR) {
-            None => Ok(crate::backend::Policy::none()),
-            Some(raw) => utf8(&raw)
-                .and_then(|s| {
-                    s.parse::<crate::backend::Policy>()
-                        .map_err(ValueError::Policy)
-                })
-                .map_err(|problem| RequireError {
-                    value: raw.to_string_lossy().into_owned(),
-                    problem,
-                }),
-        };
-        let probe_timeout = match lookup(PROBE_TIMEOUT_VAR) {
-            None => DEFAULT_PROBE_TIMEOUT,
-            Some(raw) => parse_duration(&raw).unwrap_or_else(|problem| {
-                let using = format!("{}s", DEFAULT_PROBE_TIMEOUT.as_secs());
-                warnings.push(warning(PROBE_TIMEOUT_VAR, &raw, problem, using));
-                DEFAULT_PROBE_TIMEOUT
-            }),
-        };
-        let probe_mode = match lookup(PROBE_VAR) {
-            None => crate::backend::ProbeMode::Child,
-            Some(raw) => match raw.to_str().map(str::trim) {
-                Some("child") => crate::backend::ProbeMode::Child,
-                Some("in-process") => crate::backend::ProbeMode::InProcess,
-                _ => {
-                    let problem = "is not child or in-process";
-                    warnings.push(warning(PROBE_VAR, &raw, problem, "child"));
-                    crate::backend::ProbeMode::Child
-                }
-            },
-        };
-        let skip_log = match lookup(SKIP_LOG_VAR) {
-            None => None,
-            Some(raw) if raw.is_empty() => {
-                warnings.push(warning(SKIP_LOG_VAR, &raw, "is empty", "no skip log"));
-                None
-            }
-            Some(raw) => Some(PathBuf::from(raw)),
-        };
-        let retry = match lookup(RETRY_VAR) {
-            None => RetryMode::Alone,
-            Some(raw) => match raw
-                .to_str()
-                .map(|s| s.trim().to_ascii_lowercase())
-                .as_deref()
-            {
-                Some("alone") => RetryMode::Alone,
-                Some("same") => RetryMode::Same,
-                _ => {
-                    warnings.push(warning(RETRY_VAR, &raw, "is not alone or same", "alone"));
-                    RetryMode::Alone
-                }
-            },
-        };
-        let mut gpu_groups = None;
-        let (gpus, gpu_list) = match lookup(GPUS_VAR).map(|raw| (parse_gpus(&raw), raw)) {
-            None | Some((Ok(Gpus::Auto), _)) => (None, None),
-            Some((Ok(Gpus::Count(n)), _)) => (Some(n), None),
-            Some((Ok(Gpus::List(ids)), _)) => (NonZeroUsize::new(ids.len()), Some(ids)),
-            Some((Ok(Gpus::Groups(groups)), _)) => {
-                let ids: Vec<usize> = groups.concat();
-                let mut next = 0;
-                gpu_groups = Some(
-                    groups
-                        .iter()
-                        .map(|g| {
-                            next += g.len();
-                            (next - g.len()..next).collect()
-                        })
-                        .collect(),
-                );
-                (NonZeroUsize::new(ids.len()), Some(ids))
-            }
-            Some((Err(problem), raw)) => {
-                warnings.push(warning(GPUS_VAR, &raw, problem, "auto"));
-                (None, None)
-            }
-        };
-        let live_memory = one_of(
-            LIVE_MEMORY_VAR,
-            lookup(LIVE_MEMORY_VAR),
-            &[("auto", true), ("off", false)],
-            &mut warnings,
-        );
-        let backfill = one_of(
-            BACKFILL_VAR,
-            lookup(BACKFILL_VAR),
-            &[("on", true), ("off", false)],
-            &mut warnings,
-        );
-        let placement = lookup(PLACEMENT_VAR).map_or(Placement::BestFit, |raw| {
-            parse_placement(&raw).unwrap_or_else(|problem| {
-                warnings.push(warning(PLACEMENT_VAR, &raw, problem, "best-fit"));
-                Placement::BestFit
-            })
-        });
-        let nextest = NextestEnv::from_lookup(&lookup, &mut warnings);
-        let strict = match lookup(STRICT_VAR) {
-            None => false,
-            Some(raw) => match raw
-                .to_str()
-                .map(|s| s.trim().to_ascii_lowercase())
-                .as_deref()
-            {
-                Some("1" | "true" | "yes" | "on") => true,
-                Some("" | "0" | "false" | "no" | "off") => false,
-                // Whoever set it meant something: a typo must not turn strictness off.
-                _ => {
-                    let problem = "is not 1, true, yes, on, 0, false, no or off";
-                    warnings.push(warning(STRICT_VAR, &raw, problem, "1"));
-                    true
-                }
-            },
-        };
+        let w = &mut warnings;
+        // In this order: the warnings are said in it.
+        let cap = read::concurrency(lookup, w);
+        let (timeout, hold_timeout) = read::deadlines(lookup, w);
+        let dirs = read::directories(lookup, w);
+        let trace = read::output_file(lookup, TRACE_VAR, "no trace", w);
+        let (require, probe_timeout, probe_mode) = read::probing(lookup, w);
+        let skip_log = read::output_file(lookup, SKIP_LOG_VAR, "no skip log", w);
+        let retry = read::retry(lookup, w);
+        let gpus = read::gpus(lookup, w);
+        let slots = read::slot_policy(lookup, w);
+        let nextest = NextestEnv::from_lookup(lookup, w);
+        let strict = read::strict(lookup, w);
         let inherited = lookup(INHERITED_VAR).map(|raw| InheritedPermit::parse(&raw));
-        let wgpu_adapter = [WGPU_ADAPTER_VAR, WGPU_ADAPTER_NAME_VAR]
-            .into_iter()
-            .find_map(|var| {
-                let name = lookup(var)?.to_string_lossy().trim().to_string();
-                (!name.is_empty()).then_some(AdapterName { var, name })
-            });
-        let wgpu_power = lookup(WGPU_POWER_PREF_VAR).and_then(|raw| {
-            match raw
-                .to_str()
-                .map(|s| s.trim().to_ascii_lowercase())
-                .as_deref()
-            {
-                Some("low") => Some(PowerPref::Low),
-                Some("high") => Some(PowerPref::High),
-                Some("none") => Some(PowerPref::None),
-                _ => {
-                    let problem = "is not low, high or none";
-                    let using = "the fixture's own order";
-                    warnings.push(warning(WGPU_POWER_PREF_VAR, &raw, problem, using));
-                    None
-                }
-            }
-        });
-        let gpu_memory = lookup(GPU_MEMORY_VAR).and_then(|raw| {
-            parse_memory(&raw)
-                .map_err(|problem| {
-                    let using = "no memory budget (memory declarations count as one permit)";
-                    warnings.push(warning(GPU_MEMORY_VAR, &raw, problem, using));
-                })
-                .ok()
-        });
-        let weights = one_of(
-            WEIGHTS_VAR,
-            lookup(WEIGHTS_VAR),
-            &[
-                ("declared", Weights::Declared),
-                ("learned", Weights::Learned),
-            ],
-            &mut warnings,
-        );
+        let (wgpu_adapter, wgpu_power) = read::wgpu(lookup, w);
+        let (gpu_memory, weights) = read::memory(lookup, w);
         Config {
             strict,
             gpu_memory,
@@ -624,22 +362,22 @@ impl Config {
             inherited,
             wgpu_adapter,
             wgpu_power,
-            gpu_list,
-            gpu_groups,
-            placement,
-            live_memory,
-            backfill,
+            gpu_list: gpus.list,
+            gpu_groups: gpus.groups,
+            placement: slots.placement,
+            live_memory: slots.live_memory,
+            backfill: slots.backfill,
             hold_timeout,
-            gpus,
-            concurrency,
-            concurrency_var,
-            auto_concurrency,
-            max_concurrency,
+            gpus: gpus.count,
+            concurrency: cap.n,
+            concurrency_var: cap.var,
+            auto_concurrency: cap.auto,
+            max_concurrency: cap.max,
             timeout,
-            slot_dir,
-            state_dir,
-            records_dir,
-            user_state_home,
+            slot_dir: dirs.slot_dir,
+            state_dir: dirs.state_dir,
+            records_dir: dirs.records_dir,
+            user_state_home: dirs.user_state_home,
             trace,
             require,
             probe_timeout,
@@ -650,28 +388,6 @@ impl Config {
             warnings,
         }
     }
-}
-
-/// The value of the word `raw` of `var` names among `words` (case and surrounding whitespace
-/// ignored); unset, the first word's; another word, the first word's with a warning.
-fn one_of<T: Copy>(
-    var: &'static str,
-    raw: Option<OsString>,
-    words: &[(&str, T)],
-    warnings: &mut Vec<ConfigWarning>,
-) -> T {
-    let (first, default) = words[0];
-    let Some(raw) = raw else {
-        return default;
-    };
-    let word = raw.to_str().map(|s| s.trim().to_ascii_lowercase());
-    if let Some(&(_, value)) = words.iter().find(|(w, _)| word.as_deref() == Some(*w)) {
-        return value;
-    }
-    let names: Vec<&str> = words.iter().map(|(w, _)| *w).collect();
-    let problem = format!("is not {}", names.join(" or "));
-    warnings.push(warning(var, &raw, problem, first));
-    default
 }
 
 /// Environment that changes what a probe finds, beside the machine itself: where drivers are
@@ -784,22 +500,6 @@ pub(crate) fn wgpu_backend_set() -> bool {
 #[cfg(not(feature = "wgpu"))]
 pub(crate) fn wgpu_backend() -> Option<String> {
     std::env::var_os(WGPU_BACKEND_VAR).map(|v| v.to_string_lossy().into_owned())
-}
-
-/// Whether `raw` is empty or only whitespace: for a variable with two names, as good as unset
-/// where the other name has a value.
-fn is_blank(raw: &OsString) -> bool {
-    raw.to_string_lossy().trim().is_empty()
-}
-
-/// What a value of [`CONCURRENCY_VAR`] means, for telling whether two values agree: `auto`, a
-/// valid N, or the value itself (trimmed).
-fn concurrency_meaning(raw: &OsString) -> String {
-    let text = raw.to_string_lossy().trim().to_ascii_lowercase();
-    match parse_concurrency(raw) {
-        Ok(n) => n.to_string(),
-        Err(_) => text,
-    }
 }
 
 #[cfg(test)]

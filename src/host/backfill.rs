@@ -48,26 +48,17 @@
 //! backfiller changes at most who goes first (`docs/protocol.md`, 12).
 
 use std::collections::HashMap;
-use std::fs::{File, TryLockError};
 use std::path::Path;
-use std::time::{Duration, Instant};
-
-use serde::Deserialize;
+use std::time::Duration;
 
 use super::record::HolderRecord;
+use super::tests_file::{self, TESTS_FILE};
 use crate::clock::{self, BootTime};
 use crate::sys;
-
-/// The tests' reference hold times, one JSON line a test, in the state directory: written by
-/// [`tune`](crate::tune) from the recorded runs, read here.
-pub(crate) const TESTS_FILE: &str = "gpu0.tests";
 
 /// The lock one backfiller at a time holds while it counts and takes, and a holder of several
 /// slots while it lets go of them, in the slot directory; made by the first backfiller.
 pub(crate) const BACKFILL_FILE: &str = "gpu0.backfill";
-
-/// The most of [`TESTS_FILE`] that is read.
-const READ_LIMIT: usize = 8 << 20;
 
 /// How long a release of several slots waits for `gpu0.backfill` before it lets go of its
 /// slots without it: a backfiller holds it for microseconds, and one that holds it longer is
@@ -78,33 +69,6 @@ pub(crate) const RELEASE_WAIT: Duration = Duration::from_millis(50);
 /// on releasing without looking for it again: releases where nothing backfills cost no more
 /// than a look now and then.
 pub(crate) const MISSING_RECHECK: Duration = Duration::from_millis(100);
-
-/// Locks `file` (`gpu0.backfill`) within `wait`, trying again after 50 µs, then twice as long
-/// each time up to a millisecond (a backfiller holds it for microseconds); whether it did.
-/// Never waits longer: a stopped process holding it must not hold up a release.
-pub(crate) fn lock_within(file: &File, wait: Duration) -> bool {
-    let end = Instant::now() + wait;
-    let mut pause = Duration::from_micros(50);
-    loop {
-        match file.try_lock() {
-            Ok(()) => return true,
-            Err(TryLockError::WouldBlock) if Instant::now() < end => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(1));
-            }
-            Err(_) => return false,
-        }
-    }
-}
-
-/// What backfilling reads of a line of [`TESTS_FILE`].
-#[derive(Deserialize)]
-struct TestLine {
-    /// `<binary>::<test>`.
-    test: String,
-    /// Its reference hold time, microseconds.
-    us: u64,
-}
 
 /// How a request may take units past the waiting head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -272,7 +236,7 @@ impl HoldTimes {
         else {
             return HoldTimes::default();
         };
-        let mut buf = vec![0u8; READ_LIMIT];
+        let mut buf = vec![0u8; tests_file::READ_LIMIT];
         let Ok(n) = sys::read_at_start(&file, &mut buf) else {
             return HoldTimes::default();
         };
@@ -283,8 +247,9 @@ impl HoldTimes {
     /// The hold times of [`TESTS_FILE`]'s lines in `text`, garbage left out.
     fn parse(text: &str) -> HoldTimes {
         HoldTimes(
-            text.lines()
-                .filter_map(|l| serde_json::from_str::<TestLine>(l).ok())
+            tests_file::parse(text)
+                .0
+                .into_iter()
                 .map(|t| (t.test, t.us.div_ceil(1000)))
                 .collect(),
         )
@@ -295,7 +260,9 @@ impl HoldTimes {
         if self.0.is_empty() {
             return None;
         }
-        self.0.get(&format!("{}::{test}", binary?)).copied()
+        self.0
+            .get(&crate::nextest::test_key(binary?, test))
+            .copied()
     }
 }
 
@@ -570,5 +537,17 @@ mod tests {
         assert_eq!(times.of(Some("bin"), "b"), Some(u64::MAX.div_ceil(1000)));
         assert_eq!(times.of(None, "a"), None);
         assert_eq!(times.of(Some("other"), "a"), None);
+    }
+
+    #[test]
+    fn a_name_longer_than_records_keep_finds_its_hold_time() {
+        // The history keys the test by its name as run records cut it; the holder's record
+        // names it whole.
+        let long = "n".repeat(crate::nextest::LONGEST_TEXT + 10);
+        let recorded = crate::nextest::cut(long.clone());
+        let line = format!("{{\"test\":\"bin::{recorded}\",\"us\":3000,\"seen\":1}}\n");
+        let times = HoldTimes::parse(&line);
+        assert_eq!(times.of(Some("bin"), &long), Some(3));
+        assert_eq!(times.of(Some("bin"), &recorded), Some(3));
     }
 }

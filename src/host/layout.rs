@@ -122,7 +122,7 @@ pub(super) fn slot_index(name: &str) -> Option<usize> {
 
 /// The layout a process asks for.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Want<'a> {
+pub(crate) enum WantedLayout<'a> {
     /// A fixed N: written where nobody uses the directory, adopted otherwise.
     Fixed(Layout),
     /// `auto`'s choice for the run whose key (a safe file name of at most 100 bytes) is
@@ -131,17 +131,17 @@ pub(crate) enum Want<'a> {
     Auto { layout: Layout, run: &'a str },
 }
 
-impl Want<'_> {
+impl WantedLayout<'_> {
     pub(crate) fn layout(&self) -> Layout {
         match self {
-            Want::Fixed(l) | Want::Auto { layout: l, .. } => *l,
+            WantedLayout::Fixed(l) | WantedLayout::Auto { layout: l, .. } => *l,
         }
     }
 
     fn run(&self) -> Option<&str> {
         match self {
-            Want::Fixed(_) => None,
-            Want::Auto { run, .. } => Some(run),
+            WantedLayout::Fixed(_) => None,
+            WantedLayout::Auto { run, .. } => Some(run),
         }
     }
 }
@@ -218,7 +218,7 @@ pub(super) fn agree_on_layout(
     dir: &Path,
     path: &Path,
     file: &File,
-    want: Want<'_>,
+    want: WantedLayout<'_>,
 ) -> Result<Agreed, HostError> {
     let give_up = Instant::now() + LAYOUT_WAIT;
     let mut pause = Duration::from_millis(1);

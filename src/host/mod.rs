@@ -73,6 +73,7 @@ mod queue;
 mod record;
 mod slot;
 mod status;
+pub(crate) mod tests_file;
 mod threads;
 
 use std::fs::{File, TryLockError};
@@ -90,7 +91,6 @@ pub use fit::Placement;
 /// NVML tells the free memory (`GPU_TEST_PERMIT_LIVE_MEMORY`): a new test process's CUDA
 /// context (300 to 500 MiB on current GPUs and drivers) and some slack, bytes.
 pub const LIVE_MARGIN: u64 = crate::live::MARGIN;
-pub(crate) use backfill::TESTS_FILE;
 pub(crate) use fit::Topology;
 pub(crate) use inherit::{
     InheritError, adopt_inherited, let_other_users_probe, other_share_dir_in_use, outermost_dir,
@@ -109,7 +109,7 @@ pub(crate) use threads::ThreadsFile;
 pub use threads::ThreadsWaiting;
 
 use error::io_err;
-pub(crate) use layout::Want;
+pub(crate) use layout::WantedLayout;
 use layout::{Agreed, agree_on_layout, fd_budget, peek};
 use lock::is_locked_at;
 use queue::{RECHECK, Waiting, Watch, head_liveness, read_head, wait_entries};
@@ -167,6 +167,37 @@ pub(crate) struct WaitingRequest {
     pub(crate) liveness: Liveness,
 }
 
+/// What a request's turn at the gate has done so far, from one try of `take_turn` to the next.
+#[derive(Debug, Default)]
+struct Turn {
+    /// It holds the gate: it heads the queue.
+    gate: bool,
+    /// Its record is in the gate (blanked when it lets go of the gate).
+    gate_recorded: bool,
+    /// When it last beat the gate.
+    gate_beat: Option<Instant>,
+    /// It said that it waits for GPU memory (once a wait).
+    said_memory: bool,
+    /// The head as last seen, and since when ([`HostSlots::head_lost_turn`]).
+    head_seen: Option<(Option<HolderRecord>, Instant)>,
+    /// Its hold time on record, once looked up: `Some(None)` where it has none.
+    own_hold: Option<Option<u64>>,
+    /// It took its slots past the head by backfilling (its records are written).
+    backfilled: bool,
+}
+
+/// Where a request stands in the queue at one try of `take_turn`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Place {
+    /// It holds the gate.
+    Head,
+    /// The head has lost its turn, and no older waiter keeps its own: it takes slots past it.
+    PastHead,
+    /// Behind a head that keeps its turn, or letting an older waiter go first: it may only
+    /// backfill.
+    Behind,
+}
+
 /// What a request takes: units on each of some GPUs, or every slot; and where it may go.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Take<'a> {
@@ -215,7 +246,7 @@ impl HostSlots {
     /// first. The slots opened follow the directory's recorded layout, which is `wanted` unless
     /// another process using the directory set a different one (see [`HostSlots::layout`]).
     pub(crate) fn open(dir: &Path, wanted: Layout) -> Result<HostSlots, HostError> {
-        Ok(HostSlots::open_with(dir, wanted, |_| Want::Fixed(wanted))?.0)
+        Ok(HostSlots::open_with(dir, wanted, |_| WantedLayout::Fixed(wanted))?.0)
     }
 
     /// Opens the slots of `dir` with the N `auto` chooses for the run whose key (a safe file
@@ -234,8 +265,8 @@ impl HostSlots {
             gpus,
         };
         let (host, chose) = HostSlots::open_with(dir, seed, |file| match peek(file) {
-            Some((layout, Some(theirs))) if theirs == run => Want::Auto { layout, run },
-            _ => Want::Auto {
+            Some((layout, Some(theirs))) if theirs == run => WantedLayout::Auto { layout, run },
+            _ => WantedLayout::Auto {
                 layout: Layout {
                     per_gpu: choose(),
                     gpus,
@@ -253,7 +284,7 @@ impl HostSlots {
     fn open_with<'a>(
         dir: &Path,
         expected: Layout,
-        want: impl FnOnce(&File) -> Want<'a>,
+        want: impl FnOnce(&File) -> WantedLayout<'a>,
     ) -> Result<(HostSlots, bool), HostError> {
         // Where the layout file is there already (a directory used before), opening it
         // read-write below tests what the write test would.
@@ -280,7 +311,7 @@ impl HostSlots {
         } = agree_on_layout(dir, &layout_path, &layout_file, want)?;
         fd_budget(dir, layout)?;
         let wanted = want.layout();
-        if layout != wanted && matches!(want, Want::Fixed(_)) {
+        if layout != wanted && matches!(want, WantedLayout::Fixed(_)) {
             crate::notice::line(&format!(
                 "slot directory {} serves {layout} (set by a process using it now); this process \
                  asked for {wanted} and uses the directory's layout, so that the cap holds. Give \
@@ -404,94 +435,18 @@ impl HostSlots {
         record: &HolderRecord,
         waiting: &mut Waiting,
     ) -> Result<(Vec<usize>, bool), HostWaitError> {
-        let mut gate = false;
-        let mut gate_recorded = false;
-        let mut gate_beat: Option<Instant> = None;
-        let mut said_memory = false;
-        let mut head_seen = None;
-        // Its hold time on record, once looked up: `Some(None)` where it has none.
-        let mut own_hold: Option<Option<u64>> = None;
-        let mut backfilled = false;
+        let mut turn = Turn::default();
         let result = loop {
-            // Once waiting, a request lets an older waiting request of another process that
-            // keeps its turn go first: the waiters woken by a release would otherwise race
-            // for the gate. (A new request tries at once: reading the waiters on every
-            // acquisition would cost the uncontended path a directory scan.)
-            let mut defer = !gate && waiting.listed && self.older_waiter_first(record);
-            if !gate && !defer {
-                match self.gate.try_lock() {
-                    Ok(()) => gate = true,
-                    Err(TryLockError::WouldBlock) => {}
-                    Err(TryLockError::Error(e)) => {
-                        break Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
-                    }
-                }
-            }
-            // The head takes slots. When the head has lost its turn, the oldest waiter that
-            // keeps its own takes them past it, with the head's protection: a newer request,
-            // even one that has just arrived, lets it go first.
-            let mut past_head = false;
-            if !gate && !defer && self.head_lost_turn(&mut head_seen) {
-                defer = !waiting.listed && self.older_waiter_first(record);
-                past_head = !defer;
-            }
-            if gate || past_head {
-                match self.try_take(take) {
-                    Ok(Some(got)) => break Ok(got),
-                    Ok(None) => {}
-                    Err(e) => break Err(HostWaitError::Failed(e)),
-                }
-                if take.live.is_some()
-                    && !said_memory
-                    && let Some(why) = self.held_back_by_memory()
-                {
-                    // Once a wait: memory that processes without a permit hold frees when they
-                    // say, not when a permit is returned.
-                    said_memory = true;
-                    crate::notice::line(&format!(
-                        "waiting for GPU memory (GPU_TEST_PERMIT_LIVE_MEMORY=off counts \
-                         declarations against the budget alone): {why}"
-                    ));
-                }
-            }
-            // Behind a head that keeps its turn: free units it cannot use yet, where the hold
-            // times on record say taking them does not delay it.
-            if !gate && !past_head && self.may_backfill(take) {
-                let hold = *own_hold.get_or_insert_with(|| self.hold_time(record));
-                if let Some(hold) = hold {
-                    match self.try_backfill(take, record, hold) {
-                        Ok(Some(got)) => {
-                            backfilled = true;
-                            break Ok(got);
-                        }
-                        Ok(None) => {}
-                        Err(e) => break Err(HostWaitError::Failed(e)),
-                    }
-                }
+            match self.try_in_turn(&mut turn, take, record, waiting) {
+                Ok(Some(got)) => break Ok(got),
+                Ok(None) => {}
+                Err(e) => break Err(e),
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 break Err(HostWaitError::TimedOut);
             }
-            if gate && !gate_recorded {
-                // Who heads the queue, for the others to judge whether it can still take its
-                // turn, and for diagnostics, with its first heartbeat in the same write (each
-                // write to the gate wakes every waiter). The space was reserved when the gate
-                // was made (here too, for a gate an earlier version made), so that a full disk
-                // does not silence the head.
-                let _ = sys::reserve(&self.gate, queue::RECORD_AND_BEAT);
-                let mut head = record.encode();
-                head.extend_from_slice(&queue::beat_now());
-                gate_recorded = sys::write_at(&self.gate, &head, 0).is_ok();
-                if gate_recorded {
-                    gate_beat = Some(Instant::now());
-                }
-            }
-            if gate && gate_beat.is_none_or(|at| at.elapsed() >= queue::GATE_BEAT) {
-                // The head's sign of life, beside its record (its wait file's may not have
-                // found space). Now and then only: every waiter watches the gate, the head
-                // included, and each write wakes them all.
-                Waiting::beat_gate(&self.gate);
-                gate_beat = Some(Instant::now());
+            if turn.gate {
+                self.keep_gate(&mut turn, record);
             }
             // A watch armed just now: check once more, since a release between the check
             // above and the arming would otherwise go unseen.
@@ -502,6 +457,146 @@ impl HostSlots {
             waiting.beat();
             waiting.wait(deadline);
         };
+        self.end_turn(&turn, result, record, waiting)
+    }
+
+    /// One try of `take_turn` (steps 2 to 4): the slots, where it found its place in the queue
+    /// lets it take them and they are free.
+    fn try_in_turn(
+        &self,
+        turn: &mut Turn,
+        take: &Take<'_>,
+        record: &HolderRecord,
+        waiting: &Waiting,
+    ) -> Result<Option<Vec<usize>>, HostWaitError> {
+        match self.place_in_queue(turn, record, waiting)? {
+            Place::Head | Place::PastHead => self.take_as_head(turn, take),
+            Place::Behind => self.backfill_behind(turn, take, record),
+        }
+    }
+
+    /// Where the request stands now (steps 2 and 4): at the head, holding the gate (taken now
+    /// where it is free and no older waiter goes first), past a head that has lost its turn,
+    /// or behind.
+    fn place_in_queue(
+        &self,
+        turn: &mut Turn,
+        record: &HolderRecord,
+        waiting: &Waiting,
+    ) -> Result<Place, HostWaitError> {
+        // Once waiting, a request lets an older waiting request of another process that keeps
+        // its turn go first: the waiters woken by a release would otherwise race for the
+        // gate. (A new request tries at once: reading the waiters on every acquisition would
+        // cost the uncontended path a directory scan.)
+        let defer = !turn.gate && waiting.listed && self.older_waiter_first(record);
+        if !turn.gate && !defer {
+            match self.gate.try_lock() {
+                Ok(()) => turn.gate = true,
+                Err(TryLockError::WouldBlock) => {}
+                Err(TryLockError::Error(e)) => {
+                    return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
+                }
+            }
+        }
+        if turn.gate {
+            return Ok(Place::Head);
+        }
+        // When the head has lost its turn, the oldest waiter that keeps its own takes the
+        // slots past it, with the head's protection: a newer request, even one that has just
+        // arrived, lets it go first.
+        if !defer && self.head_lost_turn(&mut turn.head_seen) {
+            let older_first = !waiting.listed && self.older_waiter_first(record);
+            if !older_first {
+                return Ok(Place::PastHead);
+            }
+        }
+        Ok(Place::Behind)
+    }
+
+    /// Takes the slots where they are free (step 3), for the head or a request past a head
+    /// that lost its turn; says once a wait when memory, not slots, holds it back.
+    fn take_as_head(
+        &self,
+        turn: &mut Turn,
+        take: &Take<'_>,
+    ) -> Result<Option<Vec<usize>>, HostWaitError> {
+        if let Some(got) = self.try_take(take).map_err(HostWaitError::Failed)? {
+            return Ok(Some(got));
+        }
+        if take.live.is_some()
+            && !turn.said_memory
+            && let Some(why) = self.held_back_by_memory()
+        {
+            // Once a wait: memory that processes without a permit hold frees when they say,
+            // not when a permit is returned.
+            turn.said_memory = true;
+            crate::notice::line(&format!(
+                "waiting for GPU memory (GPU_TEST_PERMIT_LIVE_MEMORY=off counts declarations \
+                 against the budget alone): {why}"
+            ));
+        }
+        Ok(None)
+    }
+
+    /// Behind a head that keeps its turn (step 4): free units it cannot use yet, where the
+    /// hold times on record say taking them does not delay it.
+    fn backfill_behind(
+        &self,
+        turn: &mut Turn,
+        take: &Take<'_>,
+        record: &HolderRecord,
+    ) -> Result<Option<Vec<usize>>, HostWaitError> {
+        if !self.may_backfill(take) {
+            return Ok(None);
+        }
+        let Some(hold) = *turn.own_hold.get_or_insert_with(|| self.hold_time(record)) else {
+            return Ok(None);
+        };
+        let got = self
+            .try_backfill(take, record, hold)
+            .map_err(HostWaitError::Failed)?;
+        turn.backfilled = got.is_some();
+        Ok(got)
+    }
+
+    /// The head's record in the gate and its heartbeat beside it (step 3), while it waits
+    /// there.
+    fn keep_gate(&self, turn: &mut Turn, record: &HolderRecord) {
+        if !turn.gate_recorded {
+            // Who heads the queue, for the others to judge whether it can still take its
+            // turn, and for diagnostics, with its first heartbeat in the same write (each
+            // write to the gate wakes every waiter). The space was reserved when the gate
+            // was made (here too, for a gate an earlier version made), so that a full disk
+            // does not silence the head.
+            let _ = sys::reserve(&self.gate, queue::RECORD_AND_BEAT);
+            let mut head = record.encode();
+            head.extend_from_slice(&queue::beat_now());
+            turn.gate_recorded = sys::write_at(&self.gate, &head, 0).is_ok();
+            if turn.gate_recorded {
+                turn.gate_beat = Some(Instant::now());
+            }
+        }
+        if turn
+            .gate_beat
+            .is_none_or(|at| at.elapsed() >= queue::GATE_BEAT)
+        {
+            // The head's sign of life, beside its record (its wait file's may not have found
+            // space). Now and then only: every waiter watches the gate, the head included,
+            // and each write wakes them all.
+            Waiting::beat_gate(&self.gate);
+            turn.gate_beat = Some(Instant::now());
+        }
+    }
+
+    /// The end of `take_turn` (step 6): off the list, the gate let go, the records written,
+    /// and whoever waits woken.
+    fn end_turn(
+        &self,
+        turn: &Turn,
+        result: Result<Vec<usize>, HostWaitError>,
+        record: &HolderRecord,
+        waiting: &mut Waiting,
+    ) -> Result<(Vec<usize>, bool), HostWaitError> {
         // Off the list before anyone is woken: a waiter that finds this request still listed
         // would let it go first and wait for the next change.
         let was_listed = waiting.listed;
@@ -509,12 +604,12 @@ impl HostSlots {
         // A grant through the gate that declares memory writes its records before it lets go
         // of the gate: the next head weighs the memory its GPU's holders declared, and must
         // find this one's declaration there (the others write theirs after, see below).
-        let recorded_under_gate = gate && record.memory.is_some() && result.is_ok();
+        let recorded_under_gate = turn.gate && record.memory.is_some() && result.is_ok();
         if recorded_under_gate && let Ok(got) = &result {
             self.write_records(got, record);
         }
-        if gate {
-            if gate_recorded {
+        if turn.gate {
+            if turn.gate_recorded {
                 let _ = sys::write_at(&self.gate, &[b' '; queue::RECORD_AND_BEAT as usize], 0);
             }
             if let Err(e) = self.gate.unlock() {
@@ -528,16 +623,16 @@ impl HostSlots {
             // Written under the gate: wake whoever waits for it now that it is free.
             Ok(_) if recorded_under_gate => self.notify(),
             // Written while it held the backfill lock.
-            Ok(_) if backfilled => {}
+            Ok(_) if turn.backfilled => {}
             // The holder's records, written now that the gate is free and this request off the
             // list: each write is a change to a slot file every waiter watches, so it also
             // wakes whoever waits for the gate or let this request go first.
             Ok(got) => self.write_records(got, record),
             // Wake whoever waits for the gate, or let this request go first.
-            Err(_) if gate || was_listed => self.notify(),
+            Err(_) if turn.gate || was_listed => self.notify(),
             Err(_) => {}
         }
-        result.map(|got| (got, backfilled))
+        result.map(|got| (got, turn.backfilled))
     }
 
     /// Writes the holder's record into each of its slots, stamped with the grant: a holder's
@@ -972,7 +1067,7 @@ impl HostSlots {
                 let file = self.backfill_file_if_made().map(|f| f.lock());
                 let locked = file
                     .as_ref()
-                    .is_some_and(|f| backfill::lock_within(f, backfill::RELEASE_WAIT));
+                    .is_some_and(|f| sys::lock_within(f, backfill::RELEASE_WAIT));
                 self.slots.release(slots);
                 if let Some(f) = file.filter(|_| locked) {
                     let _ = f.unlock();

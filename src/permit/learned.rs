@@ -70,8 +70,8 @@ impl Learned {
 
 /// The running test as run records and the history name it: `<binary>::<test>`.
 pub(super) fn current_test_key() -> String {
-    let (binary, test) = crate::runs::current_test();
-    format!("{binary}::{test}")
+    let (binary, test) = crate::nextest::current_test();
+    crate::nextest::test_key(&binary, &test)
 }
 
 /// `peak` bytes with the margin: `peak x (100 + LEARNED_MARGIN_PERCENT) / 100`, rounded up,

@@ -90,7 +90,7 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
     let Ok(Some(records)) = read_run(dir, run) else {
         return;
     };
-    let (binary, test) = super::write::current_test();
+    let (binary, test) = crate::nextest::current_test();
     let pid = std::process::id();
     // Only this process's own grant makes it the retry that passed.
     let mine = records

@@ -66,6 +66,8 @@ mod write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+/// The test a record names: [`nextest::current_test`](crate::nextest::current_test).
+pub(crate) use crate::nextest::{current_test, current_test_binary};
 pub use casualty::{CasualtyRecord, forget_casualties, recorded_casualties};
 pub use read::{
     BESIDE, JustEnded, RecordedRun, RunRecords, RunsError, just_ended, last_run, read_run,
@@ -75,15 +77,15 @@ pub use record::{
     ChoiceRecord, DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord,
 };
 pub use summary::{
-    Casualty, Escaped, LearnedWeight, RunSummary, SkippedTest, TestKey, Unreleased, summarize,
+    Casualty, Escaped, LearnedWeight, RunSummary, SkippedTest, TestKey, UnreleasedGrant, summarize,
 };
 pub use trace::casualties_in_trace;
 pub(crate) use write::record_watched;
 #[doc(hidden)]
 pub use write::set_command_outcome;
 pub(crate) use write::{
-    Granted, append, current_test, current_test_binary, flush, granted, nextest_run, outcome_now,
-    record_drivers, record_skip, released, run_id, traced_attempt,
+    Granted, append, flush, granted, nextest_run, outcome_now, record_drivers, record_skip,
+    released, run_id, traced_attempt,
 };
 
 /// The names of run files start with this.

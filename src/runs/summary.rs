@@ -69,11 +69,11 @@ impl Casualty {
     }
 }
 
-/// A permit granted and never returned: its process died holding it (a crash, an abort, a
-/// hold deadline, a kill), or still holds it.
+/// A grant record with no release record: a permit granted and never returned, its process
+/// died holding it (a crash, an abort, a hold deadline, a kill), or still holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Unreleased {
+pub struct UnreleasedGrant {
     /// The test.
     pub key: TestKey,
     /// Its attempt.
@@ -133,7 +133,7 @@ pub struct RunSummary {
     /// Tests that were retried (nextest ran more than one attempt), with their last attempt.
     pub retried: Vec<(TestKey, u32)>,
     /// Permits never returned.
-    pub unreleased: Vec<Unreleased>,
+    pub unreleased: Vec<UnreleasedGrant>,
     /// The most units held at once.
     pub peak_units: usize,
     /// The layouts in force, `(per_gpu, gpus)`, as the grants recorded them.
@@ -306,7 +306,7 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
                     .get(&(key.clone(), g.attempt + 1))
                     .copied()
                     .unwrap_or(last_us);
-                s.unreleased.push(Unreleased {
+                s.unreleased.push(UnreleasedGrant {
                     key: key.clone(),
                     attempt: g.attempt,
                     pid: g.pid,

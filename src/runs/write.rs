@@ -8,10 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::record::{DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
 use super::{FILE_PREFIX, RUNS_KEPT, file_name, run_files};
 use crate::config::Config;
+use crate::nextest::{current_test, cut};
 use crate::sys;
-
-/// Longest test name, binary id or reason written; longer ones are cut (at a character).
-const LONGEST_TEXT: usize = 2048;
 
 /// The open record files of this process, one per directory (almost always one).
 static OPEN: parking_lot::Mutex<Vec<(PathBuf, File)>> = parking_lot::Mutex::new(Vec::new());
@@ -39,63 +37,6 @@ pub(crate) fn run_id() -> Option<&'static str> {
         PROCESS_RUN
             .get_or_init(|| format!("p{}-{}", std::process::id(), crate::clock::now_unix_ms())),
     )
-}
-
-/// The test binary and the test, as nextest's JUnit report names them: `NEXTEST_BINARY_ID`
-/// and `NEXTEST_TEST_NAME`, else the executable's name without cargo's hash and the test's
-/// thread name.
-pub(crate) fn current_test() -> (String, String) {
-    (
-        current_test_binary(),
-        cut(crate::nextest::current_test_name()),
-    )
-}
-
-/// The test binary of [`current_test`].
-pub(crate) fn current_test_binary() -> String {
-    // The process's binary does not change: found once.
-    static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            cut(Config::global()
-                .nextest
-                .as_ref()
-                .and_then(|n| n.binary_id.clone())
-                .unwrap_or_else(binary_from_exe))
-        })
-        .clone()
-}
-
-fn binary_from_exe() -> String {
-    static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BINARY.get_or_init(binary_from_exe_now).clone()
-}
-
-fn binary_from_exe_now() -> String {
-    let Some(stem) = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-    else {
-        return "?".into();
-    };
-    // cargo names test executables `<crate>-<16 hex digits>`.
-    match stem.rsplit_once('-') {
-        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
-            name.to_string()
-        }
-        _ => stem,
-    }
-}
-
-fn cut(mut text: String) -> String {
-    if text.len() > LONGEST_TEXT {
-        let mut end = LONGEST_TEXT;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-    }
-    text
 }
 
 fn attempts() -> (u32, u32) {

@@ -277,6 +277,35 @@ pub(super) fn mapped_files() -> Option<Vec<String>> {
     Some(out)
 }
 
+/// `dl_iterate_phdr` over the loaded objects, asking `wanted` of each one's name until it
+/// answers yes.
+pub(super) fn any_loaded_object(wanted: &mut dyn FnMut(&[u8]) -> bool) -> Option<bool> {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        data: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: `data` is the `&mut dyn FnMut` passed below, alive for the whole call.
+        let wanted = unsafe { &mut *data.cast::<&mut dyn FnMut(&[u8]) -> bool>() };
+        // SAFETY: the loader passes a valid `info` whose name is null or NUL-terminated.
+        let name = unsafe { (*info).dlpi_name };
+        let name = if name.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: as above.
+            unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes()
+        };
+        // Nothing may unwind into the loader.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wanted(name))).unwrap_or(true)
+            as libc::c_int
+    }
+    let mut wanted = wanted;
+    // SAFETY: `each` matches the callback type; `data` points to `wanted`, which outlives the
+    // call, and is used only inside it.
+    let found = unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut wanted).cast()) };
+    Some(found != 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,5 +329,37 @@ mod tests {
         assert_eq!(lock_owner(&file), None);
         file.try_lock().unwrap();
         assert_eq!(lock_owner(&file), Some(std::process::id()));
+    }
+
+    #[test]
+    fn the_loaders_list_names_the_libraries_the_maps_name() {
+        let mut names = Vec::new();
+        let found = any_loaded_object(&mut |name| {
+            names.push(String::from_utf8_lossy(name).into_owned());
+            false
+        });
+        assert_eq!(found, Some(false), "{names:?}");
+        // Every shared library this test binary has mapped is on the loader's list, by the
+        // same file name.
+        let mapped = mapped_files().unwrap();
+        let file = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+        let listed: Vec<String> = names.iter().map(|n| file(n)).collect();
+        let libraries: Vec<String> = mapped
+            .iter()
+            .map(|p| file(p))
+            .filter(|f| f.starts_with("libc.so") || f.starts_with("ld-linux"))
+            .collect();
+        assert!(!libraries.is_empty(), "{mapped:?}");
+        for lib in &libraries {
+            assert!(listed.contains(lib), "{lib} not in {names:?}");
+        }
+        // The first yes ends the look.
+        let mut asked = 0;
+        let found = any_loaded_object(&mut |name| {
+            asked += 1;
+            name.windows(7).any(|w| w == b"libc.so")
+        });
+        assert_eq!(found, Some(true));
+        assert!(asked <= names.len());
     }
 }

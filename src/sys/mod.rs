@@ -363,6 +363,16 @@ pub(crate) fn mapped_files() -> Option<Vec<String>> {
     kernel::mapped_files()
 }
 
+/// Whether `wanted` holds for the path (or name) of one of the objects the dynamic loader has
+/// loaded into this process (the executable, as `""`, and every shared library, whether the
+/// executable needs it or `dlopen` loaded it), asked in the loader's order until one answers
+/// yes; `None` where the loader's list cannot be seen (Linux only: `dl_iterate_phdr`). No
+/// system call and no file read: a look at the loader's list in memory. `wanted` runs under
+/// the loader's lock: it must not load a library, and must not panic (a panic counts as yes).
+pub(crate) fn any_loaded_object(wanted: &mut dyn FnMut(&[u8]) -> bool) -> Option<bool> {
+    kernel::any_loaded_object(wanted)
+}
+
 /// Opens an existing regular file for appending, never through a symbolic link and without
 /// blocking on a FIFO at its name.
 pub(crate) fn open_regular_for_append_no_follow(path: &Path) -> io::Result<File> {
@@ -460,14 +470,23 @@ pub(crate) fn is_shared_dir_meta(meta: &std::fs::Metadata) -> bool {
     os::is_shared_dir(meta)
 }
 
-/// Takes `file`'s exclusive lock within `patience`.
+/// Takes `file`'s exclusive lock within `patience`; whether it did. Never waits longer: a
+/// stopped process holding the lock must not hold up the caller.
+///
+/// Tries again after 50 µs, then twice as long each time up to a millisecond. The locks taken
+/// this way are held for microseconds (a record appended, `gpu0.backfill` while a backfiller
+/// counts), and a release of several slots waits for `gpu0.backfill` before it lets go of
+/// them: a fixed millisecond would add up to a millisecond to that release, the short first
+/// waits add tens of microseconds, and a longer holder is still tried only once a millisecond.
 pub(crate) fn lock_within(file: &File, patience: std::time::Duration) -> bool {
-    let start = std::time::Instant::now();
+    let end = std::time::Instant::now() + patience;
+    let mut pause = std::time::Duration::from_micros(50);
     loop {
         match file.try_lock() {
             Ok(()) => return true,
-            Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < patience => {
-                std::thread::sleep(std::time::Duration::from_millis(1));
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < end => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(1));
             }
             Err(_) => return false,
         }

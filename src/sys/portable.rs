@@ -103,3 +103,8 @@ pub(super) fn reserve(_file: &std::fs::File, _len: u64) -> std::io::Result<()> {
 pub(super) fn mapped_files() -> Option<Vec<String>> {
     None
 }
+
+/// The loader's list of loaded objects: not seen here.
+pub(super) fn any_loaded_object(_wanted: &mut dyn FnMut(&[u8]) -> bool) -> Option<bool> {
+    None
+}

@@ -13,13 +13,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::measure::{RunMeasure, measure};
+use crate::host::tests_file::{self, TESTS_FILE, TestLine};
 use crate::sys;
 
 /// The file of the run history.
 pub(crate) const HISTORY_FILE: &str = "gpu0.history";
-/// The file of the tests' reference hold times, in the state directory (backfilling reads it
-/// too).
-pub(crate) const TESTS_FILE: &str = crate::host::TESTS_FILE;
 /// When the history was last forgotten: runs that began before are not measured again.
 const SINCE_FILE: &str = "gpu0.history-since";
 /// Runs kept in the history: the newest.
@@ -122,41 +120,25 @@ impl HistoryEntry {
     }
 }
 
-/// A test's reference hold time.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct TestRef {
-    test: String,
-    /// The shortest mean hold it had in one run, microseconds.
-    us: u64,
-    /// When it was last seen, milliseconds since the Unix epoch.
-    seen: u64,
-    /// The most GPU memory its fixture measured, bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    mem: Option<u64>,
-    /// Its test binary, apart from its name (lines written before these were kept have
-    /// neither: only `test`, the two joined by `::`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    binary: Option<String>,
-    /// Its name within the binary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    name: Option<String>,
-}
-
 static WARNED: AtomicBool = AtomicBool::new(false);
 
-/// Reads the JSON lines of `file`: the records that parse, and how many lines did not.
-fn read_lines<T: serde::de::DeserializeOwned>(file: &File) -> (Vec<T>, usize) {
+/// The lines of `file` that `parse` reads as records, and how many it did not.
+fn read_lines<T>(file: &File, parse: fn(&str) -> (Vec<T>, usize)) -> (Vec<T>, usize) {
     let mut buf = vec![0u8; READ_LIMIT];
     let Ok(n) = sys::read_at_start(file, &mut buf) else {
         return (Vec::new(), 0);
     };
     buf.truncate(n);
-    let text = String::from_utf8_lossy(&buf);
+    parse(&String::from_utf8_lossy(&buf))
+}
+
+/// The history's lines in `text` that parse, and how many did not.
+fn history_lines(text: &str) -> (Vec<HistoryEntry>, usize) {
     let mut bad = 0;
     let records = text
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| match serde_json::from_str::<T>(l) {
+        .filter_map(|l| match serde_json::from_str(l) {
             Ok(r) => Some(r),
             Err(_) => {
                 bad += 1;
@@ -177,9 +159,8 @@ fn say_ignored(path: &Path, bad: usize) {
     }
 }
 
-/// Replaces the content of `file` with `lines`, one write.
-fn replace(file: &File, lines: &[String]) {
-    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+/// Replaces the content of `file` with `text`, one write.
+fn replace(file: &File, text: &str) {
     if sys::write_at(file, text.as_bytes(), 0).is_ok() {
         let _ = file.set_len(text.len() as u64);
     }
@@ -195,13 +176,13 @@ fn open_locked(dir: &Path, name: &str) -> Option<File> {
 /// The records of file `name` in state directory `state`, for reading only. A writer replaces
 /// the file in one write; one stopped holding the lock must not make the history forgotten,
 /// so past the patience the file is read without it (lines cut short are ignored).
-fn read_records<T: serde::de::DeserializeOwned>(state: &Path, name: &str) -> Vec<T> {
+fn read_records<T>(state: &Path, name: &str, parse: fn(&str) -> (Vec<T>, usize)) -> Vec<T> {
     let path = state.join(name);
     let Ok(file) = sys::open_regular_for_reading(&path) else {
         return Vec::new();
     };
     let _locked = sys::lock_within(&file, LOCK_PATIENCE);
-    let (records, bad) = read_lines(&file);
+    let (records, bad) = read_lines(&file, parse);
     say_ignored(&path, bad);
     records
 }
@@ -209,7 +190,7 @@ fn read_records<T: serde::de::DeserializeOwned>(state: &Path, name: &str) -> Vec
 /// The history of slot directory `dir` as recorded (without measuring new runs), oldest
 /// first.
 pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
-    let mut entries: Vec<HistoryEntry> = read_records(&crate::hangs::record_dir(dir), HISTORY_FILE);
+    let mut entries = read_records(&crate::hangs::record_dir(dir), HISTORY_FILE, history_lines);
     entries.retain(|e| e.v == VERSION);
     entries.sort_by_key(|e| e.unix_ms);
     entries
@@ -220,7 +201,11 @@ pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
 /// the largest first. A test is named `<binary>::<test>`, as its run records name it. What
 /// [`WEIGHTS_VAR`](crate::config::WEIGHTS_VAR)`=learned` weighs tests by.
 pub fn learned_memory(dir: &Path) -> Vec<(String, u64)> {
-    let refs: Vec<TestRef> = read_records(&crate::hangs::record_dir(dir), TESTS_FILE);
+    let refs = read_records(
+        &crate::hangs::record_dir(dir),
+        TESTS_FILE,
+        tests_file::parse,
+    );
     let mut out: Vec<(String, u64)> = refs
         .into_iter()
         .filter_map(|r| Some((r.test, r.mem.filter(|&m| m > 0)?)))
@@ -247,7 +232,11 @@ pub struct HoldTime {
 /// apart are left out until they run again.
 pub fn hold_times(dir: &Path) -> Vec<HoldTime> {
     update_history(dir, None);
-    let refs: Vec<TestRef> = read_records(&crate::hangs::record_dir(dir), TESTS_FILE);
+    let refs = read_records(
+        &crate::hangs::record_dir(dir),
+        TESTS_FILE,
+        tests_file::parse,
+    );
     let mut out: Vec<HoldTime> = refs
         .into_iter()
         .filter_map(|r| {
@@ -298,7 +287,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
     if !sys::lock_within(&file, LOCK_PATIENCE) {
         return read_history(dir);
     }
-    let (entries, bad): (Vec<HistoryEntry>, usize) = read_lines(&file);
+    let (entries, bad) = read_lines(&file, history_lines);
     say_ignored(&state.join(HISTORY_FILE), bad);
     let mut entries: Vec<HistoryEntry> = entries.into_iter().filter(|e| e.v == VERSION).collect();
     let current_key = current.map(crate::runs::run_key);
@@ -379,30 +368,30 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
     entries.sort_by_key(|e| e.unix_ms);
     let start = entries.len().saturating_sub(HISTORY_KEPT);
     let entries = entries.split_off(start);
-    let lines: Vec<String> = entries
+    let text: String = entries
         .iter()
         .filter_map(|e| serde_json::to_string(e).ok())
+        .map(|l| l + "\n")
         .collect();
-    replace(&file, &lines);
+    replace(&file, &text);
     entries
 }
 
 /// Updates the tests' reference hold times with `fresh` runs; returns them.
 fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<String, u64> {
     let file = open_locked(state, TESTS_FILE);
-    let (old, bad): (Vec<TestRef>, usize) = file.as_ref().map(read_lines).unwrap_or_default();
+    let (old, bad) = file
+        .as_ref()
+        .map(|f| read_lines(f, tests_file::parse))
+        .unwrap_or_default();
     say_ignored(&state.join(TESTS_FILE), bad);
-    let mut refs: HashMap<String, TestRef> = old.into_iter().map(|r| (r.test.clone(), r)).collect();
+    let mut refs: HashMap<String, TestLine> =
+        old.into_iter().map(|r| (r.test.clone(), r)).collect();
     for (_, _, m) in fresh {
         for (test, t) in &m.tests {
             let mean = t.hold_us / t.count.max(1);
-            let r = refs.entry(test.clone()).or_insert(TestRef {
-                test: test.clone(),
-                us: mean,
-                seen: m.start_ms,
-                mem: None,
-                binary: None,
-                name: None,
+            let r = refs.entry(test.clone()).or_insert_with(|| {
+                TestLine::new(t.binary.clone(), t.name.clone(), mean, m.start_ms)
             });
             if r.binary.is_none() {
                 (r.binary, r.name) = (Some(t.binary.clone()), Some(t.name.clone()));
@@ -414,15 +403,11 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
             }
         }
     }
-    let mut kept: Vec<TestRef> = refs.into_values().collect();
+    let mut kept: Vec<TestLine> = refs.into_values().collect();
     kept.sort_by(|a, b| b.seen.cmp(&a.seen).then_with(|| a.test.cmp(&b.test)));
     kept.truncate(TESTS_KEPT);
     if let Some(file) = &file {
-        let lines: Vec<String> = kept
-            .iter()
-            .filter_map(|r| serde_json::to_string(r).ok())
-            .collect();
-        replace(file, &lines);
+        replace(file, &tests_file::encode(&kept));
     }
     kept.into_iter().map(|r| (r.test, r.us)).collect()
 }

@@ -106,7 +106,7 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
         }
         let t = m
             .tests
-            .entry(format!("{}::{}", g.binary, g.test))
+            .entry(crate::nextest::test_key(&g.binary, &g.test))
             .or_insert_with(|| TestHolds {
                 binary: g.binary.clone(),
                 name: g.test.clone(),

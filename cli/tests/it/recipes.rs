@@ -11,7 +11,7 @@ use std::process::Command;
 
 use gpu_test_permit::trace::{peak_concurrency, read_events};
 
-use crate::util::{bin, clear_permit_env, tempdir};
+use crate::util::{bin, clear_permit_env, stdout_of, tempdir};
 
 const GPU_TESTS: [&str; 4] = ["gpu_draw", "gpu_matmul", "gpu_reduce", "gpu_scan"];
 
@@ -298,26 +298,8 @@ fn the_snippet_starts_the_longest_tests_first_once_the_history_knows_them() {
 #[test]
 fn the_snippet_reads_a_forged_history_without_stalling() {
     let work = tempdir();
-    let slots = work.path().join("slots");
-    let state = work.path().join("state");
-    std::fs::create_dir_all(&slots).unwrap();
-    std::fs::create_dir_all(&state).unwrap();
-    let snippet = || {
-        let mut c = Command::new(bin());
-        clear_permit_env(&mut c);
-        let out = c
-            .arg("nextest-snippet")
-            .env("GPU_TEST_PERMIT_DIR", &slots)
-            .env("GPU_TEST_PERMIT_STATE", &state)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
+    let (slots, state) = slots_and_state(work.path());
+    let snippet = || snippet_of(&slots, &state);
     std::fs::write(
         state.join("gpu0.tests"),
         "garbage\n\
@@ -347,6 +329,53 @@ fn the_snippet_reads_a_forged_history_without_stalling() {
     assert!(!text.contains("priority ="), "{text}");
     assert!(text.contains("[test-groups]"), "{text}");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+/// The history's hold times are read by the snippet as backfilling reads them: a line of this
+/// version, one written before the format had a version, and one that does not say when its
+/// test was last seen each give a priority; a line of a later version gives none.
+#[test]
+fn the_snippet_reads_each_line_of_the_history_that_backfilling_reads() {
+    let work = tempdir();
+    let (slots, state) = slots_and_state(work.path());
+    std::fs::write(
+        state.join("gpu0.tests"),
+        "{\"v\":1,\"test\":\"a::now\",\"us\":4000,\"seen\":1,\"binary\":\"a\",\"name\":\"now\"}\n\
+         {\"test\":\"a::unversioned\",\"us\":3000,\"seen\":1,\"binary\":\"a\",\"name\":\"unversioned\"}\n\
+         {\"test\":\"a::unseen\",\"us\":2000,\"binary\":\"a\",\"name\":\"unseen\"}\n\
+         {\"v\":2,\"test\":\"a::later\",\"us\":9000,\"seen\":1,\"binary\":\"a\",\"name\":\"later\"}\n",
+    )
+    .unwrap();
+    let text = snippet_of(&slots, &state);
+    for (test, priority) in [("now", 100), ("unversioned", 99), ("unseen", 98)] {
+        assert!(
+            text.contains(&format!(
+                "filter = 'binary_id(=a) & test(={test})'\npriority = {priority}\n"
+            )),
+            "{test}: {text}"
+        );
+    }
+    assert!(!text.contains("later"), "{text}");
+}
+
+/// A slot directory and a state directory, made, in `work`.
+fn slots_and_state(work: &Path) -> (PathBuf, PathBuf) {
+    let (slots, state) = (work.join("slots"), work.join("state"));
+    std::fs::create_dir_all(&slots).unwrap();
+    std::fs::create_dir_all(&state).unwrap();
+    (slots, state)
+}
+
+/// What `gpu-test-permit nextest-snippet` prints for slot directory `slots` and state
+/// directory `state`.
+fn snippet_of(slots: &Path, state: &Path) -> String {
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    stdout_of(
+        c.arg("nextest-snippet")
+            .env("GPU_TEST_PERMIT_DIR", slots)
+            .env("GPU_TEST_PERMIT_STATE", state),
+    )
 }
 
 #[test]

@@ -73,6 +73,18 @@ pub fn clear_permit_env(c: &mut Command) {
     }
 }
 
+/// The standard output of `c`, run to its end, which must succeed (its standard error is the
+/// failure's message).
+pub fn stdout_of(c: &mut Command) -> String {
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// How many entries of `dir` have a name containing `part`.
 pub fn files_named(dir: &Path, part: &str) -> usize {
     std::fs::read_dir(dir)

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The CPU a test process pays for linking this crate, as cargo nextest runs it (one test a
+# process, nextest's variables set): a one-crate test binary built twice in a temporary
+# directory, default dev profile, CARGO_INCREMENTAL=0,
+#
+#   without   no dependency: two tests, `takes_none` and `takes_a_permit`, that do trivial work;
+#   now       the same tests with this checkout as a path dependency: `takes_none` touches a
+#             type of the crate and takes no permit, `takes_a_permit` takes one
+#             (`gpu_test_permit::acquire()`, N = 8, a slot directory of its own, in a nextest
+#             test group);
+#
+# then run by `benches/process_cost.rs` (PROCESS_COST_TESTS, PROCESS_COST_WITHOUT): each test
+# a process (`BIN --exact NAME --nocapture`), the binaries in turn, the order rotated, each
+# process paired with the process of the same test without the crate started beside it. It
+# prints, for each binary's test, the median CPU per process (user + sys of the child) and,
+# over the pairs, the median and mean (with its 95 % interval) of what it adds.
+#
+# Given git revisions, each revision of the crate (`git archive REV`) is built as a binary of
+# its own, `at-REV`, and runs in the same rotation: what a change did, in one sitting.
+#
+# Usage: scripts/link-cost.sh [REV...]       # 2,000 processes a test a binary (about 2
+#                                            # minutes of runs here, and 1 more a REV, after
+#                                            # the builds)
+#        PROCESSES=5000 scripts/link-cost.sh bd56f07
+#        LINK_COST_TARGET=DIR scripts/link-cost.sh   # keep the builds' target directory
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+target=${LINK_COST_TARGET:-$work/target}
+
+# The test crate in `$1`; with the crate at `$2` as a path dependency, or none where `$2` is
+# empty.
+make_crate() {
+    mkdir -p "$1/src" "$1/tests"
+    {
+        printf '%s\n' '[package]' 'name = "link-cost-tests"' 'version = "0.0.0"' \
+            'edition = "2024"' 'publish = false' '' '[dependencies]'
+        [ -z "$2" ] || printf 'gpu-test-permit = { path = "%s" }\n' "$2"
+        printf '%s\n' '' '[workspace]'
+    } >"$1/Cargo.toml"
+    : >"$1/src/lib.rs"
+    if [ -z "$2" ]; then
+        printf '%s\n' \
+            '#[test]' \
+            'fn takes_a_permit() {' \
+            '    std::hint::black_box(1_u8);' \
+            '}' \
+            '' \
+            '#[test]' \
+            'fn takes_none() {' \
+            '    std::hint::black_box(0_u8);' \
+            '}' >"$1/tests/trivial.rs"
+    else
+        printf '%s\n' \
+            '#[test]' \
+            'fn takes_a_permit() {' \
+            '    let _permit = gpu_test_permit::acquire();' \
+            '}' \
+            '' \
+            '#[test]' \
+            'fn takes_none() {' \
+            '    std::hint::black_box(gpu_test_permit::PermitKind::Shared);' \
+            '}' >"$1/tests/trivial.rs"
+    fi
+}
+
+# Builds crate `$1` (dev) and links its test binary as `$work/bin/$2`.
+build() {
+    local bin
+    echo "link-cost: building $2" >&2
+    bin=$(cd "$1" && CARGO_INCREMENTAL=0 CARGO_TARGET_DIR="$target" cargo test --quiet \
+        --no-run --message-format=json 2>/dev/null |
+        grep -o '"executable":"[^"]*trivial-[^"]*"' | cut -d'"' -f4 | tail -n1)
+    [ -x "$bin" ] || { echo "link-cost: the test binary $2 was not built" >&2; exit 1; }
+    ln -s "$bin" "$work/bin/$2"
+}
+
+mkdir -p "$work/bin"
+make_crate "$work/without" ""
+build "$work/without" without
+make_crate "$work/now" "$root"
+build "$work/now" now
+bins="$work/bin/now"
+for arg in "$@"; do
+    rev=$(git -C "$root" rev-parse --verify "$arg^{commit}")
+    mkdir -p "$work/src-${rev:0:7}"
+    git -C "$root" archive --format=tar "$rev" | tar -x -C "$work/src-${rev:0:7}"
+    make_crate "$work/at-${rev:0:7}" "$work/src-${rev:0:7}"
+    build "$work/at-${rev:0:7}" "at-${rev:0:7}"
+    bins="$bins:$work/bin/at-${rev:0:7}"
+done
+cd "$root"
+PROCESSES=${PROCESSES:-2000} PROCESS_COST_WITHOUT="$work/bin/without" PROCESS_COST_TESTS="$bins" \
+    cargo bench --quiet --bench process_cost

@@ -1,0 +1,193 @@
+//! The format of `gpu0.tests`, the tests' reference hold times: one JSON line a test, in the
+//! slot directory's state directory. [`tune`](crate::tune) writes it from the recorded runs
+//! (and reads it back to update it); backfilling reads the hold times and `learned` weights the
+//! memory. Both sides read and write it through this module alone.
+//!
+//! A line of this version reads `{"v":1,"test":"<binary>::<name>","us":...,"seen":...}`, with
+//! `mem`, `binary` and `name` where known. Lines written before the format had a version have
+//! no `v` and the same fields: they read as they did. A line of another version, or one that
+//! is not a line of this format (cut short, garbage), is left out, and counted.
+
+use serde::{Deserialize, Serialize};
+
+/// The file, in the state directory.
+pub(crate) const TESTS_FILE: &str = "gpu0.tests";
+
+/// The version of a line this build writes.
+const VERSION: u32 = 1;
+
+/// What `v` reads in a line written before the format had a version.
+const UNVERSIONED: u32 = 0;
+
+/// The most of the file that is read.
+pub(crate) const READ_LIMIT: usize = 8 << 20;
+
+/// One line of [`TESTS_FILE`]: a test's reference hold time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TestLine {
+    /// Version of the line's format ([`UNVERSIONED`] where it has none).
+    #[serde(default)]
+    v: u32,
+    /// `<binary>::<name>`, as run records name the test.
+    pub(crate) test: String,
+    /// The shortest mean hold it had in one run, microseconds.
+    pub(crate) us: u64,
+    /// When it was last seen, milliseconds since the Unix epoch (0 where a line does not say:
+    /// the first to be dropped when the file is full).
+    #[serde(default)]
+    pub(crate) seen: u64,
+    /// The most GPU memory its fixture measured, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) mem: Option<u64>,
+    /// Its test binary, apart from its name (lines written before these were kept have
+    /// neither: only `test`, the two joined by `::`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) binary: Option<String>,
+    /// Its name within the binary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) name: Option<String>,
+}
+
+impl TestLine {
+    /// A line of this version for test `name` of binary `binary`, with reference hold time
+    /// `us`, last seen at `seen` (Unix milliseconds).
+    pub(crate) fn new(binary: String, name: String, us: u64, seen: u64) -> TestLine {
+        TestLine {
+            v: VERSION,
+            test: crate::nextest::test_key(&binary, &name),
+            us,
+            seen,
+            mem: None,
+            binary: Some(binary),
+            name: Some(name),
+        }
+    }
+
+    /// The line `line` of the file, if it is one of a version this build reads.
+    fn decode(line: &str) -> Option<TestLine> {
+        let t: TestLine = serde_json::from_str(line).ok()?;
+        matches!(t.v, VERSION | UNVERSIONED).then_some(t)
+    }
+}
+
+/// The lines of file text `text`, and how many non-blank lines were left out.
+pub(crate) fn parse(text: &str) -> (Vec<TestLine>, usize) {
+    let mut bad = 0;
+    let lines = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let t = TestLine::decode(l);
+            bad += usize::from(t.is_none());
+            t
+        })
+        .collect();
+    (lines, bad)
+}
+
+/// The file's text for `lines`, each written at this version, one a line.
+pub(crate) fn encode(lines: &[TestLine]) -> String {
+    lines
+        .iter()
+        .filter_map(|t| {
+            let t = TestLine {
+                v: VERSION,
+                ..t.clone()
+            };
+            serde_json::to_string(&t).ok()
+        })
+        .map(|l| l + "\n")
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What this version writes for [`known`], byte for byte; and what it must read.
+    const GOLDEN: &str = include_str!("../../tests/data/gpu0.tests/v1");
+    /// Lines written before the format had a version, which this version must read as before.
+    const UNVERSIONED_LINES: &str = include_str!("../../tests/data/gpu0.tests/unversioned");
+
+    /// The lines of [`GOLDEN`].
+    fn known() -> Vec<TestLine> {
+        let heavy = TestLine {
+            mem: Some(8 << 30),
+            ..TestLine::new("suite".into(), "heavy".into(), 250_000, 1_764_300_000_000)
+        };
+        let light = TestLine::new(
+            "suite".into(),
+            "light \"quoted\" \u{e9}".into(),
+            1_500,
+            1_764_300_000_001,
+        );
+        vec![heavy, light]
+    }
+
+    #[test]
+    fn the_writer_writes_the_golden_file_byte_for_byte() {
+        assert_eq!(encode(&known()), GOLDEN);
+        // A line read from an unversioned file is written at this version.
+        let (old, _) = parse(UNVERSIONED_LINES);
+        assert!(encode(&old).lines().all(|l| l.starts_with(r#"{"v":1,"#)));
+    }
+
+    #[test]
+    fn the_reader_reads_the_golden_file() {
+        assert_eq!(parse(GOLDEN), (known(), 0));
+    }
+
+    #[test]
+    fn lines_without_a_version_read_as_before() {
+        let (lines, bad) = parse(UNVERSIONED_LINES);
+        assert_eq!(bad, 0);
+        let got: Vec<_> = lines
+            .iter()
+            .map(|t| {
+                (
+                    t.test.as_str(),
+                    t.us,
+                    t.seen,
+                    t.mem,
+                    t.binary.as_deref(),
+                    t.name.as_deref(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "old::before-binaries",
+                    1_000,
+                    1_700_000_000_000,
+                    None,
+                    None,
+                    None
+                ),
+                (
+                    "suite::measured",
+                    2_000,
+                    1_700_000_000_001,
+                    Some(1 << 30),
+                    Some("suite"),
+                    Some("measured")
+                ),
+                ("hand::written", 3_000, 0, None, None, None),
+            ]
+        );
+    }
+
+    #[test]
+    fn other_versions_and_garbage_are_left_out_and_counted() {
+        let text = format!(
+            "{GOLDEN}{{\"v\":2,\"test\":\"a::b\",\"us\":1,\"seen\":1}}\n\
+             not json\n\
+             {{\"test\":\"a::c\",\"us\":-1}}\n\
+             {{\"v\":1,\"test\":\"a::d\",\"us\":5,\"se\n\
+             \n   \n\
+             {{\"us\":5,\"seen\":1}}\n"
+        );
+        assert_eq!(parse(&text), (known(), 5));
+    }
+}
