@@ -7,7 +7,7 @@
 # at 2: these runs use a config without it, and 16 test threads (as the H100 traces in
 # cli/tests/data/h100-example-suite did), so that N alone caps them.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 runs=${RUNS:-5}
 out=${OUT:-$(mktemp -d)}
 pkg=gpu-test-permit-example-suite

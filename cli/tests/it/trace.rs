@@ -466,11 +466,11 @@ fn slowdown_model_finds_where_the_gpu_s_throughput_stops_growing() {
 
 /// Predicts, from the run at N = 2 of each round (and from the runs at N = 1 and 2 fitted
 /// together), the spans at the other N of the same round, for traces named `*-N<n>-r<round>.json` in `$GPU_TEST_PERMIT_MODEL_TRACES`
-/// (`benches/trace/lavapipe.sh` makes them and runs this). Prints the table with
+/// (`cli/benches/trace/lavapipe.sh` makes them and runs this). Prints the table with
 /// `--no-capture`. No tolerance is asserted: this is a measurement, so it runs only when asked
 /// for (`--run-ignored only`).
 #[test]
-#[ignore = "a measurement: benches/trace/lavapipe.sh runs it on the traces it makes"]
+#[ignore = "a measurement: cli/benches/trace/lavapipe.sh runs it on the traces it makes"]
 fn trace_model_on_traces_in_a_directory() {
     use gpu_test_permit_cli::trace::{Slowdown, predict, replay_fixed, summarize};
     let dir = std::env::var_os("GPU_TEST_PERMIT_MODEL_TRACES")
