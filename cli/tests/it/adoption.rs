@@ -208,6 +208,16 @@ fn unwatched_a_test_that_keeps_its_driver_loaded_is_still_named() {
     let shown = text(&report(&slots, false));
     assert_eq!(reported_escapes(&shown), keys(&[CUDA_RAW]), "{shown}");
     assert!(shown.contains("still mapped when looked at"), "{shown}");
+    // The wgpu tests that escaped went unseen: the CI step that asks fails, saying why, beside
+    // the escape it did see.
+    let out = report(&slots, true);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    for says in [
+        "1 test loaded a GPU driver without a permit",
+        "was not watched, so --fail-on-unpermitted cannot tell",
+    ] {
+        assert!(text(&out).contains(says), "not {says:?}: {}", text(&out));
+    }
 }
 
 #[test]

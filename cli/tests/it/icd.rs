@@ -12,20 +12,36 @@ use std::process::{Command, Output};
 use crate::util::{clear_permit_env, cli, tempdir};
 
 /// The libraries the child loads, in order (`:`-separated paths).
-const LOAD_VAR: &str = "GTP_TEST_CHILD_LOADS";
+pub(crate) const LOAD_VAR: &str = "GTP_TEST_CHILD_LOADS";
+
+/// Where set, [`child_loads_libraries`] unloads each library again once loaded, as wgpu
+/// unloads its Vulkan drivers with its instance.
+pub(crate) const UNLOAD_VAR: &str = "GTP_TEST_CHILD_UNLOADS";
 
 /// Not a test of its own: the child that [`child_args`] start. Loads each library of
-/// [`LOAD_VAR`] with `dlopen` and keeps it mapped.
+/// [`LOAD_VAR`] with `dlopen` and keeps it mapped (unloads it again where [`UNLOAD_VAR`] is
+/// set).
 #[test]
 fn child_loads_libraries() {
     let Some(list) = std::env::var_os(LOAD_VAR) else {
         return;
     };
+    let unload = std::env::var_os(UNLOAD_VAR).is_some();
     for path in std::env::split_paths(&list) {
         let c = std::ffi::CString::new(path.to_string_lossy().into_owned()).unwrap();
-        // SAFETY: a NUL-terminated path; the library stays loaded for the rest of the process.
+        // SAFETY: a NUL-terminated path; the library stays loaded for the rest of the process
+        // unless it is closed below, after which nothing of it is used.
         let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
         assert!(!handle.is_null(), "cannot load {}", path.display());
+        if unload {
+            // SAFETY: the handle `dlopen` returned, closed once.
+            assert_eq!(
+                unsafe { libc::dlclose(handle) },
+                0,
+                "cannot unload {}",
+                path.display()
+            );
+        }
     }
 }
 

@@ -35,6 +35,16 @@ fn holds(slots: &Path) -> Command {
     c
 }
 
+/// [`holds`] under the driver watch, as the target runner runs a test: a run of it can say
+/// that no test loaded a driver without a permit.
+fn holds_watched(slots: &Path) -> Command {
+    let mut c = cli(slots, 2);
+    c.args(["watch", "--"])
+        .arg(bin())
+        .args(["hold", "--for", "1ms"]);
+    c
+}
+
 fn report(slots: &Path, args: &[&str]) -> Output {
     cli(slots, 2)
         .args(["report", "--dir"])
@@ -63,7 +73,7 @@ fn report_refuses_to_guess_between_runs_side_by_side() {
     let libcuda = crate::stub::driver_dir("cuda_probe").join("libcuda.so.1");
     let job_a = crate::icd::watched_child(&slots, &[&libcuda]);
     test_process("job-a", "escapes", job_a);
-    test_process("job-b", "holds", holds(&slots));
+    test_process("job-b", "holds", holds_watched(&slots));
 
     let out = report(&slots, &["--fail-on-unpermitted"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
@@ -158,4 +168,81 @@ fn report_leaves_out_another_users_runs() {
         "{}",
         text(&out)
     );
+}
+
+/// A test process that loads a GPU driver without a permit and unloads it again before it
+/// exits, as a wgpu test does with its Vulkan drivers. Unwatched, nothing of it is seen, and
+/// `report --fail-on-unpermitted` fails the run as one that cannot tell, saying how to watch
+/// it, where it used to pass in silence; watched, the test is named. A watched run with no
+/// escape passes.
+#[test]
+fn an_unwatched_run_cannot_pass_fail_on_unpermitted() {
+    let dir = tempdir();
+    let slots = dir.path().join("slots");
+    let libcuda = crate::stub::driver_dir("cuda_probe").join("libcuda.so.1");
+    let loads_and_unloads = |watched: bool| {
+        let args = crate::icd::child_args();
+        let mut c = if watched {
+            let mut c = cli(&slots, 2);
+            c.args(["watch", "--"]).args(&args);
+            c
+        } else {
+            let mut c = Command::new(&args[0]);
+            crate::util::clear_permit_env(&mut c);
+            c.args(&args[1..])
+                .env("GPU_TEST_PERMIT_DIR", &slots)
+                .env("REALIZAR_GPU_TEST_CONCURRENCY", "2");
+            c
+        };
+        c.env(crate::icd::LOAD_VAR, &libcuda)
+            .env(crate::icd::UNLOAD_VAR, "1");
+        c
+    };
+
+    // The run records the test (a permit taken beside it makes its records certain to exist).
+    test_process("unwatched", "loads_and_unloads", loads_and_unloads(false));
+    test_process("unwatched", "holds", holds(&slots));
+    let out = report(&slots, &["--run-id", "unwatched", "--fail-on-unpermitted"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for says in [
+        "run unwatched was not watched, so --fail-on-unpermitted cannot tell",
+        "gpu-test-permit watch --",
+    ] {
+        assert!(stderr.contains(says), "not {says:?}: {}", text(&out));
+    }
+    assert!(
+        !stderr.contains("loaded a GPU driver without a permit ("),
+        "{}",
+        text(&out)
+    );
+    // Without the option the report still reads, and says what it cannot have seen.
+    let out = report(&slots, &["--run-id", "unwatched"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("this run was not watched"),
+        "{}",
+        text(&out)
+    );
+
+    test_process("watched", "loads_and_unloads", loads_and_unloads(true));
+    let out = report(&slots, &["--run-id", "watched", "--fail-on-unpermitted"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("  jobs loads_and_unloads: loaded libcuda.so.1")),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("was not watched"),
+        "{}",
+        text(&out)
+    );
+
+    test_process("clean", "holds", holds_watched(&slots));
+    let out = report(&slots, &["--run-id", "clean", "--fail-on-unpermitted"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }

@@ -617,11 +617,24 @@ fn the_in_process_look_counts_a_driver_the_executable_links_as_linked() {
         assert!(!d.escaped(), "{d:?}");
         assert_eq!(d.linked, [real.to_string_lossy()], "{d:?}");
     }
-    let out = report(&slots, &run, true);
+    let out = report(&slots, &run, false);
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
     assert!(
         shown.contains(&format!("  {BINARY}: libcuda.so.1.0.0 (2 tests)")),
+        "{shown}"
+    );
+    // `--fail-on-unpermitted` counts no escape, and fails the run only as one that was not
+    // watched.
+    let out = report(&slots, &run, true);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{shown}");
+    assert!(
+        shown.contains("was not watched, so --fail-on-unpermitted cannot tell"),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("loaded a GPU driver without a permit ("),
         "{shown}"
     );
 }

@@ -154,7 +154,8 @@ static COMMANDS: &[Command] = &[
                     tests beside them, permits never returned, hangs, the peak and the N in force;\n\
                     the last run recorded in the slot directory, or run ID. With --fail-on-casualty,\n\
                     exit 1 when a test passed only alone; with --fail-on-unpermitted, when a test\n\
-                    loaded a GPU driver without a permit",
+                    loaded a GPU driver without a permit, or when the run was not watched\n\
+                    (`gpu-test-permit watch` as the target runner), which cannot tell",
             flags: &["--fail-on-casualty", "--fail-on-unpermitted"],
             options: &["--run-id", "--dir"],
             lists: &[],

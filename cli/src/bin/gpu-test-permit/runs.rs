@@ -50,12 +50,23 @@ pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
         );
     }
     let mut failed = false;
-    if args.flag("--fail-on-unpermitted") && !s.escaped.is_empty() {
-        eprintln!(
-            "gpu-test-permit: {} loaded a GPU driver without a permit (--fail-on-unpermitted)",
-            plural(s.escaped.len(), "test", "tests")
-        );
-        failed = true;
+    if args.flag("--fail-on-unpermitted") {
+        if !s.escaped.is_empty() {
+            eprintln!(
+                "gpu-test-permit: {} loaded a GPU driver without a permit (--fail-on-unpermitted)",
+                plural(s.escaped.len(), "test", "tests")
+            );
+            failed = true;
+        }
+        // "Cannot tell" is not "none": a run that was not watched saw only the drivers still
+        // mapped when a test process looked at itself, so it cannot pass this check.
+        if s.watched_tests == 0 {
+            eprintln!(
+                "gpu-test-permit: {}",
+                unwatched_cannot_tell(&records.run_id)
+            );
+            failed = true;
+        }
     }
     if args.flag("--fail-on-casualty") && !s.casualties.is_empty() {
         eprintln!(
@@ -70,6 +81,20 @@ pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Why `--fail-on-unpermitted` fails a run that was not watched, and what to do.
+fn unwatched_cannot_tell(run: &str) -> String {
+    format!(
+        "run {} was not watched, so --fail-on-unpermitted cannot tell whether its tests loaded \
+         a GPU driver without a permit: only drivers still mapped when a test process looked at \
+         itself were seen, not one loaded and unloaded again (wgpu unloads its Vulkan drivers \
+         with its instance), nor one a process a test started loaded, nor any in a test binary \
+         that does not link gpu-test-permit. Run the tests under the watch, as cargo's target \
+         runner (CARGO_TARGET_<TRIPLE>_RUNNER=\"gpu-test-permit watch --\", Linux with glibc), \
+         or leave --fail-on-unpermitted out",
+        printable(run)
+    )
 }
 
 /// Without `--run-id`: the one run of this user that may have just ended, or why there is
