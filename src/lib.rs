@@ -41,7 +41,7 @@
 //!   `context_or_skip!(memory = 8 << 30)`, [`GpuNeed`]); the fixture records the memory it
 //!   measured on the permit, and so in the trace.
 //! - [`runs`]: under `cargo nextest`, each run's skips, permits and retries recorded in the
-//!   slot directory, so that the run's report tells the truth: [`junit`] marks the tests that
+//!   slot directory, so that the run's report tells the truth: `gpu-test-permit junit` marks the tests that
 //!   skipped at run time as skipped in nextest's JUnit report, a retried test reruns with the
 //!   GPU to itself (`GPU_TEST_PERMIT_RETRY`), and a test that failed beside others and passed
 //!   alone is named a contention casualty (`gpu-test-permit report`). Under `cargo test` a

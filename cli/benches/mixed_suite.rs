@@ -183,7 +183,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 }
 
 fn main() {
-    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/mixed-suite");
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/mixed-suite");
     let setups: Vec<Setup> = Variant::ALL
         .iter()
         .map(|&v| Setup::new(v, &target))

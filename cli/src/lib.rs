@@ -14,4 +14,5 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod junit;
+pub mod nextest_config;
 pub mod trace;

@@ -104,7 +104,7 @@ impl TraceEvent {
         }
     }
 
-    /// When it ended, microseconds since the Unix epoch (saturating: an event [`read_trace`]
+    /// When it ended, microseconds since the Unix epoch (saturating: an event [`read_trace`](super::read_trace)
     /// accepts never overflows).
     pub fn end(&self) -> u64 {
         self.ts.saturating_add(self.dur)

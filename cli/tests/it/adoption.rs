@@ -151,7 +151,7 @@ fn reported_escapes(text: &str) -> BTreeSet<(String, String)> {
 }
 
 #[test]
-fn report_names_exactly_the_tests_that_loaded_a_driver_without_a_permit() {
+fn a_watched_run_names_its_escapes_in_report_and_its_gpu_tests_in_the_snippet() {
     gpu_test_permit::require_backend!(Backend::Wgpu);
     if !have_nextest() {
         return;
@@ -187,6 +187,64 @@ fn report_names_exactly_the_tests_that_loaded_a_driver_without_a_permit() {
         "{}",
         text(&out)
     );
+
+    // After that one watched run, `nextest-snippet` alone prints a tool config whose group
+    // names exactly the tests that loaded a driver (with a permit or without), and nextest
+    // reads it.
+    let mut loaded = expected.clone();
+    loaded.extend(keys(&WITH_PERMIT));
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    let out = c
+        .arg("nextest-snippet")
+        .env(gpu_test_permit::config::DIR_VAR, &slots)
+        .env("REALIZAR_GPU_TEST_CONCURRENCY", "2")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let config = String::from_utf8(out.stdout).unwrap();
+    assert!(!config.contains("test(/gpu/)"), "{config}");
+    let filter = config
+        .split("filter = '''\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n'''").next())
+        .unwrap_or_else(|| panic!("no learned filter in:\n{config}"));
+    let file = work.path().join("gpu-test-permit.toml");
+    std::fs::write(&file, &config).unwrap();
+    let mut tool = std::ffi::OsString::from("gpu-test-permit:");
+    tool.push(&file);
+    let out = cargo()
+        .args([
+            "nextest",
+            "list",
+            "--offline",
+            "-p",
+            ADOPTER,
+            "--target-dir",
+        ])
+        .arg(target())
+        .arg("--tool-config-file")
+        .arg(&tool)
+        .args(["--message-format", "json", "-E", filter])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\n{config}", text(&out));
+    assert_eq!(listed_matches(&out.stdout), loaded, "{config}");
+}
+
+/// The tests a `cargo nextest list --message-format json` listing says match its filter, as
+/// (binary id, name).
+fn listed_matches(listing: &[u8]) -> BTreeSet<(String, String)> {
+    let listing: serde_json::Value = serde_json::from_slice(listing).unwrap();
+    let mut tests = BTreeSet::new();
+    for (id, suite) in listing["rust-suites"].as_object().unwrap() {
+        for (name, case) in suite["testcases"].as_object().unwrap() {
+            if case["filter-match"]["status"] == "matches" {
+                tests.insert((id.clone(), name.clone()));
+            }
+        }
+    }
+    tests
 }
 
 #[test]

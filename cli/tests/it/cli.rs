@@ -809,7 +809,10 @@ fn nextest_snippet_tells_nextest_the_weight_of_heavy_tests() {
     assert_eq!(snippet(1, &[]), gpu_test_permit::nextest::group_snippet(1));
     assert_eq!(
         snippet(4, &["--runner"]),
-        gpu_test_permit::nextest::runner_snippet(4)
+        gpu_test_permit_cli::nextest_config::runner_snippet(
+            4,
+            &gpu_test_permit_cli::nextest_config::GroupFilter::Guessed
+        )
     );
 }
 

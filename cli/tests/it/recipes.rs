@@ -172,7 +172,10 @@ fn target_runner_recipe_caps_a_plain_suite() {
     if !have_nextest() {
         return;
     }
-    let snippet = with_bin(&gpu_test_permit::nextest::runner_snippet(4));
+    let snippet = with_bin(&gpu_test_permit_cli::nextest_config::runner_snippet(
+        4,
+        &gpu_test_permit_cli::nextest_config::GroupFilter::Guessed,
+    ));
     let at = snippet.find(TOOL_FILE).unwrap();
     let (cargo_part, tool_part) = snippet.split_at(at);
     let runner = cargo_part
@@ -195,7 +198,10 @@ fn wrapper_script_recipe_caps_a_plain_suite() {
     if !have_nextest() {
         return;
     }
-    let snippet = with_bin(&gpu_test_permit::nextest::wrapper_snippet(4));
+    let snippet = with_bin(&gpu_test_permit_cli::nextest_config::wrapper_snippet(
+        4,
+        &gpu_test_permit_cli::nextest_config::GroupFilter::Guessed,
+    ));
     let at = snippet.find(TOOL_FILE).unwrap();
     let (suite_part, tool_part) = snippet.split_at(at);
     assert!(suite_part.contains("\nexperimental = [\"wrapper-scripts\"]\n"));
@@ -383,8 +389,14 @@ fn the_readme_shows_the_snippets_the_tool_prints() {
     let readme = readme();
     for snippet in [
         gpu_test_permit::nextest::group_snippet(2),
-        gpu_test_permit::nextest::runner_snippet(2),
-        gpu_test_permit::nextest::wrapper_snippet(2),
+        gpu_test_permit_cli::nextest_config::runner_snippet(
+            2,
+            &gpu_test_permit_cli::nextest_config::GroupFilter::Guessed,
+        ),
+        gpu_test_permit_cli::nextest_config::wrapper_snippet(
+            2,
+            &gpu_test_permit_cli::nextest_config::GroupFilter::Guessed,
+        ),
     ] {
         assert!(readme.contains(&snippet), "README.md lacks:\n{snippet}");
     }
@@ -582,7 +594,8 @@ fn the_snippet_is_a_tool_config_file_that_keeps_the_suites_own_config() {
 /// name is a guess, and name the command that finds the GPU tests.
 #[test]
 fn the_snippets_and_the_hint_call_a_name_filter_a_guess() {
-    use gpu_test_permit::nextest::{group_hint, group_snippet, runner_snippet, wrapper_snippet};
+    use gpu_test_permit::nextest::{group_hint, group_snippet};
+    use gpu_test_permit_cli::nextest_config::{GroupFilter, runner_snippet, wrapper_snippet};
     let env = gpu_test_permit::config::Config::from_lookup(|name| {
         (name == "NEXTEST_EXECUTION_MODE").then(|| "process-per-test".into())
     })
@@ -599,8 +612,8 @@ fn the_snippets_and_the_hint_call_a_name_filter_a_guess() {
         .unwrap();
     for text in [
         group_snippet(2),
-        runner_snippet(2),
-        wrapper_snippet(2),
+        runner_snippet(2, &GroupFilter::Guessed),
+        wrapper_snippet(2, &GroupFilter::Guessed),
         group_hint(&env, 2).unwrap(),
         String::from_utf8_lossy(&printed.stdout).into_owned(),
     ] {

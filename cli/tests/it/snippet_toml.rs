@@ -130,3 +130,79 @@ fn the_snippet_of_odd_test_names_is_toml_nextest_reads_and_names_only_them() {
     }
     assert!(matched.iter().any(|(f, _)| *f == real_filter), "{snippet}");
 }
+
+/// `nextest-snippet` puts in the GPU test group exactly the tests this user's runs saw use the
+/// GPU, once a run was watched: those that took a permit and those that loaded a GPU driver
+/// without one, not a test that did neither. Before any watched run, the group is the guess by
+/// name. nextest reads the file, and its filter matches exactly those tests.
+#[test]
+fn after_a_watched_run_the_group_names_exactly_the_tests_that_used_the_gpu() {
+    if !have_nextest() {
+        return;
+    }
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let snippet = || {
+        let out = cli(&slots, 2).arg("nextest-snippet").output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let as_test = |mut c: Command, run: &str, name: &str| {
+        c.env("NEXTEST_RUN_ID", run)
+            .env("NEXTEST_BINARY_ID", BINARY)
+            .env("NEXTEST_TEST_NAME", name);
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+    };
+
+    // A run that was not watched: the guess.
+    record_hold(&slots, "not-watched", "gpu_draw");
+    let guessed = snippet();
+    assert!(guessed.contains("filter = 'test(/gpu/)'"), "{guessed}");
+
+    // A watched run: one test holds a permit, one loads a driver without one, one does neither.
+    let run = "watched";
+    let mut holds = cli(&slots, 2);
+    holds
+        .args(["watch", "--"])
+        .arg(crate::util::bin())
+        .args(["hold", "--for", "20ms"]);
+    as_test(holds, run, "gpu_matmul");
+    let libcuda = crate::stub::driver_dir("cuda_probe").join("libcuda.so.1");
+    as_test(
+        crate::icd::watched_child(&slots, &[&libcuda]),
+        run,
+        "cpu_adds",
+    );
+    let mut nothing = cli(&slots, 2);
+    nothing.args(["watch", "--", "true"]);
+    as_test(nothing, run, "cpu_sorts");
+
+    let config = snippet();
+    assert!(!config.contains("test(/gpu/)"), "{config}");
+    assert!(
+        config.contains("this user's 2 run(s) recorded in the slot directory (1 watched)"),
+        "{config}"
+    );
+    let filter = config
+        .split("filter = '''\n")
+        .nth(1)
+        .and_then(|rest| rest.split("\n'''").next())
+        .unwrap_or_else(|| panic!("no learned filter in:\n{config}"));
+    let file = work.path().join("gpu-test-permit.toml");
+    std::fs::write(&file, &config).unwrap();
+    let mut tool = OsString::from("gpu-test-permit:");
+    tool.push(&file);
+    let matched = listed(&[
+        "--tool-config-file".into(),
+        tool,
+        "-E".into(),
+        filter.into(),
+    ])
+    .unwrap_or_else(|e| panic!("{e}\n{config}"));
+    let expected: BTreeSet<(String, String)> = ["gpu_draw", "gpu_matmul", "cpu_adds"]
+        .iter()
+        .map(|t| (BINARY.to_string(), t.to_string()))
+        .collect();
+    assert_eq!(matched, expected, "{config}");
+}

@@ -429,7 +429,10 @@ fn run_suite(recipe: Recipe) -> RunResult {
         Recipe::Uncapped => {}
         Recipe::TargetRunner => {
             // Only a tool config file: the suite's own configuration stays in force.
-            let snippet = configured(&gpu_test_permit::nextest::runner_snippet(N));
+            let snippet = configured(&gpu_test_permit_cli::nextest_config::runner_snippet(
+                N,
+                &gpu_test_permit_cli::nextest_config::GroupFilter::Guessed,
+            ));
             let at = snippet.find(TOOL_FILE).unwrap();
             let (cargo_part, tool_part) = snippet.split_at(at);
             let runner = cargo_part
@@ -446,7 +449,10 @@ fn run_suite(recipe: Recipe) -> RunResult {
         }
         Recipe::Wrapper | Recipe::WrapperNoGroup => {
             // The experimental feature has to be the suite's own configuration's.
-            let snippet = configured(&gpu_test_permit::nextest::wrapper_snippet(N));
+            let snippet = configured(&gpu_test_permit_cli::nextest_config::wrapper_snippet(
+                N,
+                &gpu_test_permit_cli::nextest_config::GroupFilter::Guessed,
+            ));
             let at = snippet.find(TOOL_FILE).unwrap();
             let (suite_part, tool_part) = snippet.split_at(at);
             let tool_part = match recipe {

@@ -709,7 +709,7 @@ pub(crate) fn filterset(found: &Found, listed: &BTreeMap<String, Vec<Listed>>) -
     for (binary, gpu) in &found.gpu {
         let id = format!(
             "binary_id(={})",
-            gpu_test_permit::nextest::filter_name(binary)
+            gpu_test_permit_cli::nextest_config::filter_name(binary)
         );
         let all = listed
             .get(binary)
@@ -720,7 +720,12 @@ pub(crate) fn filterset(found: &Found, listed: &BTreeMap<String, Vec<Listed>>) -
         }
         let tests: Vec<String> = gpu
             .iter()
-            .map(|t| format!("test(={})", gpu_test_permit::nextest::filter_name(t)))
+            .map(|t| {
+                format!(
+                    "test(={})",
+                    gpu_test_permit_cli::nextest_config::filter_name(t)
+                )
+            })
             .collect();
         let inline = format!("({id} & ({}))", tests.join(" | "));
         if inline.len() <= 96 {

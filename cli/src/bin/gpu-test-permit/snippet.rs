@@ -3,14 +3,16 @@
 use std::process::ExitCode;
 
 use gpu_test_permit::config::Config;
+use gpu_test_permit_cli::nextest_config::{self, GroupFilter};
 
 use crate::args::Args;
 
 /// `nextest-snippet`: the test group, sized to all the permits the host has (N per GPU times
-/// the GPUs), and how heavy tests tell nextest their weight. Computed from the configuration,
-/// not from a pool: printing text creates no slot files.
+/// the GPUs), its filter (the tests this user's watched runs saw use the GPU, else a guess by
+/// name), the longest-first priorities, and how heavy tests tell nextest their weight.
+/// Computed from the configuration and the records, not from a pool: printing text creates no
+/// slot files.
 pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
-    use gpu_test_permit::nextest;
     let cfg = Config::global();
     let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
     let mut auto = String::new();
@@ -34,12 +36,23 @@ pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
         _ => cfg.concurrency.get(),
     };
     let n = per_gpu.saturating_mul(gpus);
+    // The group's filter: the tests this user's watched runs saw use the GPU, else a guess.
+    // Reading records creates no files.
+    let filter = match cfg.slot_dir_path() {
+        Ok(dir) if dir.is_dir() => nextest_config::learned_filter(&dir),
+        _ => None,
+    }
+    .unwrap_or(GroupFilter::Guessed);
     let text = match (args.flag("--runner"), args.flag("--wrapper")) {
         (true, true) => return Err(args.error("give --runner or --wrapper, not both")),
         // The runner is one command for every test: their permits are all of one unit.
-        (true, false) => nextest::runner_snippet(n),
-        (false, true) => nextest::wrapper_snippet(n) + &weights_snippet(per_gpu, true),
-        (false, false) => nextest::group_snippet(n) + &weights_snippet(per_gpu, false),
+        (true, false) => nextest_config::runner_snippet(n, &filter),
+        (false, true) => {
+            nextest_config::wrapper_snippet(n, &filter) + &weights_snippet(per_gpu, true)
+        }
+        (false, false) => {
+            nextest_config::tool_config(n, &filter) + &weights_snippet(per_gpu, false)
+        }
     };
     print!("{auto}{text}{}", longest_first(cfg));
     Ok(ExitCode::SUCCESS)
@@ -70,7 +83,7 @@ fn longest_first(cfg: &Config) -> String {
         .iter()
         .map(|t| (t.binary.as_str(), t.test.as_str(), t.hold))
         .collect();
-    gpu_test_permit::nextest::priority_block(&tests)
+    nextest_config::priority_block(&tests)
 }
 
 /// The GPUs of `GPU_TEST_PERMIT_GPUS=auto`, as the global pool counts them: the CUDA devices

@@ -4,7 +4,7 @@
 //! - `by-name` (the baseline): the tool config file `gpu-test-permit nextest-snippet` prints
 //!   without history, so nextest starts tests by binary and name: the long ones last.
 //! - `longest-first`: the same after one run to learn, with the priorities the snippet then
-//!   adds (`nextest::priority_block` from `tune::hold_times`).
+//!   adds (`nextest_config::priority_block` from `tune::hold_times`).
 //!
 //! Each sample is one whole `cargo nextest run` (its listing and process starts included), so
 //! the lower bound, (20 x 0.1 + 3 x 2) / 2 = 4.0 s, is approached from above. Target: the
@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use criterion::Criterion;
 
-#[path = "support/nextest.rs"]
+#[path = "../../benches/support/nextest.rs"]
 mod nextest;
 use nextest::{nextest_run, timed_run};
 
@@ -63,7 +63,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 fn main() {
     let setup = Setup {
         work: tempfile::tempdir().unwrap(),
-        target: Path::new(env!("CARGO_MANIFEST_DIR")).join("target/longest-first"),
+        target: Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/longest-first"),
     };
     let by_name = setup.work.path().join("by-name.toml");
     std::fs::write(&by_name, gpu_test_permit::nextest::group_snippet(2)).unwrap();
@@ -74,7 +74,7 @@ fn main() {
         .iter()
         .map(|t| (t.binary.as_str(), t.test.as_str(), t.hold))
         .collect();
-    let priorities = gpu_test_permit::nextest::priority_block(&tests);
+    let priorities = gpu_test_permit_cli::nextest_config::priority_block(&tests);
     assert!(priorities.contains("gpu_zz_long_0"), "{priorities}");
     let longest = setup.work.path().join("longest-first.toml");
     std::fs::write(
