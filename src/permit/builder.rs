@@ -9,11 +9,11 @@ use super::inherited::Inherited;
 use super::inner::PoolInner;
 use super::learned::Learned;
 use super::local::LocalPool;
+use super::observe::{self, Observers};
 use super::pool::PermitPool;
 use super::seat::Seat;
 use crate::config::{SlotDir, Weights};
 use crate::host::{HostError, HostSlots, Layout, Placement, Topology};
-use crate::trace::Tracer;
 
 /// Configures a [`PermitPool`].
 #[derive(Debug, Clone)]
@@ -228,7 +228,7 @@ impl PoolBuilder {
             None => None,
             Some(dir) => {
                 let dir = dir.path().map_err(HostError::Directory)?;
-                match self.auto.then(crate::runs::run_id).flatten() {
+                match self.auto.then(observe::run_id).flatten() {
                     Some(run) => {
                         let (host, choice) = open_auto(&dir, self.gpus, run)?;
                         chosen = choice;
@@ -244,12 +244,10 @@ impl PoolBuilder {
             self.gpus = layout.gpus;
         }
         let pool = self.finish(host, None, None);
-        if let (Some(choice), Some(tracer)) = (chosen, &pool.inner().tracer) {
-            tracer.write(&crate::trace::TraceEvent::auto(
-                &choice.to_string(),
-                choice.per_gpu,
-                pool.gpus(),
-            ));
+        if let Some(choice) = chosen {
+            pool.inner()
+                .observers
+                .chose(&choice.to_string(), choice.per_gpu, pool.gpus());
         }
         Ok(pool)
     }
@@ -261,16 +259,6 @@ impl PoolBuilder {
         inherited: Option<Inherited>,
     ) -> PermitPool {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let tracer = self.trace.as_ref().and_then(|p| match Tracer::open(p) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                crate::notice::line(&format!(
-                    "cannot open trace file {} ({e}); tracing is off",
-                    p.display()
-                ));
-                None
-            }
-        });
         // A pool whose every acquisition fails with `host_error` never seats a permit: it
         // gets none, however large the layout that was refused (a layout refused for want of
         // descriptors may be a million units).
@@ -291,6 +279,26 @@ impl PoolBuilder {
         let published = host
             .as_ref()
             .map(|h| crate::host::ThreadsFile::new(h.dir(), id));
+        let observers = Observers::new(observe::Pool {
+            trace: self.trace.as_deref(),
+            records: self.auto || learned.is_some(),
+            inherited: inherited.is_some(),
+            host: host.is_some(),
+            hold_timeout: self.hold_timeout,
+            capacity: self.capacity(),
+            layout: Layout {
+                per_gpu: self.concurrency,
+                gpus: self.gpus,
+            },
+            named: named(
+                Layout {
+                    per_gpu: self.concurrency,
+                    gpus: self.gpus,
+                },
+                host.as_ref(),
+                inherited.as_ref(),
+            ),
+        });
         PermitPool {
             inner: NonNull::from(Box::leak(Box::new(PoolInner {
                 id,
@@ -317,16 +325,36 @@ impl PoolBuilder {
                 host,
                 host_error,
                 timeout: self.timeout,
-                hold_timeout: self.hold_timeout,
-                tracer,
+                observers,
                 inherited,
                 budget_source: self.memory_budget,
                 budget: OnceLock::new(),
                 probe_budget: self.probe_budget,
-                records: self.auto || learned.is_some() || crate::runs::nextest_run().is_some(),
                 learned,
             }))),
         }
+    }
+}
+
+/// The N (with the GPUs) and the slot directory that records and messages of a pool of
+/// `layout` name. Inside a permit inherited from `run`, those of the permit passed on and of
+/// the outermost slot directory: the processes inside share a part of the host's units through
+/// a directory of their own, whose N (the units `run` holds) is no N of the host, and which
+/// neither `history` nor `auto` reads.
+fn named(
+    layout: Layout,
+    host: Option<&HostSlots>,
+    inherited: Option<&Inherited>,
+) -> (Layout, Option<PathBuf>) {
+    match inherited {
+        Some(inherited) => (
+            Layout {
+                per_gpu: inherited.permit.per_gpu,
+                gpus: inherited.permit.gpus,
+            },
+            Some(crate::host::outermost_dir(&inherited.permit.dir)),
+        ),
+        None => (layout, host.map(|h| h.dir().to_path_buf())),
     }
 }
 
@@ -338,7 +366,7 @@ fn open_auto(
     run: &str,
 ) -> Result<(HostSlots, Option<crate::tune::Choice>), HostError> {
     let mut choice = None;
-    let key = crate::runs::run_key(run);
+    let key = observe::run_key(run);
     let (host, chose) = HostSlots::open_auto(dir, gpus, &key, || {
         let c = crate::tune::choose_now(dir, gpus, Some(run));
         let n = c.per_gpu;

@@ -12,7 +12,7 @@ use crate::sync::Ordering;
 impl PoolInner {
     /// The error of a wait for `want` that began at `asked` and timed out.
     pub(super) fn timeout_error(&self, want: Want, asked: Instant) -> AcquireError {
-        let test = crate::nextest::current_test_name();
+        let test = super::observe::test_name();
         let inner = self;
         // Whether the wait ended in this process's queue or at the host slots, the slots say
         // who is in the way.

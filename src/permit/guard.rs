@@ -265,7 +265,7 @@ impl GpuTestPermit {
             host.dir().to_path_buf(),
         );
         cmd.env(INHERITED_VAR, permit.to_os_string());
-        crate::drivers::watch_inside_permit(cmd);
+        super::observe::passing_on(cmd);
         Ok(())
     }
 

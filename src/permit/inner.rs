@@ -4,17 +4,17 @@
 
 use std::ptr::NonNull;
 use std::sync::OnceLock;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::budget::{Budget, probed_memory};
 use super::inherited::Inherited;
 use super::learned::Learned;
 use super::local::LocalPool;
-use super::seat::{Detail, GUARD_BITS, GUARDS, NO_SLOT, Seat};
+use super::observe::{Held, Observers, Release, Shown};
+use super::seat::{GUARD_BITS, GUARDS, NO_SLOT, Seat};
 use super::want::Want;
 use crate::host::{HostError, HostSlots, Layout};
 use crate::sync::Ordering;
-use crate::trace::{TraceArgs, TraceEvent, Tracer};
 
 pub(super) struct PoolInner {
     pub(super) id: u64,
@@ -24,9 +24,9 @@ pub(super) struct PoolInner {
     /// Why the global pool has no host slots: every acquisition fails with it.
     pub(super) host_error: Option<HostError>,
     pub(super) timeout: Duration,
-    /// See [`PoolBuilder::hold_timeout`].
-    pub(super) hold_timeout: Option<Duration>,
-    pub(super) tracer: Option<Tracer>,
+    /// What watches its permits come and go (records, trace, watchdog, hints): told at a few
+    /// points of the acquisition and release paths, with plain values.
+    pub(super) observers: Observers,
     /// GPUs the permits span; a permit's device is its slot modulo this.
     pub(super) gpus: usize,
     /// Permits per GPU, N: the capacity over the GPUs.
@@ -48,9 +48,6 @@ pub(super) struct PoolInner {
     pub(super) budget: OnceLock<Option<Budget>>,
     /// Without a configured budget, ask the probe (the global pool only).
     pub(super) probe_budget: bool,
-    /// Whether grants and releases go to the run records: under nextest, and in a pool whose
-    /// N `auto` chose (outside nextest its process is a run of its own).
-    pub(super) records: bool,
     /// Learned weights (`GPU_TEST_PERMIT_WEIGHTS=learned`), for a pool with host slots that
     /// is not inside an inherited permit; `None` is off.
     pub(super) learned: Option<Learned>,
@@ -67,27 +64,6 @@ impl PoolInner {
         Layout {
             per_gpu: self.per_gpu,
             gpus: self.gpus,
-        }
-    }
-
-    /// The N (with the GPUs) and the slot directory that records and messages name. Inside a
-    /// permit inherited from `run`, those of the permit passed on and of the outermost slot
-    /// directory: the processes inside share a part of the host's units through a directory
-    /// of their own, whose N (the units `run` holds) is no N of the host, and which neither
-    /// `history` nor `auto` reads.
-    pub(super) fn named(&self) -> (Layout, Option<std::path::PathBuf>) {
-        match &self.inherited {
-            Some(inherited) => (
-                Layout {
-                    per_gpu: inherited.permit.per_gpu,
-                    gpus: inherited.permit.gpus,
-                },
-                Some(crate::host::outermost_dir(&inherited.permit.dir)),
-            ),
-            None => (
-                self.layout(),
-                self.host.as_ref().map(|h| h.dir().to_path_buf()),
-            ),
         }
     }
 
@@ -143,50 +119,6 @@ impl PoolInner {
             return None;
         }
         self.budget.get()?.as_ref()?.inline_units(bytes)
-    }
-
-    /// Whether permits record names and wall-clock times (for host records or the trace).
-    pub(super) fn detailed(&self) -> bool {
-        self.host.is_some() || self.tracer.is_some()
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn event(
-        &self,
-        name: &str,
-        ts: u64,
-        dur: u64,
-        detail: &Detail,
-        slots: Vec<usize>,
-        exclusive: bool,
-        units: usize,
-        memory: Option<u64>,
-    ) -> TraceEvent {
-        TraceEvent {
-            name: name.into(),
-            cat: "gpu-test-permit".into(),
-            ph: "X".into(),
-            ts,
-            dur,
-            pid: std::process::id(),
-            tid: crate::sys::thread_number(),
-            args: TraceArgs {
-                test: detail.test.clone(),
-                thread: detail.thread.clone(),
-                slots,
-                exclusive,
-                capacity: self.local.capacity(),
-                units,
-                gpus: self.gpus,
-                memory,
-                memory_used: None,
-                memory_budget: self.budget.get().copied().flatten().map(|b| b.bytes),
-                attempt: crate::runs::traced_attempt(),
-                failed: false,
-                learned: detail.learned,
-                backfilled: detail.backfilled && name == "hold",
-            },
-        }
     }
 }
 
@@ -275,71 +207,101 @@ impl PoolInner {
     }
 
     /// Returns the permit in `seat`, whose last guard just dropped; frees the pool if its
-    /// handle is gone and this was its last permit.
+    /// handle is gone and this was its last permit. The protocol's steps, in order: read the
+    /// seat, unclaim it, return the slots, return the units; the observers hear of it before
+    /// the slots go ([`Observers::releasing`]) and after ([`Observers::released`]).
     ///
     /// # Safety
     ///
     /// `this` points to a live pool, `seat` holds a permit whose last guard is gone, and the
     /// caller does not touch the pool afterwards.
     pub(super) unsafe fn release(this: NonNull<PoolInner>, seat: usize) {
-        {
-            // SAFETY: the permit's units are out, so the pool is alive until they are returned.
-            let pool = unsafe { this.as_ref() };
-            let s = &pool.seats[seat];
-            let exclusive = s.exclusive.load(Ordering::Relaxed);
-            let units = s.units.load(Ordering::Relaxed);
-            let slots = pool.held_slots(seat);
-            let memory = s.declared_memory();
-            let used = match s.memory_used.swap(0, Ordering::Relaxed) {
+        // SAFETY: the permit's units are out, so the pool is alive until they are returned.
+        let pool = unsafe { this.as_ref() };
+        let returned = pool.read_seat(seat);
+        // Read everything first: once unclaimed, the seat belongs to the next permit.
+        pool.seats[seat].claimed.store(false, Ordering::Release);
+        // Before the slots go: the release's run record is stamped now, so that no record
+        // shows this permit beside the next holder of its slots.
+        let releasing = pool.observers.releasing(returned.held);
+        let slot_dir = pool.host.as_ref().map(|h| h.dir());
+        let went_back = pool.return_slots(&returned.slots);
+        pool.observers.released(
+            releasing,
+            Release {
+                shown: Shown {
+                    budget: pool.budget_bytes(),
+                    ..returned.shown
+                },
+                slot_dir,
+                returned: went_back,
+                slots: returned.slots,
+                used: returned.used,
+            },
+        );
+        // SAFETY: as this function's; the units are its last touch of the pool.
+        unsafe { PoolInner::return_units(this, returned.shown.units) };
+    }
+
+    /// Release, step 1: what the permit in `seat` held, and what its observers kept, taken out
+    /// of the seat.
+    fn read_seat(&self, seat: usize) -> Returned {
+        let s = &self.seats[seat];
+        Returned {
+            shown: Shown {
+                units: s.units.load(Ordering::Relaxed),
+                exclusive: s.exclusive.load(Ordering::Relaxed),
+                memory: s.declared_memory(),
+                budget: None,
+            },
+            slots: self.held_slots(seat),
+            used: match s.memory_used.swap(0, Ordering::Relaxed) {
                 0 => None,
                 bytes => Some(bytes),
-            };
-            let detail = if pool.detailed() {
-                s.detail.lock().take()
+            },
+            held: if self.observers.keep() {
+                s.observed.lock().take()
             } else {
                 None
-            };
-            let watch = match pool.hold_timeout {
-                Some(_) => s.watch.swap(0, Ordering::Relaxed),
-                None => 0,
-            };
-            // Read everything first: once unclaimed, the seat belongs to the next permit.
-            s.claimed.store(false, Ordering::Release);
-            #[cfg(not(loom))]
-            crate::drivers::permit_returned();
-            if watch != 0 {
-                super::watchdog::unwatch(watch);
-            }
-            let end = pool.tracer.as_ref().map(|_| SystemTime::now());
-            if let Some(host) = &pool.host {
-                // Stamped before the slots are free, so that no record shows this permit
-                // beside the next holder of its slots.
-                let recorded = detail
-                    .as_ref()
-                    .filter(|d| d.run_hold != 0)
-                    .map(|d| (d.run_hold, SystemTime::now()));
-                // A child forked without `exec` returns nothing of its parent's, and records
-                // nothing of it.
-                if host.release(&slots)
-                    && let Some((hold, at)) = recorded
-                {
-                    crate::runs::released(host.dir(), hold, at, used);
-                }
-            }
-            if let (Some(t), Some(end), Some(d)) = (&pool.tracer, end, &detail) {
-                let ts = crate::clock::unix_micros(d.since_wall);
-                let dur = crate::clock::unix_micros(end).saturating_sub(ts);
-                let mut event = pool.event("hold", ts, dur, d, slots, exclusive, units, memory);
-                event.args.memory_used = used;
-                event.args.failed = crate::runs::outcome_now().failed();
-                t.write(&event);
-            }
-            // The last touch of the pool: once the units are back, a closed pool may go.
-            if pool.local.release(units) {
-                // SAFETY: the pool's handle is gone and this release was the last thing it
-                // waited for; nothing else can reach it. It was allocated as a `Box`.
-                drop(unsafe { Box::from_raw(this.as_ptr()) });
-            }
+            },
         }
     }
+
+    /// Release, step 3: the host slots `slots` go back to the slot directory. Returns whether
+    /// they did: a child forked without `exec` returns nothing of its parent's.
+    fn return_slots(&self, slots: &[usize]) -> bool {
+        match &self.host {
+            Some(host) => host.release(slots),
+            None => false,
+        }
+    }
+
+    /// Release, step 4: `units` go back to the process's semaphore, the last touch of the
+    /// pool; a closed pool whose last units these were is freed.
+    ///
+    /// # Safety
+    ///
+    /// As [`release`](Self::release)'s.
+    unsafe fn return_units(this: NonNull<PoolInner>, units: usize) {
+        // SAFETY: the units are still out, so the pool is alive.
+        let pool = unsafe { this.as_ref() };
+        if pool.local.release(units) {
+            // SAFETY: the pool's handle is gone and this release was the last thing it
+            // waited for; nothing else can reach it. It was allocated as a `Box`.
+            drop(unsafe { Box::from_raw(this.as_ptr()) });
+        }
+    }
+
+    /// The resolved per-GPU memory budget in bytes, as the observers show it.
+    pub(super) fn budget_bytes(&self) -> Option<u64> {
+        self.budget.get().copied().flatten().map(|b| b.bytes)
+    }
+}
+
+/// What a returned permit held ([`PoolInner::read_seat`]).
+struct Returned {
+    shown: Shown,
+    slots: Vec<usize>,
+    used: Option<u64>,
+    held: Option<Held>,
 }

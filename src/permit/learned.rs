@@ -36,7 +36,7 @@ impl Learned {
     pub(super) fn peaks(&self) -> Option<&HashMap<String, u64>> {
         let peaks = self
             .peaks
-            .get_or_init(|| crate::tune::learned_peaks(&self.dir, crate::runs::run_id()));
+            .get_or_init(|| crate::tune::learned_peaks(&self.dir, super::observe::run_id()));
         (!peaks.is_empty()).then_some(peaks)
     }
 
@@ -66,12 +66,6 @@ impl Learned {
         });
         found
     }
-}
-
-/// The running test as run records and the history name it: `<binary>::<test>`.
-pub(super) fn current_test_key() -> String {
-    let (binary, test) = crate::nextest::current_test();
-    crate::nextest::test_key(&binary, &test)
 }
 
 /// `peak` bytes with the margin: `peak x (100 + LEARNED_MARGIN_PERCENT) / 100`, rounded up,

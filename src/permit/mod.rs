@@ -11,12 +11,15 @@
 //! | `inner` | the shared state every guard points at; claiming a seat, releasing a permit |
 //! | `seat`, `budget`, `local`, `inherited`, `watchdog` | a permit's state, memory to units, the in-process FIFO semaphore, a parent's permit, the hold deadline |
 //! | `learned` | learned weights: a test's measured peak memory to units (`GPU_TEST_PERMIT_WEIGHTS=learned`) |
+//! | `observe` | what watches permits come and go (run records, trace, watchdog, tally, nextest's hint, the driver watch), told at named points with plain values; it cannot reach the slots |
 //! | `error`, `want` | why a permit could not be had; what a request asks for |
 //!
 //! A request flows down: `pool` checks it (`want`, `budget`), serves it nested from a seat
-//! this thread holds, or waits in `local` and then at the host slots of [`crate::host`],
-//! claims a seat in `inner` and returns a guard; the last guard's drop returns the seat, the
-//! host slots and the units through `inner`.
+//! this thread holds, or takes a new permit in the protocol's steps: shapes it, waits in
+//! `local` and then at the host slots of [`crate::host`], claims a seat in `inner` and returns
+//! a guard; the last guard's drop returns the seat, the host slots and the units through
+//! `inner`. Both paths tell `observe` what happened, and only `observe` tells the records,
+//! the trace, the watchdog and the rest.
 
 mod budget;
 mod builder;
@@ -28,6 +31,7 @@ mod inherited;
 mod inner;
 mod learned;
 mod local;
+mod observe;
 mod pool;
 mod request;
 mod seat;

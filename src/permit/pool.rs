@@ -11,11 +11,10 @@ use super::budget::no_budget_notice;
 use super::error::AcquireError;
 use super::guard::{GpuTestPermit, Nested};
 use super::inner::PoolInner;
-use super::learned::{Learned, current_test_key, learned_units};
+use super::learned::{Learned, learned_units};
 use super::local::{Deadline, LocalTimeout};
-use super::seat::{
-    Detail, GUARD_BITS, GUARDS, NO_MEMORY, NO_SLOT, ThreadPermit, with_thread_permits,
-};
+use super::observe::{Grant, Names, Shown};
+use super::seat::{GUARD_BITS, GUARDS, NO_MEMORY, NO_SLOT, ThreadPermit, with_thread_permits};
 use super::want::{PermitKind, Refused, Want};
 use crate::clock::unix_ms;
 use crate::host::{HolderRecord, HostWaitError};
@@ -426,7 +425,7 @@ impl PermitPool {
         let Some(peaks) = l.peaks() else {
             return Learning::Nothing;
         };
-        let key = current_test_key();
+        let key = super::observe::test_key();
         let Some(&peak) = peaks.get(&key) else {
             return Learning::Nothing;
         };
@@ -442,179 +441,204 @@ impl PermitPool {
         }
     }
 
-    /// Takes a permit this thread does not hold yet.
+    /// Takes a permit this thread does not hold yet: the protocol's steps, in order. Shape the
+    /// request (what it asks of the slots), take its units in the process, then its slots
+    /// across processes, then claim a seat. The observers hear of it at named points
+    /// ([`Observers::asking`], [`Observers::naming`], [`Observers::granted`]), with plain
+    /// values.
+    ///
+    /// [`Observers::asking`]: super::observe::Observers::asking
+    /// [`Observers::naming`]: super::observe::Observers::naming
+    /// [`Observers::granted`]: super::observe::Observers::granted
     #[inline(never)]
-    fn acquire_new(&self, mut want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
+    fn acquire_new(&self, want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
+        let inner = self.inner();
+        let shaped = match self.shape(want)? {
+            Shape::Asks(shaped) => shaped,
+            Shape::Joined(seat) => {
+                return Ok(GpuTestPermit {
+                    pool: self.inner,
+                    seat,
+                    nested: Nested::Yes,
+                });
+            }
+        };
+        let asking = inner.observers.asking();
+        let waited_since = self.seat_in_process(&shaped, wait)?;
+        let names = inner.observers.naming();
+        let taken = self.slots_across_processes(&shaped, wait, waited_since, names.as_ref())?;
+        let seat = self.claim(&shaped, &taken);
+        let held = inner.observers.granted(
+            asking,
+            names,
+            Grant {
+                shown: Shown {
+                    units: shaped.units,
+                    exclusive: shaped.want.exclusive,
+                    memory: shaped.want.memory,
+                    budget: inner.budget_bytes(),
+                },
+                slot_dir: inner.host.as_ref().map(|h| h.dir()),
+                slots: &taken.slots,
+                at: taken.at,
+                waited: taken.waited,
+                alone: shaped.alone,
+                learned: shaped.learned.as_ref().map(|(_, peak)| *peak),
+                backfilled: taken.backfilled,
+            },
+        );
+        if let Some(held) = held {
+            *inner.seats[seat].observed.lock() = Some(held);
+        }
+        Ok(GpuTestPermit {
+            pool: self.inner,
+            seat,
+            nested: Nested::No,
+        })
+    }
+
+    /// Step 1, shape the request: what it asks of the slots. A pool without its host slots
+    /// refuses it; a retried test reruns with the GPU to itself (`GPU_TEST_PERMIT_RETRY`);
+    /// with learned weights, a request that declares nothing takes its test's learned units,
+    /// or joins the learned permit its test holds.
+    fn shape(&self, mut want: Want) -> Result<Shape, AcquireError> {
         let inner = self.inner();
         if let Some(e) = &inner.host_error {
             return Err(AcquireError::Host(e.clone()));
         }
-        // A retried test reruns with the GPU to itself (`GPU_TEST_PERMIT_RETRY`); inside an
-        // inherited permit, whoever passed it on has decided.
+        // Inside an inherited permit, whoever passed it on has decided.
         let alone = !want.exclusive && inner.inherited.is_none() && retry_alone();
         if alone {
             want.exclusive = true;
         }
-        // Learned weights: one branch when they are off. A request that declares nothing
-        // takes its test's learned units, or shares the learned permit its test holds.
+        // Learned weights: one branch when they are off.
         let mut learned = None;
         if let Some(l) = &inner.learned
             && want == Want::ONE
         {
             match self.learned_weight(l) {
                 Learning::Nothing => {}
-                Learning::Shared(seat) => {
-                    return Ok(GpuTestPermit {
-                        pool: self.inner,
-                        seat,
-                        nested: Nested::Yes,
-                    });
-                }
+                Learning::Shared(seat) => return Ok(Shape::Joined(seat)),
                 Learning::Units { units, peak, key } => {
                     want.units = units;
                     learned = Some((key, peak));
                 }
             }
         }
-        if inner.inherited.is_none() {
-            crate::nextest::hint_once(inner.local.capacity());
-        }
-        let exclusive = want.exclusive;
-        // An exclusive permit holds every GPU; its units are not spread over some of them.
-        let gpus = if exclusive { 1 } else { want.gpus };
-        let units = want.held_units(inner.local.capacity());
-        // Only pay for wall clocks and names where something records them: the uncontended
-        // in-process path reads no clock but the coarse one.
-        let asked_wall = inner.tracer.as_ref().map(|_| SystemTime::now());
-        let waited_since = match inner.local.acquire(units, wait) {
-            Ok(since) => since,
-            Err(LocalTimeout { since }) => {
-                return Err(match wait {
-                    Deadline::Now => AcquireError::WouldBlock,
-                    _ => inner.timeout_error(want, since),
-                });
-            }
+        Ok(Shape::Asks(Shaped {
+            units: want.held_units(inner.local.capacity()),
+            // An exclusive permit holds every GPU; its units are not spread over some of them.
+            gpus: if want.exclusive { 1 } else { want.gpus },
+            want,
+            alone,
+            learned,
+        }))
+    }
+
+    /// Step 2, the seat in the process: the request's units of the process's semaphore, in
+    /// arrival order. Returns when its wait began (`None`: it did not wait).
+    fn seat_in_process(&self, s: &Shaped, wait: Deadline) -> Result<Option<Instant>, AcquireError> {
+        let inner = self.inner();
+        inner
+            .local
+            .acquire(s.units, wait)
+            .map_err(|LocalTimeout { since }| match wait {
+                Deadline::Now => AcquireError::WouldBlock,
+                _ => inner.timeout_error(s.want, since),
+            })
+    }
+
+    /// Step 3, the slots across processes (a pool with host slots): the request's units of the
+    /// slot directory, in the host's queue, with the holder record the other processes read.
+    /// Where it gets none, the units of step 2 go back.
+    fn slots_across_processes(
+        &self,
+        s: &Shaped,
+        wait: Deadline,
+        waited_since: Option<Instant>,
+        names: Option<&Names>,
+    ) -> Result<Taken, AcquireError> {
+        let inner = self.inner();
+        let (Some(host), Some(names)) = (&inner.host, names) else {
+            return Ok(Taken::default());
         };
-        let mut slots: Vec<usize> = Vec::new();
-        let mut detail = None;
-        if inner.detailed() {
-            let mut d = Detail {
-                test: crate::nextest::current_test_name(),
-                thread: thread_label(),
-                since_wall: SystemTime::now(),
-                run_hold: 0,
-                learned: learned.as_ref().map(|(_, peak)| *peak),
-                backfilled: false,
-            };
-            crate::runs::tally::gpu_test(&d.test);
-            if let Some(host) = &inner.host {
-                let start = waited_since.unwrap_or_else(Instant::now);
-                // When the wait began on the boot clock as well: the queue's order reads it
-                // (`queue::order_key`); the grant stamps its own (`HostSlots::write_records`).
-                let boot = crate::clock::boot_now();
-                let record = HolderRecord {
-                    gpus,
-                    pid: crate::sys::pid(),
-                    test: d.test.clone(),
-                    binary: Some(crate::runs::current_test_binary()),
-                    thread: d.thread.clone(),
-                    since_unix_ms: unix_ms(d.since_wall),
-                    since_boot_ms: boot.map(|b| b.ms),
-                    boot_id: boot.and_then(|b| b.boot_id).map(str::to_string),
-                    exclusive,
-                    concurrency: inner.layout().per_gpu,
-                    units,
-                    memory: want.memory,
-                };
-                let take = crate::host::Take {
-                    units: want.units,
-                    gpus: want.gpus,
-                    exclusive,
-                    topology: &inner.topology,
-                    placement: inner.placement,
-                    live: inner.live_memory(want),
-                    backfill: inner.backfill,
-                };
-                match host.acquire(&take, wait.resolve(start), &record) {
-                    Ok((got, backfilled)) => {
-                        slots = got;
-                        d.backfilled = backfilled;
-                        d.since_wall = SystemTime::now();
-                        if inner.inherited.is_none() && inner.records {
-                            d.run_hold = crate::runs::granted(
-                                host.dir(),
-                                crate::runs::Granted {
-                                    units,
-                                    exclusive,
-                                    per_gpu: inner.per_gpu,
-                                    gpus: inner.gpus,
-                                    alone,
-                                    waited: start.elapsed(),
-                                    learned: d.learned,
-                                },
-                            );
-                        }
-                    }
-                    Err(e) => {
-                        let freed = inner.local.release(units);
-                        debug_assert!(!freed, "a pool cannot close while borrowed");
-                        return Err(match e {
-                            HostWaitError::TimedOut if matches!(wait, Deadline::Now) => {
-                                AcquireError::WouldBlock
-                            }
-                            HostWaitError::TimedOut => inner.timeout_error(want, start),
-                            HostWaitError::Failed(e) => AcquireError::Host(e),
-                        });
-                    }
-                }
+        let start = waited_since.unwrap_or_else(Instant::now);
+        // When the wait began on the boot clock as well: the queue's order reads it
+        // (`queue::order_key`); the grant stamps its own (`HostSlots::write_records`).
+        let boot = crate::clock::boot_now();
+        let record = HolderRecord {
+            gpus: s.gpus,
+            pid: crate::sys::pid(),
+            test: names.test.clone(),
+            binary: Some(names.binary()),
+            thread: names.thread.clone(),
+            since_unix_ms: unix_ms(names.since_wall),
+            since_boot_ms: boot.map(|b| b.ms),
+            boot_id: boot.and_then(|b| b.boot_id).map(str::to_string),
+            exclusive: s.want.exclusive,
+            concurrency: inner.layout().per_gpu,
+            units: s.units,
+            memory: s.want.memory,
+        };
+        let take = crate::host::Take {
+            units: s.want.units,
+            gpus: s.want.gpus,
+            exclusive: s.want.exclusive,
+            topology: &inner.topology,
+            placement: inner.placement,
+            live: inner.live_memory(s.want),
+            backfill: inner.backfill,
+        };
+        match host.acquire(&take, wait.resolve(start), &record) {
+            Ok((mut slots, backfilled)) => {
+                slots.sort_unstable();
+                Ok(Taken {
+                    slots,
+                    backfilled,
+                    at: Some(SystemTime::now()),
+                    waited: start.elapsed(),
+                })
             }
-            detail = Some(d);
+            Err(e) => {
+                let freed = inner.local.release(s.units);
+                debug_assert!(!freed, "a pool cannot close while borrowed");
+                Err(match e {
+                    HostWaitError::TimedOut if matches!(wait, Deadline::Now) => {
+                        AcquireError::WouldBlock
+                    }
+                    HostWaitError::TimedOut => inner.timeout_error(s.want, start),
+                    HostWaitError::Failed(e) => AcquireError::Host(e),
+                })
+            }
         }
+    }
+
+    /// Step 4, claim a seat: the permit's state where its guards find it, the learned permit
+    /// its test's other threads join, and this thread's entry for nested requests. Returns
+    /// the seat.
+    fn claim(&self, s: &Shaped, taken: &Taken) -> usize {
+        let inner = self.inner();
         let (seat_index, generation) = inner.claim_seat();
-        if let (Some(l), Some((key, _))) = (&inner.learned, learned) {
-            l.hold(key, seat_index, generation);
+        if let (Some(l), Some((key, _))) = (&inner.learned, &s.learned) {
+            l.hold(key.clone(), seat_index, generation);
         }
         let seat = &inner.seats[seat_index];
+        let exclusive = s.want.exclusive;
         seat.exclusive.store(exclusive, Ordering::Relaxed);
-        seat.units.store(units, Ordering::Relaxed);
-        seat.gpus.store(gpus, Ordering::Relaxed);
+        seat.units.store(s.units, Ordering::Relaxed);
+        seat.gpus.store(s.gpus, Ordering::Relaxed);
         seat.memory
-            .store(want.memory.unwrap_or(NO_MEMORY), Ordering::Relaxed);
-        slots.sort_unstable();
-        seat.first_slot
-            .store(slots.first().copied().unwrap_or(NO_SLOT), Ordering::Relaxed);
-        if units > 1 && !exclusive && !slots.is_empty() {
-            *seat.slots.lock() = slots.clone();
+            .store(s.want.memory.unwrap_or(NO_MEMORY), Ordering::Relaxed);
+        seat.first_slot.store(
+            taken.slots.first().copied().unwrap_or(NO_SLOT),
+            Ordering::Relaxed,
+        );
+        if s.units > 1 && !exclusive && !taken.slots.is_empty() {
+            *seat.slots.lock() = taken.slots.clone();
         }
         seat.since.store(crate::sys::coarse_ns(), Ordering::Relaxed);
         seat.thread
             .store(crate::sys::thread_number(), Ordering::Relaxed);
-        if let Some(deadline) = inner.hold_timeout {
-            let (layout, slot_dir) = inner.named();
-            let (test, thread) = match &detail {
-                Some(d) => (d.test.clone(), d.thread.clone()),
-                None => (crate::nextest::current_test_name(), thread_label()),
-            };
-            let id = super::watchdog::watch(super::watchdog::Watched {
-                test,
-                thread,
-                exclusive,
-                units,
-                deadline,
-                layout,
-                slot_dir,
-            });
-            seat.watch.store(id, Ordering::Relaxed);
-        }
-        if let Some(d) = detail {
-            if let (Some(t), Some(asked)) = (&inner.tracer, asked_wall) {
-                let ts = crate::clock::unix_micros(asked);
-                let dur = crate::clock::unix_micros(d.since_wall).saturating_sub(ts);
-                t.write(&inner.event("wait", ts, dur, &d, slots, exclusive, units, want.memory));
-            }
-            *seat.detail.lock() = Some(d);
-        }
-        let pool = self.inner;
         with_thread_permits(|v| {
             v.push(ThreadPermit {
                 pool_id: inner.id,
@@ -622,15 +646,43 @@ impl PermitPool {
                 generation,
             })
         });
-        // Which GPU drivers the process loaded without a permit (looked at once, at its first).
-        #[cfg(not(loom))]
-        crate::drivers::permit_taken();
-        Ok(GpuTestPermit {
-            pool,
-            seat: seat_index,
-            nested: Nested::No,
-        })
+        seat_index
     }
+}
+
+/// What shaping a request made of it ([`PermitPool::shape`]).
+enum Shape {
+    /// It asks the slots for a permit of its own.
+    Asks(Shaped),
+    /// It joined the learned permit its test holds, in this seat.
+    Joined(usize),
+}
+
+/// A request shaped for the slots ([`PermitPool::shape`]).
+struct Shaped {
+    /// What it asks for: learned units, a retry's exclusivity applied.
+    want: Want,
+    /// The units it holds (every unit of the pool for an exclusive one).
+    units: usize,
+    /// The GPUs its units spread over (1 for an exclusive one, which holds them all).
+    gpus: usize,
+    /// A retry that runs alone.
+    alone: bool,
+    /// Its test's key and measured peak, where its units were learned.
+    learned: Option<(String, u64)>,
+}
+
+/// What the slots across processes gave a request ([`PermitPool::slots_across_processes`]).
+#[derive(Default)]
+struct Taken {
+    /// The host slots held, in increasing order (none for an in-process pool).
+    slots: Vec<usize>,
+    /// Granted past a waiting head.
+    backfilled: bool,
+    /// When the host granted them.
+    at: Option<SystemTime>,
+    /// How long it waited, in the process and at the host.
+    waited: Duration,
 }
 
 /// What learned weights make of a request that declares nothing ([`PermitPool::learned_weight`]).
@@ -645,12 +697,4 @@ enum Learning {
         peak: u64,
         key: String,
     },
-}
-
-fn thread_label() -> String {
-    let t = std::thread::current();
-    match t.name() {
-        Some(n) => n.to_string(),
-        None => format!("{:?}", t.id()),
-    }
 }

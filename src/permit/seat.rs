@@ -2,8 +2,7 @@
 //! generations), and the thread-local list by which a thread finds the permits it holds. The
 //! guards that count in a seat are in `guard`, the protocol in its header.
 
-use std::time::SystemTime;
-
+use super::observe::Held;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 /// A permit the current thread holds: its pool, seat and the seat's generation when taken.
@@ -66,23 +65,11 @@ pub(super) struct Seat {
     pub(super) since: AtomicU64,
     /// Thread that took it, for diagnostics.
     pub(super) thread: AtomicU64,
-    /// Names and wall-clock start, kept only where host records or a trace need them.
-    pub(super) detail: parking_lot::Mutex<Option<Detail>>,
-    /// The hold-deadline watch of the permit, or 0 (see `watchdog`).
-    pub(super) watch: AtomicU64,
-}
-
-#[derive(Debug)]
-pub(super) struct Detail {
-    pub(super) test: String,
-    pub(super) thread: String,
-    pub(super) since_wall: SystemTime,
-    /// The number the run records know the permit by (0: not recorded).
-    pub(super) run_hold: u64,
-    /// The measured peak memory its units were learned from, bytes (a learned weight).
-    pub(super) learned: Option<u64>,
-    /// Granted past a waiting head, by backfilling.
-    pub(super) backfilled: bool,
+    /// What the observers keep of the permit while it is held (names, times, its run record
+    /// and watch), only where they keep anything ([`Observers::keep`]).
+    ///
+    /// [`Observers::keep`]: super::observe::Observers::keep
+    pub(super) observed: parking_lot::Mutex<Option<Held>>,
 }
 
 impl Seat {
@@ -107,8 +94,7 @@ impl Seat {
             slots: parking_lot::Mutex::new(Vec::new()),
             since: AtomicU64::new(0),
             thread: AtomicU64::new(0),
-            detail: parking_lot::Mutex::new(None),
-            watch: AtomicU64::new(0),
+            observed: parking_lot::Mutex::new(None),
         }
     }
 }

@@ -67,7 +67,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 /// The test a record names: [`nextest::current_test`](crate::nextest::current_test).
-pub(crate) use crate::nextest::{current_test, current_test_binary};
+pub(crate) use crate::nextest::current_test;
 pub use casualty::{CasualtyRecord, forget_casualties, recorded_casualties};
 pub use read::{
     BESIDE, JustEnded, RecordedRun, RunRecords, RunsError, just_ended, last_run, read_run,

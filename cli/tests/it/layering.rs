@@ -432,3 +432,216 @@ fn folder_layers(folder: &str) {
         problems.join("\n")
     );
 }
+
+/// The files that observe permits come and go, relative to `src/`: run records, the trace,
+/// the driver watch, nextest's hints, hang records, the hold-deadline watchdog and the permit
+/// pool's observers. A folder's name stands for every file in it.
+const OBSERVERS: [&str; 8] = [
+    "runs",
+    "trace",
+    "drivers.rs",
+    "drivers",
+    "nextest.rs",
+    "hangs.rs",
+    "permit/watchdog.rs",
+    "permit/observe.rs",
+];
+
+/// What an observer file names that could take or free a slot: the host's slots, its queue
+/// and slot files, the process's semaphore, the pool's state and seats, a pool or a guard (a
+/// guard frees its slots when it drops), letting go of a lock, and an acquire or release
+/// called on anything. `rel` is the file's path below `src/`, `text` its source.
+fn slot_reaches(rel: &str, text: &str) -> Vec<String> {
+    let code = code_of(text);
+    let mut found = Vec::new();
+    let words = [
+        "HostSlots",
+        "Slots",
+        "LocalPool",
+        "PoolInner",
+        "Seat",
+        "PermitPool",
+        "GpuTestPermit",
+        "try_take",
+        "take_in_order",
+        "unlock_unrecorded",
+        "let_go",
+    ];
+    for word in identifiers(&code) {
+        if words.contains(&word.as_str()) {
+            found.push(format!("{rel}: names `{word}`"));
+        }
+    }
+    for call in [".acquire(", ".acquire_", ".release(", ".try_acquire"] {
+        if code.contains(call) {
+            found.push(format!("{rel}: calls `{call}`"));
+        }
+    }
+    for path in full_crate_paths(&code) {
+        let segments: Vec<&str> = path.split("::").map(str::trim).collect();
+        let slot_taking = match segments.as_slice() {
+            ["host", "slot" | "queue", ..] => true,
+            ["permit", ..] => true,
+            _ => false,
+        };
+        if slot_taking {
+            found.push(format!("{rel}: uses `crate::{path}`"));
+        }
+    }
+    // The permit pool's own observers reach only each other, never the pool's files.
+    if rel.starts_with("permit/") {
+        for path in super_paths(&code) {
+            let head = path.split("::").next().unwrap_or("").trim();
+            if !["observe", "watchdog"].contains(&head) {
+                found.push(format!("{rel}: uses `super::{path}`"));
+            }
+        }
+    }
+    found
+}
+
+/// What a file of the permit pool other than its observers names of the observers: run
+/// records, the trace, the driver watch, nextest's hints, hang records, the tally, the
+/// watchdog. They are reached through `permit/observe.rs` only. `mod.rs` declares the
+/// watchdog and re-exports its public items.
+fn observer_reaches(rel: &str, text: &str) -> Vec<String> {
+    let code = code_of(text);
+    let mut found = Vec::new();
+    for head in crate_paths(&code) {
+        if ["runs", "trace", "drivers", "nextest", "hangs"].contains(&head.as_str()) {
+            found.push(format!("{rel}: uses `crate::{head}`"));
+        }
+    }
+    for word in identifiers(&code) {
+        if word == "tally" || (word == "watchdog" && rel != "permit/mod.rs") {
+            found.push(format!("{rel}: names `{word}`"));
+        }
+    }
+    found
+}
+
+/// Code without its comment lines (a doc link is no dependency).
+fn code_of(text: &str) -> String {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn identifiers(code: &str) -> Vec<String> {
+    code.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Every path after `prefix` (`crate::` or `super::`) in `code`, a group (`a::{b, c::d}`)
+/// counted as one path an item.
+fn paths_after(code: &str, prefix: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for part in code.split(prefix).skip(1) {
+        let head: String = part
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+            .collect();
+        let rest = &part[head.len()..];
+        match rest.strip_prefix('{') {
+            Some(group) => {
+                let items = group.split('}').next().unwrap_or("");
+                for item in items.split(',') {
+                    let item = item.trim().trim_start_matches('{');
+                    if !item.is_empty() {
+                        out.push(format!("{head}{item}"));
+                    }
+                }
+            }
+            None => out.push(head.trim_end_matches(':').to_string()),
+        }
+    }
+    out
+}
+
+fn full_crate_paths(code: &str) -> Vec<String> {
+    paths_after(code, "crate::")
+}
+
+fn super_paths(code: &str) -> Vec<String> {
+    paths_after(code, "super::")
+}
+
+/// The cap's path apart from its observers: nothing that observes permits (run records, the
+/// trace, the driver watch, nextest's hints, hang records, the watchdog, the pool's
+/// observers) names the code that takes or frees a slot, and the permit pool's other files
+/// reach the observers only through `permit/observe.rs`, at its named points.
+#[test]
+fn observers_cannot_reach_the_slots_and_the_permit_path_reaches_them_only_through_observe() {
+    let src = crate::util::workspace_root().join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut problems = Vec::new();
+    let mut observers = 0;
+    let mut permit_files = 0;
+    for f in &files {
+        let rel = f
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = std::fs::read_to_string(f).unwrap();
+        let observer = OBSERVERS
+            .iter()
+            .any(|o| rel == *o || (!o.ends_with(".rs") && rel.starts_with(&format!("{o}/"))));
+        if observer {
+            observers += 1;
+            problems.extend(slot_reaches(&rel, &text));
+        } else if rel.starts_with("permit/") {
+            permit_files += 1;
+            problems.extend(observer_reaches(&rel, &text));
+        }
+    }
+    assert!(
+        observers >= 10 && permit_files >= 10,
+        "{observers} {permit_files}"
+    );
+    assert!(
+        problems.is_empty(),
+        "the cap's path and its observers mix:\n{}",
+        problems.join("\n")
+    );
+}
+
+/// The checks above catch what they are for, in planted sources.
+#[test]
+fn the_observer_checks_catch_planted_reaches() {
+    let planted = [
+        "use crate::host::HostSlots;",
+        "use crate::host::{Layout, queue::Waiting};",
+        "let s = crate::host::slot::Slots::new();",
+        "fn f(p: &PoolInner) { p.local.release(1); }",
+        "fn f(h: &H) { h.acquire(&take, None, &record); }",
+        "let g = crate::permit::PermitPool::global();",
+        "use super::inner::PoolInner;",
+        "use super::{observe, local::LocalPool};",
+    ];
+    for text in planted {
+        assert!(
+            !slot_reaches("permit/observe.rs", text).is_empty(),
+            "not caught: {text}"
+        );
+    }
+    assert!(slot_reaches("runs/write.rs", "use crate::host::Layout;\nuse crate::sys;").is_empty());
+    for text in [
+        "crate::runs::granted(dir, g);",
+        "use crate::{sys, trace::Tracer};",
+        "crate::runs::tally::gpu_test(&t);",
+        "super::watchdog::watch(w);",
+        "crate::drivers::permit_taken();",
+        "crate::nextest::hint_once(n);",
+    ] {
+        assert!(
+            !observer_reaches("permit/pool.rs", text).is_empty(),
+            "not caught: {text}"
+        );
+    }
+    assert!(observer_reaches("permit/pool.rs", "use super::observe::Grant;").is_empty());
+}
