@@ -479,11 +479,10 @@ fn slot_reaches(rel: &str, text: &str) -> Vec<String> {
     }
     for path in full_crate_paths(&code) {
         let segments: Vec<&str> = path.split("::").map(str::trim).collect();
-        let slot_taking = match segments.as_slice() {
-            ["host", "slot" | "queue", ..] => true,
-            ["permit", ..] => true,
-            _ => false,
-        };
+        let slot_taking = matches!(
+            segments.as_slice(),
+            ["host", "slot" | "queue", ..] | ["permit", ..]
+        );
         if slot_taking {
             found.push(format!("{rel}: uses `crate::{path}`"));
         }
