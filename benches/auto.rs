@@ -39,7 +39,7 @@ fn history_lines() -> Vec<String> {
 fn choose_bench(c: &mut Criterion) {
     let history: Vec<HistoryEntry> = history_lines()
         .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| HistoryEntry::from_json(l).unwrap())
         .collect();
     let mut g = c.benchmark_group("choose");
     g.bench_function("50-runs", |b| {

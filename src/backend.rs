@@ -7,11 +7,8 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
-
 /// A GPU backend this crate can probe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Backend {
     /// NVIDIA CUDA. Probed through the driver library, with or without the `cuda` feature
     /// (which adds the `cudarc` fixture).
@@ -54,6 +51,16 @@ impl Backend {
 
     pub(crate) fn index(self) -> usize {
         self as usize
+    }
+
+    /// Each backend by its name in the files (as [`name`](Self::name) gives it).
+    pub(crate) const NAMES: [(&'static str, Backend); 2] =
+        [("cuda", Backend::Cuda), ("wgpu", Backend::Wgpu)];
+}
+
+impl crate::json::Write for Backend {
+    fn write(&self, out: &mut String) {
+        crate::json::Write::write(self.name(), out);
     }
 }
 

@@ -11,13 +11,12 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
+use crate::json::{self, Fields, Object, Record, Value};
 use crate::sys;
 
 /// A permit held past the hold deadline on this host, as recorded in the slot directory's
 /// `gpu0.hangs`. Records written before `pid` and `units` were kept read with those as `None`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HangRecord {
     /// When it was found past the deadline, milliseconds since the Unix epoch.
@@ -32,15 +31,48 @@ pub struct HangRecord {
     /// How long it had held it, milliseconds.
     pub held_ms: u64,
     /// The process that held it (for `run`, its command).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     /// The units the permit held (all of them for an exclusive permit).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub units: Option<usize>,
     /// The run it hung in (nextest's run id; with `REALIZAR_GPU_TEST_CONCURRENCY=auto`
     /// outside nextest, the process's), which ties it to the GPU and driver that run used.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run: Option<String>,
+}
+
+/// A line of `gpu0.hangs`: `{"unix_ms":..,"per_gpu":..,"gpus":..,"test":"..","held_ms":..}`,
+/// then `pid`, `units` and `run` where known (records written before they were kept lack
+/// them). Unversioned.
+impl json::Write for HangRecord {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("unix_ms", self.unix_ms)
+                .field("per_gpu", self.per_gpu)
+                .field("gpus", self.gpus)
+                .field("test", &self.test)
+                .field("held_ms", self.held_ms)
+                .some("pid", &self.pid)
+                .some("units", &self.units)
+                .some("run", &self.run)
+                .finish(),
+        );
+    }
+}
+
+impl Record for HangRecord {
+    fn read_json(v: &Value) -> Result<HangRecord, String> {
+        let f = Fields::of(v, "hang record")?;
+        Ok(HangRecord {
+            unix_ms: f.req("unix_ms")?,
+            per_gpu: f.req("per_gpu")?,
+            gpus: f.req("gpus")?,
+            test: f.req("test")?,
+            held_ms: f.req("held_ms")?,
+            pid: f.opt("pid")?,
+            units: f.opt("units")?,
+            run: f.opt("run")?,
+        })
+    }
 }
 
 impl HangRecord {
@@ -101,7 +133,7 @@ pub(crate) fn record_dir(dir: &Path) -> PathBuf {
 /// be made), oldest first, each once.
 pub(crate) fn read_kept_for<T>(dir: &Path, name: &str, when: impl Fn(&T) -> u64) -> Vec<T>
 where
-    T: serde::de::DeserializeOwned + PartialEq,
+    T: Record + PartialEq,
 {
     let mut all: Vec<T> = Vec::new();
     for d in kept_dirs(dir) {
@@ -128,10 +160,8 @@ fn kept_dirs(dir: &Path) -> Vec<PathBuf> {
 
 /// Appends `record` as a JSON line to `dir/name` under the file's lock, keeping the newest
 /// `kept` lines (best effort).
-pub(crate) fn append_kept(dir: &Path, name: &str, record: &impl Serialize, kept: usize) {
-    let Ok(line) = serde_json::to_string(record) else {
-        return;
-    };
+pub(crate) fn append_kept(dir: &Path, name: &str, record: &impl Record, kept: usize) {
+    let line = record.to_text();
     let path = dir.join(name);
     let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
         return;
@@ -161,16 +191,12 @@ fn read(file: &File) -> Option<String> {
 
 /// The records of `dir/name`, oldest first (none when there is no file; unreadable lines are
 /// skipped).
-pub(crate) fn read_kept<T: serde::de::DeserializeOwned>(dir: &Path, name: &str) -> Vec<T> {
+pub(crate) fn read_kept<T: Record>(dir: &Path, name: &str) -> Vec<T> {
     let Ok(file) = sys::open_regular_for_reading(&dir.join(name)) else {
         return Vec::new();
     };
     read(&file)
-        .map(|text| {
-            text.lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect()
-        })
+        .map(|text| text.lines().filter_map(|l| T::from_text(l).ok()).collect())
         .unwrap_or_default()
 }
 
@@ -338,15 +364,15 @@ mod tests {
     #[test]
     fn records_of_the_older_format_still_parse() {
         let old = r#"{"unix_ms":5,"per_gpu":2,"gpus":1,"test":"gpu::draws","held_ms":300}"#;
-        let r: HangRecord = serde_json::from_str(old).unwrap();
+        let r = HangRecord::from_text(old).unwrap();
         assert_eq!((r.n(), r.pid, r.units), (2, None, None));
         let new = HangRecord {
             pid: Some(7),
             units: Some(2),
             ..r.clone()
         };
-        let line = serde_json::to_string(&new).unwrap();
-        assert_eq!(serde_json::from_str::<HangRecord>(&line).unwrap(), new);
+        let line = new.to_text();
+        assert_eq!(HangRecord::from_text(&line).unwrap(), new);
     }
 
     #[test]
@@ -377,5 +403,44 @@ mod tests {
         assert_eq!(utc_date(0), "1970-01-01");
         assert_eq!(utc_date(951_782_400_000), "2000-02-29");
         assert_eq!(utc_date(1_767_225_599_000), "2025-12-31");
+    }
+}
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// What this version writes for [`known`], byte for byte (as the serde-derived code of
+    /// earlier versions wrote it); and what it must read.
+    const GOLDEN: &str = include_str!("../tests/data/hangs/records");
+
+    fn known() -> Vec<HangRecord> {
+        vec![
+            HangRecord {
+                unix_ms: 1_764_300_000_000,
+                per_gpu: 4,
+                gpus: 2,
+                test: "suite::gpu::wedges \"it\"".into(),
+                held_ms: 600_000,
+                pid: Some(4242),
+                units: Some(8),
+                run: Some("0191a2b3-run".into()),
+            },
+            HangRecord {
+                unix_ms: 1_764_300_000_001,
+                per_gpu: 2,
+                gpus: 1,
+                test: "cargo test --release -- \\\\ é".into(),
+                held_ms: 300,
+                pid: None,
+                units: None,
+                run: None,
+            },
+        ]
+    }
+
+    #[test]
+    fn the_golden_file_reads_and_writes_byte_for_byte() {
+        crate::json::check_golden(GOLDEN, &known());
     }
 }

@@ -203,7 +203,7 @@ fn read_small(path: &Path) -> Option<String> {
 /// The library a Vulkan ICD manifest names (`ICD.library_path`), as written; `None` where it
 /// is not such a manifest.
 fn vulkan_library(text: &str) -> Option<String> {
-    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let v = crate::json::parse(text).ok()?;
     let path = v.get("ICD")?.get("library_path")?.as_str()?;
     (!path.trim().is_empty()).then(|| path.to_string())
 }
@@ -314,8 +314,9 @@ mod tests {
         std::fs::create_dir_all(icd.join("lib")).unwrap();
         std::os::unix::fs::symlink(&lib, icd.join("lib/libvk_link.so")).unwrap();
         let manifest = |library: &str| {
-            serde_json::json!({"file_format_version": "1.0.0", "ICD": {"library_path": library}})
-                .to_string()
+            let mut path = String::new();
+            crate::json::Write::write(library, &mut path);
+            format!(r#"{{"file_format_version": "1.0.0", "ICD": {{"library_path": {path}}}}}"#)
         };
         std::fs::write(icd.join("a.json"), manifest("libvk_bare.so.1")).unwrap();
         // Relative to the manifest's directory; leads to libvk_real.

@@ -86,6 +86,7 @@ mod fixture;
 pub mod hangs;
 pub mod host;
 mod icd;
+mod json;
 mod live;
 pub mod nextest;
 mod notice;

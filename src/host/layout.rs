@@ -10,14 +10,13 @@ use std::fs::{File, TryLockError};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use super::budget::forget_budget;
 use super::error::HostError;
 use super::error::io_err;
 use super::lock::{Mode, Probe, probe_at};
 use super::queue::RECHECK;
 use super::record::{padded, padded_text};
+use crate::json::{self, Fields, Object, Record, Value};
 use crate::sys;
 
 /// Size of the layout record.
@@ -32,7 +31,7 @@ const FIXED_FILES: usize = 5;
 
 /// How a slot directory is laid out: permits per GPU and GPUs. Recorded in the directory by
 /// the first process that uses it; see the [module docs](crate::host).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// Permits (slots) per GPU: N.
     pub per_gpu: usize,
@@ -57,22 +56,47 @@ impl std::fmt::Display for Layout {
     }
 }
 
-#[derive(Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// `gpu0.layout`: `{"v":1,"per_gpu":8,"gpus":1}`, with `"run":"KEY"` last where it is
+/// `auto`'s choice for a run; padded with spaces to [`LAYOUT_LEN`].
+#[derive(Debug, PartialEq, Eq)]
 struct LayoutRecord {
     v: u32,
     per_gpu: usize,
     gpus: usize,
     /// The run whose `auto` choice this layout is (a key of at most 100 file-name bytes).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     run: Option<String>,
+}
+
+impl json::Write for LayoutRecord {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("v", self.v)
+                .field("per_gpu", self.per_gpu)
+                .field("gpus", self.gpus)
+                .some("run", &self.run)
+                .finish(),
+        );
+    }
+}
+
+impl Record for LayoutRecord {
+    fn read_json(v: &Value) -> Result<LayoutRecord, String> {
+        let f = Fields::of(v, "layout")?;
+        Ok(LayoutRecord {
+            v: f.req("v")?,
+            per_gpu: f.req("per_gpu")?,
+            gpus: f.req("gpus")?,
+            run: f.opt("run")?,
+        })
+    }
 }
 
 impl LayoutRecord {
     /// The record in the form [`Layout::encode_for`] writes it (`{"v":1,"per_gpu":8,"gpus":1}`,
     /// with `,"run":"KEY"` before the brace where a run's key, safe file-name bytes, is
-    /// there), read without the JSON parser: every process reads the layout when it opens the
-    /// slots, and the parser's code is pages of the executable that a test process would
-    /// otherwise fault in for this alone. `None` for anything else (other spacing or order, an
+    /// there), read without building a JSON value: every process reads the layout when it
+    /// opens the slots. `None` for anything else (other spacing or order, an
     /// escape, a number out of range), which the parser reads as before.
     fn parse_written(text: &str) -> Option<LayoutRecord> {
         fn number<T: std::str::FromStr>(s: &str) -> Option<(T, &str)> {
@@ -148,14 +172,13 @@ impl WantedLayout<'_> {
 
 impl Layout {
     fn encode_for(&self, run: Option<&str>) -> Vec<u8> {
-        let buf = serde_json::to_vec(&LayoutRecord {
+        let record = LayoutRecord {
             v: LAYOUT_VERSION,
             per_gpu: self.per_gpu,
             gpus: self.gpus,
             run: run.map(str::to_string),
-        })
-        .expect("a layout always serialises");
-        padded(buf, LAYOUT_LEN)
+        };
+        padded(record.to_text().into_bytes(), LAYOUT_LEN)
     }
 
     pub(super) fn decode(raw: &[u8]) -> Result<Option<Layout>, String> {
@@ -169,7 +192,7 @@ impl Layout {
         };
         let r = match LayoutRecord::parse_written(text) {
             Some(r) => r,
-            None => serde_json::from_str(text).map_err(|e| e.to_string())?,
+            None => LayoutRecord::from_text(text)?,
         };
         if r.v != LAYOUT_VERSION {
             return Err(format!(
@@ -449,7 +472,7 @@ mod tests {
             let raw = layout.encode_for(run);
             let text = padded_text(&raw).unwrap().unwrap();
             let fast = LayoutRecord::parse_written(text).expect("a written record");
-            let parsed: LayoutRecord = serde_json::from_str(text).unwrap();
+            let parsed = LayoutRecord::from_text(text).unwrap();
             assert_eq!(fast, parsed, "{text}");
             assert_eq!(
                 Layout::decode_tagged(&raw).unwrap(),
@@ -483,5 +506,48 @@ mod tests {
         );
         assert!(Layout::decode_tagged(br#"{"v":2,"per_gpu":8,"gpus":1}"#).is_err());
         assert!(Layout::decode_tagged(br#"{"v":1,"per_gpu":0,"gpus":1}"#).is_err());
+    }
+}
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// What this version writes, byte for byte (as the serde-derived code of earlier versions
+    /// wrote it, before the padding); and what it must read.
+    const GOLDEN: &str = include_str!("../../tests/data/layout/v1");
+
+    #[test]
+    fn the_golden_file_reads_and_writes_byte_for_byte() {
+        let known = [
+            (
+                Layout {
+                    per_gpu: 8,
+                    gpus: 1,
+                },
+                None,
+            ),
+            (
+                Layout {
+                    per_gpu: 3,
+                    gpus: 2,
+                },
+                Some("h0123456789abcdef"),
+            ),
+        ];
+        let lines: Vec<&str> = GOLDEN.lines().collect();
+        assert_eq!(lines.len(), known.len());
+        for ((layout, run), line) in known.into_iter().zip(lines) {
+            let raw = layout.encode_for(run);
+            assert_eq!(raw.len(), LAYOUT_LEN);
+            assert_eq!(padded_text(&raw).unwrap(), Some(line));
+            let want = Some((layout, run.map(str::to_string)));
+            assert_eq!(Layout::decode_tagged(line.as_bytes()).unwrap(), want);
+            // The parser reads it as the fast path does.
+            assert_eq!(
+                LayoutRecord::from_text(line).unwrap(),
+                LayoutRecord::parse_written(line).unwrap()
+            );
+        }
     }
 }

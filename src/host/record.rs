@@ -3,8 +3,7 @@
 
 use std::fs::File;
 
-use serde::{Deserialize, Serialize};
-
+use crate::json::{self, Fields, Object, Record, Value};
 use crate::sys;
 
 /// Size of a slot file's holder record.
@@ -12,7 +11,7 @@ pub(super) const RECORD_LEN: usize = 1024;
 const NAME_LIMIT: usize = 300;
 
 /// What a slot's holder writes about itself.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HolderRecord {
     /// Process id.
     pub pid: u32,
@@ -21,7 +20,6 @@ pub struct HolderRecord {
     /// The test binary, as run records name it (nextest's `NEXTEST_BINARY_ID`, else the
     /// executable's name without cargo's hash): with `test`, the key of the test's hold time
     /// on record, which backfilling reads. Records of earlier versions lack it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binary: Option<String>,
     /// Thread name (or id).
     pub thread: String,
@@ -36,11 +34,9 @@ pub struct HolderRecord {
     /// and no wall-clock step moves: what backfilling and the queue's order compare with
     /// their own reading. Records of earlier versions and records written where there is no
     /// boot clock lack it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub since_boot_ms: Option<u64>,
     /// The boot that `since_boot_ms` counts from (Linux's `/proc/sys/kernel/random/boot_id`):
     /// a time of another boot (a record left from before a restart) tells nothing now.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
     /// Whether this is part of an exclusive permit.
     pub exclusive: bool,
@@ -48,24 +44,59 @@ pub struct HolderRecord {
     pub concurrency: usize,
     /// Units of the permit (1; k for a weighted permit; all slots for an exclusive one).
     /// Records of earlier versions lack it: 1.
-    #[serde(default = "one")]
     pub units: usize,
     /// GPUs the permit spans: its `units` are spread evenly over them (1; k for a k-GPU
     /// permit; 1 for an exclusive one, which holds every GPU). Records of earlier versions
     /// lack it: 1.
-    #[serde(default = "one", skip_serializing_if = "is_one")]
     pub gpus: usize,
     /// GPU memory the permit's request declared, bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<u64>,
 }
 
-fn one() -> usize {
-    1
+/// A holder record (in a slot file, a wait file and the gate): `{"pid":..,"test":"..",
+/// "binary":"..","thread":"..","since_unix_ms":..,"since_boot_ms":..,"boot_id":"..",
+/// "exclusive":..,"concurrency":..,"units":..,"gpus":..,"memory":..}`; `binary`,
+/// `since_boot_ms`, `boot_id` and `memory` only where known, `gpus` only where not 1.
+/// Records of earlier versions lack `units` and `gpus`: 1. Unversioned.
+impl json::Write for HolderRecord {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("pid", self.pid)
+                .field("test", &self.test)
+                .some("binary", &self.binary)
+                .field("thread", &self.thread)
+                .field("since_unix_ms", self.since_unix_ms)
+                .some("since_boot_ms", &self.since_boot_ms)
+                .some("boot_id", &self.boot_id)
+                .field("exclusive", self.exclusive)
+                .field("concurrency", self.concurrency)
+                .field("units", self.units)
+                .when(self.gpus != 1, "gpus", self.gpus)
+                .some("memory", &self.memory)
+                .finish(),
+        );
+    }
 }
 
-fn is_one(n: &usize) -> bool {
-    *n == 1
+impl Record for HolderRecord {
+    fn read_json(v: &Value) -> Result<HolderRecord, String> {
+        let f = Fields::of(v, "holder record")?;
+        Ok(HolderRecord {
+            pid: f.req("pid")?,
+            test: f.req("test")?,
+            binary: f.opt("binary")?,
+            thread: f.req("thread")?,
+            since_unix_ms: f.req("since_unix_ms")?,
+            since_boot_ms: f.opt("since_boot_ms")?,
+            boot_id: f.opt("boot_id")?,
+            exclusive: f.req("exclusive")?,
+            concurrency: f.req("concurrency")?,
+            units: f.or("units", 1)?,
+            gpus: f.or("gpus", 1)?,
+            memory: f.opt("memory")?,
+        })
+    }
 }
 
 impl HolderRecord {
@@ -118,7 +149,7 @@ impl HolderRecord {
             if let Some(binary) = &mut r.binary {
                 truncate(binary, limit);
             }
-            let buf = serde_json::to_vec(&r).expect("a holder record always serialises");
+            let buf = r.to_text().into_bytes();
             // Escaping can make a name up to six times longer; shorten until it fits.
             if buf.len() < RECORD_LEN {
                 return padded(buf, RECORD_LEN);
@@ -131,7 +162,7 @@ impl HolderRecord {
         let Some(text) = padded_text(raw)? else {
             return Ok(None);
         };
-        let mut r: HolderRecord = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let mut r = HolderRecord::from_text(text)?;
         // Another process wrote the names: keep them from moving a terminal's cursor or
         // starting a forged line wherever they are shown.
         r.test = escape_controls(&r.test);
@@ -300,5 +331,71 @@ mod tests {
         // And one without them is written as an earlier version would.
         let text = String::from_utf8(r.encode()).unwrap();
         assert!(!text.contains("boot"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// What this version writes for [`known`], byte for byte (as the serde-derived code of
+    /// earlier versions wrote it); and what it must read.
+    const GOLDEN: &str = include_str!("../../tests/data/holder-record/records");
+
+    fn known() -> Vec<HolderRecord> {
+        let a = HolderRecord {
+            pid: 4242,
+            test: "suite::gpu::draws \"x\" \u{e9}".into(),
+            binary: Some("suite::gpu".into()),
+            thread: "gpu::draws".into(),
+            since_unix_ms: 1_764_300_000_000,
+            since_boot_ms: Some(3_600_000),
+            boot_id: Some("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into()),
+            exclusive: false,
+            concurrency: 4,
+            units: 2,
+            gpus: 2,
+            memory: Some(8 << 30),
+        };
+        let b = HolderRecord {
+            pid: 7,
+            test: String::new(),
+            binary: None,
+            thread: "ThreadId(2)".into(),
+            since_unix_ms: 5,
+            since_boot_ms: None,
+            boot_id: None,
+            exclusive: true,
+            concurrency: 1,
+            units: 1,
+            gpus: 1,
+            memory: None,
+        };
+        vec![a, b]
+    }
+
+    #[test]
+    fn the_golden_file_reads_and_writes_byte_for_byte() {
+        crate::json::check_golden(GOLDEN, &known());
+        // As a slot file keeps it: the line, padded.
+        for (record, line) in known().iter().zip(GOLDEN.lines()) {
+            let raw = record.encode();
+            assert_eq!(raw.len(), RECORD_LEN);
+            assert_eq!(padded_text(&raw).unwrap(), Some(line));
+            assert_eq!(HolderRecord::decode(&raw).unwrap().as_ref(), Some(record));
+        }
+    }
+
+    /// Records of earlier versions lack `units` and `gpus` (1 each), and the fields added
+    /// since.
+    #[test]
+    fn records_of_earlier_versions_read_with_defaults() {
+        let r = HolderRecord::from_text(
+            r#"{"pid":7,"test":"t","thread":"main","since_unix_ms":5,"exclusive":false,"concurrency":2,"later":{}}"#,
+        )
+        .unwrap();
+        assert_eq!((r.units, r.gpus, r.binary, r.memory), (1, 1, None, None));
+        let e = HolderRecord::from_text(r#"{"pid":"7"}"#).unwrap_err();
+        assert!(e.contains("holder record: field `pid`"), "{e}");
     }
 }

@@ -8,7 +8,7 @@
 //! no `v` and the same fields: they read as they did. A line of another version, or one that
 //! is not a line of this format (cut short, garbage), is left out, and counted.
 
-use serde::{Deserialize, Serialize};
+use crate::json::{self, Fields, Object, Record, Value};
 
 /// The file, in the state directory.
 pub(crate) const TESTS_FILE: &str = "gpu0.tests";
@@ -23,10 +23,9 @@ const UNVERSIONED: u32 = 0;
 pub(crate) const READ_LIMIT: usize = 8 << 20;
 
 /// One line of [`TESTS_FILE`]: a test's reference hold time.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct TestLine {
     /// Version of the line's format ([`UNVERSIONED`] where it has none).
-    #[serde(default)]
     v: u32,
     /// `<binary>::<name>`, as run records name the test.
     pub(crate) test: String,
@@ -34,18 +33,45 @@ pub(crate) struct TestLine {
     pub(crate) us: u64,
     /// When it was last seen, milliseconds since the Unix epoch (0 where a line does not say:
     /// the first to be dropped when the file is full).
-    #[serde(default)]
     pub(crate) seen: u64,
     /// The most GPU memory its fixture measured, bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) mem: Option<u64>,
     /// Its test binary, apart from its name (lines written before these were kept have
     /// neither: only `test`, the two joined by `::`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) binary: Option<String>,
     /// Its name within the binary.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) name: Option<String>,
+}
+
+impl json::Write for TestLine {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("v", self.v)
+                .field("test", &self.test)
+                .field("us", self.us)
+                .field("seen", self.seen)
+                .some("mem", &self.mem)
+                .some("binary", &self.binary)
+                .some("name", &self.name)
+                .finish(),
+        );
+    }
+}
+
+impl Record for TestLine {
+    fn read_json(v: &Value) -> Result<TestLine, String> {
+        let f = Fields::of(v, "gpu0.tests line")?;
+        Ok(TestLine {
+            v: f.or("v", UNVERSIONED)?,
+            test: f.req("test")?,
+            us: f.req("us")?,
+            seen: f.or_default("seen")?,
+            mem: f.opt("mem")?,
+            binary: f.opt("binary")?,
+            name: f.opt("name")?,
+        })
+    }
 }
 
 impl TestLine {
@@ -65,7 +91,7 @@ impl TestLine {
 
     /// The line `line` of the file, if it is one of a version this build reads.
     fn decode(line: &str) -> Option<TestLine> {
-        let t: TestLine = serde_json::from_str(line).ok()?;
+        let t = TestLine::from_text(line).ok()?;
         matches!(t.v, VERSION | UNVERSIONED).then_some(t)
     }
 }
@@ -89,14 +115,13 @@ pub(crate) fn parse(text: &str) -> (Vec<TestLine>, usize) {
 pub(crate) fn encode(lines: &[TestLine]) -> String {
     lines
         .iter()
-        .filter_map(|t| {
+        .map(|t| {
             let t = TestLine {
                 v: VERSION,
                 ..t.clone()
             };
-            serde_json::to_string(&t).ok()
+            t.to_text() + "\n"
         })
-        .map(|l| l + "\n")
         .collect()
 }
 

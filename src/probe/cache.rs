@@ -19,8 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Once, mpsc};
 use std::time::{Duration, SystemTime};
 
-use serde::{Deserialize, Serialize};
-
 use super::child::inside_probe_child;
 use super::fresh::probe_with;
 use super::options::ProbeOptions;
@@ -29,6 +27,7 @@ use super::report::{ProbeReport, ProbeSource};
 use super::spawn::START_FAILED;
 use crate::backend::{Backend, ProbeMode};
 use crate::config::Config;
+use crate::json::{self, Fields, Object, Record, Value};
 
 const FORMAT: &str = "gpu-test-permit-probe-cache";
 const VERSION: u32 = 2;
@@ -40,7 +39,7 @@ pub(super) const TIMEOUT_ATTEMPTS: u32 = 3;
 /// process holds while it probes.
 const LOCK_SLACK: Duration = Duration::from_secs(3);
 
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, PartialEq)]
 struct CacheFile {
     format: String,
     version: u32,
@@ -51,6 +50,42 @@ struct CacheFile {
     /// Timed-out (or unstarted) probes of this run and key so far.
     timeouts: u32,
     report: ProbeReport,
+}
+
+/// The file: `{"format":"gpu-test-permit-probe-cache","version":2,"run_id":..,"backend":..,
+/// "key":..,"written_unix_ms":..,"timeouts":..,"report":{...}}` (the report without
+/// `run_cache`).
+impl json::Write for CacheFile {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("format", &self.format)
+                .field("version", self.version)
+                .field("run_id", &self.run_id)
+                .field("backend", self.backend)
+                .field("key", &self.key)
+                .field("written_unix_ms", self.written_unix_ms)
+                .field("timeouts", self.timeouts)
+                .field("report", &self.report)
+                .finish(),
+        );
+    }
+}
+
+impl Record for CacheFile {
+    fn read_json(v: &Value) -> Result<CacheFile, String> {
+        let f = Fields::of(v, "probe cache file")?;
+        Ok(CacheFile {
+            format: f.req("format")?,
+            version: f.req("version")?,
+            run_id: f.req("run_id")?,
+            backend: f.req_one_of("backend", &Backend::NAMES)?,
+            key: f.req("key")?,
+            written_unix_ms: f.req("written_unix_ms")?,
+            timeouts: f.req("timeouts")?,
+            report: f.record("report")?,
+        })
+    }
 }
 
 impl CacheFile {
@@ -282,8 +317,8 @@ fn validate(
     key: &str,
     now: u64,
 ) -> Result<CacheFile, String> {
-    let file: CacheFile =
-        serde_json::from_slice(bytes).map_err(|e| format!("it is not a valid cache file ({e})"))?;
+    let file =
+        CacheFile::from_bytes(bytes).map_err(|e| format!("it is not a valid cache file ({e})"))?;
     if file.format != FORMAT || file.version != VERSION {
         return Err(format!(
             "it has format {} version {}, expected {FORMAT} version {VERSION}",
@@ -330,12 +365,12 @@ fn write_atomically(
             ..report.clone()
         },
     };
-    let json = serde_json::to_vec(&file).map_err(std::io::Error::other)?;
+    let json = file.to_text();
     let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let result = (|| {
         let mut f = File::create(&tmp)?;
         // No fsync: a file cut short by a machine crash fails validation and is re-probed.
-        f.write_all(&json)?;
+        f.write_all(json.as_bytes())?;
         std::fs::rename(&tmp, path)
     })();
     if result.is_err() {
@@ -402,7 +437,7 @@ mod tests {
         timeouts: u32,
         outcome: ProbeOutcome,
     ) -> Vec<u8> {
-        serde_json::to_vec(&CacheFile {
+        CacheFile {
             format: FORMAT.into(),
             version: VERSION,
             run_id: run.into(),
@@ -417,8 +452,9 @@ mod tests {
                 source: ProbeSource::Child,
                 run_cache: None,
             },
-        })
-        .unwrap()
+        }
+        .to_text()
+        .into_bytes()
     }
 
     fn file(run: &str, backend: Backend, written: u64, outcome: ProbeOutcome) -> Vec<u8> {
@@ -551,5 +587,172 @@ mod tests {
         assert_eq!(file_stem("../x y"), "___x_y");
         assert_eq!(file_stem(""), "_");
         assert_eq!(file_stem(&"a".repeat(200)).len(), 80);
+    }
+}
+
+#[cfg(test)]
+mod golden {
+    //! The probe's JSON: reports (the run cache's and `probe --json`'s), the run cache file
+    //! and the probe child's answer, as the serde-derived code of earlier versions wrote them.
+    use super::*;
+    use crate::probe::outcome::{Device, DeviceKind};
+    use crate::probe::protocol::{Answer, Envelope, MARKER, parse_answer};
+
+    const REPORTS: &str = include_str!("../../tests/data/probe-report/reports");
+    const CACHE: &str = include_str!("../../tests/data/probe-cache/v2.json");
+    const ANSWERS: &str = include_str!("../../tests/data/probe-answer/v1");
+
+    fn outcomes() -> Vec<ProbeOutcome> {
+        let dev = |index, kind, driver: Option<&str>, memory_bytes| Device {
+            index,
+            name: "NVIDIA GB10 \"x\" \u{e9}".into(),
+            api: "cuda".into(),
+            kind,
+            driver: driver.map(str::to_string),
+            memory_bytes,
+        };
+        vec![
+            ProbeOutcome::Devices {
+                devices: vec![
+                    dev(0, DeviceKind::Discrete, Some("CUDA 12.8"), Some(128 << 30)),
+                    dev(1, DeviceKind::Integrated, None, None),
+                    dev(2, DeviceKind::Cpu, None, Some(1)),
+                    dev(3, DeviceKind::Virtual, None, None),
+                    dev(4, DeviceKind::Other, None, None),
+                ],
+            },
+            ProbeOutcome::NoDevices {
+                detail: "cuInit: CUDA_ERROR_NO_DEVICE (100)".into(),
+            },
+            ProbeOutcome::NotInstalled {
+                detail: "libcuda.so.1 not found".into(),
+            },
+            ProbeOutcome::NotBuilt,
+            ProbeOutcome::Error {
+                detail: "cuInit failed\twith 999".into(),
+            },
+            ProbeOutcome::Crashed {
+                signal: Some(11),
+                exit_code: None,
+                stderr_tail: "Segmentation fault\n".into(),
+            },
+            ProbeOutcome::Crashed {
+                signal: None,
+                exit_code: Some(-1),
+                stderr_tail: String::new(),
+            },
+            ProbeOutcome::TimedOut {
+                after: Duration::from_secs(5),
+                stderr_tail: "stuck".into(),
+            },
+            ProbeOutcome::TimedOut {
+                after: Duration::from_secs(100_000_000_000_000),
+                stderr_tail: String::new(),
+            },
+            ProbeOutcome::Malformed {
+                detail: "the answer is not valid JSON".into(),
+                stderr_tail: "\u{1}".into(),
+            },
+        ]
+    }
+
+    /// The reports of [`REPORTS`]: every outcome and source, durations written plain and
+    /// with an exponent.
+    fn reports() -> Vec<ProbeReport> {
+        let durations = [
+            Duration::from_micros(12_345),
+            Duration::from_millis(1000),
+            Duration::from_nanos(1),
+            Duration::ZERO,
+            Duration::from_nanos(123_456_789),
+            Duration::from_secs(3),
+            Duration::from_nanos(7),
+            Duration::from_secs(100_000_000_000_000),
+            Duration::from_micros(1),
+            Duration::from_nanos(10_500),
+        ];
+        let sources = [
+            ProbeSource::Child,
+            ProbeSource::InProcess,
+            ProbeSource::ProcessCache,
+            ProbeSource::RunCache,
+        ];
+        outcomes()
+            .into_iter()
+            .enumerate()
+            .map(|(i, o)| ProbeReport {
+                backend: if i % 2 == 0 {
+                    Backend::Cuda
+                } else {
+                    Backend::Wgpu
+                },
+                outcome: o,
+                duration: durations[i],
+                source: sources[i % 4],
+                run_cache: (i == 3)
+                    .then(|| PathBuf::from("/tmp/gpu-test-permit/probe-1000/run-1-cuda-k.json")),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reports_read_and_write_byte_for_byte() {
+        let written: String = reports().iter().map(|r| r.to_json() + "\n").collect();
+        assert_eq!(written, REPORTS);
+        for (line, want) in REPORTS.lines().zip(reports()) {
+            let read = ProbeReport::from_json(line).unwrap();
+            // Milliseconds as a float: exact to the nanosecond for these.
+            assert_eq!(read, want, "{line}");
+        }
+    }
+
+    #[test]
+    fn the_cache_file_reads_and_writes_byte_for_byte() {
+        let file = CacheFile {
+            format: FORMAT.into(),
+            version: VERSION,
+            run_id: "0191a2b3-run".into(),
+            backend: Backend::Cuda,
+            key: "0123456789abcdef".into(),
+            written_unix_ms: 1_764_300_000_000,
+            timeouts: 2,
+            report: ProbeReport {
+                backend: Backend::Cuda,
+                outcome: outcomes().remove(0),
+                duration: Duration::from_micros(12_345),
+                source: ProbeSource::Child,
+                run_cache: None,
+            },
+        };
+        assert_eq!(file.to_text(), CACHE);
+        let read = validate(
+            CACHE.as_bytes(),
+            "0191a2b3-run",
+            Backend::Cuda,
+            "0123456789abcdef",
+            1_764_300_000_000,
+        )
+        .unwrap();
+        assert_eq!(read, file);
+    }
+
+    #[test]
+    fn answers_read_and_write_byte_for_byte() {
+        let mut known: Vec<Envelope> = outcomes()
+            .into_iter()
+            .map(|outcome| Envelope {
+                v: 1,
+                answer: Answer::Probe { outcome },
+            })
+            .collect();
+        known.push(Envelope {
+            v: 1,
+            answer: Answer::Pong { pid: 4242 },
+        });
+        crate::json::check_golden(ANSWERS, &known);
+        for (line, want) in ANSWERS.lines().zip(known) {
+            let stdout = format!("driver noise\n{MARKER}{line}\n");
+            assert_eq!(parse_answer(stdout.as_bytes()).unwrap(), Some(want.answer));
+        }
     }
 }

@@ -89,8 +89,7 @@ fn probe_child_entry() {
             },
         },
     };
-    let json = serde_json::to_string(&Envelope { v: VERSION, answer })
-        .unwrap_or_else(|e| format!("serialising failed: {e}"));
+    let json = crate::json::Record::to_text(&Envelope { v: VERSION, answer });
     crate::sys::write_stdout_unbuffered(format!("\n{MARKER}{json}\n").as_bytes());
     crate::sys::exit_now();
 }

@@ -115,13 +115,12 @@ pub(super) mod tests {
     }
 
     pub(in crate::probe) fn answer(outcome: &ProbeOutcome) -> String {
-        let json = serde_json::to_string(&Envelope {
+        let json = crate::json::Record::to_text(&Envelope {
             v: VERSION,
             answer: Answer::Probe {
                 outcome: outcome.clone(),
             },
-        })
-        .unwrap();
+        });
         format!("{MARKER}{json}\n")
     }
 

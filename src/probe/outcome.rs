@@ -3,11 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use crate::json::{self, Fields, Object, Record, Value};
 
 /// What kind of device an adapter is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceKind {
     /// A GPU with its own memory.
     Discrete,
@@ -34,7 +33,7 @@ impl fmt::Display for DeviceKind {
 }
 
 /// One device a backend found.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Device {
     /// Position in the backend's enumeration (the CUDA ordinal for CUDA).
@@ -56,8 +55,7 @@ pub struct Device {
 }
 
 /// What a probe found out.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProbeOutcome {
     /// The backend works and has these devices (never empty).
@@ -95,8 +93,7 @@ pub enum ProbeOutcome {
     },
     /// The probe child passed its deadline and was killed.
     TimedOut {
-        /// The deadline it passed.
-        #[serde(with = "millis", rename = "after_ms")]
+        /// The deadline it passed (`after_ms` in JSON).
         after: Duration,
         /// The end of what it wrote to standard error.
         stderr_tail: String,
@@ -110,7 +107,179 @@ pub enum ProbeOutcome {
     },
 }
 
+const DEVICE_KINDS: [(&str, DeviceKind); 5] = [
+    ("discrete", DeviceKind::Discrete),
+    ("integrated", DeviceKind::Integrated),
+    ("cpu", DeviceKind::Cpu),
+    ("virtual", DeviceKind::Virtual),
+    ("other", DeviceKind::Other),
+];
+
+impl json::Write for DeviceKind {
+    fn write(&self, out: &mut String) {
+        json::Write::write(&self.to_string(), out);
+    }
+}
+
+/// A device: `{"index":..,"name":"..","api":"..","kind":"..","driver":..,"memory_bytes":..}`,
+/// `null` for what is not known.
+impl json::Write for Device {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("index", self.index)
+                .field("name", &self.name)
+                .field("api", &self.api)
+                .field("kind", self.kind)
+                .field("driver", &self.driver)
+                .field("memory_bytes", self.memory_bytes)
+                .finish(),
+        );
+    }
+}
+
+impl Record for Device {
+    fn read_json(v: &Value) -> Result<Device, String> {
+        let f = Fields::of(v, "device")?;
+        Ok(Device {
+            index: f.req("index")?,
+            name: f.req("name")?,
+            api: f.req("api")?,
+            kind: f.req_one_of("kind", &DEVICE_KINDS)?,
+            driver: f.opt("driver")?,
+            memory_bytes: f.opt("memory_bytes")?,
+        })
+    }
+}
+
+/// An outcome: `{"status":"<devices|no_devices|not_installed|not_built|error|crashed|timed_out|malformed>", ...}`,
+/// the variant's fields after the status (`after_ms` for `after`, milliseconds).
+impl json::Write for ProbeOutcome {
+    fn write(&self, out: &mut String) {
+        let mut o = Object::new();
+        match self {
+            ProbeOutcome::Devices { devices } => {
+                o.field("status", "devices").field("devices", devices);
+            }
+            ProbeOutcome::NoDevices { detail } => {
+                o.field("status", "no_devices").field("detail", detail);
+            }
+            ProbeOutcome::NotInstalled { detail } => {
+                o.field("status", "not_installed").field("detail", detail);
+            }
+            ProbeOutcome::NotBuilt => {
+                o.field("status", "not_built");
+            }
+            ProbeOutcome::Error { detail } => {
+                o.field("status", "error").field("detail", detail);
+            }
+            ProbeOutcome::Crashed {
+                signal,
+                exit_code,
+                stderr_tail,
+            } => {
+                o.field("status", "crashed")
+                    .field("signal", *signal)
+                    .field("exit_code", *exit_code)
+                    .field("stderr_tail", stderr_tail);
+            }
+            ProbeOutcome::TimedOut { after, stderr_tail } => {
+                o.field("status", "timed_out")
+                    .field("after_ms", millis::of(*after))
+                    .field("stderr_tail", stderr_tail);
+            }
+            ProbeOutcome::Malformed {
+                detail,
+                stderr_tail,
+            } => {
+                o.field("status", "malformed")
+                    .field("detail", detail)
+                    .field("stderr_tail", stderr_tail);
+            }
+        }
+        out.push_str(&o.finish());
+    }
+}
+
+impl Record for ProbeOutcome {
+    fn read_json(v: &Value) -> Result<ProbeOutcome, String> {
+        const STATUSES: [(&str, u8); 8] = [
+            ("devices", 0),
+            ("no_devices", 1),
+            ("not_installed", 2),
+            ("not_built", 3),
+            ("error", 4),
+            ("crashed", 5),
+            ("timed_out", 6),
+            ("malformed", 7),
+        ];
+        let f = Fields::of(v, "probe outcome")?;
+        Ok(match f.req_one_of("status", &STATUSES)? {
+            0 => ProbeOutcome::Devices {
+                devices: f.records("devices")?,
+            },
+            1 => ProbeOutcome::NoDevices {
+                detail: f.req("detail")?,
+            },
+            2 => ProbeOutcome::NotInstalled {
+                detail: f.req("detail")?,
+            },
+            3 => ProbeOutcome::NotBuilt,
+            4 => ProbeOutcome::Error {
+                detail: f.req("detail")?,
+            },
+            5 => ProbeOutcome::Crashed {
+                signal: f.opt("signal")?,
+                exit_code: f.opt("exit_code")?,
+                stderr_tail: f.req("stderr_tail")?,
+            },
+            6 => ProbeOutcome::TimedOut {
+                after: millis::read(&f, "after_ms").map_err(|e| format!("probe outcome: {e}"))?,
+                stderr_tail: f.req("stderr_tail")?,
+            },
+            _ => ProbeOutcome::Malformed {
+                detail: f.req("detail")?,
+                stderr_tail: f.req("stderr_tail")?,
+            },
+        })
+    }
+}
+
 impl ProbeOutcome {
+    /// The outcome as JSON, one line: `{"status":"devices","devices":[...]}`, or the status
+    /// and its details (`{"status":"no_devices","detail":"..."}`). Fields are written in a
+    /// fixed order; durations as milliseconds (`after_ms`).
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::ProbeOutcome;
+    ///
+    /// let o = ProbeOutcome::from_json(r#"{"status":"not_installed","detail":"no libcuda"}"#)?;
+    /// assert_eq!(o.to_json(), r#"{"status":"not_installed","detail":"no libcuda"}"#);
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn to_json(&self) -> String {
+        self.to_text()
+    }
+
+    /// Reads an outcome that [`to_json`](Self::to_json) wrote (fields it does not know are
+    /// ignored).
+    ///
+    /// # Errors
+    ///
+    /// Text that is not JSON, or not an outcome: the message names the field.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::ProbeOutcome;
+    ///
+    /// let o = ProbeOutcome::from_json(r#"{"status":"not_built"}"#)?;
+    /// assert_eq!(o, ProbeOutcome::NotBuilt);
+    /// assert!(ProbeOutcome::from_json(r#"{"status":"lost"}"#).is_err());
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn from_json(text: &str) -> Result<ProbeOutcome, String> {
+        ProbeOutcome::from_text(text)
+    }
+
     /// The devices, when the backend has any.
     pub fn devices(&self) -> Option<&[Device]> {
         match self {
@@ -225,27 +394,25 @@ fn signal_name(sig: i32) -> Option<&'static str> {
 }
 
 pub(super) mod millis {
-    //! Durations as whole milliseconds in JSON, readable by people and tools.
+    //! Durations as milliseconds in JSON, a float (`12.5`), readable by people and tools.
     use std::time::Duration;
 
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(in crate::probe) fn serialize<S: Serializer>(
-        d: &Duration,
-        s: S,
-    ) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(d.as_secs_f64() * 1000.0)
+    /// `d` as milliseconds.
+    pub(in crate::probe) fn of(d: Duration) -> f64 {
+        d.as_secs_f64() * 1000.0
     }
 
-    pub(in crate::probe) fn deserialize<'de, D: Deserializer<'de>>(
-        d: D,
-    ) -> Result<Duration, D::Error> {
-        let ms = f64::deserialize(d)?;
-        // Out of range (negative, not finite, past `Duration::MAX`) is an error, not a panic.
+    /// Field `key` of `f`, milliseconds, as a duration: out of range (negative, not finite,
+    /// past `Duration::MAX`) is an error, not a panic.
+    pub(in crate::probe) fn read(
+        f: &crate::json::Fields<'_>,
+        key: &str,
+    ) -> Result<Duration, String> {
+        let ms: f64 = f.req(key)?;
         Duration::try_from_secs_f64(ms / 1000.0).map_err(|_| {
-            serde::de::Error::custom(format!(
-                "{ms} ms is not a duration (a non-negative number of milliseconds)"
-            ))
+            format!(
+                "field `{key}`: {ms} ms is not a duration (a non-negative number of milliseconds)"
+            )
         })
     }
 }

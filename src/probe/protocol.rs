@@ -4,9 +4,8 @@
 //!
 //! [`PROBE_REQUEST_VAR`]: crate::config::PROBE_REQUEST_VAR
 
-use serde::{Deserialize, Serialize};
-
 use super::outcome::ProbeOutcome;
+use crate::json::{self, Fields, Object, Record, Value};
 
 /// Starts the answer line on the child's standard output. Drivers may print their own lines
 /// there; only the last line with this prefix counts.
@@ -14,16 +13,82 @@ pub(super) const MARKER: &str = "GPU_TEST_PERMIT_PROBE_ANSWER:";
 /// Version of the answer format, checked by the parent.
 pub(super) const VERSION: u32 = 1;
 
-#[derive(Serialize, Deserialize)]
+/// The answer line's JSON: `{"v":1,"answer":{"Probe":{"outcome":{...}}}}`, or
+/// `{"v":1,"answer":{"Pong":{"pid":N}}}` for a ping.
+#[derive(Debug, PartialEq)]
 pub(super) struct Envelope {
     pub(super) v: u32,
     pub(super) answer: Answer,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, PartialEq)]
 pub(super) enum Answer {
     Probe { outcome: ProbeOutcome },
     Pong { pid: u32 },
+}
+
+impl json::Write for Envelope {
+    fn write(&self, out: &mut String) {
+        let answer = match &self.answer {
+            Answer::Probe { outcome } => Object::new()
+                .field(
+                    "Probe",
+                    json::Raw(Object::new().field("outcome", outcome).finish()),
+                )
+                .finish(),
+            Answer::Pong { pid } => Object::new()
+                .field("Pong", json::Raw(Object::new().field("pid", *pid).finish()))
+                .finish(),
+        };
+        out.push_str(
+            &Object::new()
+                .field("v", self.v)
+                .field("answer", json::Raw(answer))
+                .finish(),
+        );
+    }
+}
+
+impl Envelope {
+    /// The envelope's version, read before the rest: an answer of another version may differ
+    /// in shape.
+    fn version(v: &Value) -> Result<u32, String> {
+        Fields::of(v, "probe answer")?.req("v")
+    }
+}
+
+impl Record for Envelope {
+    fn read_json(v: &Value) -> Result<Envelope, String> {
+        let f = Fields::of(v, "probe answer")?;
+        let answer = match f.value("answer")? {
+            Value::Object(fields) if fields.len() == 1 => {
+                let (kind, body) = &fields[0];
+                match kind.as_str() {
+                    "Probe" => Answer::Probe {
+                        outcome: Fields::of(body, "probe answer")?.record("outcome")?,
+                    },
+                    "Pong" => Answer::Pong {
+                        pid: Fields::of(body, "probe answer")?.req("pid")?,
+                    },
+                    other => {
+                        return Err(format!(
+                            "probe answer: unknown variant `{other}`, expected `Probe` or `Pong`"
+                        ));
+                    }
+                }
+            }
+            other => {
+                return Err(format!(
+                    "probe answer: field `answer`: expected an object with one field, found {}",
+                    other.kind()
+                ));
+            }
+        };
+        Ok(Envelope {
+            v: f.req("v")?,
+            answer,
+        })
+    }
 }
 
 /// The variable's value for a request of `kind` over `pipe`.
@@ -63,15 +128,15 @@ pub(super) fn parse_answer(stdout: &[u8]) -> Result<Option<Answer>, String> {
     if !complete {
         return Err(format!("the answer was cut off: {shown:?}"));
     }
-    let env: Envelope = serde_json::from_slice(line)
-        .map_err(|e| format!("the answer is not valid JSON ({e}): {shown:?}"))?;
-    if env.v != VERSION {
+    let not_json = |e: String| format!("the answer is not valid JSON ({e}): {shown:?}");
+    let value = json::parse_bytes(line).map_err(|e| not_json(e.to_string()))?;
+    let v = Envelope::version(&value).map_err(not_json)?;
+    if v != VERSION {
         return Err(format!(
-            "the answer has format version {} but this build reads version {VERSION}",
-            env.v
+            "the answer has format version {v} but this build reads version {VERSION}"
         ));
     }
-    Ok(Some(env.answer))
+    Ok(Some(Envelope::read_json(&value).map_err(not_json)?.answer))
 }
 
 #[cfg(test)]

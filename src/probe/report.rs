@@ -5,14 +5,12 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::outcome::{ProbeOutcome, millis};
 use crate::backend::Backend;
+use crate::json::{self, Fields, Object, Record, Value};
 
 /// Where a [`ProbeReport`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeSource {
     /// A probe child started for this call.
     Child,
@@ -36,7 +34,7 @@ impl fmt::Display for ProbeSource {
 }
 
 /// The answer to "what does this backend have?".
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProbeReport {
     /// The backend probed.
@@ -44,15 +42,103 @@ pub struct ProbeReport {
     /// What was found.
     pub outcome: ProbeOutcome,
     /// How long the probe took where it ran (child start to answer), even when this report
-    /// came from a cache.
-    #[serde(with = "millis", rename = "duration_ms")]
+    /// came from a cache (`duration_ms` in JSON).
     pub duration: Duration,
     /// Where this report came from.
     pub source: ProbeSource,
     /// The run cache file the report was read from, when it came from one (also in this
     /// process's later copies of it): another test process of the `cargo nextest` run probed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_cache: Option<PathBuf>,
+}
+
+const SOURCES: [(&str, ProbeSource); 4] = [
+    ("child", ProbeSource::Child),
+    ("in-process", ProbeSource::InProcess),
+    ("process-cache", ProbeSource::ProcessCache),
+    ("run-cache", ProbeSource::RunCache),
+];
+
+impl json::Write for ProbeSource {
+    fn write(&self, out: &mut String) {
+        let name = SOURCES
+            .iter()
+            .find(|(_, s)| s == self)
+            .map_or("child", |(n, _)| n);
+        json::Write::write(name, out);
+    }
+}
+
+/// A report: `{"backend":"cuda","outcome":{...},"duration_ms":12.5,"source":"child"}`, with
+/// `"run_cache":"<path>"` last where it came from the run cache. A path that is not UTF-8 is
+/// written with its invalid bytes replaced.
+impl json::Write for ProbeReport {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("backend", self.backend)
+                .field("outcome", &self.outcome)
+                .field("duration_ms", millis::of(self.duration))
+                .field("source", self.source)
+                .some(
+                    "run_cache",
+                    &self
+                        .run_cache
+                        .as_ref()
+                        .map(|p| p.to_string_lossy().into_owned()),
+                )
+                .finish(),
+        );
+    }
+}
+
+impl Record for ProbeReport {
+    fn read_json(v: &Value) -> Result<ProbeReport, String> {
+        let f = Fields::of(v, "probe report")?;
+        Ok(ProbeReport {
+            backend: f.req_one_of("backend", &Backend::NAMES)?,
+            outcome: f.record("outcome")?,
+            duration: millis::read(&f, "duration_ms").map_err(|e| format!("probe report: {e}"))?,
+            source: f.req_one_of("source", &SOURCES)?,
+            run_cache: f.opt::<String>("run_cache")?.map(PathBuf::from),
+        })
+    }
+}
+
+impl ProbeReport {
+    /// The report as JSON, one line, as `gpu-test-permit probe --json` shows it (less the
+    /// decision) and the run cache keeps it: `{"backend":"cuda","outcome":{"status":...},
+    /// "duration_ms":12.5,"source":"child"}`, with `run_cache` where it came from there.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::{Backend, probe};
+    ///
+    /// let json = probe(Backend::Cuda).to_json();
+    /// assert!(json.starts_with(r#"{"backend":"cuda","outcome":{"status":"#));
+    /// ```
+    pub fn to_json(&self) -> String {
+        self.to_text()
+    }
+
+    /// Reads a report that [`to_json`](Self::to_json) wrote (fields it does not know are
+    /// ignored).
+    ///
+    /// # Errors
+    ///
+    /// Text that is not JSON, or not a report: the message names the field.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::{Backend, ProbeReport, ProbeSource};
+    ///
+    /// let r = ProbeReport::from_json(
+    ///     r#"{"backend":"wgpu","outcome":{"status":"not_built"},"duration_ms":0.5,"source":"in-process"}"#,
+    /// )?;
+    /// assert_eq!((r.backend, r.source), (Backend::Wgpu, ProbeSource::InProcess));
+    /// assert_eq!(ProbeReport::from_json(&r.to_json())?, r);
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn from_json(text: &str) -> Result<ProbeReport, String> {
+        ProbeReport::from_text(text)
+    }
 }
 
 impl fmt::Display for ProbeReport {

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use serde::{Deserialize, Serialize};
+use crate::json::{self, Fields, Object, Record, Value};
 
 use super::read::read_run;
 use super::summary::summarize;
@@ -19,7 +19,7 @@ const CASUALTY_READ_LIMIT: u64 = 64 << 20;
 
 /// A test that failed while others held permits and passed alone on a retry, as recorded in
 /// the slot directory's `gpu0.casualties`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CasualtyRecord {
     /// When the retry passed, milliseconds since the Unix epoch.
@@ -38,6 +38,40 @@ pub struct CasualtyRecord {
     pub units_beside: usize,
     /// The tests that held permits beside it (binary and name), the first few.
     pub beside: Vec<String>,
+}
+
+/// A line of `gpu0.casualties`, every field always written, in this order. Unversioned.
+impl json::Write for CasualtyRecord {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("unix_ms", self.unix_ms)
+                .field("run", &self.run)
+                .field("binary", &self.binary)
+                .field("test", &self.test)
+                .field("per_gpu", self.per_gpu)
+                .field("gpus", self.gpus)
+                .field("units_beside", self.units_beside)
+                .field("beside", &self.beside)
+                .finish(),
+        );
+    }
+}
+
+impl Record for CasualtyRecord {
+    fn read_json(v: &Value) -> Result<CasualtyRecord, String> {
+        let f = Fields::of(v, "casualty record")?;
+        Ok(CasualtyRecord {
+            unix_ms: f.req("unix_ms")?,
+            run: f.req("run")?,
+            binary: f.req("binary")?,
+            test: f.req("test")?,
+            per_gpu: f.req("per_gpu")?,
+            gpus: f.req("gpus")?,
+            units_beside: f.req("units_beside")?,
+            beside: f.req("beside")?,
+        })
+    }
 }
 
 impl CasualtyRecord {
@@ -134,4 +168,37 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
         record.n(),
         record.beside.join(", ")
     ));
+}
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// What this version writes for [`known`], byte for byte (as the serde-derived code of
+    /// earlier versions wrote it); and what it must read.
+    const GOLDEN: &str = include_str!("../../tests/data/casualties/records");
+
+    fn known() -> Vec<CasualtyRecord> {
+        let c = CasualtyRecord {
+            unix_ms: 1_764_300_000_002,
+            run: "run-1".into(),
+            binary: "suite::gpu".into(),
+            test: "flaky \u{1b}[31m".into(),
+            per_gpu: 3,
+            gpus: 1,
+            units_beside: 2,
+            beside: vec!["suite::gpu::a".into(), "suite::gpu::b".into()],
+        };
+        let d = CasualtyRecord {
+            beside: vec![],
+            unix_ms: 5,
+            ..c.clone()
+        };
+        vec![c, d]
+    }
+
+    #[test]
+    fn the_golden_file_reads_and_writes_byte_for_byte() {
+        crate::json::check_golden(GOLDEN, &known());
+    }
 }

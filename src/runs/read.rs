@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use super::record::RunRecord;
 use super::{file_name, run_files};
+use crate::json::Record;
 use crate::sys;
 
 /// The most of a run's file that is read: 20,000 tests write about 10 MiB.
@@ -105,7 +106,7 @@ pub fn read_run(dir: &Path, run_id: &str) -> Result<Option<RunRecords>, RunsErro
             out.unreadable += 1;
             continue;
         }
-        match serde_json::from_slice::<RunRecord>(&line) {
+        match RunRecord::from_bytes(&line) {
             // A run id that cannot be a file name is found under its hash: `run_id` may be
             // either.
             Ok(r) if r.run() == run_id || file_name(r.run()) == file_name(run_id) => {
@@ -231,6 +232,6 @@ fn first_record_time(dir: &Path, run_id: &str) -> Option<SystemTime> {
     BufReader::new(file.take(LONGEST_LINE as u64 + 1))
         .read_until(b'\n', &mut line)
         .ok()?;
-    let record: RunRecord = serde_json::from_slice(&line).ok()?;
+    let record = RunRecord::from_bytes(&line).ok()?;
     SystemTime::UNIX_EPOCH.checked_add(Duration::from_micros(record.unix_us()))
 }

@@ -1,10 +1,9 @@
 //! The records: one JSON object a line, each with its run id, its time and its process.
 
-use serde::{Deserialize, Serialize};
+use crate::json::{self, Fields, Object, Record, Value};
 
 /// One line of a run's record file.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RunRecord {
     /// A test skipped: its backend had no device and was not required.
@@ -17,6 +16,192 @@ pub enum RunRecord {
     Choice(ChoiceRecord),
     /// A test process loaded GPU drivers (see [`drivers`](crate::drivers)).
     Drivers(DriversRecord),
+}
+
+/// A line of a run's record file: `{"kind":"<skip|grant|release|choice|drivers>", ...}`,
+/// the record's fields after the kind, in their order. Fields added after the first release
+/// are left out where they hold their default, and read as it where absent. Unversioned.
+impl json::Write for RunRecord {
+    fn write(&self, out: &mut String) {
+        let mut o = Object::new();
+        match self {
+            RunRecord::Skip(r) => {
+                o.field("kind", "skip")
+                    .field("run", &r.run)
+                    .field("unix_us", r.unix_us)
+                    .field("pid", r.pid)
+                    .field("binary", &r.binary)
+                    .field("test", &r.test)
+                    .field("attempt", r.attempt)
+                    .field("backend", &r.backend)
+                    .field("reason", &r.reason);
+            }
+            RunRecord::Grant(r) => {
+                o.field("kind", "grant")
+                    .field("run", &r.run)
+                    .field("unix_us", r.unix_us)
+                    .field("pid", r.pid)
+                    .field("hold", r.hold)
+                    .field("binary", &r.binary)
+                    .field("test", &r.test)
+                    .field("attempt", r.attempt)
+                    .field("total_attempts", r.total_attempts)
+                    .field("units", r.units)
+                    .field("exclusive", r.exclusive)
+                    .field("per_gpu", r.per_gpu)
+                    .field("gpus", r.gpus)
+                    .field("alone", r.alone)
+                    .field("waited_us", r.waited_us)
+                    .some("learned", &r.learned);
+            }
+            RunRecord::Release(r) => {
+                o.field("kind", "release")
+                    .field("run", &r.run)
+                    .field("unix_us", r.unix_us)
+                    .field("pid", r.pid)
+                    .field("hold", r.hold)
+                    .field("outcome", r.outcome)
+                    .some("memory_used", &r.memory_used);
+            }
+            RunRecord::Choice(r) => {
+                o.field("kind", "choice")
+                    .field("run", &r.run)
+                    .field("unix_us", r.unix_us)
+                    .field("pid", r.pid)
+                    .field("per_gpu", r.per_gpu)
+                    .field("gpus", r.gpus)
+                    .field("gpu", &r.gpu)
+                    .field("why", &r.why);
+            }
+            RunRecord::Drivers(r) => {
+                o.field("kind", "drivers")
+                    .field("run", &r.run)
+                    .field("unix_us", r.unix_us)
+                    .field("pid", r.pid)
+                    .field("binary", &r.binary)
+                    .field("test", &r.test)
+                    .field("attempt", r.attempt)
+                    .field("drivers", &r.drivers)
+                    .field("unpermitted", &r.unpermitted)
+                    .field("before_first_permit", r.before_first_permit)
+                    .field("held", r.held)
+                    .field("seen", &r.seen)
+                    .when(!r.linked.is_empty(), "linked", &r.linked)
+                    .when(r.started_process, "started_process", true);
+            }
+        }
+        out.push_str(&o.finish());
+    }
+}
+
+impl Record for RunRecord {
+    fn read_json(v: &Value) -> Result<RunRecord, String> {
+        const KINDS: [(&str, u8); 5] = [
+            ("skip", 0),
+            ("grant", 1),
+            ("release", 2),
+            ("choice", 3),
+            ("drivers", 4),
+        ];
+        let f = Fields::of(v, "run record")?;
+        Ok(match f.req_one_of("kind", &KINDS)? {
+            0 => RunRecord::Skip(SkipRecord {
+                run: f.req("run")?,
+                unix_us: f.req("unix_us")?,
+                pid: f.req("pid")?,
+                binary: f.req("binary")?,
+                test: f.req("test")?,
+                attempt: f.req("attempt")?,
+                backend: f.req("backend")?,
+                reason: f.req("reason")?,
+            }),
+            1 => RunRecord::Grant(GrantRecord {
+                run: f.req("run")?,
+                unix_us: f.req("unix_us")?,
+                pid: f.req("pid")?,
+                hold: f.req("hold")?,
+                binary: f.req("binary")?,
+                test: f.req("test")?,
+                attempt: f.req("attempt")?,
+                total_attempts: f.req("total_attempts")?,
+                units: f.req("units")?,
+                exclusive: f.req("exclusive")?,
+                per_gpu: f.req("per_gpu")?,
+                gpus: f.req("gpus")?,
+                alone: f.or_default("alone")?,
+                waited_us: f.or_default("waited_us")?,
+                learned: f.opt("learned")?,
+            }),
+            2 => RunRecord::Release(ReleaseRecord {
+                run: f.req("run")?,
+                unix_us: f.req("unix_us")?,
+                pid: f.req("pid")?,
+                hold: f.req("hold")?,
+                outcome: Outcome::read_json(f.value("outcome")?)
+                    .map_err(|e| format!("run record: field `outcome`: {e}"))?,
+                memory_used: f.opt("memory_used")?,
+            }),
+            3 => RunRecord::Choice(ChoiceRecord {
+                run: f.req("run")?,
+                unix_us: f.req("unix_us")?,
+                pid: f.req("pid")?,
+                per_gpu: f.req("per_gpu")?,
+                gpus: f.req("gpus")?,
+                gpu: f.req("gpu")?,
+                why: f.req("why")?,
+            }),
+            _ => RunRecord::Drivers(DriversRecord {
+                run: f.req("run")?,
+                unix_us: f.req("unix_us")?,
+                pid: f.req("pid")?,
+                binary: f.req("binary")?,
+                test: f.req("test")?,
+                attempt: f.req("attempt")?,
+                drivers: f.req("drivers")?,
+                unpermitted: f.req("unpermitted")?,
+                before_first_permit: f.req("before_first_permit")?,
+                held: f.req("held")?,
+                seen: f.req("seen")?,
+                linked: f.or_default("linked")?,
+                started_process: f.or_default("started_process")?,
+            }),
+        })
+    }
+}
+
+/// An outcome in a release record: `"passed"`, `"panicked"`, `{"exited":CODE}` or
+/// `{"signal":NUMBER}`.
+impl json::Write for Outcome {
+    fn write(&self, out: &mut String) {
+        match self {
+            Outcome::Passed => json::Write::write("passed", out),
+            Outcome::Panicked => json::Write::write("panicked", out),
+            Outcome::Exited(code) => out.push_str(&Object::new().field("exited", *code).finish()),
+            Outcome::Signal(sig) => out.push_str(&Object::new().field("signal", *sig).finish()),
+        }
+    }
+}
+
+impl Outcome {
+    fn read_json(v: &Value) -> Result<Outcome, String> {
+        const EXPECTED: &str =
+            "expected `passed`, `panicked`, `{\"exited\":CODE}` or `{\"signal\":NUMBER}`";
+        match v {
+            Value::String(s) if s == "passed" => Ok(Outcome::Passed),
+            Value::String(s) if s == "panicked" => Ok(Outcome::Panicked),
+            Value::Object(fields) if fields.len() == 1 => {
+                let (key, value) = &fields[0];
+                let n = <i32 as json::Read>::read(value)
+                    .ok_or_else(|| format!("`{key}`: expected an integer that fits in i32"))?;
+                match key.as_str() {
+                    "exited" => Ok(Outcome::Exited(n)),
+                    "signal" => Ok(Outcome::Signal(n)),
+                    _ => Err(format!("unknown outcome `{key}`, {EXPECTED}")),
+                }
+            }
+            other => Err(format!("{EXPECTED}, found {}", other.kind())),
+        }
+    }
 }
 
 impl RunRecord {
@@ -44,7 +229,7 @@ impl RunRecord {
 }
 
 /// A test that skipped at run time ([`require_backend!`](crate::require_backend) or a fixture).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SkipRecord {
     /// The run id (nextest's `NEXTEST_RUN_ID`).
@@ -66,7 +251,7 @@ pub struct SkipRecord {
 }
 
 /// A permit granted to a test.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GrantRecord {
     /// The run id.
@@ -95,16 +280,13 @@ pub struct GrantRecord {
     pub gpus: usize,
     /// Whether the permit was made exclusive because the test is a retry
     /// (`GPU_TEST_PERMIT_RETRY=alone`).
-    #[serde(default)]
     pub alone: bool,
     /// How long the request waited for its permit, microseconds (0 in records written before
     /// waits were kept).
-    #[serde(default)]
     pub waited_us: u64,
     /// Where the units were learned (`GPU_TEST_PERMIT_WEIGHTS=learned`: the test declared
     /// nothing), the most GPU memory the test was measured to use in earlier runs, bytes,
     /// which its units (with the margin) cover.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned: Option<u64>,
 }
 
@@ -120,7 +302,7 @@ impl GrantRecord {
 }
 
 /// A permit returned.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReleaseRecord {
     /// The run id.
@@ -135,12 +317,11 @@ pub struct ReleaseRecord {
     pub outcome: Outcome,
     /// The most GPU memory its fixture measured it to use, bytes, where the fixture could
     /// measure it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_used: Option<u64>,
 }
 
 /// The N that `REALIZAR_GPU_TEST_CONCURRENCY=auto` chose for a run, and why.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ChoiceRecord {
     /// The run id.
@@ -162,7 +343,7 @@ pub struct ChoiceRecord {
 
 /// GPU drivers a test process loaded, and whether it held a permit then (see
 /// [`drivers`](crate::drivers)).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DriversRecord {
     /// The run id.
@@ -193,11 +374,9 @@ pub struct DriversRecord {
     /// The GPU driver libraries its program was linked to at build time (mapped before its
     /// first instruction, or its executable's dependencies): not in `drivers`, never an
     /// escape (see [`drivers`](crate::drivers)).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub linked: Vec<String>,
     /// Whether a process the test started (a tool or helper it runs), not the test's own,
     /// loaded one of `unpermitted` (watched only).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub started_process: bool,
 }
 
@@ -209,8 +388,7 @@ impl DriversRecord {
 }
 
 /// How a test stood when its permit was returned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Outcome {
     /// Returned in the ordinary way: the test had not failed by then.
@@ -237,6 +415,181 @@ impl std::fmt::Display for Outcome {
             Outcome::Panicked => f.write_str("panicked"),
             Outcome::Exited(code) => write!(f, "exited with {code}"),
             Outcome::Signal(sig) => write!(f, "ended by signal {sig}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// What this version writes for [`known`], byte for byte (as the serde-derived code of
+    /// earlier versions wrote it); and what it must read.
+    const GOLDEN: &str = include_str!("../../tests/data/run-records/records");
+
+    /// The records of [`GOLDEN`]: every kind, every outcome, optional fields present and absent.
+    fn known() -> Vec<RunRecord> {
+        vec![
+            RunRecord::Skip(SkipRecord {
+                run: "run-1".into(),
+                unix_us: 1_764_300_000_000_000,
+                pid: 4242,
+                binary: "suite::gpu".into(),
+                test: "draws \"quoted\" \u{e9}\ttab".into(),
+                attempt: 1,
+                backend: "cuda".into(),
+                reason: "no CUDA device: the driver reports none\n(second line)".into(),
+            }),
+            RunRecord::Grant(GrantRecord {
+                run: "run-1".into(),
+                unix_us: 1_764_300_000_000_100,
+                pid: 4242,
+                hold: 1,
+                binary: "suite::gpu".into(),
+                test: "heavy".into(),
+                attempt: 2,
+                total_attempts: 3,
+                units: 2,
+                exclusive: false,
+                per_gpu: 4,
+                gpus: 2,
+                alone: true,
+                waited_us: 1500,
+                learned: Some(8 << 30),
+            }),
+            RunRecord::Grant(GrantRecord {
+                run: "run-1".into(),
+                unix_us: 18_446_744_073_709_551_615,
+                pid: 4243,
+                hold: 18_446_744_073_709_551_615,
+                binary: "suite::gpu".into(),
+                test: "light".into(),
+                attempt: 1,
+                total_attempts: 1,
+                units: 8,
+                exclusive: true,
+                per_gpu: 4,
+                gpus: 2,
+                alone: false,
+                waited_us: 0,
+                learned: None,
+            }),
+            RunRecord::Release(ReleaseRecord {
+                run: "run-1".into(),
+                unix_us: 1_764_300_000_000_200,
+                pid: 4242,
+                hold: 1,
+                outcome: Outcome::Passed,
+                memory_used: Some(123_456_789),
+            }),
+            RunRecord::Release(ReleaseRecord {
+                run: "run-1".into(),
+                unix_us: 1_764_300_000_000_300,
+                pid: 4243,
+                hold: 2,
+                outcome: Outcome::Panicked,
+                memory_used: None,
+            }),
+            RunRecord::Release(ReleaseRecord {
+                run: "run-1".into(),
+                unix_us: 1_764_300_000_000_400,
+                pid: 4244,
+                hold: 3,
+                outcome: Outcome::Exited(-3),
+                memory_used: None,
+            }),
+            RunRecord::Release(ReleaseRecord {
+                run: "run-1".into(),
+                unix_us: 1_764_300_000_000_500,
+                pid: 4245,
+                hold: 4,
+                outcome: Outcome::Signal(9),
+                memory_used: None,
+            }),
+            RunRecord::Choice(ChoiceRecord {
+                run: "run-1".into(),
+                unix_us: 1_764_300_000_000_050,
+                pid: 4242,
+                per_gpu: 3,
+                gpus: 1,
+                gpu: "NVIDIA GB10 (CUDA 12.8)".into(),
+                why: "N = 3: 2 runs at 3 kept the GPU 98% busy".into(),
+            }),
+            RunRecord::Drivers(DriversRecord {
+                run: "run-1".into(),
+                unix_us: 1_764_300_000_000_600,
+                pid: 4246,
+                binary: "suite::gpu".into(),
+                test: "escapes".into(),
+                attempt: 1,
+                drivers: vec![
+                    "/usr/lib/libcuda.so.1".into(),
+                    "/usr/lib/libvulkan_lvp.so".into(),
+                ],
+                unpermitted: vec!["/usr/lib/libvulkan_lvp.so".into()],
+                before_first_permit: true,
+                held: true,
+                seen: "watched".into(),
+                linked: vec!["/usr/lib/libOpenCL.so.1".into()],
+                started_process: true,
+            }),
+            RunRecord::Drivers(DriversRecord {
+                run: "run-1".into(),
+                unix_us: 1_764_300_000_000_700,
+                pid: 4247,
+                binary: "suite::gpu".into(),
+                test: "clean".into(),
+                attempt: 1,
+                drivers: vec![],
+                unpermitted: vec![],
+                before_first_permit: false,
+                held: false,
+                seen: "mapped".into(),
+                linked: vec![],
+                started_process: false,
+            }),
+        ]
+    }
+
+    #[test]
+    fn the_golden_file_reads_and_writes_byte_for_byte() {
+        crate::json::check_golden(GOLDEN, &known());
+    }
+
+    /// Records of earlier versions, which lack the fields added since, and fields in another
+    /// order, with unknown ones: read as the defaults.
+    #[test]
+    fn records_of_earlier_versions_read_with_defaults() {
+        let grant = RunRecord::from_text(
+            r#"{"run":"r","kind":"grant","unix_us":5,"pid":1,"hold":2,"binary":"b","test":"t","attempt":1,"total_attempts":1,"units":1,"exclusive":false,"per_gpu":2,"gpus":1,"new_field":[1]}"#,
+        )
+        .unwrap();
+        let RunRecord::Grant(g) = grant else {
+            panic!("{grant:?}")
+        };
+        assert_eq!((g.alone, g.waited_us, g.learned), (false, 0, None));
+        let drivers = RunRecord::from_text(
+            r#"{"kind":"drivers","run":"r","unix_us":5,"pid":1,"binary":"b","test":"t","attempt":1,"drivers":["d"],"unpermitted":[],"before_first_permit":false,"held":true,"seen":"mapped"}"#,
+        )
+        .unwrap();
+        let RunRecord::Drivers(d) = drivers else {
+            panic!("{drivers:?}")
+        };
+        assert_eq!((d.linked, d.started_process), (vec![], false));
+        for (bad, why) in [
+            (r#"{"kind":"hold","run":"r"}"#, "unknown variant `hold`"),
+            (r#"{"run":"r"}"#, "missing field `kind`"),
+            (
+                r#"{"kind":"release","run":"r","unix_us":0,"pid":1,"hold":1,"outcome":{"exited":"x"}}"#,
+                "field `outcome`",
+            ),
+            (
+                r#"{"kind":"skip","run":"r","unix_us":-1}"#,
+                "field `unix_us`",
+            ),
+        ] {
+            let e = RunRecord::from_text(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
         }
     }
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use super::record::{DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
 use super::{FILE_PREFIX, RUNS_KEPT, file_name, run_files};
 use crate::config::Config;
+use crate::json::Record;
 use crate::nextest::{current_test, cut};
 use crate::sys;
 
@@ -100,9 +101,7 @@ pub(crate) fn append(dir: &Path, record: RunRecord) {
         }
         return;
     }
-    let Ok(mut line) = serde_json::to_string(&record) else {
-        return;
-    };
+    let mut line = record.to_text();
     line.push('\n');
     write_now(dir, record.run(), &line);
 }
@@ -114,10 +113,8 @@ pub(crate) fn flush() {
     for (dir, records) in &pending {
         let mut text = String::new();
         for r in records {
-            if let Ok(line) = serde_json::to_string(r) {
-                text.push_str(&line);
-                text.push('\n');
-            }
+            text.push_str(&r.to_text());
+            text.push('\n');
         }
         if let Some(first) = records.first() {
             write_now(dir, first.run(), &text);

@@ -4,10 +4,10 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use crate::json::{self, Fields, Object, Record, Value};
 
 /// One trace event (a "complete" event, phase `X`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TraceEvent {
     /// `wait` (from asking to getting a permit) or `hold` (from getting to releasing it).
     pub name: String,
@@ -32,7 +32,7 @@ pub struct TraceEvent {
 /// Fields added after the first release have defaults, so traces of earlier versions still
 /// read; [`read_events`](crate::trace::read_events) fills in what they lack (`units`: 1, or `capacity` for an exclusive
 /// permit; `gpus`: 1).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TraceArgs {
     /// Test name.
     pub test: String,
@@ -44,45 +44,141 @@ pub struct TraceArgs {
     pub exclusive: bool,
     /// Permits in the pool: N per GPU times the GPUs (`concurrency` in traces written by
     /// earlier versions).
-    #[serde(alias = "concurrency")]
     pub capacity: usize,
     /// Permit units the permit held: 1 for a plain permit, k for a weighted one, `capacity`
     /// for an exclusive one.
-    #[serde(default)]
     pub units: usize,
     /// GPUs the pool spans (its `capacity` is N per GPU times this).
-    #[serde(default)]
     pub gpus: usize,
     /// GPU memory the test declared it needs, in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<u64>,
     /// GPU memory the test was measured to use, in bytes, where its fixture could measure it
     /// (hold events only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_used: Option<u64>,
     /// The per-GPU memory budget in force, in bytes, when one was set.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_budget: Option<u64>,
     /// Which attempt of the test this was (nextest's `NEXTEST_ATTEMPT`), where nextest runs
     /// with retries: 2 and above are retries of a test that failed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
     /// Whether the test had failed when it returned the permit (its thread was panicking, or
     /// `gpu-test-permit run`'s command failed); hold events only.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub failed: bool,
     /// Where the permit's units were learned (`GPU_TEST_PERMIT_WEIGHTS=learned`: the test
     /// declared nothing), the most GPU memory the test was measured to use in earlier runs,
     /// bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub learned: Option<u64>,
     /// Whether the permit was granted past a request waiting at the head of the queue, by
     /// backfilling ([`host`](crate::host)); hold events only.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub backfilled: bool,
 }
 
+/// An event, one line of the trace file (followed by `,`): `{"name":..,"cat":..,"ph":..,
+/// "ts":..,"dur":..,"pid":..,"tid":..,"args":{"test":..,"thread":..,"slots":[..],
+/// "exclusive":..,"capacity":..,"units":..,"gpus":..}}`, with the args added later after
+/// those where they are set (`memory`, `memory_used`, `memory_budget`, `attempt`, `failed`,
+/// `learned`, `backfilled`, in that order). Unversioned: Chrome's trace format.
+impl json::Write for TraceEvent {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("name", &self.name)
+                .field("cat", &self.cat)
+                .field("ph", &self.ph)
+                .field("ts", self.ts)
+                .field("dur", self.dur)
+                .field("pid", self.pid)
+                .field("tid", self.tid)
+                .field("args", &self.args)
+                .finish(),
+        );
+    }
+}
+
+impl json::Write for TraceArgs {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("test", &self.test)
+                .field("thread", &self.thread)
+                .field("slots", &self.slots)
+                .field("exclusive", self.exclusive)
+                .field("capacity", self.capacity)
+                .field("units", self.units)
+                .field("gpus", self.gpus)
+                .some("memory", &self.memory)
+                .some("memory_used", &self.memory_used)
+                .some("memory_budget", &self.memory_budget)
+                .some("attempt", &self.attempt)
+                .when(self.failed, "failed", true)
+                .some("learned", &self.learned)
+                .when(self.backfilled, "backfilled", true)
+                .finish(),
+        );
+    }
+}
+
+impl Record for TraceEvent {
+    fn read_json(v: &Value) -> Result<TraceEvent, String> {
+        let f = Fields::of(v, "trace event")?;
+        Ok(TraceEvent {
+            name: f.req("name")?,
+            cat: f.req("cat")?,
+            ph: f.req("ph")?,
+            ts: f.req("ts")?,
+            dur: f.req("dur")?,
+            pid: f.req("pid")?,
+            tid: f.req("tid")?,
+            args: f.record("args")?,
+        })
+    }
+}
+
+impl Record for TraceArgs {
+    fn read_json(v: &Value) -> Result<TraceArgs, String> {
+        let f = Fields::of(v, "args")?;
+        // `concurrency` in traces of earlier versions.
+        let capacity = match f.raw("capacity") {
+            Some(_) => f.req("capacity")?,
+            None => f.req("concurrency")?,
+        };
+        Ok(TraceArgs {
+            test: f.req("test")?,
+            thread: f.req("thread")?,
+            slots: f.req("slots")?,
+            exclusive: f.req("exclusive")?,
+            capacity,
+            units: f.or_default("units")?,
+            gpus: f.or_default("gpus")?,
+            memory: f.opt("memory")?,
+            memory_used: f.opt("memory_used")?,
+            memory_budget: f.opt("memory_budget")?,
+            attempt: f.opt("attempt")?,
+            failed: f.or_default("failed")?,
+            learned: f.opt("learned")?,
+            backfilled: f.or_default("backfilled")?,
+        })
+    }
+}
+
 impl TraceEvent {
+    /// The event as its line of a trace file writes it, without the `,` that follows it
+    /// there: compact JSON, the fields in the order of the type.
+    ///
+    /// ```
+    /// use gpu_test_permit::trace::read_events;
+    ///
+    /// let json = r#"{"name":"hold","cat":"gpu-test-permit","ph":"X","ts":5,"dur":2,"pid":1,"tid":1,"args":{"test":"t","thread":"main","slots":[0],"exclusive":false,"capacity":2,"units":1,"gpus":1}}"#;
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("trace.json");
+    /// std::fs::write(&path, format!("[\n{json},\n"))?;
+    /// let events = read_events(&path)?;
+    /// assert_eq!(events[0].to_json(), json);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn to_json(&self) -> String {
+        self.to_text()
+    }
+
     /// The instant event that records `auto`'s choice of `per_gpu` x `gpus` permits, said in
     /// `line`.
     pub(crate) fn auto(line: &str, per_gpu: usize, gpus: usize) -> TraceEvent {
@@ -164,7 +260,7 @@ impl Tracer {
     }
 
     pub(crate) fn write(&self, event: &TraceEvent) {
-        let mut line = serde_json::to_vec(event).expect("a trace event always serialises");
+        let mut line = event.to_text().into_bytes();
         line.extend_from_slice(b",\n");
         // One write call per event: O_APPEND makes it land whole at the end of the file.
         match (&self.file).write(&line) {
@@ -215,5 +311,96 @@ fn create_with_header(path: &Path) -> io::Result<()> {
     match linked {
         Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// A trace file as this version writes it for [`known`], byte for byte (as the
+    /// serde-derived code of earlier versions wrote it); and what it must read.
+    const GOLDEN: &str = include_str!("../../tests/data/trace/events");
+
+    fn known() -> Vec<TraceEvent> {
+        let full = TraceEvent {
+            name: "hold".into(),
+            cat: "gpu-test-permit".into(),
+            ph: "X".into(),
+            ts: 1_764_300_000_000_000,
+            dur: 250_000,
+            pid: 4242,
+            tid: 3,
+            args: TraceArgs {
+                test: "suite::gpu::draws \"x\" \u{e9}".into(),
+                thread: "gpu::draws".into(),
+                slots: vec![0, 5],
+                exclusive: false,
+                capacity: 8,
+                units: 2,
+                gpus: 2,
+                memory: Some(8 << 30),
+                memory_used: Some(123_456_789),
+                memory_budget: Some(16 << 30),
+                attempt: Some(2),
+                failed: true,
+                learned: Some(4 << 30),
+                backfilled: true,
+            },
+        };
+        let wait = TraceEvent {
+            name: "wait".into(),
+            cat: "gpu-test-permit".into(),
+            ph: "X".into(),
+            ts: 1_764_300_000_000_000,
+            dur: 0,
+            pid: 4242,
+            tid: 3,
+            args: TraceArgs {
+                test: "t".into(),
+                thread: "main".into(),
+                slots: vec![],
+                exclusive: true,
+                capacity: 8,
+                units: 8,
+                gpus: 1,
+                ..TraceArgs::default()
+            },
+        };
+        let auto = TraceEvent {
+            ts: 1_764_300_000_000_001,
+            tid: 1,
+            ..TraceEvent::auto("auto: N = 3 x 1 (2 runs)", 3, 1)
+        };
+        let auto = TraceEvent { pid: 4242, ..auto };
+        vec![full, wait, auto]
+    }
+
+    #[test]
+    fn the_golden_file_reads_and_writes_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trace.json");
+        let tracer = Tracer::open(&path).unwrap();
+        for e in known() {
+            tracer.write(&e);
+        }
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), GOLDEN);
+        let read: Vec<TraceEvent> = GOLDEN
+            .lines()
+            .skip(1)
+            .map(|l| TraceEvent::from_text(l.strip_suffix(',').unwrap()).unwrap())
+            .collect();
+        assert_eq!(read, known());
+    }
+
+    /// Events of earlier versions: `concurrency` for `capacity`, no `units` or `gpus`.
+    #[test]
+    fn events_of_earlier_versions_read() {
+        let e = TraceEvent::from_text(
+            r#"{"name":"hold","cat":"gpu-test-permit","ph":"X","ts":1,"dur":2,"pid":3,"tid":4,"args":{"test":"t","thread":"main","slots":[1],"exclusive":true,"concurrency":4}}"#,
+        )
+        .unwrap();
+        assert_eq!((e.args.capacity, e.args.units, e.args.gpus), (4, 0, 0));
+        assert_eq!(e.args.held_units(), 4);
     }
 }

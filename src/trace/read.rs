@@ -154,14 +154,11 @@ fn parse_line(line: &str, events: &mut Vec<TraceEvent>) -> Result<(), String> {
 
 /// One event, normalised (see [`TraceArgs`]), or why `text` is none.
 fn parse_event(text: &str) -> Result<TraceEvent, String> {
-    let mut ev: TraceEvent = serde_json::from_str(text).map_err(|e| {
-        // The text is one line of the file: its column is what locates the problem.
-        let message = e.to_string();
-        let message = message
-            .rsplit_once(" at line ")
-            .map_or(message.as_str(), |(m, _)| m);
-        format!("not a trace event ({message} at column {})", e.column())
-    })?;
+    // The text is one line of the file: its column is what locates a syntax error.
+    let value = crate::json::parse(text)
+        .map_err(|e| format!("not a trace event ({} at column {})", e.what, e.at + 1))?;
+    let mut ev = <TraceEvent as crate::json::Record>::read_json(&value)
+        .map_err(|e| format!("not a trace event ({e})"))?;
     ev.args.normalise();
     Ok(ev)
 }

@@ -406,7 +406,7 @@ mod tests {
     }
 
     fn hang(run: &str, n: usize, at: u64) -> HangRecord {
-        let mut h: HangRecord = serde_json::from_str(&format!(
+        let mut h = <HangRecord as crate::json::Record>::from_text(&format!(
             r#"{{"unix_ms":{at},"per_gpu":{n},"gpus":1,"test":"t","held_ms":1}}"#
         ))
         .unwrap();
@@ -505,7 +505,7 @@ mod tests {
         assert_eq!(with(std::slice::from_ref(&h), &[], &history).per_gpu, 2);
         h.unix_ms = later;
         assert_eq!(with(&[h], &[], &history).per_gpu, 3);
-        let mut c: CasualtyRecord = serde_json::from_str(&format!(
+        let mut c = <CasualtyRecord as crate::json::Record>::from_text(&format!(
             r#"{{"unix_ms":{now},"run":"a","binary":"b","test":"t","per_gpu":3,"gpus":1,"units_beside":2,"beside":[]}}"#
         ))
         .unwrap();

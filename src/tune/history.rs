@@ -10,10 +10,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use super::measure::{RunMeasure, measure};
 use crate::host::tests_file::{self, TESTS_FILE, TestLine};
+use crate::json::{self, Fields, Object, Record, Value};
 use crate::sys;
 
 /// The file of the run history.
@@ -36,7 +35,7 @@ const MEASURE_LIMIT: u64 = 64 << 20;
 const LOCK_PATIENCE: Duration = Duration::from_millis(500);
 
 /// One run as the history keeps it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct HistoryEntry {
     /// Version of the line's format.
@@ -76,13 +75,88 @@ pub struct HistoryEntry {
     /// Tests that failed beside others and passed alone.
     pub casualties: usize,
     /// Why `auto` chose its N.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
     /// Bytes of the record file measured (measured again when it grew).
     pub source_len: u64,
 }
 
+/// A line of `gpu0.history`: every field in the order of the type, `why` only where `auto`
+/// chose. Versioned by `v` ([`VERSION`]): lines of another version are ignored.
+impl json::Write for HistoryEntry {
+    fn write(&self, out: &mut String) {
+        out.push_str(
+            &Object::new()
+                .field("v", self.v)
+                .field("run", &self.run)
+                .field("unix_ms", self.unix_ms)
+                .field("per_gpu", self.per_gpu)
+                .field("gpus", self.gpus)
+                .field("auto", self.auto)
+                .field("gpu", &self.gpu)
+                .field("holds", self.holds)
+                .field("span_us", self.span_us)
+                .field("busy_us", self.busy_us)
+                .field("unit_us", self.unit_us)
+                .field("work_us", self.work_us)
+                .field("queued_us", self.queued_us)
+                .field("peak", self.peak)
+                .field("unreturned", self.unreturned)
+                .field("failed", self.failed)
+                .field("casualties", self.casualties)
+                .some("why", &self.why)
+                .field("source_len", self.source_len)
+                .finish(),
+        );
+    }
+}
+
+impl Record for HistoryEntry {
+    fn read_json(v: &Value) -> Result<HistoryEntry, String> {
+        let f = Fields::of(v, "history entry")?;
+        Ok(HistoryEntry {
+            v: f.req("v")?,
+            run: f.req("run")?,
+            unix_ms: f.req("unix_ms")?,
+            per_gpu: f.req("per_gpu")?,
+            gpus: f.req("gpus")?,
+            auto: f.req("auto")?,
+            gpu: f.req("gpu")?,
+            holds: f.req("holds")?,
+            span_us: f.req("span_us")?,
+            busy_us: f.req("busy_us")?,
+            unit_us: f.req("unit_us")?,
+            work_us: f.req("work_us")?,
+            queued_us: f.req("queued_us")?,
+            peak: f.req("peak")?,
+            unreturned: f.req("unreturned")?,
+            failed: f.req("failed")?,
+            casualties: f.req("casualties")?,
+            why: f.opt("why")?,
+            source_len: f.req("source_len")?,
+        })
+    }
+}
+
 impl HistoryEntry {
+    /// Reads one line of `gpu0.history` (as [`read_history`](crate::tune::read_history)
+    /// reads the file; fields it does not know are ignored).
+    ///
+    /// # Errors
+    ///
+    /// Text that is not JSON, or not a history entry: the message names the field.
+    ///
+    /// ```
+    /// use gpu_test_permit::tune::HistoryEntry;
+    ///
+    /// let line = r#"{"v":1,"run":"r1","unix_ms":1,"per_gpu":2,"gpus":1,"auto":true,"gpu":"","holds":8,"span_us":9,"busy_us":8,"unit_us":16,"work_us":16,"queued_us":0,"peak":2,"unreturned":0,"failed":0,"casualties":0,"source_len":100}"#;
+    /// let e = HistoryEntry::from_json(line)?;
+    /// assert_eq!((e.per_gpu, e.effective()), (2, 2.0));
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn from_json(text: &str) -> Result<HistoryEntry, String> {
+        HistoryEntry::from_text(text)
+    }
+
     /// The work the GPU did per unit of busy time, in tests' worth of work at once: `N` when
     /// every permit was busy and holds took their reference time, less where the GPU slowed
     /// them down or permits sat idle.
@@ -138,7 +212,7 @@ fn history_lines(text: &str) -> (Vec<HistoryEntry>, usize) {
     let records = text
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| match serde_json::from_str(l) {
+        .filter_map(|l| match HistoryEntry::from_text(l) {
             Ok(r) => Some(r),
             Err(_) => {
                 bad += 1;
@@ -368,11 +442,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
     entries.sort_by_key(|e| e.unix_ms);
     let start = entries.len().saturating_sub(HISTORY_KEPT);
     let entries = entries.split_off(start);
-    let text: String = entries
-        .iter()
-        .filter_map(|e| serde_json::to_string(e).ok())
-        .map(|l| l + "\n")
-        .collect();
+    let text: String = entries.iter().map(|e| e.to_text() + "\n").collect();
     replace(&file, &text);
     entries
 }
@@ -431,4 +501,52 @@ pub fn forget_history(dir: &Path) -> std::io::Result<usize> {
     sys::write_at(&file, text.as_bytes(), 0)?;
     file.set_len(text.len() as u64)?;
     Ok(count)
+}
+
+#[cfg(test)]
+mod golden {
+    use super::*;
+
+    /// What this version writes for [`known`], byte for byte (as the serde-derived code of
+    /// earlier versions wrote it); and what it must read.
+    const GOLDEN: &str = include_str!("../../tests/data/history/v1");
+
+    fn known() -> Vec<HistoryEntry> {
+        let h = HistoryEntry {
+            v: 1,
+            run: "run-1".into(),
+            unix_ms: 1_764_300_000_000,
+            per_gpu: 3,
+            gpus: 2,
+            auto: true,
+            gpu: "NVIDIA GB10 (CUDA 12.8)".into(),
+            holds: 120,
+            span_us: 60_000_000,
+            busy_us: 55_000_000,
+            unit_us: 150_000_000,
+            work_us: 140_000_000,
+            queued_us: 20_000_000,
+            peak: 6,
+            unreturned: 0,
+            failed: 1,
+            casualties: 0,
+            why: Some("N = 3: \"busy\" 98%".into()),
+            source_len: 123_456,
+        };
+        let h2 = HistoryEntry {
+            run: "run-2".into(),
+            auto: false,
+            gpu: String::new(),
+            why: None,
+            unix_ms: 1_764_300_100_000,
+            ..h.clone()
+        };
+        vec![h, h2]
+    }
+
+    #[test]
+    fn the_golden_file_reads_and_writes_byte_for_byte() {
+        crate::json::check_golden(GOLDEN, &known());
+        assert_eq!(history_lines(GOLDEN), (known(), 0));
+    }
 }

@@ -160,7 +160,7 @@ mod tests {
 
     #[test]
     fn absurd_records_measure_without_overflow() {
-        let line = |s: &str| serde_json::from_str::<RunRecord>(s).unwrap();
+        let line = |s: &str| <RunRecord as crate::json::Record>::from_text(s).unwrap();
         let run = RunRecords {
             records: vec![
                 line(

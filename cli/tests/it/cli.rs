@@ -910,7 +910,7 @@ fn trace_line(
         },
     };
     args(&mut event.args);
-    format!("{},", serde_json::to_string(&event).unwrap())
+    format!("{},", event.to_json())
 }
 
 /// A wait of 1 ms and a hold of 5 ms of test `test`, from `ts`.

@@ -7,21 +7,21 @@ use gpu_test_permit::probe::{Backend, Device, ProbeOutcome, ProbeReport, ProbeSo
 
 fn report(backend: Backend, outcome: ProbeOutcome) -> ProbeReport {
     // ProbeReport is non_exhaustive: build it the way a user would receive it, from JSON.
-    let json = serde_json::json!({
-        "backend": backend,
-        "outcome": outcome,
-        "duration_ms": 12.0,
-        "source": ProbeSource::Child,
-    });
-    serde_json::from_value(json).unwrap()
+    let json = format!(
+        r#"{{"backend":"{backend}","outcome":{},"duration_ms":12.0,"source":"child"}}"#,
+        outcome.to_json()
+    );
+    let r = ProbeReport::from_json(&json).unwrap();
+    assert_eq!(r.source, ProbeSource::Child);
+    r
 }
 
 fn device() -> Device {
-    serde_json::from_value(serde_json::json!({
-        "index": 0, "name": "Test GPU", "api": "cuda", "kind": "discrete",
-        "driver": "CUDA 12.8", "memory_bytes": 1_u64 << 30,
-    }))
-    .unwrap()
+    let json = format!(
+        r#"{{"status":"devices","devices":[{{"index":0,"name":"Test GPU","api":"cuda","kind":"discrete","driver":"CUDA 12.8","memory_bytes":{}}}]}}"#,
+        1_u64 << 30
+    );
+    ProbeOutcome::from_json(&json).unwrap().devices().unwrap()[0].clone()
 }
 
 /// Every outcome, by name, with a value of it.

@@ -199,7 +199,7 @@ fn the_outcomes_name_lavapipe_and_the_stand_in_cuda_devices() {
             (
                 b.unwrap().to_string(),
                 s.unwrap().to_string(),
-                serde_json::from_str(json.unwrap()).unwrap(),
+                ProbeOutcome::from_json(json.unwrap()).unwrap(),
             )
         })
         .collect();

@@ -336,7 +336,7 @@ fn the_process_cache_answers_the_second_call() {
 #[ignore = "helper: run in a child process by run_cache_* tests"]
 fn run_cache_child() {
     let r = probe::probe(Backend::Cuda);
-    println!("REPORT {}", serde_json::to_string(&r).unwrap());
+    println!("REPORT {}", r.to_json());
 }
 
 fn run_children(n: usize, run_id: &str, slots: &Path, count: &Path) -> Vec<ProbeReport> {
@@ -365,7 +365,7 @@ fn run_children(n: usize, run_id: &str, slots: &Path, count: &Path) -> Vec<Probe
                 .lines()
                 .find_map(|l| l.split_once("REPORT ").map(|(_, json)| json))
                 .unwrap_or_else(|| panic!("no report in:\n{stdout}\n{stderr}"));
-            serde_json::from_str(line).unwrap()
+            ProbeReport::from_json(line).unwrap()
         })
         .collect()
 }
@@ -777,7 +777,7 @@ fn cache_child(
         .lines()
         .find_map(|l| l.split_once("REPORT ").map(|(_, json)| json))
         .unwrap_or_else(|| panic!("no report in:\n{stdout}\n{stderr}"));
-    (serde_json::from_str(line).unwrap(), stderr)
+    (ProbeReport::from_json(line).unwrap(), stderr)
 }
 
 /// The run cache files of `run_id` for CUDA under the slot directory `slots`.

@@ -89,7 +89,7 @@ fn trace_file(dir: &std::path::Path, events: &[TraceEvent]) -> std::path::PathBu
     let path = dir.join("trace.json");
     let mut text = String::from("[\n");
     for e in events {
-        text += &serde_json::to_string(e).unwrap();
+        text += &e.to_json();
         text += ",\n";
     }
     std::fs::write(&path, text).unwrap();

@@ -366,7 +366,7 @@ fn read_history_of(host: &Host) -> Vec<gpu_test_permit::tune::HistoryEntry> {
     // told through GPU_TEST_PERMIT_STATE; read the file as they wrote it.
     let text = std::fs::read_to_string(host.state.join("gpu0.history")).unwrap_or_default();
     text.lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| gpu_test_permit::tune::HistoryEntry::from_json(l).unwrap())
         .collect()
 }
 

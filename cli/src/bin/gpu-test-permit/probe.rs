@@ -58,7 +58,8 @@ fn print_json(
     let backends: Vec<serde_json::Value> = rows
         .iter()
         .map(|(r, d)| {
-            let mut v = serde_json::to_value(r).expect("a report serialises");
+            let mut v: serde_json::Value =
+                serde_json::from_str(&r.to_json()).expect("a report is JSON");
             let (what, reason) = match d {
                 Decision::Run => ("run", None),
                 Decision::Skip(why) => ("skip", Some(why)),
