@@ -9,9 +9,11 @@
 //!   does not know are ignored; where a key appears twice, the first counts.
 //! - **Writing** ([`Object`], [`Write`]) gives compact JSON: no whitespace, fields in the
 //!   order written, strings escaped as JSON requires (`"`, `\`, control characters) and
-//!   nothing else, floats in their shortest form with a `.0` where they have no fraction
-//!   (`null` where not finite). That is byte for byte what serde_json writes for the same
-//!   fields, which earlier versions of the crate used.
+//!   nothing else, floats in the shortest digits that read back (of two as near, the even
+//!   one), plain with a `.0` where they have no fraction from 1e-5 to below 1e16 and with an
+//!   exponent beyond (`1e+17`, `7e-6`), `null` where not finite. That is byte for byte what
+//!   serde_json writes for the same fields, which earlier versions of the crate used (the
+//!   golden tests of each file, in `tests/data/`, hold samples of what it wrote).
 //!
 //! A record type reads itself from a [`Value`] with [`Fields`], which names the field and the
 //! record in every error.

@@ -143,6 +143,22 @@ pub(super) fn parse_answer(stdout: &[u8]) -> Result<Option<Answer>, String> {
 mod tests {
     use super::*;
 
+    /// An answer of another version is named as such, whatever its shape: its version is read
+    /// before the rest.
+    #[test]
+    fn an_answer_of_another_version_is_named_by_its_version() {
+        let line = format!(
+            "{MARKER}{{\"v\":2,\"answer\":{{\"Probe\":{{\"outcome\":{{\"status\":\"new\"}}}}}}}}\n"
+        );
+        let e = parse_answer(line.as_bytes()).unwrap_err();
+        assert!(e.contains("format version 2"), "{e}");
+        let line = format!(
+            "{MARKER}{{\"v\":1,\"answer\":{{\"Probe\":{{\"outcome\":{{\"status\":\"new\"}}}}}}}}\n"
+        );
+        let e = parse_answer(line.as_bytes()).unwrap_err();
+        assert!(e.contains("unknown variant `new`"), "{e}");
+    }
+
     #[test]
     fn only_well_formed_requests_are_considered() {
         let token = "00112233445566778899aabbccddeeff";
