@@ -234,7 +234,15 @@ impl PoolBuilder {
                         chosen = choice;
                         Some(host)
                     }
-                    None => Some(HostSlots::open(&dir, wanted)?),
+                    None => {
+                        let host = HostSlots::open(&dir, wanted)?;
+                        // Under nextest, the run's first process learns the hold times of the
+                        // runs before it (`auto` does as it chooses), before any permit.
+                        if let Some(run) = observe::run_id() {
+                            crate::tune::learn_before_run(&dir, run);
+                        }
+                        Some(host)
+                    }
                 }
             }
         };

@@ -233,6 +233,40 @@ fn say_ignored(path: &Path, bad: usize) {
     }
 }
 
+/// The file in the state directory that names the last nextest run whose first process
+/// brought the history up to date ([`learn_before_run`]).
+pub(crate) const LEARNED_FILE: &str = "gpu0.learned";
+
+/// Brings the history of slot directory `dir` and its tests' hold times up to date from the
+/// runs recorded before nextest run `run`, once a run: the first process of the run to build
+/// its pool does it, before it asks for any permit, so that backfilling and the longest-first
+/// priorities know the earlier runs' hold times with no command in between. Every other
+/// process of the run reads one small file ([`LEARNED_FILE`]) and goes on; one that finds
+/// another learning now goes on without waiting for it (past [`LOCK_PATIENCE`]). Nothing here
+/// can fail a test: where the state directory cannot be written, nothing is learned.
+pub(crate) fn learn_before_run(dir: &Path, run: &str) {
+    let state = crate::hangs::record_dir(dir);
+    let path = state.join(LEARNED_FILE);
+    let key = format!("{}\n", crate::runs::run_key(run));
+    let learned = |file: &File| {
+        let mut buf = [0u8; 160];
+        sys::read_at_start(file, &mut buf).is_ok_and(|n| buf[..n] == *key.as_bytes())
+    };
+    // The common case, without the lock: this run learned already.
+    if sys::open_regular_for_reading(&path).is_ok_and(|f| learned(&f)) {
+        return;
+    }
+    let Some(file) = open_locked(&state, LEARNED_FILE) else {
+        return;
+    };
+    // Another process of the run may have learned while this one waited for the lock.
+    if learned(&file) {
+        return;
+    }
+    update_history(dir, Some(run));
+    replace(&file, &key);
+}
+
 /// Replaces the content of `file` with `text`, one write.
 fn replace(file: &File, text: &str) {
     if sys::write_at(file, text.as_bytes(), 0).is_ok() {

@@ -88,7 +88,7 @@ mod measure;
 use std::path::Path;
 
 pub use choose::{CAP_LIMITS, Choice, Inputs, SEED, Step, WITHIN, WORTH_A_RUN, choose};
-pub(crate) use history::learned_peaks;
+pub(crate) use history::{learn_before_run, learned_peaks};
 pub use history::{
     HISTORY_KEPT, HistoryEntry, HoldTime, TESTS_KEPT, forget_history, hold_times, learned_memory,
     read_history,

@@ -835,3 +835,55 @@ fn a_grant_time_that_cannot_be_placed_on_the_boot_clock_lets_nothing_past_the_he
         assert_eq!(holds, want, "{forged}");
     }
 }
+
+#[path = "../../../benches/support/nextest.rs"]
+mod suite_run;
+
+/// A mixed suite (`fixtures/mixed`: 16 light tests of one unit, 4 heavy ones of five, 250 ms
+/// each, at N = 8, all started at once) run twice under `cargo nextest` with one slot
+/// directory and nothing in between: the first run has no hold time on record and backfills
+/// nothing; the second run's first process learns the first run's hold times before any
+/// permit, so light tests take units beside a heavy one waiting at the head. No command runs
+/// between the two (no `history`, no `nextest-snippet`).
+#[test]
+fn the_second_run_of_a_mixed_suite_backfills_with_no_command_between() {
+    if !crate::recipes::have_nextest() {
+        return;
+    }
+    let work = tempdir();
+    let config = work.path().join("nextest.toml");
+    std::fs::write(&config, "").unwrap();
+    let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("mixed-suite");
+    let trace = work.path().join("trace.json");
+    let run = || {
+        let mut c = suite_run::nextest_run("gpu-test-permit-mixed", &target, 20, &config);
+        c.env("GPU_TEST_PERMIT_DIR", work.path().join("slots"))
+            .env("GPU_TEST_PERMIT_STATE", work.path().join("state"))
+            .env("GPU_TEST_PERMIT_GPU_MEMORY", "1GiB")
+            .env("GPU_TEST_PERMIT_TRACE", &trace)
+            .env("REALIZAR_GPU_TEST_CONCURRENCY", "8")
+            .env("MIXED_BENCH", "1");
+        let _ = std::fs::remove_file(&trace);
+        suite_run::timed_run(c);
+        let events = gpu_test_permit::trace::read_events(&trace).unwrap();
+        let holds = events.iter().filter(|e| e.name == "hold").count();
+        assert_eq!(holds, 20, "every test's hold is traced");
+        // A hold granted past a waiting head is marked so.
+        events
+            .iter()
+            .filter(|e| e.name == "hold" && e.args.backfilled)
+            .count()
+    };
+    assert_eq!(run(), 0, "nothing on record: the first run cannot backfill");
+    let state = work.path().join("state");
+    assert!(
+        !state.join("gpu0.tests").exists(),
+        "the first run learned from no earlier run"
+    );
+    let backfilled = run();
+    assert!(
+        state.join("gpu0.tests").exists(),
+        "the second run learned the first run's hold times"
+    );
+    assert!(backfilled > 0, "the second run backfilled no permit");
+}
