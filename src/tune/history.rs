@@ -242,8 +242,10 @@ pub(crate) const LEARNED_FILE: &str = "gpu0.learned";
 /// its pool does it, before it asks for any permit, so that backfilling and the longest-first
 /// priorities know the earlier runs' hold times with no command in between. Every other
 /// process of the run reads one small file ([`LEARNED_FILE`]) and goes on; one that finds
-/// another learning now goes on without waiting for it (past [`LOCK_PATIENCE`]). Nothing here
-/// can fail a test: where the state directory cannot be written, nothing is learned.
+/// another learning now goes on at once: a request reads the hold times only when it comes
+/// to wait behind a head (`host::backfill`), by when the learning is done, and a learner that
+/// was stopped delays nobody. Nothing here can fail a test: where the state directory cannot
+/// be written, nothing is learned.
 pub(crate) fn learn_before_run(dir: &Path, run: &str) {
     let state = crate::hangs::record_dir(dir);
     let path = state.join(LEARNED_FILE);
@@ -256,10 +258,13 @@ pub(crate) fn learn_before_run(dir: &Path, run: &str) {
     if sys::open_regular_for_reading(&path).is_ok_and(|f| learned(&f)) {
         return;
     }
-    let Some(file) = open_locked(&state, LEARNED_FILE) else {
+    let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(&state)) else {
         return;
     };
-    // Another process of the run may have learned while this one waited for the lock.
+    if !sys::lock_within(&file, Duration::ZERO) {
+        return;
+    }
+    // Another process of the run may have learned between the look above and the lock.
     if learned(&file) {
         return;
     }
