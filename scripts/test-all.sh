@@ -106,4 +106,4 @@ echo "== CUDA probes in a nextest run of $(grep -c '^fn ' example-suite/tests/cu
 [ "$calls" -eq 1 ] || { echo "expected exactly one CUDA probe in the run"; exit 1; }
 
 scripts/chaos.sh --ci  # the adversary: seeded scenarios that try to break the cap (docs/adversary.md)
-RUSTFLAGS="--cfg loom" cargo test --release --target-dir target/loom --test loom
+RUSTFLAGS="--cfg loom" cargo test --release --target-dir target/loom -p gpu-test-permit --lib loom_model

@@ -88,6 +88,8 @@ pub mod host;
 mod icd;
 mod json;
 mod live;
+#[cfg(all(test, loom))]
+mod loom_model;
 pub mod nextest;
 mod notice;
 mod permit;

@@ -1,20 +1,18 @@
 //! Bounded model check of the in-process permit state machine with loom.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" cargo test --release --test loom`. Every interleaving of
+//! Run with `RUSTFLAGS="--cfg loom" cargo test --release --lib loom_model` (a unit test, so
+//! that loom is a dev-dependency, which never enters a project's lock file). Every interleaving of
 //! three threads with up to three preemptions is explored for N = 1 and N = 2: shared and
 //! exclusive requests, nested acquisitions, and a permit dropped on another thread than the one
 //! that took it; and for N = 3, weighted requests (two of 2 units, one of 1) with nested ones.
 //! The model asserts the invariant that matters: never more than N permit units held, and none
 //! lost; and, since loom fails a model in which every thread is parked, that a waiting weighted
 //! request always gets its units once others release them (every thread acquires).
-#![cfg(loom)]
-#![allow(missing_docs)]
-
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 
-use gpu_test_permit::{AcquireError, PermitKind, PermitPool};
+use crate::{AcquireError, PermitKind, PermitPool};
 
 fn model(n: usize) {
     let mut builder = loom::model::Builder::new();
