@@ -215,6 +215,8 @@ impl PoolInner {
     ///
     /// `this` points to a live pool, `seat` holds a permit whose last guard is gone, and the
     /// caller does not touch the pool afterwards.
+    // Out of line: inlined into the guard's drop, it would cost every nested guard's drop.
+    #[inline(never)]
     pub(super) unsafe fn release(this: NonNull<PoolInner>, seat: usize) {
         // SAFETY: the permit's units are out, so the pool is alive until they are returned.
         let pool = unsafe { this.as_ref() };
