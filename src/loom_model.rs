@@ -12,7 +12,7 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 
-use crate::{AcquireError, PermitKind, PermitPool};
+use crate::permit::{AcquireError, PermitKind, PermitPool};
 
 fn model(n: usize) {
     let mut builder = loom::model::Builder::new();
