@@ -215,12 +215,39 @@ pub fn learned_filter(dir: &Path) -> Option<GroupFilter> {
 /// assert_eq!(filterset(&tests), "(binary_id(=s::t) & (test(=a)))");
 /// ```
 pub fn filterset(tests: &BTreeMap<String, BTreeSet<String>>) -> String {
+    filterset_with(tests, |_| false)
+}
+
+/// [`filterset`], naming a binary whole (`binary_id(=ID)`) where `whole` says every test it
+/// has is among `tests`.
+///
+/// ```
+/// use std::collections::{BTreeMap, BTreeSet};
+/// use gpu_test_permit_cli::nextest_config::filterset_with;
+///
+/// let tests = BTreeMap::from([
+///     ("s::all".to_string(), BTreeSet::from(["a".to_string()])),
+///     ("s::some".to_string(), BTreeSet::from(["b".to_string()])),
+/// ]);
+/// assert_eq!(
+///     filterset_with(&tests, |binary| binary == "s::all"),
+///     "binary_id(=s::all)\n| (binary_id(=s::some) & (test(=b)))"
+/// );
+/// ```
+pub fn filterset_with(
+    tests: &BTreeMap<String, BTreeSet<String>>,
+    whole: impl Fn(&str) -> bool,
+) -> String {
     let mut parts = Vec::new();
     for (binary, names) in tests {
         if names.is_empty() {
             continue;
         }
         let id = format!("binary_id(={})", filter_name(binary));
+        if whole(binary) {
+            parts.push(id);
+            continue;
+        }
         let names: Vec<String> = names
             .iter()
             .map(|t| format!("test(={})", filter_name(t)))

@@ -705,40 +705,12 @@ pub(crate) fn classify(
 /// `binary_id(=ID)` where every test the binary has is a GPU test, else
 /// `(binary_id(=ID) & (test(=a) | test(=b)))`. `none()` where there are none.
 pub(crate) fn filterset(found: &Found, listed: &BTreeMap<String, Vec<Listed>>) -> String {
-    let mut parts = Vec::new();
-    for (binary, gpu) in &found.gpu {
-        let id = format!(
-            "binary_id(={})",
-            gpu_test_permit_cli::nextest_config::filter_name(binary)
-        );
-        let all = listed
+    gpu_test_permit_cli::nextest_config::filterset_with(&found.gpu, |binary| {
+        let gpu = &found.gpu[binary];
+        listed
             .get(binary)
-            .is_some_and(|tests| tests.iter().all(|t| gpu.contains(&t.name)));
-        if all {
-            parts.push(id);
-            continue;
-        }
-        let tests: Vec<String> = gpu
-            .iter()
-            .map(|t| {
-                format!(
-                    "test(={})",
-                    gpu_test_permit_cli::nextest_config::filter_name(t)
-                )
-            })
-            .collect();
-        let inline = format!("({id} & ({}))", tests.join(" | "));
-        if inline.len() <= 96 {
-            parts.push(inline);
-        } else {
-            parts.push(format!("({id} & (\n    {}\n))", tests.join("\n  | ")));
-        }
-    }
-    if parts.is_empty() {
-        "none()".to_string()
-    } else {
-        parts.join("\n| ")
-    }
+            .is_some_and(|tests| tests.iter().all(|t| gpu.contains(&t.name)))
+    })
 }
 
 /// The override that puts the GPU tests in the test group, with what was found.
