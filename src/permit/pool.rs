@@ -453,7 +453,7 @@ impl PermitPool {
     #[inline(never)]
     fn acquire_new(&self, want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
         let inner = self.inner();
-        let shaped = match self.shape(want)? {
+        let mut shaped = match self.shape(want)? {
             Shape::Asks(shaped) => shaped,
             Shape::Joined(seat) => {
                 return Ok(GpuTestPermit {
@@ -467,7 +467,7 @@ impl PermitPool {
         let waited_since = self.seat_in_process(&shaped, wait)?;
         let names = inner.observers.naming();
         let taken = self.slots_across_processes(&shaped, wait, waited_since, names.as_ref())?;
-        let seat = self.claim(&shaped, &taken);
+        let seat = self.claim(&mut shaped, &taken);
         let held = inner.observers.granted(
             asking,
             names,
@@ -616,11 +616,12 @@ impl PermitPool {
     /// Step 4, claim a seat: the permit's state where its guards find it, the learned permit
     /// its test's other threads join, and this thread's entry for nested requests. Returns
     /// the seat.
-    fn claim(&self, s: &Shaped, taken: &Taken) -> usize {
+    fn claim(&self, s: &mut Shaped, taken: &Taken) -> usize {
         let inner = self.inner();
         let (seat_index, generation) = inner.claim_seat();
-        if let (Some(l), Some((key, _))) = (&inner.learned, &s.learned) {
-            l.hold(key.clone(), seat_index, generation);
+        if let (Some(l), Some((key, _))) = (&inner.learned, &mut s.learned) {
+            // The key goes to the learned permits; its peak stays for the observers.
+            l.hold(std::mem::take(key), seat_index, generation);
         }
         let seat = &inner.seats[seat_index];
         let exclusive = s.want.exclusive;
@@ -668,7 +669,8 @@ struct Shaped {
     gpus: usize,
     /// A retry that runs alone.
     alone: bool,
-    /// Its test's key and measured peak, where its units were learned.
+    /// Its test's key (until the seat is claimed) and measured peak, where its units were
+    /// learned.
     learned: Option<(String, u64)>,
 }
 
