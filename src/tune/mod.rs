@@ -88,11 +88,11 @@ mod measure;
 use std::path::Path;
 
 pub use choose::{CAP_LIMITS, Choice, Inputs, SEED, Step, WITHIN, WORTH_A_RUN, choose};
-pub(crate) use history::{learn_before_run, learned_peaks};
 pub use history::{
     HISTORY_KEPT, HistoryEntry, HoldTime, TESTS_KEPT, forget_history, hold_times, learned_memory,
     read_history,
 };
+pub(crate) use history::{learn_before_run, learned_peaks};
 
 /// The history of slot directory `dir`, oldest first, with the runs recorded since it was
 /// last brought up to date measured and added (as the first process of a run does before it
