@@ -152,6 +152,48 @@ pub mod __private {
         crate::sys::open_regular_for_reading(path)
     }
 
+    /// What the loader's logs of watched command `pid` (the running test's) say, for
+    /// [`record_watched`].
+    #[derive(Debug)]
+    pub struct Watched {
+        /// The watched command's process.
+        pub pid: u32,
+        /// The GPU drivers its processes loaded as they ran.
+        pub loaded: Vec<String>,
+        /// Those loaded while no permit was held.
+        pub unpermitted: Vec<String>,
+        /// Whether one was loaded before the first permit.
+        pub before_first_permit: bool,
+        /// Whether a permit was held at all.
+        pub held: bool,
+        /// The drivers its program was linked to at build time.
+        pub linked: Vec<String>,
+        /// Whether a process the command started loaded one of `unpermitted`.
+        pub started_process: bool,
+    }
+
+    /// Records what the loader's logs of a watched command say in the run's records, when
+    /// this runs under nextest (`gpu-test-permit watch`): a record for every watched test, one
+    /// that loaded no driver too, so that `report` knows the run was watched. Returns whether
+    /// a record was written.
+    pub fn record_watched(w: Watched) -> bool {
+        crate::runs::record_watched(crate::runs::DriversRecord {
+            run: String::new(),
+            unix_us: 0,
+            pid: w.pid,
+            binary: String::new(),
+            test: String::new(),
+            attempt: 0,
+            drivers: w.loaded,
+            unpermitted: w.unpermitted,
+            before_first_permit: w.before_first_permit,
+            held: w.held,
+            seen: String::new(),
+            linked: w.linked,
+            started_process: w.started_process,
+        })
+    }
+
     /// `text` with every control character and non-space whitespace escaped, as a test name is
     /// shown on one line (the command-line tool's timeline).
     pub fn escape_controls(text: &str) -> String {

@@ -4,7 +4,9 @@
 //! - [`trace`]: what a trace of permits tells about choosing N — per-test waits and holds,
 //!   utilisation, the what-if for other N and its model, the memory advice, a trace drawn as
 //!   text;
-//! - [`junit`]: the tests that skipped at run time marked skipped in nextest's JUnit report.
+//! - [`junit`]: the tests that skipped at run time marked skipped in nextest's JUnit report;
+//! - [`nextest_config`]: the nextest tool config file, its GPU test group learned from the runs;
+//! - [`watch_log`]: what a watched command's dynamic-loader logs say about GPU drivers.
 //!
 //! A test suite depends on `gpu-test-permit` alone; this crate is for the command
 //! (`cargo install gpu-test-permit-cli` installs `gpu-test-permit`) and for tools that read
@@ -16,3 +18,4 @@
 pub mod junit;
 pub mod nextest_config;
 pub mod trace;
+pub mod watch_log;

@@ -267,7 +267,7 @@ pub(crate) fn record_drivers(drivers: Vec<String>, linked: Vec<String>, at_first
 }
 
 /// Records what the loader's logs of a watched command say (`record`'s pid, drivers and
-/// flags, as `drivers::WatchLog::record` fills them in: the running test's command, as the
+/// flags, as the command's watch log (`gpu_test_permit_cli::watch_log::WatchLog::record`) fills them in: the running test's command, as the
 /// watcher `gpu-test-permit watch` sees it, with every process it started), when this runs
 /// under nextest: a record for every watched test, one that loaded no driver too, so that
 /// `report` knows the run was watched. The run, the test, the time and `seen` are filled in

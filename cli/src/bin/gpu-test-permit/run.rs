@@ -213,8 +213,8 @@ impl Watch {
     /// What the logs of the command (process `pid`) and of every process it started say,
     /// together; each log is read with its own process's marks, as a stream. A process that
     /// worked inside a permit passed on to it held one all its life.
-    fn read(&self, pid: u32) -> gpu_test_permit::drivers::WatchLog {
-        let mut seen = gpu_test_permit::drivers::WatchLog::default();
+    fn read(&self, pid: u32) -> gpu_test_permit_cli::watch_log::WatchLog {
+        let mut seen = gpu_test_permit_cli::watch_log::WatchLog::default();
         let mut own = false;
         let entries = std::fs::read_dir(self.0.path()).into_iter().flatten();
         for entry in entries.filter_map(Result::ok) {
@@ -235,10 +235,9 @@ impl Watch {
                 continue;
             }
             let read = std::fs::File::open(entry.path()).and_then(|f| {
-                gpu_test_permit::drivers::read_watch_log_from(std::io::BufReader::with_capacity(
-                    1 << 16,
-                    f,
-                ))
+                gpu_test_permit_cli::watch_log::read_watch_log_from(
+                    std::io::BufReader::with_capacity(1 << 16, f),
+                )
             });
             match read {
                 Ok(mut log) => {

@@ -1,0 +1,384 @@
+//! What a watched command's dynamic-loader logs say (`gpu-test-permit watch`, `run --watch`):
+//! the GPU drivers each process loaded, with a permit or without, and those its program was
+//! linked to at build time. The test processes write the held and free marks into their logs
+//! (the library's [`HELD_MARK`], [`FREE_MARK`]); the command reads the logs here once the
+//! command has ended, however long they are, and records what they say in the run's records.
+//!
+//! ```
+//! use gpu_test_permit_cli::watch_log::read_watch_log;
+//!
+//! let log = "\
+//!     4242:\tfile=libcuda.so.1 [0];  needed by ./tests [0]
+//!     4242:\tfile=libcuda.so.1 [0];  generating link map
+//!     4242:\ttransferring control: ./tests
+//!     4242:\tfile=libvulkan_radeon.so [0];  dynamically loaded by libvulkan.so.1 [0]
+//!     4242:\tfile=libvulkan_radeon.so [0];  generating link map
+//! gpu-test-permit: held
+//!     4242:\tfile=/usr/lib/libvulkan_lvp.so [0];  dynamically loaded by libvulkan.so.1 [0]
+//!     4242:\tfile=/usr/lib/libvulkan_lvp.so [0];  generating link map
+//! gpu-test-permit: free
+//! ";
+//! let seen = read_watch_log(log);
+//! assert_eq!(seen.linked, ["libcuda.so.1"]); // linked at build time: not an escape
+//! assert_eq!(seen.loaded, ["libvulkan_radeon.so", "/usr/lib/libvulkan_lvp.so"]);
+//! assert_eq!(seen.unpermitted, ["libvulkan_radeon.so"]);
+//! assert!(seen.before_first_permit);
+//! ```
+
+use gpu_test_permit::drivers::{FREE_MARK, HELD_MARK, driver_library, library_name};
+
+/// What a watched process's loader log says (or, merged with [`WatchLog::merge`], the logs of
+/// every process of a watched command).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WatchLog {
+    /// The GPU driver libraries it loaded as it ran (by `dlopen`, or as a dependency of a
+    /// library it loaded so), in order, each once. Not those in `linked`.
+    pub loaded: Vec<String>,
+    /// Those it loaded while it held no permit (each once).
+    pub unpermitted: Vec<String>,
+    /// Whether one of them was loaded before the process's first permit.
+    pub before_first_permit: bool,
+    /// Whether it held a permit at all.
+    pub held: bool,
+    /// Whether a process the command started (a tool or helper a test runs), not the
+    /// command's own, loaded one of `unpermitted`. Set by the watcher, which knows which log
+    /// is whose; [`merge`](Self::merge) keeps it where either has it.
+    pub started_process: bool,
+    /// The GPU driver libraries the program was linked to at build time: mapped as the
+    /// program started, before its first instruction (the loader's `transferring control`),
+    /// as the executable's dependencies (`DT_NEEDED`, transitively). Mapping a driver touches
+    /// no GPU (creating a context does), so these are never loads without a permit.
+    pub linked: Vec<String>,
+}
+
+impl WatchLog {
+    /// Records what this says of watched command `pid` (the running test's) in the run's
+    /// records, when this runs under nextest: a record for every watched test, one that
+    /// loaded no driver too, so that `report` knows the run was watched. Returns whether a
+    /// record was written (not under nextest, none is).
+    pub fn record(&self, pid: u32) -> bool {
+        gpu_test_permit::__private::record_watched(gpu_test_permit::__private::Watched {
+            pid,
+            loaded: self.loaded.clone(),
+            unpermitted: self.unpermitted.clone(),
+            before_first_permit: self.before_first_permit,
+            held: self.held,
+            linked: self.linked.clone(),
+            started_process: self.started_process,
+        })
+    }
+
+    /// Adds what another process's log says: the drivers of both, each once; held where
+    /// either held a permit, before a first permit where either loaded one so.
+    pub fn merge(&mut self, other: WatchLog) {
+        let add = |to: &mut Vec<String>, from: Vec<String>| {
+            for lib in from {
+                if !to.contains(&lib) {
+                    to.push(lib);
+                }
+            }
+        };
+        add(&mut self.loaded, other.loaded);
+        add(&mut self.unpermitted, other.unpermitted);
+        add(&mut self.linked, other.linked);
+        self.before_first_permit |= other.before_first_permit;
+        self.held |= other.held;
+        self.started_process |= other.started_process;
+    }
+}
+
+/// Reads a loader log written with `LD_DEBUG=files` into which this crate wrote its marks
+/// (see the [module docs](self)). A library counts where the loader maps it (`generating link
+/// map`); lines it does not know are skipped. For a log in a file, [`read_watch_log_from`]
+/// reads it as a stream.
+pub fn read_watch_log(text: &str) -> WatchLog {
+    read_watch_log_from(text.as_bytes()).unwrap_or_default()
+}
+
+/// The longest line of a loader log that is looked at: the loader's own lines name one
+/// library (a path, at most `PATH_MAX`); a longer one is none of its lines, and is skipped
+/// without being kept in memory.
+const LONGEST_LINE: usize = 64 << 10;
+
+/// Reads a loader log, as [`read_watch_log`] does, line by line from `log`: however long the
+/// log, only one line of it is in memory at a time, so a driver loaded after any amount of
+/// logging is seen. Fails only where `log` cannot be read.
+///
+/// A log can hold more than one program: `exec` keeps the process and its log, and a new
+/// program starts in it. The loader names no program's start, so one is recognised where a
+/// library is mapped as the dependency (`needed by`) of an object that nothing since the last
+/// `dlopen` mapped: that is the new executable itself. The new program starts without a
+/// permit, and what it maps before its first instruction is its own `linked`.
+pub fn read_watch_log_from(mut log: impl std::io::BufRead) -> std::io::Result<WatchLog> {
+    let mut out = WatchLog::default();
+    let mut state = LogState {
+        starting: true,
+        ..LogState::default()
+    };
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match read_line_at_most(&mut log, &mut line, LONGEST_LINE)? {
+            LineRead::End => break,
+            LineRead::TooLong => continue,
+            LineRead::Line => {}
+        }
+        state.line(&String::from_utf8_lossy(&line), &mut out);
+    }
+    Ok(out)
+}
+
+/// Where a log's reading stands.
+#[derive(Default)]
+struct LogState {
+    /// The program is starting: what is mapped now is its executable's dependencies, linked
+    /// at build time. Ends at its first constructor (`calling init`), whose `dlopen`s are
+    /// loads of its own, or at `transferring control`.
+    starting: bool,
+    /// The program holds a permit (by its marks).
+    holding: bool,
+    /// The file names of the libraries mapped since the program started or since the last
+    /// `dlopen` began: the objects whose dependencies may be mapped next.
+    group: Vec<String>,
+}
+
+impl LogState {
+    fn line(&mut self, line: &str, out: &mut WatchLog) {
+        let line = line.trim_end();
+        if line == HELD_MARK {
+            self.holding = true;
+            out.held = true;
+            return;
+        }
+        if line == FREE_MARK {
+            self.holding = false;
+            return;
+        }
+        // `  4242:\tMESSAGE`
+        let message = line.split_once(":\t").map_or(line, |(_, m)| m).trim_start();
+        if [
+            "calling init:",
+            "initialize program:",
+            "transferring control:",
+        ]
+        .iter()
+        .any(|start| message.starts_with(start))
+        {
+            self.starting = false;
+            return;
+        }
+        // `file=NAME [NS];  needed by OBJECT [NS]` or `...;  dynamically loaded by OBJECT [NS]`
+        // come before the library is mapped; `file=NAME [NS];  generating link map` when it is.
+        let Some((name, what)) = message
+            .strip_prefix("file=")
+            .and_then(|rest| rest.split_once("];  "))
+            .and_then(|(name, what)| Some((name.rsplit_once(" [")?.0, what)))
+        else {
+            return;
+        };
+        if what.starts_with("dynamically loaded by ") {
+            self.group.clear();
+        } else if let Some(by) = what.strip_prefix("needed by ") {
+            let by = by.rsplit_once(" [").map_or(by, |(by, _)| by);
+            if !self.starting && !self.group.iter().any(|g| g == library_name(by)) {
+                // A dependency of an object nothing mapped: a new program (see
+                // `read_watch_log_from`).
+                self.starting = true;
+                self.holding = false;
+                self.group.clear();
+            }
+        } else if what.trim_end() != "generating link map" {
+            return;
+        } else {
+            self.mapped(name, out);
+        }
+        let file = library_name(name);
+        if !self.group.iter().any(|g| g == file) {
+            self.group.push(file.to_string());
+        }
+    }
+
+    /// The loader mapped library `name`.
+    fn mapped(&self, name: &str, out: &mut WatchLog) {
+        if !driver_library(name) {
+            return;
+        }
+        let add = |to: &mut Vec<String>| {
+            if !to.iter().any(|l| l == name) {
+                to.push(name.to_string());
+            }
+        };
+        if self.starting {
+            add(&mut out.linked);
+            return;
+        }
+        add(&mut out.loaded);
+        if !self.holding {
+            if !out.held {
+                out.before_first_permit = true;
+            }
+            add(&mut out.unpermitted);
+        }
+    }
+}
+
+/// How [`read_line_at_most`] ended.
+enum LineRead {
+    Line,
+    TooLong,
+    End,
+}
+
+/// Reads one line (without its newline) into `line`, or skips it where it is longer than
+/// `most` bytes.
+fn read_line_at_most(
+    log: &mut impl std::io::BufRead,
+    line: &mut Vec<u8>,
+    most: usize,
+) -> std::io::Result<LineRead> {
+    let mut too_long = false;
+    let mut any = false;
+    loop {
+        let buf = match log.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            break;
+        }
+        any = true;
+        let (part, used, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(at) => (&buf[..at], at + 1, true),
+            None => (buf, buf.len(), false),
+        };
+        if !too_long && line.len() + part.len() <= most {
+            line.extend_from_slice(part);
+        } else {
+            too_long = true;
+            line.clear();
+        }
+        log.consume(used);
+        if done {
+            break;
+        }
+    }
+    Ok(match (any, too_long) {
+        (false, _) => LineRead::End,
+        (true, true) => LineRead::TooLong,
+        (true, false) => LineRead::Line,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_watch_log_says_which_drivers_came_without_a_permit() {
+        let log = "\
+   77:\t
+   77:\tfile=libm.so.6 [0];  needed by ./t [0]
+   77:\tfile=libm.so.6 [0];  generating link map
+   77:\t  dynamic: 0x1  base: 0x2   size: 0x3
+   77:\t
+   77:\ttransferring control: ./t
+   77:\t
+gpu-test-permit: held
+   77:\tfile=libvulkan.so.1 [0];  dynamically loaded by ./t [0]
+   77:\tfile=libvulkan.so.1 [0];  generating link map
+   77:\tfile=/usr/lib/libvulkan_lvp.so [0];  dynamically loaded by libvulkan.so.1 [0]
+   77:\tfile=/usr/lib/libvulkan_lvp.so [0];  generating link map
+   77:\tfile=/usr/lib/libvulkan_lvp.so [0];  destroying link map
+gpu-test-permit: free
+   77:\tfile=/usr/lib/libvulkan_lvp.so [0];  generating link map
+   77:\tfile=libcuda.so.1 [0];  generating link map
+gpu-test-permit: held
+   77:\tfile=libcuda.so.1 [0];  generating link map
+garbage line file= without an end
+";
+        let seen = read_watch_log(log);
+        assert_eq!(seen.loaded, ["/usr/lib/libvulkan_lvp.so", "libcuda.so.1"]);
+        assert_eq!(
+            seen.unpermitted,
+            ["/usr/lib/libvulkan_lvp.so", "libcuda.so.1"]
+        );
+        assert!(!seen.before_first_permit);
+        assert!(seen.held);
+
+        let never = read_watch_log(
+            "   9:\ttransferring control: ./t\n   9:\tfile=libcuda.so.1 [0];  generating link map\n",
+        );
+        assert!(never.before_first_permit && !never.held);
+        assert_eq!(never.unpermitted, ["libcuda.so.1"]);
+        assert_eq!(read_watch_log(""), WatchLog::default());
+    }
+
+    #[test]
+    fn drivers_mapped_as_a_program_starts_are_linked_not_loaded() {
+        // As glibc 2.36 writes it: the executable's dependencies, the constructors (one of
+        // which loads a driver: a load of its own), then the first instruction; then an
+        // `exec` in the same process, whose program links a driver too.
+        let log = "\
+    5:\t
+    5:\tfile=libcuda.so.1 [0];  needed by ./linked [0]
+    5:\tfile=libcuda.so.1 [0];  generating link map
+    5:\tfile=libnvidia-ptxjitcompiler.so.1 [0];  needed by /stub/libcuda.so.1 [0]
+    5:\tfile=libnvidia-ptxjitcompiler.so.1 [0];  generating link map
+    5:\tcalling init: /lib/x86_64-linux-gnu/libc.so.6
+    5:\tinitialize program: ./linked
+    5:\tfile=libvulkan_lvp.so [0];  dynamically loaded by ./linked [0]
+    5:\tfile=libvulkan_lvp.so [0];  generating link map
+    5:\tfile=libLLVM-15.so.1 [0];  needed by /usr/lib/libvulkan_lvp.so [0]
+    5:\tfile=libLLVM-15.so.1 [0];  generating link map
+    5:\tcalling init: /usr/lib/libvulkan_lvp.so
+    5:\topening file=/usr/lib/libvulkan_lvp.so [0]; direct_opencount=1
+    5:\ttransferring control: ./linked
+gpu-test-permit: held
+    5:\tfile=libc.so.6 [0];  needed by /bin/other [0]
+    5:\tfile=libc.so.6 [0];  generating link map
+    5:\tfile=libvulkan_intel.so [0];  needed by /bin/other [0]
+    5:\tfile=libvulkan_intel.so [0];  generating link map
+    5:\ttransferring control: /bin/other
+    5:\tfile=libvulkan_radeon.so [0];  dynamically loaded by /bin/other [0]
+    5:\tfile=libvulkan_radeon.so [0];  generating link map
+";
+        let seen = read_watch_log(log);
+        assert_eq!(
+            seen.linked,
+            [
+                "libcuda.so.1",
+                "libnvidia-ptxjitcompiler.so.1",
+                "libvulkan_intel.so"
+            ]
+        );
+        // The constructor's load, and the new program's load: it held none of the old one's
+        // permit.
+        assert_eq!(seen.loaded, ["libvulkan_lvp.so", "libvulkan_radeon.so"]);
+        assert_eq!(seen.unpermitted, seen.loaded);
+        assert!(seen.before_first_permit && seen.held);
+
+        // A linked driver alone is no escape.
+        let linked_only = read_watch_log(
+            "  6:\tfile=libcuda.so.1 [0];  needed by ./t [0]\n  6:\tfile=libcuda.so.1 [0];  \
+             generating link map\n  6:\ttransferring control: ./t\n",
+        );
+        assert_eq!(linked_only.linked, ["libcuda.so.1"]);
+        assert!(linked_only.unpermitted.is_empty() && !linked_only.before_first_permit);
+    }
+
+    #[test]
+    fn logs_merge_and_overlong_lines_are_skipped_without_being_kept() {
+        let mut a = read_watch_log("gpu-test-permit: held\n");
+        let mut long = b"  7:\ttransferring control: ./t\n  7:\tfile=".to_vec();
+        long.extend(std::iter::repeat_n(b'x', LONGEST_LINE));
+        long.extend_from_slice(b"libcuda.so [0];  generating link map\n");
+        long.extend_from_slice(b"  7:\tfile=libcuda.so.1 [0];  generating link map");
+        let b = read_watch_log_from(&long[..]).unwrap();
+        assert_eq!(b.loaded, ["libcuda.so.1"], "the last line has no newline");
+        a.merge(b);
+        assert!(a.held && a.before_first_permit);
+        assert_eq!(a.unpermitted, ["libcuda.so.1"]);
+    }
+}
