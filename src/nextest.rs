@@ -35,15 +35,13 @@ pub const GROUP: &str = "@tool:gpu-test-permit:gpu";
 /// running the suite with every GPU driver hidden, and prints the filter that names them.
 pub const GUESSED_FILTER: &str = "test(/gpu/)";
 
-/// How a snippet's tool config file is passed to nextest.
-fn tool_file_header() -> String {
-    format!(
-        "# gpu-test-permit.toml, a nextest tool config file: it adds to the suite's own
+/// The first lines of a tool config file the crate prints: how it is passed to nextest (under
+/// the name [`TOOL`]).
+pub const TOOL_FILE_HEADER: &str =
+    "# gpu-test-permit.toml, a nextest tool config file: it adds to the suite's own
 # .config/nextest.toml instead of replacing it (as --config-file would). Pass its absolute path:
-#   cargo nextest run --tool-config-file {TOOL}:$PWD/gpu-test-permit.toml
-"
-    )
-}
+#   cargo nextest run --tool-config-file gpu-test-permit:$PWD/gpu-test-permit.toml
+";
 
 /// The test group and the override that puts GPU tests in it.
 fn group_block(max_threads: usize) -> String {
@@ -76,7 +74,7 @@ test-group = '{GROUP}'
 /// assert!(snippet.contains(&format!("'{GROUP}' = {{ max-threads = 2 }}")));
 /// ```
 pub fn group_snippet(max_threads: usize) -> String {
-    tool_file_header() + &group_block(max_threads)
+    format!("{TOOL_FILE_HEADER}{}", group_block(max_threads))
 }
 
 /// What nextest told this process, or `None` outside nextest.
@@ -302,6 +300,11 @@ pub fn recorded_hint(dir: &Path) -> io::Result<Option<RecordedHint>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tool_file_header_names_the_tool() {
+        assert!(TOOL_FILE_HEADER.contains(&format!("--tool-config-file {TOOL}:$PWD/")));
+    }
 
     #[test]
     fn a_test_is_keyed_by_its_binary_and_name_each_cut_as_records_cut_them() {

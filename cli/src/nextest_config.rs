@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-pub use gpu_test_permit::nextest::{GROUP, GUESSED_FILTER, TOOL, group_snippet};
+pub use gpu_test_permit::nextest::{GROUP, GUESSED_FILTER, TOOL, TOOL_FILE_HEADER, group_snippet};
 use gpu_test_permit::runs::{RunRecord, read_run, recorded_runs};
 
 /// The wrapper script of [`wrapper_snippet`].
@@ -37,16 +37,6 @@ pub enum GroupFilter {
         /// Of `runs`, those run under the driver watch.
         watched: usize,
     },
-}
-
-/// How a snippet's tool config file is passed to nextest.
-fn tool_file_header() -> String {
-    format!(
-        "# gpu-test-permit.toml, a nextest tool config file: it adds to the suite's own
-# .config/nextest.toml instead of replacing it (as --config-file would). Pass its absolute path:
-#   cargo nextest run --tool-config-file {TOOL}:$PWD/gpu-test-permit.toml
-"
-    )
 }
 
 /// The tool config file that puts GPU tests, as `filter` picks them, in a test group of at
@@ -79,7 +69,7 @@ filter = '''
 '''
 test-group = '{GROUP}'
 ",
-            tool_file_header(),
+            TOOL_FILE_HEADER,
         ),
     }
 }
@@ -135,13 +125,13 @@ runner = [\"gpu-test-permit\", \"run\", \"--group\", \"{GROUP}\", \"--\"]
 pub fn wrapper_snippet(max_threads: usize, filter: &GroupFilter) -> String {
     // The script between the tool config file's header and its group.
     let config = tool_config(max_threads, filter);
-    let (header, group) = config.split_at(config.find("[test-groups]").unwrap_or(0));
+    let group = config.strip_prefix(TOOL_FILE_HEADER).unwrap_or(&config);
     format!(
         "# .config/nextest.toml (nextest 0.9.98 or later): wrapper scripts are experimental, and
 # only the suite's own configuration may turn them on. At its top:
 experimental = [\"wrapper-scripts\"]
 
-{header}# GPU tests run under `gpu-test-permit run`, which holds a permit while the test runs.
+{TOOL_FILE_HEADER}# GPU tests run under `gpu-test-permit run`, which holds a permit while the test runs.
 [scripts.wrapper.'{WRAPPER_SCRIPT}']
 command = 'gpu-test-permit run --'
 
