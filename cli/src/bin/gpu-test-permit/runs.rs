@@ -87,15 +87,18 @@ pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
 fn unwatched_cannot_tell(run: &str) -> String {
     format!(
         "run {} was not watched, so --fail-on-unpermitted cannot tell whether its tests loaded \
-         a GPU driver without a permit: only drivers still mapped when a test process looked at \
-         itself were seen, not one loaded and unloaded again (wgpu unloads its Vulkan drivers \
-         with its instance), nor one a process a test started loaded, nor any in a test binary \
-         that does not link gpu-test-permit. Run the tests under the watch, as cargo's target \
-         runner (CARGO_TARGET_<TRIPLE>_RUNNER=\"gpu-test-permit watch --\", Linux with glibc), \
-         or leave --fail-on-unpermitted out",
+         a GPU driver without a permit: it cannot have seen {UNWATCHED_UNSEEN}. Run the tests \
+         under `gpu-test-permit watch --` as cargo's target runner, or leave \
+         --fail-on-unpermitted out",
         printable(run)
     )
 }
+
+/// What a run that was not watched cannot have seen: the report says it, and so does
+/// `--fail-on-unpermitted` as it fails such a run.
+const UNWATCHED_UNSEEN: &str = "a driver loaded and unloaded again before a test process \
+    looked at itself (wgpu unloads its Vulkan drivers when its instance is dropped), one loaded \
+    by a process a test started, or any in a test binary that does not link gpu-test-permit";
 
 /// Without `--run-id`: the one run of this user that may have just ended, or why there is
 /// none to choose (see `runs::just_ended`).
@@ -211,10 +214,9 @@ fn render_drivers(s: &RunSummary, out: &mut String) {
             out,
             "\ndriver loads: this run was not watched, so only drivers still mapped when a test \
              process looked at itself (at its first permit, or as it exited without one) were \
-             seen{}. A driver loaded and unloaded again before that (wgpu unloads its Vulkan \
-             drivers when its instance is dropped) is not, nor one loaded by a process a test \
-             started. To see every load, run the tests under the watch: cargo's target runner \
-             `gpu-test-permit watch --` (CARGO_TARGET_<TRIPLE>_RUNNER, on Linux with glibc).",
+             seen{}; not {UNWATCHED_UNSEEN}. To see every load, run the tests under the watch: \
+             cargo's target runner `gpu-test-permit watch --` (CARGO_TARGET_<TRIPLE>_RUNNER, on \
+             Linux with glibc).",
             if s.escaped.is_empty() {
                 ": none without a permit"
             } else {
