@@ -887,3 +887,60 @@ fn the_second_run_of_a_mixed_suite_backfills_with_no_command_between() {
     );
     assert!(backfilled > 0, "the second run backfilled no permit");
 }
+
+/// The first process of a nextest run learns the runs before it, but never waits for another
+/// that is learning: with `gpu0.learned`'s lock held (a learner stopped mid-way), a test
+/// process of the next run takes its permit and ends without learning; once the lock is free,
+/// the next process of that run learns.
+#[cfg(unix)]
+#[test]
+fn a_stopped_learner_keeps_no_test_waiting_and_the_next_process_learns() {
+    use std::os::fd::AsRawFd;
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let state = work.path().join("state");
+    let test = |run: &str, name: &str| {
+        let out = cli(&slots, 2)
+            .env("GPU_TEST_PERMIT_STATE", &state)
+            .env("NEXTEST_RUN_ID", run)
+            .env("NEXTEST_BINARY_ID", "suite::gpu")
+            .env("NEXTEST_TEST_NAME", name)
+            .args(["hold", "--for", "20ms"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{run} {name}: {out:?}");
+    };
+    for name in ["gpu_a", "gpu_b", "gpu_c"] {
+        test("run-1", name);
+    }
+    assert!(
+        !state.join("gpu0.tests").exists(),
+        "run-1 had no run before it"
+    );
+
+    // A learner of run-2 that stopped while it held the lock.
+    let learned = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(state.join("gpu0.learned"))
+        .unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(
+        unsafe { libc::flock(learned.as_raw_fd(), libc::LOCK_EX) },
+        0
+    );
+    test("run-2", "gpu_a");
+    assert!(
+        !state.join("gpu0.tests").exists(),
+        "a process learned while another held the lock"
+    );
+
+    drop(learned);
+    test("run-2", "gpu_b");
+    let times = std::fs::read_to_string(state.join("gpu0.tests")).unwrap();
+    for name in ["gpu_a", "gpu_b", "gpu_c"] {
+        assert!(times.contains(&format!("\"name\":\"{name}\"")), "{times}");
+    }
+}
