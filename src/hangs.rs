@@ -143,7 +143,7 @@ where
             }
         }
     }
-    all.sort_by_key(|r| when(r));
+    crate::order::sort_by_key(&mut all, |r| when(r));
     all
 }
 

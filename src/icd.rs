@@ -24,7 +24,6 @@
 //! name up to `.so` (`libfoo.so.1` and `libfoo.so` are one driver), and, where the manifest
 //! names it by path, by the name of the file that path leads to as well.
 
-use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -40,7 +39,7 @@ pub(crate) const LOADERS: [&str; 3] = ["libvulkan", "libOpenCL", "libze_loader"]
 /// Whether the library at `path` (or named `path`) is one that a driver manifest installed on
 /// this machine names. Reads the manifests the first time it is asked.
 pub(crate) fn named_by_manifest(path: &str) -> bool {
-    static INSTALLED: OnceLock<BTreeSet<String>> = OnceLock::new();
+    static INSTALLED: OnceLock<Stems> = OnceLock::new();
     let stem = driver_stem(file_name(path));
     !stem.is_empty()
         && INSTALLED
@@ -64,8 +63,8 @@ enum Kind {
 }
 
 /// The stems of the libraries the manifests that `lookup` (the environment) points to name.
-fn installed(lookup: impl Fn(&str) -> Option<OsString>) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
+fn installed(lookup: impl Fn(&str) -> Option<OsString>) -> Stems {
+    let mut out = Vec::new();
     let (places, libraries) = search(&lookup);
     for library in libraries {
         add(&mut out, &library, None);
@@ -92,7 +91,18 @@ fn installed(lookup: impl Fn(&str) -> Option<OsString>) -> BTreeSet<String> {
             }
         }
     }
-    out
+    crate::order::sort_dedup(&mut out);
+    Stems(out)
+}
+
+/// Library stems, sorted, each once.
+#[derive(Debug)]
+struct Stems(Vec<String>);
+
+impl Stems {
+    fn contains(&self, stem: &str) -> bool {
+        self.0.binary_search_by(|s| s.as_str().cmp(stem)).is_ok()
+    }
 }
 
 /// Where the loaders look for manifests (files or directories, each with its kind), and the
@@ -182,7 +192,7 @@ fn manifests_at(place: &Path, kind: Kind) -> Vec<PathBuf> {
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == extension))
         .collect();
-    files.sort();
+    crate::order::sort(&mut files);
     files
 }
 
@@ -216,7 +226,7 @@ fn opencl_library(text: &str) -> Option<String> {
 
 /// Adds the stem of `library` (named in a manifest in directory `manifest_dir`, or by a
 /// variable) to `out`, and, where it is a path, the stem of the file it leads to.
-fn add(out: &mut BTreeSet<String>, library: &str, manifest_dir: Option<&Path>) {
+fn add(out: &mut Vec<String>, library: &str, manifest_dir: Option<&Path>) {
     let mut stems = vec![driver_stem(file_name(library)).to_string()];
     if library.contains('/') {
         let path = match manifest_dir {
@@ -230,7 +240,7 @@ fn add(out: &mut BTreeSet<String>, library: &str, manifest_dir: Option<&Path>) {
     }
     for stem in stems {
         if !stem.is_empty() && !LOADERS.contains(&stem.as_str()) {
-            out.insert(stem);
+            out.push(stem);
         }
     }
 }

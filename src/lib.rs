@@ -90,8 +90,10 @@ mod json;
 mod live;
 #[cfg(all(test, loom))]
 mod loom_model;
+mod mailbox;
 pub mod nextest;
 mod notice;
+mod order;
 mod permit;
 mod permitted;
 pub mod probe;

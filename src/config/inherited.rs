@@ -187,11 +187,9 @@ impl InheritedPermit {
         } else {
             // A weighted permit: 1 to N distinct slots on each of its GPUs, as many on each.
             let mut indices: Vec<usize> = slots.iter().map(|s| s.index).collect();
-            indices.sort_unstable();
-            indices.dedup();
+            crate::order::sort_dedup(&mut indices);
             let mut on: Vec<usize> = slots.iter().map(gpu_of).collect();
-            on.sort_unstable();
-            on.dedup();
+            crate::order::sort_dedup(&mut on);
             let each = slots.len() / on.len().max(1);
             indices.len() == slots.len()
                 && each <= per_gpu
@@ -225,8 +223,7 @@ impl InheritedPermit {
             return (0..self.gpus.max(1)).collect();
         }
         let mut on: Vec<usize> = self.slots.iter().map(|s| self.gpu_of(s)).collect();
-        on.sort_unstable();
-        on.dedup();
+        crate::order::sort_dedup(&mut on);
         on
     }
 
@@ -238,7 +235,7 @@ impl InheritedPermit {
             .filter(|s| self.gpu_of(s) == gpu)
             .copied()
             .collect();
-        on.sort_unstable_by_key(|s| s.index);
+        crate::order::sort_by_key(&mut on, |s| s.index);
         on
     }
 

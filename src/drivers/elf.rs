@@ -191,7 +191,7 @@ pub(super) fn needed_closure(exe: &Path, mapped: &[String]) -> Vec<String> {
             queue.extend(d.needed);
         }
     }
-    reached.sort_unstable();
+    crate::order::sort(&mut reached);
     reached.into_iter().map(|at| mapped[at].clone()).collect()
 }
 

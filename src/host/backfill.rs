@@ -147,8 +147,7 @@ pub(crate) fn decide(
         .map(|&end| end.max(now_ms))
         .collect();
     times.push(now_ms);
-    times.sort_unstable();
-    times.dedup();
+    crate::order::sort_dedup(&mut times);
     let shadow = times.into_iter().find(|&t| head.fits(&avail(t, true)))?;
     if shadow > now_ms && now_ms.saturating_add(hold_ms) <= shadow {
         return Some(Backfill::Before);

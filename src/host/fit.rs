@@ -42,7 +42,7 @@ impl Topology {
                 .copied()
                 .filter(|&d| d < gpus && !std::mem::replace(&mut seen[d], true))
                 .collect();
-            g.sort_unstable();
+            crate::order::sort(&mut g);
             if !g.is_empty() {
                 out.push(g);
             }
@@ -93,11 +93,11 @@ pub(crate) fn place(
             }
             Placement::BestFit => {
                 // Fewest free first; ties to the lower GPU (the sort is stable).
-                fits.sort_by_key(|&g| free[g]);
+                crate::order::sort_by_key(&mut fits, |&g| free[g]);
                 fits.truncate(k);
                 let left: usize = fits.iter().map(|&g| free[g]).sum();
                 if best.as_ref().is_none_or(|(b, _)| left < *b) {
-                    fits.sort_unstable();
+                    crate::order::sort(&mut fits);
                     best = Some((left, fits));
                 }
             }

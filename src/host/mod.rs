@@ -860,7 +860,7 @@ impl HostSlots {
                 }
             }
         }
-        got.sort_unstable();
+        crate::order::sort(&mut got);
         if live {
             // A GPU passed over for memory does not hold this request back.
             *self.held_back.lock() = None;

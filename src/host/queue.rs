@@ -378,7 +378,7 @@ pub(super) fn wait_entries(dir: &Path) -> Vec<WaitEntry> {
         out.extend(wait_entry(&entry.path()));
     }
     let now = crate::clock::boot_now();
-    out.sort_by_key(|w| order_key(&w.record, now));
+    crate::order::sort_by_key(&mut out, |w| order_key(&w.record, now));
     out
 }
 
@@ -615,7 +615,7 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .filter(|n| n.starts_with(prefix))
             .collect();
-        out.sort();
+        crate::order::sort(&mut out);
         out
     }
 
@@ -723,14 +723,14 @@ mod tests {
                 if reversed {
                     v.reverse();
                 }
-                v.sort_by_key(|r| order_key(r, now));
+                crate::order::sort_by_key(&mut v, |r| order_key(r, now));
                 let pids: Vec<u32> = v.iter().map(|r| r.pid).collect();
                 assert_eq!(pids, [10, 11, 12, 13, 20, 21, 22, 23], "{turn} {reversed}");
             }
         }
         // Without a boot clock (macOS), the wall clock's order, as before.
         let mut v = want.to_vec();
-        v.sort_by_key(|r| order_key(r, None));
+        crate::order::sort_by_key(&mut v, |r| order_key(r, None));
         let pids: Vec<u32> = v.iter().map(|r| r.pid).collect();
         assert_eq!(pids, [20, 13, 21, 22, 12, 11, 10, 23]);
     }

@@ -121,7 +121,9 @@ pub(crate) fn admit(want: u64, mem: &GpuMemory, holders: &[(u32, u64)], own_pid:
         .cloned()
         .collect();
     // Most memory first; unknown use last, then by pid for a stable line.
-    foreign.sort_by(|a, b| b.used.cmp(&a.used).then(a.pid.cmp(&b.pid)));
+    crate::order::sort_by(&mut foreign, |a, b| {
+        b.used.cmp(&a.used).then(a.pid.cmp(&b.pid))
+    });
     Admission::Short(Shortfall {
         want,
         free: mem.free,

@@ -29,37 +29,40 @@ fn within<T: Send + 'static>(
     limit: std::time::Duration,
     query: impl FnOnce() -> T + Send + 'static,
 ) -> Option<T> {
+    use crate::mailbox::Mailbox;
+    use std::sync::Arc;
     use std::sync::atomic::Ordering;
-    use std::sync::mpsc;
-    static SEND: std::sync::Mutex<Option<mpsc::Sender<Query>>> = std::sync::Mutex::new(None);
+    /// The NVML thread's queries; whether it was started.
+    static JOBS: Mailbox<Query> = Mailbox::new();
+    static STARTED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
     if stuck() {
         return None;
     }
-    let (answer, answered) = mpsc::sync_channel(1);
+    let answered = Arc::new(Mailbox::new());
+    let answer = Arc::clone(&answered);
     let job: Query = Box::new(move || {
         let value = query();
         STUCK.store(false, Ordering::Release);
-        let _ = answer.send(value);
+        answer.send(value);
     });
     {
-        let mut send = SEND.lock().unwrap_or_else(|e| e.into_inner());
-        if send.is_none() {
-            let (tx, rx) = mpsc::channel::<Query>();
+        let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+        if !*started {
             std::thread::Builder::new()
                 .name("gpu-test-permit-nvml".into())
-                .spawn(move || {
-                    for job in rx {
-                        job();
+                .spawn(|| {
+                    loop {
+                        (JOBS.recv())();
                     }
                 })
                 .ok()?;
-            *send = Some(tx);
+            *started = true;
         }
-        send.as_ref()?.send(job).ok()?;
+        JOBS.send(job);
     }
-    match answered.recv_timeout(limit) {
-        Ok(value) => Some(value),
-        Err(_) => {
+    match answered.recv_within(limit) {
+        Some(value) => Some(value),
+        None => {
             STUCK.store(true, Ordering::Release);
             None
         }

@@ -130,7 +130,7 @@ impl GpuTestPermit {
             for s in &mut slots {
                 *s = inherited.parent_slot(*s);
             }
-            slots.sort_unstable();
+            crate::order::sort(&mut slots);
         }
         slots
     }
@@ -207,8 +207,7 @@ impl GpuTestPermit {
                 None => s % pool.gpus.max(1),
             })
             .collect();
-        devices.sort_unstable();
-        devices.dedup();
+        crate::order::sort_dedup(&mut devices);
         devices
     }
 

@@ -591,7 +591,7 @@ impl PermitPool {
         };
         match host.acquire(&take, wait.resolve(start), &record) {
             Ok((mut slots, backfilled)) => {
-                slots.sort_unstable();
+                crate::order::sort(&mut slots);
                 Ok(Taken {
                     slots,
                     backfilled,

@@ -16,7 +16,7 @@
 use std::fs::{File, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Once, mpsc};
+use std::sync::{Arc, Once};
 use std::time::{Duration, SystemTime};
 
 use super::child::inside_probe_child;
@@ -215,16 +215,17 @@ fn lock_until(path: &Path, patience: Duration) -> std::io::Result<Option<File>> 
         Err(TryLockError::WouldBlock) => {}
         Err(TryLockError::Error(e)) => return Err(e),
     }
-    let (tx, rx) = mpsc::channel();
+    let answer = Arc::new(crate::mailbox::Mailbox::new());
+    let tx = Arc::clone(&answer);
     std::thread::Builder::new()
         .name("gpu-test-permit probe cache lock".into())
         .spawn(move || {
             // If nobody waits any more, the file and its lock drop with the message.
-            let _ = tx.send(file.lock().map(|()| file));
+            tx.send(file.lock().map(|()| file));
         })?;
-    match rx.recv_timeout(patience) {
-        Ok(locked) => locked.map(Some),
-        Err(_) => Ok(None),
+    match answer.recv_within(patience) {
+        Some(locked) => locked.map(Some),
+        None => Ok(None),
     }
 }
 

@@ -153,7 +153,7 @@ pub fn recorded_runs(dir: &Path) -> Vec<RecordedRun> {
             })
         })
         .collect();
-    runs.sort_by_key(|r| r.modified);
+    crate::order::sort_by_key(&mut runs, |r| r.modified);
     runs
 }
 

@@ -1,7 +1,7 @@
 //! What a run's records say: the tests that skipped, the contention casualties, the permits
 //! never returned, the peak.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use crate::order::SortedMap;
 
 use super::read::RunRecords;
 use super::record::{GrantRecord, Outcome, RunRecord};
@@ -184,16 +184,16 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
     let last_us = last.unwrap_or(0);
 
     // Releases by (pid, hold); a pid reused later in the run releases after its own grant.
-    let mut releases: HashMap<(u32, u64), Vec<(u64, Outcome)>> = HashMap::new();
+    let mut releases: SortedMap<(u32, u64), Vec<(u64, Outcome)>> = SortedMap::new();
     // Each test's attempts: the last one, and when each began (its first record).
-    let mut last_attempt: BTreeMap<TestKey, u32> = BTreeMap::new();
-    let mut attempt_start: HashMap<(TestKey, u32), u64> = HashMap::new();
-    let mut skips: BTreeMap<TestKey, SkippedTest> = BTreeMap::new();
+    let mut last_attempt: SortedMap<TestKey, u32> = SortedMap::new();
+    let mut attempt_start: SortedMap<(TestKey, u32), u64> = SortedMap::new();
+    let mut skips: SortedMap<TestKey, SkippedTest> = SortedMap::new();
     let mut skip_order: Vec<TestKey> = Vec::new();
-    let mut escaped: BTreeMap<TestKey, Escaped> = BTreeMap::new();
-    let mut loaded: BTreeMap<TestKey, Vec<String>> = BTreeMap::new();
-    let mut linked: BTreeMap<TestKey, Vec<String>> = BTreeMap::new();
-    let mut watched: std::collections::BTreeSet<TestKey> = Default::default();
+    let mut escaped: SortedMap<TestKey, Escaped> = SortedMap::new();
+    let mut loaded: SortedMap<TestKey, Vec<String>> = SortedMap::new();
+    let mut linked: SortedMap<TestKey, Vec<String>> = SortedMap::new();
+    let mut watched: SortedMap<TestKey, ()> = SortedMap::new();
     // Each driver once, in the order first seen.
     let add = |to: &mut Vec<String>, from: &[String]| {
         for lib in from {
@@ -207,16 +207,16 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
             RunRecord::Drivers(d) => {
                 let key = key_of(&d.binary, &d.test);
                 if d.seen == "watched" {
-                    watched.insert(key.clone());
+                    watched.insert(key.clone(), ());
                     if !d.drivers.is_empty() {
-                        add(loaded.entry(key.clone()).or_default(), &d.drivers);
+                        add(loaded.get_or_insert_with(key.clone(), Vec::new), &d.drivers);
                     }
                 }
                 if !d.linked.is_empty() {
-                    add(linked.entry(key.clone()).or_default(), &d.linked);
+                    add(linked.get_or_insert_with(key.clone(), Vec::new), &d.linked);
                 }
                 if d.escaped() {
-                    let e = escaped.entry(key.clone()).or_insert_with(|| Escaped {
+                    let e = escaped.get_or_insert_with(key.clone(), || Escaped {
                         key,
                         drivers: Vec::new(),
                         held: d.held,
@@ -233,8 +233,7 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
             }
             RunRecord::Release(rel) => {
                 releases
-                    .entry((rel.pid, rel.hold))
-                    .or_default()
+                    .get_or_insert_with((rel.pid, rel.hold), Vec::new)
                     .push((rel.unix_us, rel.outcome));
                 continue;
             }
@@ -260,14 +259,14 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
                 (key, k.attempt, k.unix_us)
             }
         };
-        let e = last_attempt.entry(key.clone()).or_insert(attempt);
+        let e = last_attempt.get_or_insert_with(key.clone(), || attempt);
         *e = (*e).max(attempt);
-        let start = attempt_start.entry((key, attempt)).or_insert(at);
+        let start = attempt_start.get_or_insert_with((key, attempt), || at);
         *start = (*start).min(at);
     }
-    s.escaped = escaped.into_values().collect();
-    s.loaded_drivers = loaded.into_iter().collect();
-    s.linked_drivers = linked.into_iter().collect();
+    s.escaped = escaped.into_values();
+    s.loaded_drivers = loaded.into_vec();
+    s.linked_drivers = linked.into_vec();
     s.watched_tests = watched.len();
     s.gpu_tests = last_attempt.len();
     s.retried = last_attempt
@@ -285,11 +284,11 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
         .collect();
 
     let mut holds: Vec<Hold<'_>> = Vec::new();
-    let mut layouts = BTreeSet::new();
-    let mut with_permits = BTreeSet::new();
+    let mut layouts = Vec::new();
+    let mut with_permits = Vec::new();
     for r in records {
         let RunRecord::Grant(g) = r else { continue };
-        layouts.insert((g.per_gpu, g.gpus));
+        layouts.push((g.per_gpu, g.gpus));
         let key = key_of(&g.binary, &g.test);
         let release = releases
             .get(&(g.pid, g.hold))
@@ -315,18 +314,18 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
                 (next.max(g.unix_us), None)
             }
         };
-        with_permits.insert(key);
+        with_permits.push(key);
         holds.push(Hold {
             grant: g,
             end_us,
             outcome,
         });
     }
-    let mut learned: BTreeMap<TestKey, LearnedWeight> = BTreeMap::new();
+    let mut learned: SortedMap<TestKey, LearnedWeight> = SortedMap::new();
     for g in holds.iter().map(|h| h.grant) {
         let Some(bytes) = g.learned else { continue };
         let key = key_of(&g.binary, &g.test);
-        let w = learned.entry(key.clone()).or_insert(LearnedWeight {
+        let w = learned.get_or_insert_with(key.clone(), || LearnedWeight {
             key,
             units: 0,
             learned: bytes,
@@ -335,12 +334,15 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
             (w.units, w.learned) = (g.units, bytes);
         }
     }
-    s.learned = learned.into_values().collect();
-    s.learned
-        .sort_by(|a, b| b.units.cmp(&a.units).then_with(|| a.key.cmp(&b.key)));
+    s.learned = learned.into_values();
+    crate::order::sort_by(&mut s.learned, |a, b| {
+        b.units.cmp(&a.units).then_with(|| a.key.cmp(&b.key))
+    });
     s.permits = holds.len();
+    crate::order::sort_dedup(&mut with_permits);
     s.tests_with_permits = with_permits.len();
-    s.layouts = layouts.into_iter().collect();
+    crate::order::sort_dedup(&mut layouts);
+    s.layouts = layouts;
     s.peak_units = peak(&holds);
     s.casualties = casualties(&holds, &last_attempt);
     s
@@ -387,7 +389,7 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64, usize)>) -> usize {
         edges.push((to, -(units as i64)));
     }
     // Releases before grants at the same moment.
-    edges.sort_unstable();
+    crate::order::sort(&mut edges);
     let (mut now, mut most) = (0i64, 0i64);
     for (_, d) in edges {
         now += d;
@@ -396,16 +398,15 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64, usize)>) -> usize {
     most as usize
 }
 
-fn casualties(holds: &[Hold<'_>], last_attempt: &BTreeMap<TestKey, u32>) -> Vec<Casualty> {
-    let mut by_test: BTreeMap<TestKey, Vec<&Hold<'_>>> = BTreeMap::new();
+fn casualties(holds: &[Hold<'_>], last_attempt: &SortedMap<TestKey, u32>) -> Vec<Casualty> {
+    let mut by_test: SortedMap<TestKey, Vec<&Hold<'_>>> = SortedMap::new();
     for h in holds {
         by_test
-            .entry(key_of(&h.grant.binary, &h.grant.test))
-            .or_default()
+            .get_or_insert_with(key_of(&h.grant.binary, &h.grant.test), Vec::new)
             .push(h);
     }
     let mut out = Vec::new();
-    for (key, mine) in &by_test {
+    for (key, mine) in by_test.iter() {
         let Some(&last) = last_attempt.get(key) else {
             continue;
         };
@@ -445,7 +446,7 @@ fn casualties(holds: &[Hold<'_>], last_attempt: &BTreeMap<TestKey, u32>) -> Vec<
         let Some((h, beside)) = failed else { continue };
         let mut names: Vec<TestKey> = Vec::new();
         let mut sorted = beside.clone();
-        sorted.sort_by_key(|o| o.grant.unix_us);
+        crate::order::sort_by_key(&mut sorted, |o| o.grant.unix_us);
         for o in &sorted {
             let k = key_of(&o.grant.binary, &o.grant.test);
             if !names.contains(&k) {

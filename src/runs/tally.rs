@@ -10,12 +10,12 @@
 //! took a permit. Under `cargo nextest` (one test a process) the line is not printed: the run
 //! records the skips instead (see [`runs`](super)), for `gpu-test-permit junit` and `report`.
 
-use std::collections::BTreeMap;
+use crate::order::SortedMap;
 use std::sync::Once;
 
 /// Per test name: the skip reason, if it skipped.
-static TESTS: parking_lot::Mutex<BTreeMap<String, Option<String>>> =
-    parking_lot::Mutex::new(BTreeMap::new());
+static TESTS: parking_lot::Mutex<SortedMap<String, Option<String>>> =
+    parking_lot::Mutex::new(SortedMap::new());
 
 /// The counts so far: GPU tests, and the skips with their reasons in the order first seen.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub fn tally() -> Tally {
             None => reasons.push((reason.clone(), 1)),
         }
     }
-    reasons.sort_by_key(|r| std::cmp::Reverse(r.1));
+    crate::order::sort_by_key(&mut reasons, |r| std::cmp::Reverse(r.1));
     Tally {
         gpu_tests: tests.len(),
         skipped: tests.values().filter(|r| r.is_some()).count(),

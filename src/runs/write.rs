@@ -213,7 +213,7 @@ fn prune(dir: &Path, keep: &Path) {
         return;
     }
     // Newest first.
-    files.sort_by_key(|f| std::cmp::Reverse(f.1));
+    crate::order::sort_by_key(&mut files, |f| std::cmp::Reverse(f.1));
     for (path, _, _) in files.into_iter().skip(RUNS_KEPT) {
         if path != keep
             && path

@@ -17,7 +17,7 @@ pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
 /// The most held at once by `edges`, `(time, units taken or, negative, given back)`.
 fn peak_of(mut edges: Vec<(u64, i64)>) -> usize {
     // At equal timestamps, count releases before acquisitions.
-    edges.sort_by_key(|&(t, d)| (t, d));
+    crate::order::sort(&mut edges);
     let (mut cur, mut peak) = (0i64, 0i64);
     for (_, d) in edges {
         cur += d;

@@ -1,7 +1,7 @@
 //! The choice itself: a pure function of the history, the hang and casualty records, the GPU
 //! and the ceiling (see the [module docs](super#how-n-is-chosen)).
 
-use std::collections::BTreeMap;
+use crate::order::SortedMap;
 
 use super::history::HistoryEntry;
 use crate::hangs::HangRecord;
@@ -85,7 +85,7 @@ struct AtN {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
+    crate::order::sort_by(&mut v, f64::total_cmp);
     let n = v.len();
     if n == 0 {
         0.0
@@ -163,11 +163,11 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
         .filter(|e| e.gpu == gpu && e.gpus == gpus && trusted(e.unix_ms))
         .collect();
     // An N whose processes died holding permits twice is ruled out as a hang is.
-    let mut lost: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut lost: SortedMap<usize, usize> = SortedMap::new();
     for e in mine.iter().filter(|e| e.unreturned > 0) {
-        *lost.entry(e.per_gpu).or_default() += 1;
+        *lost.get_or_insert_with(e.per_gpu, || 0) += 1;
     }
-    for (&n, &times) in &lost {
+    for (&n, &times) in lost.iter() {
         if times >= 2 {
             rule_out(
                 n,
@@ -190,26 +190,24 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
         None => format!("; ceiling {ceiling}"),
     };
 
-    let mut by_n: BTreeMap<usize, Vec<&HistoryEntry>> = BTreeMap::new();
+    let mut by_n: SortedMap<usize, Vec<&HistoryEntry>> = SortedMap::new();
     for e in mine
         .iter()
         .filter(|e| e.measurable() && (1..=limit).contains(&e.per_gpu))
     {
-        by_n.entry(e.per_gpu).or_default().push(e);
+        by_n.get_or_insert_with(e.per_gpu, Vec::new).push(e);
     }
-    let stats: BTreeMap<usize, AtN> = by_n
-        .into_iter()
-        .map(|(n, runs)| {
-            let newest: Vec<&&HistoryEntry> = runs.iter().rev().take(RUNS_PER_N).collect();
-            let at = AtN {
-                runs: newest.len(),
-                effective: median(newest.iter().map(|e| e.effective()).collect()),
-                concurrency: median(newest.iter().map(|e| e.concurrency()).collect()),
-                waited: median(newest.iter().map(|e| e.waited()).collect()),
-            };
-            (n, at)
-        })
-        .collect();
+    let mut stats: SortedMap<usize, AtN> = SortedMap::new();
+    for (n, runs) in by_n.into_vec() {
+        let newest: Vec<&&HistoryEntry> = runs.iter().rev().take(RUNS_PER_N).collect();
+        let at = AtN {
+            runs: newest.len(),
+            effective: median(newest.iter().map(|e| e.effective()).collect()),
+            concurrency: median(newest.iter().map(|e| e.concurrency()).collect()),
+            waited: median(newest.iter().map(|e| e.waited()).collect()),
+        };
+        stats.insert(n, at);
+    }
 
     if stats.is_empty() {
         // Nothing measured on this GPU: the last N that ran clean on this host with another
@@ -331,7 +329,7 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
 /// The effective concurrency the model predicts at `next`: hold times grow linearly with the
 /// units held at once, `g(c) = 1 + a (c - 1)`, `a` fitted (least squares through `g(1) = 1`)
 /// to the N measured; the units held at once grow in proportion to N.
-fn predict(stats: &BTreeMap<usize, AtN>, top: usize, next: usize) -> f64 {
+fn predict(stats: &SortedMap<usize, AtN>, top: usize, next: usize) -> f64 {
     let (mut num, mut den) = (0.0, 0.0);
     for s in stats.values() {
         let x = s.concurrency - 1.0;
@@ -344,7 +342,12 @@ fn predict(stats: &BTreeMap<usize, AtN>, top: usize, next: usize) -> f64 {
     } else {
         0.0
     };
-    let c = stats[&top].concurrency * next as f64 / top as f64;
+    let c = stats
+        .get(&top)
+        .expect("`top` is a key of `stats`")
+        .concurrency
+        * next as f64
+        / top as f64;
     c / (1.0 + a * (c - 1.0).max(0.0))
 }
 

@@ -305,7 +305,7 @@ fn read_records<T>(state: &Path, name: &str, parse: fn(&str) -> (Vec<T>, usize))
 pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
     let mut entries = read_records(&crate::hangs::record_dir(dir), HISTORY_FILE, history_lines);
     entries.retain(|e| e.v == VERSION);
-    entries.sort_by_key(|e| e.unix_ms);
+    crate::order::sort_by_key(&mut entries, |e| e.unix_ms);
     entries
 }
 
@@ -323,7 +323,7 @@ pub fn learned_memory(dir: &Path) -> Vec<(String, u64)> {
         .into_iter()
         .filter_map(|r| Some((r.test, r.mem.filter(|&m| m > 0)?)))
         .collect();
-    out.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    crate::order::sort_by(&mut out, |a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     out
 }
 
@@ -360,7 +360,7 @@ pub fn hold_times(dir: &Path) -> Vec<HoldTime> {
             })
         })
         .collect();
-    out.sort_by(|a, b| {
+    crate::order::sort_by(&mut out, |a, b| {
         b.hold
             .cmp(&a.hold)
             .then_with(|| (&a.binary, &a.test).cmp(&(&b.binary, &b.test)))
@@ -436,7 +436,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
         }
     }
     if fresh.is_empty() {
-        entries.sort_by_key(|e| e.unix_ms);
+        crate::order::sort_by_key(&mut entries, |e| e.unix_ms);
         return entries;
     }
     let refs = update_refs(&state, &fresh);
@@ -478,7 +478,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
             entries.push(entry);
         }
     }
-    entries.sort_by_key(|e| e.unix_ms);
+    crate::order::sort_by_key(&mut entries, |e| e.unix_ms);
     let start = entries.len().saturating_sub(HISTORY_KEPT);
     let entries = entries.split_off(start);
     let text: String = entries.iter().map(|e| e.to_text() + "\n").collect();
@@ -513,7 +513,9 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
         }
     }
     let mut kept: Vec<TestLine> = refs.into_values().collect();
-    kept.sort_by(|a, b| b.seen.cmp(&a.seen).then_with(|| a.test.cmp(&b.test)));
+    crate::order::sort_by(&mut kept, |a, b| {
+        b.seen.cmp(&a.seen).then_with(|| a.test.cmp(&b.test))
+    });
     kept.truncate(TESTS_KEPT);
     if let Some(file) = &file {
         replace(file, &tests_file::encode(&kept));

@@ -141,7 +141,7 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
 /// The time the running sum of `events` is above zero, and its largest value.
 fn sweep(events: &mut [(u64, i64)]) -> (u64, usize) {
     // Ends before starts at the same moment: a permit handed on is not two at once.
-    events.sort_unstable();
+    crate::order::sort(events);
     let (mut level, mut peak, mut covered, mut since) = (0i64, 0i64, 0u64, 0u64);
     for &(at, step) in events.iter() {
         if level > 0 {

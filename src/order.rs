@@ -1,0 +1,256 @@
+//! Sorting in code compiled once.
+//!
+//! The standard library's sorts are generic over the element and the comparison: every
+//! `sort_by_key` with its own closure is a copy of the whole sort (about 17 KB of machine code
+//! each in the default dev profile), compiled by every project that builds this crate and linked
+//! into every test binary that takes a permit. These functions sort the positions `0..len` with
+//! one copy of the standard library's stable sort, whose comparison calls back through a `dyn`
+//! reference, and then move the elements into that order; only that small step and the
+//! callback are generic.
+//!
+//! Every sort here is stable: elements that compare equal keep their order.
+
+use std::borrow::Borrow;
+use std::cmp::Ordering;
+
+/// Sorts `v` by `cmp`, stably.
+pub(crate) fn sort_by<T>(v: &mut [T], mut cmp: impl FnMut(&T, &T) -> Ordering) {
+    if v.len() < 2 {
+        return;
+    }
+    let order = {
+        let all = &*v;
+        sorted_positions(all.len(), &mut |a, b| cmp(&all[a], &all[b]))
+    };
+    permute(v, order);
+}
+
+/// Sorts `v` by the key `key` gives each element, stably.
+pub(crate) fn sort_by_key<T, K: Ord>(v: &mut [T], mut key: impl FnMut(&T) -> K) {
+    sort_by(v, |a, b| key(a).cmp(&key(b)));
+}
+
+/// Sorts `v` in its elements' order, stably.
+pub(crate) fn sort<T: Ord>(v: &mut [T]) {
+    sort_by(v, T::cmp);
+}
+
+/// Sorts `v` and leaves one of each run of equal elements.
+pub(crate) fn sort_dedup<T: Ord>(v: &mut Vec<T>) {
+    sort(v);
+    v.dedup();
+}
+
+/// The positions `0..len` in the order `cmp` gives them (stable): the one instantiation of
+/// the standard library's sort.
+fn sorted_positions(len: usize, cmp: &mut dyn FnMut(usize, usize) -> Ordering) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..len).collect();
+    order.sort_by(|&a, &b| cmp(a, b));
+    order
+}
+
+/// Moves the elements of `v` so that position `i` holds what was at `order[i]`, following
+/// each cycle of the permutation with swaps (`order` is used up as the marks of where it has
+/// been).
+fn permute<T>(v: &mut [T], mut order: Vec<usize>) {
+    const DONE: usize = usize::MAX;
+    for start in 0..order.len() {
+        let mut at = start;
+        while order[at] != DONE {
+            let from = order[at];
+            order[at] = DONE;
+            if from == start {
+                break;
+            }
+            v.swap(at, from);
+            at = from;
+        }
+    }
+}
+
+/// A map kept as a vector sorted by key: what the crate's maps need (tens to thousands of
+/// entries, iterated in key order), in a fraction of a B-tree's code for each key and value type.
+#[derive(Debug, Clone)]
+pub(crate) struct SortedMap<K, V>(Vec<(K, V)>);
+
+impl<K, V> Default for SortedMap<K, V> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<K: Ord, V> SortedMap<K, V> {
+    /// An empty map.
+    pub(crate) const fn new() -> Self {
+        Self(Vec::new())
+    }
+
+    fn find<Q: Ord + ?Sized>(&self, key: &Q) -> Result<usize, usize>
+    where
+        K: Borrow<Q>,
+    {
+        self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
+    }
+
+    /// The value of `key`, made by `make` where the map has none.
+    pub(crate) fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> &mut V {
+        let at = match self.find(&key) {
+            Ok(at) => at,
+            Err(at) => {
+                self.0.insert(at, (key, make()));
+                at
+            }
+        };
+        &mut self.0[at].1
+    }
+
+    /// Sets the value of `key`; returns the one it replaces.
+    pub(crate) fn insert(&mut self, key: K, value: V) -> Option<V> {
+        match self.find(&key) {
+            Ok(at) => Some(std::mem::replace(&mut self.0[at].1, value)),
+            Err(at) => {
+                self.0.insert(at, (key, value));
+                None
+            }
+        }
+    }
+
+    /// The value of `key`.
+    pub(crate) fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&V>
+    where
+        K: Borrow<Q>,
+    {
+        self.find(key).ok().map(|at| &self.0[at].1)
+    }
+
+    /// Whether the map has `key`.
+    pub(crate) fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
+    where
+        K: Borrow<Q>,
+    {
+        self.find(key).is_ok()
+    }
+
+    /// Takes the value of `key` out of the map.
+    pub(crate) fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
+    where
+        K: Borrow<Q>,
+    {
+        self.find(key).ok().map(|at| self.0.remove(at).1)
+    }
+
+    /// How many keys the map has.
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the map is empty.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The keys and values, in key order.
+    pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = (&K, &V)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    /// The values, in their keys' order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.0.iter().map(|(_, v)| v)
+    }
+
+    /// The keys and values, in key order.
+    pub(crate) fn into_vec(self) -> Vec<(K, V)> {
+        self.0
+    }
+
+    /// The values, in their keys' order.
+    pub(crate) fn into_values(self) -> Vec<V> {
+        self.0.into_iter().map(|(_, v)| v).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small deterministic generator, so that the test needs no dependency.
+    fn numbers(seed: u64, n: usize, range: u64) -> Vec<u64> {
+        let mut x = seed | 1;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % range
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sorts_as_the_standard_library_does_and_keeps_equal_elements_in_order() {
+        for (seed, n, range) in [
+            (1, 0, 5),
+            (2, 1, 5),
+            (3, 2, 2),
+            (4, 17, 3),
+            (5, 300, 40),
+            (6, 5000, 7),
+        ] {
+            // Each element remembers where it was, so that stability can be seen.
+            let keys = numbers(seed, n, range);
+            let mut ours: Vec<(u64, usize)> = keys.iter().copied().zip(0..).collect();
+            let mut theirs = ours.clone();
+            sort_by_key(&mut ours, |&(k, _)| k);
+            theirs.sort_by_key(|&(k, _)| k);
+            assert_eq!(ours, theirs, "seed {seed}, {n} elements");
+            let mut reversed = ours.clone();
+            sort_by(&mut reversed, |a, b| b.0.cmp(&a.0));
+            let mut expected = theirs.clone();
+            expected.sort_by(|a, b| b.0.cmp(&a.0));
+            assert_eq!(reversed, expected);
+        }
+    }
+
+    #[test]
+    fn sorts_owned_values_without_copying_them() {
+        let mut v: Vec<String> = ["pear", "apple", "fig", "apple", "kiwi"]
+            .map(String::from)
+            .to_vec();
+        sort(&mut v);
+        assert_eq!(v, ["apple", "apple", "fig", "kiwi", "pear"]);
+        sort_dedup(&mut v);
+        assert_eq!(v, ["apple", "fig", "kiwi", "pear"]);
+        let mut by_len = v.clone();
+        sort_by_key(&mut by_len, |s| std::cmp::Reverse(s.len()));
+        assert_eq!(by_len, ["apple", "kiwi", "pear", "fig"]);
+    }
+
+    #[test]
+    fn a_sorted_map_keeps_its_keys_in_order_and_one_value_each() {
+        let mut m = SortedMap::new();
+        assert!(m.is_empty());
+        for (i, k) in numbers(9, 200, 50).into_iter().enumerate() {
+            *m.get_or_insert_with(k, || 0) += 1;
+            if i % 7 == 0 {
+                m.insert(k + 1000, i);
+            }
+        }
+        let keys: Vec<u64> = m.iter().map(|(k, _)| *k).collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(keys, sorted, "in order, each key once");
+        let counted: usize = m.iter().filter(|(k, _)| **k < 1000).map(|(_, v)| *v).sum();
+        assert_eq!(counted, 200, "every count landed on its key");
+        let first = keys[0];
+        assert!(m.contains_key(&first));
+        let v = m.remove(&first).unwrap();
+        assert!(v > 0 && !m.contains_key(&first) && m.get(&first).is_none());
+        assert_eq!(m.insert(5000, 1), None);
+        assert_eq!(m.insert(5000, 2), Some(1));
+        assert_eq!(m.iter().next_back(), Some((&5000, &2)));
+        assert_eq!(m.len(), m.values().count());
+        assert_eq!(m.clone().into_values().len(), m.into_vec().len());
+    }
+}
