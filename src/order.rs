@@ -207,7 +207,7 @@ mod tests {
             let mut reversed = ours.clone();
             sort_by(&mut reversed, |a, b| b.0.cmp(&a.0));
             let mut expected = theirs.clone();
-            expected.sort_by(|a, b| b.0.cmp(&a.0));
+            expected.sort_by_key(|e| std::cmp::Reverse(e.0));
             assert_eq!(reversed, expected);
         }
     }
