@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::json::{self, Fields, Object, Record, Value};
 
 use super::read::read_run;
-use super::summary::summarize;
+use super::summary::casualties_of;
 
 const CASUALTIES_FILE: &str = "gpu0.casualties";
 const CASUALTIES_KEPT: usize = 64;
@@ -134,9 +134,8 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
     if !mine {
         return;
     }
-    let summary = summarize(&records);
-    let Some(c) = summary
-        .casualties
+    let casualties = casualties_of(&records);
+    let Some(c) = casualties
         .iter()
         .find(|c| c.key.binary == binary && c.key.test == test)
     else {

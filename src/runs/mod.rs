@@ -76,6 +76,7 @@ pub use read::{
 pub use record::{
     ChoiceRecord, DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord,
 };
+pub(crate) use summary::casualties_of;
 pub use summary::{
     Casualty, Escaped, LearnedWeight, RunSummary, SkippedTest, TestKey, UnreleasedGrant, summarize,
 };

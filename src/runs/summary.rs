@@ -170,6 +170,90 @@ struct Hold<'a> {
     outcome: Option<Outcome>,
 }
 
+/// Each test's attempts and each permit's life, as the records tell them: what both
+/// [`summarize`] and the casualties a test process looks for ([`casualties_of`]) read.
+struct Lives<'a> {
+    /// Each test's last attempt.
+    last_attempt: SortedMap<TestKey, u32>,
+    /// Every grant, in the records' order.
+    holds: Vec<Hold<'a>>,
+    /// The grants never returned, in the records' order.
+    unreleased: Vec<UnreleasedGrant>,
+}
+
+fn lives(records: &[RunRecord]) -> Lives<'_> {
+    let last_us = records.iter().map(RunRecord::unix_us).max().unwrap_or(0);
+    // Releases by (pid, hold); a pid reused later in the run releases after its own grant.
+    let mut releases: SortedMap<(u32, u64), Vec<(u64, Outcome)>> = SortedMap::new();
+    // Each test's attempts: the last one, and when each began (its first record).
+    let mut last_attempt: SortedMap<TestKey, u32> = SortedMap::new();
+    let mut attempt_start: SortedMap<(TestKey, u32), u64> = SortedMap::new();
+    for r in records {
+        let (key, attempt, at) = match r {
+            RunRecord::Release(rel) => {
+                releases
+                    .get_or_insert_with((rel.pid, rel.hold), Vec::new)
+                    .push((rel.unix_us, rel.outcome));
+                continue;
+            }
+            RunRecord::Grant(g) => (key_of(&g.binary, &g.test), g.attempt, g.unix_us),
+            RunRecord::Skip(k) => (key_of(&k.binary, &k.test), k.attempt, k.unix_us),
+            RunRecord::Drivers(_) | RunRecord::Choice(_) => continue,
+        };
+        let e = last_attempt.get_or_insert_with(key.clone(), || attempt);
+        *e = (*e).max(attempt);
+        let start = attempt_start.get_or_insert_with((key, attempt), || at);
+        *start = (*start).min(at);
+    }
+    let mut holds: Vec<Hold<'_>> = Vec::new();
+    let mut unreleased = Vec::new();
+    for r in records {
+        let RunRecord::Grant(g) = r else { continue };
+        let release = releases
+            .get(&(g.pid, g.hold))
+            .and_then(|v| {
+                v.iter()
+                    .filter(|(at, _)| *at >= g.unix_us)
+                    .min_by_key(|(at, _)| *at)
+            })
+            .copied();
+        let (end_us, outcome) = match release {
+            Some((at, outcome)) => (at, Some(outcome)),
+            None => {
+                let key = key_of(&g.binary, &g.test);
+                let next = attempt_start
+                    .get(&(key.clone(), g.attempt + 1))
+                    .copied()
+                    .unwrap_or(last_us);
+                unreleased.push(UnreleasedGrant {
+                    key,
+                    attempt: g.attempt,
+                    pid: g.pid,
+                    granted_us: g.unix_us,
+                });
+                (next.max(g.unix_us), None)
+            }
+        };
+        holds.push(Hold {
+            grant: g,
+            end_us,
+            outcome,
+        });
+    }
+    Lives {
+        last_attempt,
+        holds,
+        unreleased,
+    }
+}
+
+/// The casualties of a run's records (see [`RunSummary::casualties`]), without the rest of
+/// its summary: what a test process that passed on a retry looks for.
+pub(crate) fn casualties_of(run: &RunRecords) -> Vec<Casualty> {
+    let l = lives(&run.records);
+    casualties(&l.holds, &l.last_attempt)
+}
+
 /// Summarizes a run's records.
 pub fn summarize(run: &RunRecords) -> RunSummary {
     let mut s = RunSummary {
@@ -181,13 +265,11 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
     let first = records.iter().map(RunRecord::unix_us).min();
     let last = records.iter().map(RunRecord::unix_us).max();
     s.span_us = first.zip(last);
-    let last_us = last.unwrap_or(0);
-
-    // Releases by (pid, hold); a pid reused later in the run releases after its own grant.
-    let mut releases: SortedMap<(u32, u64), Vec<(u64, Outcome)>> = SortedMap::new();
-    // Each test's attempts: the last one, and when each began (its first record).
-    let mut last_attempt: SortedMap<TestKey, u32> = SortedMap::new();
-    let mut attempt_start: SortedMap<(TestKey, u32), u64> = SortedMap::new();
+    let Lives {
+        last_attempt,
+        holds,
+        unreleased,
+    } = lives(records);
     let mut skips: SortedMap<TestKey, SkippedTest> = SortedMap::new();
     let mut skip_order: Vec<TestKey> = Vec::new();
     let mut escaped: SortedMap<TestKey, Escaped> = SortedMap::new();
@@ -203,7 +285,7 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
         }
     };
     for r in records {
-        let (key, attempt, at) = match r {
+        match r {
             RunRecord::Drivers(d) => {
                 let key = key_of(&d.binary, &d.test);
                 if d.seen == "watched" {
@@ -229,19 +311,8 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
                         e.seen = d.seen.clone();
                     }
                 }
-                continue;
             }
-            RunRecord::Release(rel) => {
-                releases
-                    .get_or_insert_with((rel.pid, rel.hold), Vec::new)
-                    .push((rel.unix_us, rel.outcome));
-                continue;
-            }
-            RunRecord::Grant(g) => (key_of(&g.binary, &g.test), g.attempt, g.unix_us),
-            RunRecord::Choice(c) => {
-                s.choice = Some(c.clone());
-                continue;
-            }
+            RunRecord::Choice(c) => s.choice = Some(c.clone()),
             RunRecord::Skip(k) => {
                 let key = key_of(&k.binary, &k.test);
                 if !skips.contains_key(&key) {
@@ -250,19 +321,15 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
                 skips.insert(
                     key.clone(),
                     SkippedTest {
-                        key: key.clone(),
+                        key,
                         backend: k.backend.clone(),
                         reason: k.reason.clone(),
                         attempt: k.attempt,
                     },
                 );
-                (key, k.attempt, k.unix_us)
             }
-        };
-        let e = last_attempt.get_or_insert_with(key.clone(), || attempt);
-        *e = (*e).max(attempt);
-        let start = attempt_start.get_or_insert_with((key, attempt), || at);
-        *start = (*start).min(at);
+            RunRecord::Grant(_) | RunRecord::Release(_) => {}
+        }
     }
     s.escaped = escaped.into_values();
     s.loaded_drivers = loaded.into_vec();
@@ -282,44 +349,13 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
             (last_attempt.get(&k) == Some(&skip.attempt)).then_some(skip)
         })
         .collect();
+    s.unreleased = unreleased;
 
-    let mut holds: Vec<Hold<'_>> = Vec::new();
     let mut layouts = Vec::new();
     let mut with_permits = Vec::new();
-    for r in records {
-        let RunRecord::Grant(g) = r else { continue };
-        layouts.push((g.per_gpu, g.gpus));
-        let key = key_of(&g.binary, &g.test);
-        let release = releases
-            .get(&(g.pid, g.hold))
-            .and_then(|v| {
-                v.iter()
-                    .filter(|(at, _)| *at >= g.unix_us)
-                    .min_by_key(|(at, _)| *at)
-            })
-            .copied();
-        let (end_us, outcome) = match release {
-            Some((at, outcome)) => (at, Some(outcome)),
-            None => {
-                let next = attempt_start
-                    .get(&(key.clone(), g.attempt + 1))
-                    .copied()
-                    .unwrap_or(last_us);
-                s.unreleased.push(UnreleasedGrant {
-                    key: key.clone(),
-                    attempt: g.attempt,
-                    pid: g.pid,
-                    granted_us: g.unix_us,
-                });
-                (next.max(g.unix_us), None)
-            }
-        };
-        with_permits.push(key);
-        holds.push(Hold {
-            grant: g,
-            end_us,
-            outcome,
-        });
+    for h in &holds {
+        layouts.push((h.grant.per_gpu, h.grant.gpus));
+        with_permits.push(key_of(&h.grant.binary, &h.grant.test));
     }
     let mut learned: SortedMap<TestKey, LearnedWeight> = SortedMap::new();
     for g in holds.iter().map(|h| h.grant) {

@@ -5,7 +5,7 @@
 
 use super::read::RunRecords;
 use super::record::{GrantRecord, Outcome, ReleaseRecord, RunRecord};
-use super::summary::{Casualty, summarize};
+use super::summary::{Casualty, casualties_of};
 use crate::trace::TraceEvent;
 
 /// The tests of `events` that failed while other tests held permits and passed alone on a
@@ -69,9 +69,8 @@ pub fn casualties_in_trace(events: &[TraceEvent]) -> Vec<Casualty> {
             memory_used: a.memory_used,
         }));
     }
-    summarize(&RunRecords {
+    casualties_of(&RunRecords {
         records,
         ..RunRecords::default()
     })
-    .casualties
 }

@@ -134,7 +134,7 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
     m.busy_us = busy;
     m.peak = peak;
     m.queued_us = sweep(&mut waits).0;
-    m.casualties = crate::runs::summarize(run).casualties.len();
+    m.casualties = crate::runs::casualties_of(run).len();
     Some(m)
 }
 
