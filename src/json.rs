@@ -667,21 +667,34 @@ fn shortest_digits(f: f64) -> (String, i32) {
 impl Write for str {
     fn write(&self, out: &mut String) {
         out.push('"');
-        for c in self.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                '\u{8}' => out.push_str("\\b"),
-                '\u{c}' => out.push_str("\\f"),
-                c if (c as u32) < 0x20 => {
-                    let _ = write!(out, "\\u{:04x}", c as u32);
-                }
-                c => out.push(c),
+        // Only ASCII bytes are escaped, so the text between two of them is copied whole (a
+        // byte of a multi-byte character is never below 0x80): one copy a run, not a push a
+        // character, which the default dev profile leaves as calls.
+        let bytes = self.as_bytes();
+        let (mut from, mut at) = (0, 0);
+        while at < bytes.len() {
+            let b = bytes[at];
+            if b >= 0x20 && b != b'"' && b != b'\\' {
+                at += 1;
+                continue;
             }
+            out.push_str(&self[from..at]);
+            match b {
+                b'"' => out.push_str("\\\""),
+                b'\\' => out.push_str("\\\\"),
+                b'\n' => out.push_str("\\n"),
+                b'\r' => out.push_str("\\r"),
+                b'\t' => out.push_str("\\t"),
+                0x08 => out.push_str("\\b"),
+                0x0c => out.push_str("\\f"),
+                _ => {
+                    let _ = write!(out, "\\u{:04x}", b);
+                }
+            }
+            at += 1;
+            from = at;
         }
+        out.push_str(&self[from..]);
         out.push('"');
     }
 }
@@ -887,6 +900,44 @@ mod tests {
             "{\"s\":\"q\\\"b\\\\n\\n\\u0001\u{7f}é\",\"n\":7,\"f\":1.0,\"g\":0.25,\"nan\":null,\
              \"v\":[1,2],\"none\":null,\"keep\":3,\"raw\":{\"x\":1}}"
         );
+    }
+
+    /// Strings are escaped character by character as serde_json does: `"`, `\\`, the five
+    /// short escapes, `\u00XX` for the other control characters, everything else as it is;
+    /// here against that rule written out for each character, over every ASCII character
+    /// and multi-byte ones, at the start, middle and end of a string.
+    #[test]
+    fn strings_are_escaped_as_serde_json_escapes_them_character_by_character() {
+        fn by_character(text: &str) -> String {
+            let mut out = String::from("\"");
+            for c in text.chars() {
+                match c {
+                    '"' => out.push_str("\\\""),
+                    '\\' => out.push_str("\\\\"),
+                    '\n' => out.push_str("\\n"),
+                    '\r' => out.push_str("\\r"),
+                    '\t' => out.push_str("\\t"),
+                    '\u{8}' => out.push_str("\\b"),
+                    '\u{c}' => out.push_str("\\f"),
+                    c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                    c => out.push(c),
+                }
+            }
+            out.push('"');
+            out
+        }
+        let mut cases: Vec<String> = vec![String::new(), "é€😀".into(), "plain".into()];
+        for b in 0u8..0x80 {
+            let c = b as char;
+            cases.push(c.to_string());
+            cases.push(format!("a{c}é{c}{c}z"));
+            cases.push(format!("{c}😀"));
+        }
+        for text in &cases {
+            let mut ours = String::new();
+            text.as_str().write(&mut ours);
+            assert_eq!(ours, by_character(text), "{text:?}");
+        }
     }
 
     /// Floats as serde_json (ryu) writes them, taken from its output: plain from 1e-5 to

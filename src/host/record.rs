@@ -205,7 +205,17 @@ pub(super) fn padded(mut text: Vec<u8>, len: usize) -> Vec<u8> {
 /// The text of a padded record (blank or all padding: none).
 pub(super) fn padded_text(raw: &[u8]) -> Result<Option<&str>, String> {
     let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
-    let text = text.trim_matches(|c: char| c.is_whitespace() || c == '\0');
+    // The padding is ASCII: cut it with a byte loop first (the default dev profile leaves a
+    // `char` pattern as calls a character), then trim what other whitespace is left.
+    let bytes = text.as_bytes();
+    let (mut start, mut end) = (0, bytes.len());
+    while start < end && matches!(bytes[start], 0 | b' ' | b'\t'..=b'\r') {
+        start += 1;
+    }
+    while end > start && matches!(bytes[end - 1], 0 | b' ' | b'\t'..=b'\r') {
+        end -= 1;
+    }
+    let text = text[start..end].trim_matches(|c: char| c.is_whitespace() || c == '\0');
     Ok((!text.is_empty()).then_some(text))
 }
 
@@ -236,6 +246,24 @@ pub(super) fn read_start(file: &File, len: usize) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn padding_is_trimmed_as_whitespace_and_nul_are_at_both_ends() {
+        for (raw, want) in [
+            (&b"  {\"a\":1}\n      "[..], Some("{\"a\":1}")),
+            (b"\0\x0b\x0c\r\t x y \0\0\0", Some("x y")),
+            ("\u{a0}\u{2028}x\u{85}\n  ".as_bytes(), Some("x")),
+            (b"\n   \0 \t", None),
+            (b"", None),
+        ] {
+            assert_eq!(padded_text(raw).unwrap(), want, "{raw:?}");
+            let slow = std::str::from_utf8(raw)
+                .unwrap()
+                .trim_matches(|c: char| c.is_whitespace() || c == '\0');
+            assert_eq!(want.unwrap_or(""), slow);
+        }
+        assert!(padded_text(b"\xff  ").is_err());
+    }
 
     #[test]
     fn records_round_trip_and_are_padded() {
