@@ -197,8 +197,14 @@ fn needs_escape(c: char) -> bool {
 /// A record as the directory's files keep it: `text`, a newline, then spaces up to `len` (a
 /// fixed size, so that a rewrite covers the whole of the one before). [`padded_text`] reads it.
 pub(super) fn padded(mut text: Vec<u8>, len: usize) -> Vec<u8> {
+    // Spaces copied a block at a time: `resize` writes them one by one in the default dev
+    // profile.
+    const SPACES: [u8; 256] = [b' '; 256];
     text.push(b'\n');
-    text.resize(len.max(text.len()), b' ');
+    while text.len() < len {
+        let n = (len - text.len()).min(SPACES.len());
+        text.extend_from_slice(&SPACES[..n]);
+    }
     text
 }
 
