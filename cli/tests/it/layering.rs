@@ -164,7 +164,8 @@ fn src_modules_form_layers_without_cycles() {
 #[test]
 fn config_is_a_leaf_and_the_probe_knows_nothing_of_its_consumers() {
     let g = graph();
-    let below_config = ["sys", "backend", "clock", "notice"];
+    // `order` (sorting, sorted maps) is a leaf: the configuration may use it.
+    let below_config = ["sys", "backend", "clock", "notice", "order"];
     let config: Vec<_> = g["config"]
         .iter()
         .filter(|m| !below_config.contains(&m.as_str()))
@@ -185,7 +186,7 @@ fn config_is_a_leaf_and_the_probe_knows_nothing_of_its_consumers() {
 #[test]
 fn live_memory_is_a_leaf_below_the_host_slots() {
     let g = graph();
-    let below_live = ["sys", "notice", "config"];
+    let below_live = ["sys", "notice", "config", "order", "mailbox"];
     let above: Vec<_> = g["live"]
         .iter()
         .filter(|m| !below_live.contains(&m.as_str()))
@@ -195,6 +196,22 @@ fn live_memory_is_a_leaf_below_the_host_slots() {
         !g["config"].contains("live") && !g["sys"].contains("live"),
         "a layer below live uses it: {g:?}"
     );
+}
+
+/// The helpers every layer may use (sorting and sorted maps, the mailbox between threads)
+/// use no module of the crate, so that using them adds no edge between layers.
+#[test]
+fn the_shared_helpers_are_leaves() {
+    let g = graph();
+    let src = crate::util::workspace_root().join("src");
+    for leaf in ["order", "mailbox"] {
+        assert!(
+            src.join(format!("{leaf}.rs")).is_file(),
+            "no module `{leaf}`"
+        );
+        let uses = g.get(leaf).cloned().unwrap_or_default();
+        assert!(uses.is_empty(), "`{leaf}` uses {uses:?}");
+    }
 }
 
 /// `(constant, variable)` for every `pub const *_VAR: &str = "..."` of config.
