@@ -179,9 +179,9 @@ pub fn skip_line(test: &str, backend: Backend, reason: &str) -> String {
 /// to `GPU_TEST_PERMIT_SKIP_LOG` when that is set (one `O_APPEND` write, so lines from
 /// concurrent test processes never interleave). The test name comes from
 /// [`nextest::current_test_name`](crate::nextest::current_test_name). Under nextest the skip is
-/// also recorded for the run ([`runs`](crate::runs)), so that `gpu-test-permit junit` can
+/// also recorded for the run, so that `gpu-test-permit junit` can
 /// mark it skipped in the JUnit report; under `cargo test` the binary counts it in the line it
-/// prints at exit ([`runs::tally`](crate::runs::tally)).
+/// prints at exit.
 pub fn report_skip(backend: Backend, reason: &str) {
     let test = crate::nextest::current_test_name();
     let line = skip_line(&test, backend, reason);

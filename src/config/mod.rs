@@ -11,7 +11,7 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024), or `auto`: chosen at the start of each run from this host's history (see [`tune`](crate::tune)) | 2 |
+//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024), or `auto`: chosen at the start of each run from this host's history (`gpu-test-permit history` shows it) | 2 |
 //! | `GPU_TEST_PERMIT_CONCURRENCY` | the same as `REALIZAR_GPU_TEST_CONCURRENCY`; when both are set this one wins, with a warning if they differ; a blank value of either counts as unset when the other has one | `REALIZAR_GPU_TEST_CONCURRENCY` |
 //! | `GPU_TEST_PERMIT_MAX_CONCURRENCY` | the most permits per GPU `auto` may choose | 4 |
 //! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit: `90`, `90s`, `1500ms`, `10m`, `1h` | 10m |
@@ -29,11 +29,11 @@
 //! | `GPU_TEST_PERMIT_BACKFILL` | `on`: while a request waits at the head of the queue for units that are not free yet (a heavy, exclusive or k-GPU one), a request behind it takes free units now if its hold time on record (the history's `gpu0.tests`) ends before the head could start, or if the head will not need those units; a request with no hold time on record never does ([`host`](crate::host)). `off`: first come, first served | `on` |
 //! | `GPU_TEST_PERMIT_PLACEMENT` | which GPUs a permit goes to on a multi-GPU host: `best-fit` (the GPUs with the fewest free units that fit: whole GPUs stay free for big and multi-GPU permits) or `spread` (the first that fit: one-unit permits spread over every GPU) | `best-fit` |
 //! | `GPU_TEST_PERMIT_GPU_MEMORY` | GPU memory per GPU that permits budget: a size (`64GiB`, `80GB`, `512MiB`, bytes) or a percentage of the smallest device memory the CUDA probe reports (`90%`); a permit declaring memory ([`acquire_memory`](crate::acquire_memory)) takes `ceil(bytes / (budget / N))` permit units. On unified-memory devices (GB10) set a size: the probe does not derive one | CUDA device memory (discrete GPUs, feature `cuda`), else none |
-//! | `GPU_TEST_PERMIT_WEIGHTS` | `declared`: a permit takes the units its test declares (one when it declares nothing); `learned`: with a memory budget in force, a test that declares nothing takes the units its measured peak GPU memory plus [`LEARNED_MARGIN_PERCENT`] needs (at most a whole GPU), the peak being the most its fixture reported in the runs recorded on this host ([`tune`](crate::tune)); a declaration always wins | `declared` |
+//! | `GPU_TEST_PERMIT_WEIGHTS` | `declared`: a permit takes the units its test declares (one when it declares nothing); `learned`: with a memory budget in force, a test that declares nothing takes the units its measured peak GPU memory plus [`LEARNED_MARGIN_PERCENT`] needs (at most a whole GPU), the peak being the most its fixture reported in the runs recorded on this host (`gpu-test-permit history` shows them); a declaration always wins | `declared` |
 //! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
 //! | `GPU_TEST_PERMIT_INHERITED` | set by `gpu-test-permit run` for its command: the permit it holds, which the command and its descendants work inside instead of taking host slots (see [`InheritedPermit`]); not for setting by hand | unset |
 //! | `GPU_TEST_PERMIT_RECORDS` | set by `gpu-test-permit find-gpu-tests` for the suite it runs: an absolute directory that the run's records, configuration warnings and test-group hint go to instead of the slot directory (its permits are still the host's); not for setting by hand | the slot directory |
-//! | `GPU_TEST_PERMIT_WATCH` | set by `gpu-test-permit watch` (and `run --watch`) for its command: the loader log into which the crate marks when the process holds a permit (see [`drivers`](crate::drivers)); not for setting by hand | unset |
+//! | `GPU_TEST_PERMIT_WATCH` | set by `gpu-test-permit watch` (and `run --watch`) for its command: the loader log into which the crate marks when the process holds a permit (`gpu-test-permit watch` reads it); not for setting by hand | unset |
 //! | `WGPU_ADAPTER_NAME` | wgpu's own: the wgpu fixture uses only adapters whose name contains this text (case-insensitive), as `wgpu::util::initialize_adapter_from_env` does; no match fails the test with the list of adapters | best adapter |
 //! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | the same for this crate's fixture only (your own `WGPU_ADAPTER_NAME` code is not affected); wins over `WGPU_ADAPTER_NAME` when both are set | `WGPU_ADAPTER_NAME` |
 //! | `WGPU_POWER_PREF` | wgpu's own: `high` (discrete GPUs first), `low` (integrated first) or `none` (device type not considered: every adapter in wgpu's order); the order of the wgpu fixture's adapter choice | discrete, integrated, virtual, other, CPU |
@@ -75,11 +75,11 @@
 
 mod inherited;
 mod nextest;
-mod parse;
+pub(crate) mod parse;
 mod read;
-mod values;
+pub(crate) mod values;
 mod vars;
-mod warnings;
+pub(crate) mod warnings;
 
 use std::ffi::OsString;
 use std::num::NonZeroUsize;
@@ -89,16 +89,13 @@ use std::time::Duration;
 
 pub use inherited::{InheritedPermit, InheritedSlot};
 pub use nextest::NextestEnv;
-pub use parse::{
-    RequireError, ValueError, parse_concurrency, parse_duration, parse_gpus, parse_memory,
-    parse_placement,
-};
+pub use parse::{RequireError, ValueError};
+pub(crate) use values::format_bytes;
 pub use values::{
     AdapterName, ConfigWarning, Gpus, MemoryBudget, Placement, PowerPref, RetryMode, SlotDir,
-    Weights, default_slot_dir, format_bytes,
+    Weights, default_slot_dir,
 };
 pub use vars::*;
-pub use warnings::{RecordedWarnings, recorded_warnings};
 
 use warnings::record_warnings;
 
@@ -114,7 +111,7 @@ pub struct Config {
     /// (also when neither is set: the name messages give for it).
     pub concurrency_var: &'static str,
     /// [`CONCURRENCY_VAR`] is `auto`: the N of each run is chosen from this host's history
-    /// when its slot directory is laid out ([`tune`](crate::tune)).
+    /// when its slot directory is laid out (`gpu-test-permit history` shows how).
     pub auto_concurrency: bool,
     /// The most permits per GPU `auto` may choose, from [`MAX_CONCURRENCY_VAR`].
     pub max_concurrency: NonZeroUsize,
@@ -263,7 +260,7 @@ impl Config {
         }
     }
 
-    /// Where the records of a run (see [`runs`](crate::runs)), its configuration warnings and
+    /// Where the records of a nextest run (what `gpu-test-permit report` reads), its configuration warnings and
     /// its test-group hint that belong in slot directory `slot_dir` are written: the directory
     /// [`RECORDS_VAR`] names (a run `gpu-test-permit find-gpu-tests` keeps apart), else
     /// `slot_dir` itself.

@@ -52,7 +52,7 @@ impl fmt::Display for ConfigWarning {
     }
 }
 
-/// What [`GPU_MEMORY_VAR`](crate::config::GPU_MEMORY_VAR) says: see [`parse_memory`](crate::config::parse_memory).
+/// What [`GPU_MEMORY_VAR`](crate::config::GPU_MEMORY_VAR) says.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MemoryBudget {
     /// This many bytes per GPU.
@@ -86,7 +86,7 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
-/// What [`GPUS_VAR`](crate::config::GPUS_VAR) says: see [`parse_gpus`](crate::config::parse_gpus).
+/// What [`GPUS_VAR`](crate::config::GPUS_VAR) says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Gpus {
     /// `auto`: as many GPUs as the probe finds.

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 /// Permits per GPU (on a one-GPU host: per host). At least 1; or `auto`: chosen for each run
-/// from this host's history, up to [`MAX_CONCURRENCY_VAR`] (see [`tune`](crate::tune)).
+/// from this host's history, up to [`MAX_CONCURRENCY_VAR`] (`gpu-test-permit history`
+/// shows the history and the choice).
 /// [`CONCURRENCY_ALIAS_VAR`] is the same, and wins when both are set.
 pub const CONCURRENCY_VAR: &str = "REALIZAR_GPU_TEST_CONCURRENCY";
 /// The crate's own name for [`CONCURRENCY_VAR`], with the same values. When both are set this
@@ -54,7 +55,7 @@ pub const GPU_MEMORY_VAR: &str = "GPU_TEST_PERMIT_GPU_MEMORY";
 /// declares: units, memory, exclusive; a test that declares nothing takes one unit) or
 /// `learned`: with a memory budget in force ([`GPU_MEMORY_VAR`]), a test that declares nothing
 /// takes the units its measured peak GPU memory (the most its fixture ever reported, kept in
-/// the host's history, see [`tune`](crate::tune)) plus [`LEARNED_MARGIN_PERCENT`] needs, at
+/// the host's history, which `gpu-test-permit history` shows) plus [`LEARNED_MARGIN_PERCENT`] needs, at
 /// most a whole GPU. A declaration always wins. See [`Weights`](crate::config::Weights).
 pub const WEIGHTS_VAR: &str = "GPU_TEST_PERMIT_WEIGHTS";
 /// Which GPUs of a multi-GPU host a permit goes to: `best-fit` (the default: the GPUs with
@@ -118,8 +119,8 @@ pub const LEARNED_MARGIN_PERCENT: u64 = 25;
 /// Largest accepted [`CONCURRENCY_VAR`]; larger values are almost certainly a typo.
 pub const MAX_CONCURRENCY: usize = 1024;
 
-/// The largest size [`parse_memory`](crate::config::parse_memory) takes, in bytes: 1 PiB, far beyond any GPU (and the most
-/// a trace event may declare).
+/// The largest memory size the crate takes ([`GPU_MEMORY_VAR`], a declared need), in bytes:
+/// 1 PiB, far beyond any GPU (and the most a trace event may declare).
 pub const MAX_MEMORY: u64 = 1 << 50;
 
 /// Wait deadline when [`TIMEOUT_VAR`] is not set.
@@ -128,12 +129,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 /// Set by `gpu-test-permit watch` (and `run --watch`) for the process it watches: the
 /// dynamic loader's log file of the process without its `.<pid>` suffix (`LD_DEBUG_OUTPUT`),
 /// into which the crate writes a line each time the process goes from no permit to one and
-/// back (see [`drivers`](crate::drivers)).
+/// back (`gpu-test-permit watch` reads them).
 pub const WATCH_VAR: &str = "GPU_TEST_PERMIT_WATCH";
 
 /// Set by `gpu-test-permit find-gpu-tests` for the suite it runs: the directory (an absolute
-/// path) that the run's records (see [`runs`](crate::runs): grants, releases, skips, driver
-/// loads, `auto`'s choice), its configuration warnings and its test-group hint are written to
+/// path) that the run's records (grants, releases, skips, driver loads, `auto`'s choice), its configuration warnings and its test-group hint are written to
 /// instead of the slot directory. The run's permits are still the host's, taken in the slot
 /// directory beside everyone else's; only what it records stays apart from the host's runs
 /// (`report`, the history `auto` and backfilling learn from). Not for setting by hand.

@@ -70,11 +70,11 @@ mod inherit;
 mod layout;
 mod lock;
 mod queue;
-mod record;
+pub(crate) mod record;
 mod slot;
-mod status;
+pub(crate) mod status;
 pub(crate) mod tests_file;
-mod threads;
+pub(crate) mod threads;
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
@@ -99,14 +99,11 @@ pub(crate) use inherit::{
 pub use layout::Layout;
 pub(crate) use queue::GRACE;
 pub use queue::Liveness;
-pub use record::HolderRecord;
+pub(crate) use record::HolderRecord;
 pub(crate) use record::escape_controls;
-pub use status::{
-    GpuMemoryStatus, GpuProcessStatus, HostStatus, QueueHead, SkippedFile, SlotStatus, gpu_memory,
-    status,
-};
+#[cfg(test)]
+pub(crate) use status::status;
 pub(crate) use threads::ThreadsFile;
-pub use threads::ThreadsWaiting;
 
 use error::io_err;
 pub(crate) use layout::WantedLayout;
@@ -115,10 +112,6 @@ use lock::is_locked_at;
 use queue::{RECHECK, Waiting, Watch, head_liveness, read_head, wait_entries};
 use record::{RECORD_LEN, read_record, read_start};
 use slot::Slots;
-
-// The hang record lives in `crate::hangs`; its public paths here stay.
-#[doc(no_inline)]
-pub use crate::hangs::{HangRecord, recorded_hangs};
 
 /// The slot files of one directory, for one process: the gate and notify files opened once,
 /// each slot at its first use (`slot.rs`).

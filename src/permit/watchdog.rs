@@ -186,7 +186,7 @@ impl HoldTimeout {
     }
 
     /// Appends the hang to the record of its pool's slot directory (`gpu0.hangs` in its state
-    /// directory, see [`crate::hangs`]), so that the trace's what-if does not advise this N on
+    /// directory; `gpu-test-permit history` shows it), so that the trace's what-if does not advise this N on
     /// this host, after a reboot too.
     /// Best effort; nothing where the pool has no slot directory.
     pub fn record(&self) {

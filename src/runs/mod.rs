@@ -35,9 +35,9 @@
 //! says so in one line at exit instead ([`tally`]).
 //!
 //! ```
-//! use gpu_test_permit::runs::{last_run, summarize};
+//! use gpu_test_permit::__private::runs::{last_run, summarize};
 //!
-//! # fn main() -> Result<(), gpu_test_permit::runs::RunsError> {
+//! # fn main() -> Result<(), gpu_test_permit::__private::runs::RunsError> {
 //! let dir = gpu_test_permit::config::Config::from_env()
 //!     .slot_dir_path()
 //!     .expect("a usable slot directory");
@@ -70,8 +70,7 @@ use std::time::SystemTime;
 pub(crate) use crate::nextest::current_test;
 pub use casualty::{CasualtyRecord, forget_casualties, recorded_casualties};
 pub use read::{
-    BESIDE, JustEnded, RecordedRun, RunRecords, RunsError, just_ended, last_run, read_run,
-    recorded_runs,
+    BESIDE, JustEnded, RecordedRun, RunRecords, RunsError, just_ended, read_run, recorded_runs,
 };
 pub use record::{
     ChoiceRecord, DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord,

@@ -157,21 +157,6 @@ pub fn recorded_runs(dir: &Path) -> Vec<RecordedRun> {
     runs
 }
 
-/// The records of the run of this user most recently written in `dir`, or `None` when there
-/// is none. Runs of other users (in a shared directory) are left out: read one by its id
-/// ([`read_run`]). To read the run that just ended, ask [`just_ended`] first: beside another
-/// run, the one written last need not be it.
-///
-/// # Errors
-///
-/// As [`read_run`].
-pub fn last_run(dir: &Path) -> Result<Option<RunRecords>, RunsError> {
-    let Some(last) = recorded_runs(dir).into_iter().rfind(|r| r.mine) else {
-        return Ok(None);
-    };
-    read_run(dir, &last.run_id)
-}
-
 /// How long before the first record of the newest run another run's last record may have been
 /// written for it to count as beside the newest one ([`just_ended`]): longer than the time from
 /// the end of a CI job's `cargo nextest run` to its `report` step.

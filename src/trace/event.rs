@@ -200,8 +200,8 @@ impl TraceEvent {
         }
     }
 
-    /// When it ended, microseconds since the Unix epoch (saturating: an event [`read_trace`](super::read_trace)
-    /// accepts never overflows).
+    /// When it ended, microseconds since the Unix epoch (saturating: an event
+    /// [`read_events`](super::read_events) accepts never overflows).
     pub fn end(&self) -> u64 {
         self.ts.saturating_add(self.dur)
     }

@@ -58,7 +58,7 @@ pub struct SkippedLine {
 /// When the file cannot be read at all.
 ///
 /// ```
-/// use gpu_test_permit::trace::read_trace;
+/// use gpu_test_permit::__private::trace::read_trace;
 /// let dir = std::env::temp_dir().join(format!("read-trace-doc-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
 /// let path = dir.join("t.json");

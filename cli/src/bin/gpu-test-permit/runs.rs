@@ -4,8 +4,8 @@
 
 use std::process::ExitCode;
 
-use gpu_test_permit::host::recorded_hangs;
-use gpu_test_permit::runs::{
+use gpu_test_permit::__private::host::recorded_hangs;
+use gpu_test_permit::__private::runs::{
     JustEnded, RunRecords, RunSummary, TestKey, just_ended, read_run, recorded_runs, summarize,
 };
 
@@ -145,7 +145,7 @@ fn the_run_that_just_ended(dir: &std::path::Path) -> Result<RunRecords, String> 
                 plural(runs.len(), "run", "runs"),
                 printable_path(dir),
                 named.join(", "),
-                gpu_test_permit::runs::BESIDE.as_secs()
+                gpu_test_permit::__private::runs::BESIDE.as_secs()
             ));
         }
     };
@@ -186,7 +186,7 @@ fn render_drivers(s: &RunSummary, out: &mut String) {
             let (_, names, tests) = &mut binaries[at];
             *tests += 1;
             for d in drivers {
-                let d = gpu_test_permit::drivers::library_name(d);
+                let d = gpu_test_permit::__private::drivers::library_name(d);
                 if !names.contains(&d) {
                     names.push(d);
                 }
@@ -264,7 +264,7 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
         );
     }
     // Said on standard error when it happened, which nextest shows for failing tests only.
-    if let Ok(Some(hint)) = gpu_test_permit::nextest::recorded_hint(dir)
+    if let Ok(Some(hint)) = gpu_test_permit_cli::records::recorded_hint(dir)
         && hint.run_id == s.run_id
     {
         let _ = writeln!(out, "outside a test group: {}", printable(&hint.line()));
@@ -306,7 +306,7 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
                 printable(
                     &e.drivers
                         .iter()
-                        .map(|d| gpu_test_permit::drivers::library_name(d))
+                        .map(|d| gpu_test_permit::__private::drivers::library_name(d))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
