@@ -74,7 +74,7 @@ test-group = '{GROUP}'
     /// # Example
     ///
     /// ```
-    /// use gpu_test_permit::nextest::{group_snippet, GROUP};
+    /// use gpu_test_permit::__private::nextest::{group_snippet, GROUP};
     ///
     /// let snippet = group_snippet(2);
     /// assert!(snippet.contains(&format!("'{GROUP}' = {{ max-threads = 2 }}")));

@@ -138,7 +138,8 @@ pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, ValueError> {
 /// whitespace is ignored, in entries too.
 ///
 /// ```
-/// use gpu_test_permit::config::{parse_gpus, Gpus};
+/// use gpu_test_permit::__private::config::parse_gpus;
+/// use gpu_test_permit::config::Gpus;
 ///
 /// assert_eq!(parse_gpus(&"auto".into()), Ok(Gpus::Auto));
 /// assert_eq!(parse_gpus(&"2".into()).unwrap(), Gpus::Count(2.try_into().unwrap()));
@@ -201,7 +202,8 @@ pub fn parse_gpus(raw: &OsString) -> Result<Gpus, ValueError> {
 /// surrounding whitespace ignored; `_` for `-`).
 ///
 /// ```
-/// use gpu_test_permit::config::{parse_placement, Placement};
+/// use gpu_test_permit::__private::config::parse_placement;
+/// use gpu_test_permit::config::Placement;
 ///
 /// assert_eq!(parse_placement(&"best-fit".into()), Ok(Placement::BestFit));
 /// assert_eq!(parse_placement(&" Spread ".into()), Ok(Placement::Spread));
@@ -267,7 +269,8 @@ pub fn parse_duration(raw: &OsString) -> Result<Duration, ValueError> {
 /// The [`ValueError`] that says what is wrong with `raw`.
 ///
 /// ```
-/// use gpu_test_permit::config::{parse_memory, MemoryBudget};
+/// use gpu_test_permit::__private::config::parse_memory;
+/// use gpu_test_permit::config::MemoryBudget;
 /// assert_eq!(parse_memory(&"64GiB".into()), Ok(MemoryBudget::Bytes(64 << 30)));
 /// assert_eq!(parse_memory(&"1.5 GB".into()), Ok(MemoryBudget::Bytes(1_500_000_000)));
 /// assert_eq!(parse_memory(&" 90% ".into()), Ok(MemoryBudget::Percent(90.0)));

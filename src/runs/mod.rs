@@ -20,7 +20,7 @@
 //! The newest 32 runs' files are kept. Writing is best effort: a record that cannot be
 //! written is said once on standard error and never fails a test.
 //!
-//! Reading: [`read_run`] and [`last_run`] give a run's records ([`just_ended`] says which of
+//! Reading: [`read_run`] gives a run's records ([`just_ended`] says which of
 //! this user's runs may be the one that just ended), [`summarize`] what they say
 //! ([`RunSummary`]: skips, contention casualties, the peak), which `gpu-test-permit report`
 //! prints and `gpu-test-permit junit` writes into nextest's JUnit report.
@@ -35,13 +35,14 @@
 //! says so in one line at exit instead ([`tally`]).
 //!
 //! ```
-//! use gpu_test_permit::__private::runs::{last_run, summarize};
+//! use gpu_test_permit::__private::runs::{read_run, recorded_runs, summarize};
 //!
 //! # fn main() -> Result<(), gpu_test_permit::__private::runs::RunsError> {
 //! let dir = gpu_test_permit::config::Config::from_env()
 //!     .slot_dir_path()
 //!     .expect("a usable slot directory");
-//! match last_run(&dir)? {
+//! let last = recorded_runs(&dir).into_iter().rfind(|r| r.mine);
+//! match last.map(|r| read_run(&dir, &r.run_id)).transpose()?.flatten() {
 //!     None => println!("no nextest run recorded in {}", dir.display()),
 //!     Some(run) => {
 //!         let s = summarize(&run);
