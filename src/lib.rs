@@ -244,7 +244,7 @@ pub mod __private {
         pub use crate::config::parse::{
             parse_concurrency, parse_duration, parse_gpus, parse_memory, parse_placement,
         };
-        pub use crate::config::values::format_bytes;
+        pub use crate::config::values::{Gpus, format_bytes};
         pub use crate::config::warnings::{RecordedWarnings, recorded_warnings};
     }
 

@@ -60,6 +60,17 @@ pub struct InheritedPermit {
 }
 
 /// One slot of an [`InheritedPermit`].
+///
+/// ```
+/// use gpu_test_permit::config::InheritedPermit;
+///
+/// // What `gpu-test-permit run` passes on: slot 1 of a directory of 2 per GPU x 1 GPU, held
+/// // through descriptor 7.
+/// let p = InheritedPermit::parse("1:2x1:shared:1=7/2049/131:/tmp/slots".as_ref()).unwrap();
+/// let slot = p.slots[0];
+/// assert_eq!((slot.index, slot.fd, slot.dev, slot.ino), (1, 7, 2049, 131));
+/// assert_eq!(p.gpu_of(&slot), 0);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InheritedSlot {

@@ -92,14 +92,29 @@ pub use nextest::NextestEnv;
 pub use parse::{RequireError, ValueError};
 pub(crate) use values::format_bytes;
 pub use values::{
-    AdapterName, ConfigWarning, Gpus, MemoryBudget, Placement, PowerPref, RetryMode, SlotDir,
-    Weights, default_slot_dir,
+    AdapterName, ConfigWarning, MemoryBudget, Placement, PowerPref, RetryMode, SlotDir, Weights,
+    default_slot_dir,
 };
 pub use vars::*;
 
 use warnings::record_warnings;
 
 /// The typed, validated configuration.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, CONCURRENCY_VAR, TIMEOUT_VAR};
+///
+/// // The process's own configuration, read once: `Config::global()`. For a test of how
+/// // variables are read, any lookup will do.
+/// let cfg = Config::from_lookup(|name| match name {
+///     CONCURRENCY_VAR => Some("3".into()),
+///     TIMEOUT_VAR => Some("2m".into()),
+///     _ => None,
+/// });
+/// assert_eq!(cfg.concurrency.get(), 3);
+/// assert_eq!(cfg.timeout, std::time::Duration::from_secs(120));
+/// assert!(cfg.warnings.is_empty());
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Config {

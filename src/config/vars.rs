@@ -155,7 +155,7 @@ pub const SKIP_LOG_VAR: &str = "GPU_TEST_PERMIT_SKIP_LOG";
 pub const RETRY_VAR: &str = "GPU_TEST_PERMIT_RETRY";
 /// GPUs the host's permits span: `auto` (CUDA devices the probe finds when the crate is built
 /// with `cuda`, else 1), a count, or a comma-separated list of GPU ids (`0,2,3`; a single GPU
-/// as `3,`). Each GPU gets [`CONCURRENCY_VAR`] permits; see [`Gpus`](crate::config::Gpus).
+/// as `3,`). Each GPU gets [`CONCURRENCY_VAR`] permits.
 ///
 /// ```
 /// use gpu_test_permit::config::{Config, GPUS_VAR};
