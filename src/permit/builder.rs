@@ -16,6 +16,20 @@ use crate::config::{SlotDir, Weights};
 use crate::host::{HostError, HostSlots, Layout, Placement, Topology};
 
 /// Configures a [`PermitPool`].
+///
+/// ```
+/// use std::time::Duration;
+/// use gpu_test_permit::PermitPool;
+///
+/// let pool = PermitPool::builder()
+///     .concurrency(2)
+///     .timeout(Duration::from_secs(30))
+///     .in_process_only()
+///     .build()?;
+/// assert_eq!((pool.concurrency(), pool.timeout()), (2, Duration::from_secs(30)));
+/// assert_eq!(pool.slot_dir(), None, "in-process only: no host slots");
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct PoolBuilder {

@@ -38,6 +38,18 @@ use crate::sync::Ordering;
 /// [`share`](Self::share)) keep the same permit; it is returned when the last of its guards
 /// drops. Put the permit *last* in a fixture struct, so the GPU objects declared before it drop
 /// first (or use [`Permitted`](crate::Permitted), which gets the order right).
+///
+/// ```
+/// use gpu_test_permit::PermitPool;
+///
+/// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+/// let permit = pool.acquire(); // the GPU objects are made after this line, dropped before it ends
+/// assert_eq!(permit.units(), 1);
+/// assert!(!permit.is_exclusive());
+/// let nested = pool.acquire(); // the same thread again: free, no second unit
+/// assert!(nested.is_nested());
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[must_use = "the permit is returned as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct GpuTestPermit {
@@ -351,6 +363,20 @@ impl fmt::Debug for GpuTestPermit {
 
 /// The current thread counts as holding a permit while this lives (see
 /// [`GpuTestPermit::enter`]). Not `Send`: it is about the thread that created it.
+///
+/// ```
+/// use gpu_test_permit::PermitPool;
+///
+/// let pool = PermitPool::builder().concurrency(1).in_process_only().build()?;
+/// let permit = pool.acquire();
+/// std::thread::scope(|s| {
+///     s.spawn(|| {
+///         let _entered = permit.enter(); // this worker counts as holding the test's permit
+///         assert!(pool.acquire().is_nested());
+///     });
+/// });
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[must_use = "the thread stops counting as a holder when this is dropped"]
 pub struct EnteredPermit<'a> {
     permit: &'a GpuTestPermit,

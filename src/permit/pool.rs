@@ -39,6 +39,21 @@ use crate::sync::Ordering;
 ///   without waiting for requests of at most its units. At most one real permit per thread.
 /// - **Bounded**: every wait has a deadline; past it the error lists the holders.
 /// - **Crash-safe**: a process killed while holding frees its slot at once.
+///
+/// ```
+/// use gpu_test_permit::PermitPool;
+///
+/// // Most tests use the global pool (`gpu_test_permit::acquire()`); a pool of its own suits a
+/// // suite's unit tests of its own fixtures.
+/// let pool = PermitPool::builder().concurrency(3).in_process_only().build()?;
+/// assert_eq!((pool.concurrency(), pool.gpus(), pool.capacity()), (3, 1, 3));
+/// let one = pool.acquire();
+/// assert_eq!(one.units(), 1);
+/// drop(one);
+/// let all = pool.acquire_weighted(3);
+/// assert_eq!(all.units(), 3);
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 pub struct PermitPool {
     /// Owned (a `Box`); freed by `Drop` or, while permits are out, by the last release.
     pub(super) inner: NonNull<PoolInner>,

@@ -10,6 +10,15 @@ use super::pool::PermitPool;
 use super::want::Want;
 
 /// A permit request being built: see [`PermitPool::request`].
+///
+/// ```
+/// use gpu_test_permit::PermitPool;
+///
+/// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+/// let heavy = pool.request().units(3).acquire();
+/// assert_eq!(heavy.units(), 3);
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 #[must_use = "a request does nothing until acquired"]
 pub struct PermitRequest<'p> {

@@ -77,6 +77,19 @@ pub fn on_hold_timeout(handler: impl Fn(HoldTimeout) + Send + Sync + 'static) ->
 
 /// A permit held past its pool's hold deadline, as the watchdog found it (see
 /// [`on_hold_timeout`]).
+///
+/// ```
+/// use gpu_test_permit::HoldTimeout;
+///
+/// // What a handler given to `on_hold_timeout` may do with one: say it, record it, and end the
+/// // process, whose permits the kernel then frees.
+/// fn handle(late: HoldTimeout) {
+///     eprintln!("{}", late.diagnosis());
+///     late.record();
+///     std::process::abort();
+/// }
+/// # let _: fn(HoldTimeout) = handle;
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct HoldTimeout {
