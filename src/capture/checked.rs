@@ -123,6 +123,18 @@ pub fn ensure_not_capturing(stream: &CudaStream, op: Operation) -> Result<(), Ca
 /// # Safety
 ///
 /// As [`raw_capture_status`].
+///
+/// ```
+/// use gpu_test_permit::capture::{ensure_raw_not_capturing, Operation};
+///
+/// // The legacy default stream (null). Without a CUDA driver the answer is `Ok(())`; with one,
+/// // a failed status query is an error, never "safe".
+/// // SAFETY: the null stream is the legacy default stream, valid in every context.
+/// match unsafe { ensure_raw_not_capturing(std::ptr::null_mut(), Operation::HostToDevice) } {
+///     Ok(()) => {}
+///     Err(e) => eprintln!("refused: {e}"),
+/// }
+/// ```
 pub unsafe fn ensure_raw_not_capturing(
     stream: CUstream,
     op: Operation,

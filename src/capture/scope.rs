@@ -12,6 +12,20 @@ use super::{CaptureError, CaptureMode, DriverCall, Operation, ensure_not_capturi
 
 /// A capture that [`CaptureScope::run`] ended normally: the instantiated graph (if the
 /// driver returned one) and the closure's value.
+///
+/// ```no_run
+/// // Needs a CUDA GPU and driver: a capture runs on a real stream.
+/// use gpu_test_permit::capture::CaptureScope;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let stream = cudarc::driver::CudaContext::new(0)?.new_stream()?;
+/// let captured = CaptureScope::new(&stream).run(|_s| Ok::<_, Box<dyn std::error::Error>>(42))?;
+/// assert_eq!(captured.value, 42);
+/// if let Some(graph) = captured.graph {
+///     graph.launch()?;
+/// }
+/// # Ok(()) }
+/// ```
 pub struct Captured<R> {
     /// The captured, instantiated graph; `None` if the driver returned no graph.
     pub graph: Option<CudaGraph>,

@@ -207,8 +207,7 @@ pub struct Holder {
     pub pid: u32,
     /// How long it has held the permit; `None` where that cannot be told: a holder that wrote
     /// no record, or a record whose grant time this process cannot place (one later than now
-    /// by the wall clock, where the record has no boot-clock time: see
-    /// [`HolderRecord::age`](crate::host::HolderRecord::age)).
+    /// by the wall clock, where the record has no boot-clock time).
     pub held_for: Option<Duration>,
     /// Whether it holds the whole pool.
     pub exclusive: bool,
@@ -360,8 +359,8 @@ pub struct Waiter {
     pub thread: String,
     /// Process id.
     pub pid: u32,
-    /// How long it had been waiting; `None` where that cannot be told (see
-    /// [`HolderRecord::age`](crate::host::HolderRecord::age)).
+    /// How long it had been waiting; `None` where that cannot be told (as for
+    /// [`Holder::held_for`]).
     pub waiting_for: Option<Duration>,
     /// Whether it asked for the whole pool.
     pub exclusive: bool,
