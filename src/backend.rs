@@ -8,6 +8,16 @@
 use std::fmt;
 
 /// A GPU backend this crate can probe.
+///
+/// ```
+/// use gpu_test_permit::probe::Backend;
+///
+/// let b: Backend = "cuda".parse()?;
+/// assert_eq!(b, Backend::Cuda);
+/// assert_eq!(Backend::Wgpu.name(), "wgpu");
+/// assert_eq!(Backend::ALL, [Backend::Cuda, Backend::Wgpu]);
+/// # Ok::<(), gpu_test_permit::probe::UnknownBackend>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Backend {
     /// NVIDIA CUDA. Probed through the driver library, with or without the `cuda` feature
@@ -83,6 +93,14 @@ impl std::str::FromStr for Backend {
 }
 
 /// A word that names no [`Backend`].
+///
+/// ```
+/// use gpu_test_permit::probe::{Backend, UnknownBackend};
+///
+/// let e = "rocm".parse::<Backend>().unwrap_err();
+/// assert_eq!(e, UnknownBackend("rocm".into()));
+/// assert_eq!(e.to_string(), "unknown backend 'rocm'; expected cuda or wgpu");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownBackend(pub String);
 
@@ -196,6 +214,13 @@ impl std::str::FromStr for Policy {
 
 /// Why a [`Policy`] could not be parsed. Its message completes a sentence that starts with the
 /// value, as in `GPU_TEST_PERMIT_REQUIRE='cdua' has unknown word 'cdua'; use ...`.
+///
+/// ```
+/// use gpu_test_permit::decision::{Policy, PolicyError};
+///
+/// assert_eq!("none,cuda".parse::<Policy>(), Err(PolicyError::NoneWithOthers));
+/// assert_eq!("cuda,,wgpu".parse::<Policy>(), Err(PolicyError::EmptyEntry));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PolicyError {
@@ -224,6 +249,15 @@ impl fmt::Display for PolicyError {
 impl std::error::Error for PolicyError {}
 
 /// How probes run: [`ProbeMode::Child`] unless `GPU_TEST_PERMIT_PROBE=in-process`.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, PROBE_VAR};
+/// use gpu_test_permit::probe::ProbeMode;
+///
+/// assert_eq!(Config::from_lookup(|_| None).probe_mode, ProbeMode::Child);
+/// let fast = Config::from_lookup(|name| (name == PROBE_VAR).then(|| "in-process".into()));
+/// assert_eq!(fast.probe_mode, ProbeMode::InProcess);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ProbeMode {
     /// In a child process: a crash or hang of the driver cannot hurt the caller.

@@ -6,6 +6,18 @@ use std::time::Duration;
 use crate::json::{self, Fields, Object, Record, Value};
 
 /// What kind of device an adapter is.
+///
+/// ```
+/// use gpu_test_permit::probe::{DeviceKind, ProbeReport};
+///
+/// let report = ProbeReport::from_json(
+///     r#"{"backend":"cuda","outcome":{"status":"devices","devices":[{"index":0,"name":"NVIDIA GB10","api":"cuda","kind":"integrated","driver":"CUDA 13.0","memory_bytes":128000000000}]},"duration_ms":40,"source":"child"}"#,
+/// )?;
+/// let device = &report.outcome.devices().expect("devices")[0];
+/// assert_eq!(device.kind, DeviceKind::Integrated);
+/// assert_eq!(DeviceKind::Cpu.to_string(), "cpu"); // lavapipe, llvmpipe
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceKind {
     /// A GPU with its own memory.
@@ -33,6 +45,18 @@ impl fmt::Display for DeviceKind {
 }
 
 /// One device a backend found.
+///
+/// ```
+/// use gpu_test_permit::probe::ProbeReport;
+///
+/// let report = ProbeReport::from_json(
+///     r#"{"backend":"cuda","outcome":{"status":"devices","devices":[{"index":0,"name":"NVIDIA GB10","api":"cuda","kind":"integrated","driver":"CUDA 13.0","memory_bytes":128000000000}]},"duration_ms":40,"source":"child"}"#,
+/// )?;
+/// let device = &report.outcome.devices().expect("devices")[0];
+/// assert_eq!((device.index, device.name.as_str()), (0, "NVIDIA GB10"));
+/// assert_eq!(device.memory_bytes, Some(128_000_000_000));
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Device {
@@ -55,6 +79,16 @@ pub struct Device {
 }
 
 /// What a probe found out.
+///
+/// ```
+/// use gpu_test_permit::probe::{probe, Backend, ProbeOutcome};
+///
+/// match probe(Backend::Cuda).outcome {
+///     ProbeOutcome::Devices { devices } => println!("{} CUDA device(s)", devices.len()),
+///     o if o.is_broken() => println!("the CUDA driver is broken: {o}"),
+///     o => println!("no CUDA here: {o}"),
+/// }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProbeOutcome {
