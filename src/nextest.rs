@@ -108,6 +108,15 @@ test-group = '{GROUP}'
 pub(crate) use tool::{HINT_FILE, group_hint};
 
 /// What nextest told this process, or `None` outside nextest.
+///
+/// ```
+/// // Under `cargo nextest run` every test is a process of its own; under `cargo test`, `None`.
+/// match gpu_test_permit::nextest::current() {
+///     Some(n) if n.test_group.is_none() => println!("a GPU test outside a nextest test group"),
+///     Some(n) => println!("in group {:?}, slot {:?}", n.test_group, n.group_slot),
+///     None => println!("not under nextest"),
+/// }
+/// ```
 pub fn current() -> Option<&'static NextestEnv> {
     Config::global().nextest.as_ref()
 }
@@ -115,6 +124,20 @@ pub fn current() -> Option<&'static NextestEnv> {
 /// The running test's name as far as it can be known: nextest's `NEXTEST_TEST_NAME`, else the
 /// current thread's name (libtest names each test's thread after the test), else the
 /// executable's name.
+///
+/// ```
+/// // libtest names each test's thread after the test.
+/// std::thread::Builder::new()
+///     .name("gpu::matmul".into())
+///     .spawn(|| {
+///         if gpu_test_permit::nextest::current().is_none() {
+///             assert_eq!(gpu_test_permit::nextest::current_test_name(), "gpu::matmul");
+///         }
+///     })
+///     .unwrap()
+///     .join()
+///     .unwrap();
+/// ```
 pub fn current_test_name() -> String {
     if let Some(name) = current().and_then(|n| n.test_name.clone()) {
         return name;

@@ -90,6 +90,15 @@ pub use fit::Placement;
 /// What a permit that declares memory needs free on its GPU beside its declaration, where
 /// NVML tells the free memory (`GPU_TEST_PERMIT_LIVE_MEMORY`): a new test process's CUDA
 /// context (300 to 500 MiB on current GPUs and drivers) and some slack, bytes.
+///
+/// ```
+/// use gpu_test_permit::host::LIVE_MARGIN;
+///
+/// // A test that declares 4 GiB waits, where NVML tells, until its GPU has this much free.
+/// let declared: u64 = 4 << 30;
+/// let needed = declared + LIVE_MARGIN;
+/// assert!(needed > declared);
+/// ```
 pub const LIVE_MARGIN: u64 = crate::live::MARGIN;
 pub(crate) use fit::Topology;
 pub(crate) use inherit::{

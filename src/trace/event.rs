@@ -7,6 +7,18 @@ use std::path::{Path, PathBuf};
 use crate::json::{self, Fields, Object, Record, Value};
 
 /// One trace event (a "complete" event, phase `X`).
+///
+/// ```
+/// use gpu_test_permit::trace::{TraceArgs, TraceEvent};
+///
+/// // A hold of two units for 1.5 ms, as a weighted permit writes it.
+/// let hold = TraceEvent {
+///     name: "hold".into(), cat: "gpu-test-permit".into(), ph: "X".into(),
+///     ts: 1_000, dur: 1_500, pid: 7, tid: 1,
+///     args: TraceArgs { test: "gpu::reduce".into(), units: 2, capacity: 4, ..Default::default() },
+/// };
+/// assert_eq!(hold.end(), 2_500);
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct TraceEvent {
     /// `wait` (from asking to getting a permit) or `hold` (from getting to releasing it).
@@ -32,6 +44,20 @@ pub struct TraceEvent {
 /// Fields added after the first release have defaults, so traces of earlier versions still
 /// read; [`read_events`](crate::trace::read_events) fills in what they lack (`units`: 1, or `capacity` for an exclusive
 /// permit; `gpus`: 1).
+///
+/// ```
+/// use gpu_test_permit::trace::{TraceArgs, TraceEvent};
+///
+/// fn declared_more_than_used(e: &TraceEvent) -> bool {
+///     matches!((e.args.memory, e.args.memory_used), (Some(d), Some(u)) if d > u)
+/// }
+/// let args = TraceArgs { memory: Some(8 << 30), memory_used: Some(3 << 30), ..Default::default() };
+/// let e = TraceEvent {
+///     name: "hold".into(), cat: "gpu-test-permit".into(), ph: "X".into(),
+///     ts: 0, dur: 10, pid: 1, tid: 1, args,
+/// };
+/// assert!(declared_more_than_used(&e));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TraceArgs {
     /// Test name.
