@@ -110,6 +110,15 @@ pub use permit::{
 pub use permitted::Permitted;
 
 /// The CUDA fixture (feature `cuda`): a permit-holding context and stream in one line.
+///
+/// ```
+/// fn gpu_saxpy() {
+///     let gpu = gpu_test_permit::cuda::context_or_skip!(); // skips without a CUDA device
+///     let _x = gpu.stream().alloc_zeros::<f32>(256).unwrap();
+///     // ... launch, copy back, compare ...
+/// } // the stream and context drop, then the permit
+/// # gpu_saxpy();
+/// ```
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda {
@@ -117,6 +126,15 @@ pub mod cuda {
 }
 
 /// The wgpu fixture (feature `wgpu`): a permit-holding device and queue in one line.
+///
+/// ```
+/// fn gpu_blur() {
+///     let gpu = gpu_test_permit::wgpu::device_or_skip!(); // skips without an adapter
+///     let _encoder = gpu.device().create_command_encoder(&Default::default());
+///     // ... record, submit, read back ...
+/// } // the device and queue drop, then the permit
+/// # gpu_blur();
+/// ```
 #[cfg(feature = "wgpu")]
 #[cfg_attr(docsrs, doc(cfg(feature = "wgpu")))]
 pub mod wgpu {
