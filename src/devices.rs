@@ -26,6 +26,22 @@
 //! - A caller list is read as the drivers read it: entries separated by commas, surrounding
 //!   whitespace ignored, and the list ends at the first empty or negative entry (`0,1,-1,2`
 //!   is GPUs 0 and 1). A GPU id past the end of the caller's list is an error, never a guess.
+//!
+//! ```
+//! use gpu_test_permit::devices::{export, VisibleDevices};
+//!
+//! // A test that starts a GPU program under its permit pins it to the permit's GPU.
+//! let permit = gpu_test_permit::acquire();
+//! let pool = gpu_test_permit::PermitPool::global();
+//! let ids = gpu_test_permit::config::Config::global().gpu_ids(pool.gpus());
+//! let caller = VisibleDevices::from_lookup(|name| std::env::var_os(name));
+//! let mut child = std::process::Command::new("true");
+//! for (var, value) in export(permit.device(), &ids, &caller)? {
+//!     child.env(var, value);
+//! }
+//! # let _ = child;
+//! # Ok::<(), gpu_test_permit::devices::ExportError>(())
+//! ```
 
 use std::ffi::OsString;
 use std::fmt;

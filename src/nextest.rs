@@ -13,6 +13,14 @@
 //! `gpu-test-permit config` print it.
 //! Inside a group, [`NextestEnv::group_slot`](crate::config::NextestEnv::group_slot) tells which
 //! of the group's slots this test has, for choosing a device.
+//!
+//! ```
+//! use gpu_test_permit::nextest;
+//!
+//! if let Some(run) = nextest::current() {
+//!     println!("{} in nextest run {:?}", nextest::current_test_name(), run.run_id);
+//! }
+//! ```
 
 use std::io::{self, Read, Seek, Write};
 use std::path::Path;

@@ -10,6 +10,18 @@
 //! Advisory locks only bind processes that take them: a GPU program that does not use this crate
 //! is not held back.
 //!
+//! ```
+//! use gpu_test_permit::PermitPool;
+//!
+//! // A pool of its own slot directory: every process that names it shares its N = 2.
+//! let dir = std::env::temp_dir().join(format!("gtp-doc-host-{}", std::process::id()));
+//! let pool = PermitPool::builder().concurrency(2).slot_dir(&dir).build()?;
+//! let permit = pool.acquire();
+//! assert_eq!(permit.slots().len(), 1); // one slot file of `dir`, locked
+//! # drop(permit); drop(pool); std::fs::remove_dir_all(&dir).ok();
+//! # Ok::<(), gpu_test_permit::host::HostError>(())
+//! ```
+//!
 //! # How it works
 //!
 //! One directory of small files; every rule below is a lock the kernel keeps, so a process
