@@ -31,9 +31,24 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in a fixed order.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::{probe, Backend};
+    ///
+    /// for b in Backend::ALL {
+    ///     println!("{b}: {}", probe(b).outcome);
+    /// }
+    /// ```
     pub const ALL: [Backend; 2] = [Backend::Cuda, Backend::Wgpu];
 
     /// The lower-case name used in environment variables and output: `cuda`, `wgpu`.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert_eq!(Backend::Cuda.name(), "cuda");
+    /// assert_eq!(Backend::Cuda.to_string(), "cuda");
+    /// ```
     pub const fn name(self) -> &'static str {
         match self {
             Backend::Cuda => "cuda",
@@ -131,6 +146,14 @@ pub struct Policy {
 
 impl Policy {
     /// Nothing is required: every absent backend skips (`none`, the default).
+    ///
+    /// ```
+    /// use gpu_test_permit::decision::Policy;
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert_eq!(Policy::none(), "none".parse().unwrap());
+    /// assert!(!Policy::none().requires(Backend::Cuda));
+    /// ```
     pub const fn none() -> Policy {
         Policy {
             required: [false, false],
@@ -139,6 +162,14 @@ impl Policy {
     }
 
     /// Some backend must have a device (`any`).
+    ///
+    /// ```
+    /// use gpu_test_permit::decision::Policy;
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert_eq!(Policy::any(), "any".parse().unwrap());
+    /// assert!(Policy::any().requires_any());
+    /// ```
     pub const fn any() -> Policy {
         Policy {
             required: [false, false],
@@ -147,17 +178,40 @@ impl Policy {
     }
 
     /// `backend` must have a device.
+    ///
+    /// ```
+    /// use gpu_test_permit::decision::Policy;
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// let p = Policy::none().require(Backend::Wgpu);
+    /// assert!(p.requires(Backend::Wgpu) && !p.requires(Backend::Cuda));
+    /// ```
     pub fn require(mut self, backend: Backend) -> Policy {
         self.required[backend as usize] = true;
         self
     }
 
     /// Whether `backend` must have a device.
+    ///
+    /// ```
+    /// use gpu_test_permit::decision::Policy;
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert!("cuda".parse::<Policy>().unwrap().requires(Backend::Cuda));
+    /// ```
     pub fn requires(&self, backend: Backend) -> bool {
         self.required[backend as usize]
     }
 
     /// Whether some backend must have a device (`any`).
+    ///
+    /// ```
+    /// use gpu_test_permit::decision::Policy;
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert!(Policy::any().requires_any());
+    /// assert!(!Policy::none().requires_any());
+    /// ```
     pub fn requires_any(&self) -> bool {
         self.any
     }

@@ -200,6 +200,16 @@ pub struct Config {
 
 impl Config {
     /// Reads the process environment.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::Config;
+    ///
+    /// // A fresh read (`Config::global()` is read once per process, and is what the crate uses).
+    /// let cfg = Config::from_env();
+    /// for w in &cfg.warnings {
+    ///     eprintln!("{w}");
+    /// }
+    /// ```
     pub fn from_env() -> Config {
         Config::from_lookup(|name| std::env::var_os(name))
     }
@@ -212,6 +222,13 @@ impl Config {
     ///
     /// With [`STRICT_VAR`] set and any warning, on every call (except while the thread is
     /// already panicking), with the message of [`Config::strict_failure`].
+    ///
+    /// ```
+    /// use gpu_test_permit::config::Config;
+    ///
+    /// let cfg = Config::global();
+    /// println!("N = {} per GPU (from {})", cfg.concurrency, cfg.concurrency_var);
+    /// ```
     pub fn global() -> &'static Config {
         static GLOBAL: OnceLock<Config> = OnceLock::new();
         let cfg = GLOBAL.get_or_init(|| {
@@ -228,6 +245,18 @@ impl Config {
     }
 
     /// With [`STRICT_VAR`] set and any warning: the message that fails the test.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{Config, STRICT_VAR, TIMEOUT_VAR};
+    ///
+    /// let cfg = Config::from_lookup(|name| match name {
+    ///     STRICT_VAR => Some("1".into()),
+    ///     TIMEOUT_VAR => Some("soon".into()),
+    ///     _ => None,
+    /// });
+    /// assert!(cfg.strict_failure().unwrap().contains("GPU_TEST_PERMIT_TIMEOUT='soon'"));
+    /// assert_eq!(Config::from_lookup(|_| None).strict_failure(), None);
+    /// ```
     pub fn strict_failure(&self) -> Option<String> {
         if !self.strict || self.warnings.is_empty() {
             return None;
@@ -244,6 +273,13 @@ impl Config {
     }
 
     /// The slot directory this configuration names, or its error.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{Config, DIR_VAR};
+    ///
+    /// let cfg = Config::from_lookup(|name| (name == DIR_VAR).then(|| "/srv/gpu-slots".into()));
+    /// assert_eq!(cfg.slot_dir_path(), Ok("/srv/gpu-slots".into()));
+    /// ```
     pub fn slot_dir_path(&self) -> Result<PathBuf, String> {
         self.slot_dir.path()
     }
@@ -314,6 +350,14 @@ impl Config {
 
     /// The GPU id of permit device `device`: its entry in the list [`GPUS_VAR`] names (taken
     /// modulo the list's length), else `device` itself.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{Config, GPUS_VAR};
+    ///
+    /// let cfg = Config::from_lookup(|name| (name == GPUS_VAR).then(|| "4,6".into()));
+    /// assert_eq!((cfg.gpu_id(0), cfg.gpu_id(1)), (4, 6));
+    /// assert_eq!(Config::from_lookup(|_| None).gpu_id(1), 1);
+    /// ```
     pub fn gpu_id(&self, device: usize) -> usize {
         match &self.gpu_list {
             Some(ids) if !ids.is_empty() => ids[device % ids.len()],
@@ -348,6 +392,14 @@ impl Config {
 
     /// Builds a configuration from any lookup function (for tests and tools); `lookup` returns
     /// `None` for an unset variable.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{Config, CONCURRENCY_VAR};
+    ///
+    /// let vars = std::collections::HashMap::from([(CONCURRENCY_VAR, "3")]);
+    /// let cfg = Config::from_lookup(|name| vars.get(name).map(Into::into));
+    /// assert_eq!(cfg.concurrency.get(), 3);
+    /// ```
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Config {
         let lookup = &lookup;
         let mut warnings = Vec::new();

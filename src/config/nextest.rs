@@ -51,6 +51,17 @@ pub struct NextestEnv {
 impl NextestEnv {
     /// Whether this process reruns a test that failed before: [`attempt`](Self::attempt) is
     /// above 1.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::Config;
+    ///
+    /// let retry = Config::from_lookup(|name| match name {
+    ///     "NEXTEST_EXECUTION_MODE" => Some("process-per-test".into()),
+    ///     "NEXTEST_ATTEMPT" => Some("2".into()),
+    ///     _ => None,
+    /// });
+    /// assert!(retry.nextest.is_some_and(|n| n.is_retry()));
+    /// ```
     pub fn is_retry(&self) -> bool {
         self.attempt.is_some_and(|a| a > 1)
     }

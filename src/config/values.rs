@@ -31,6 +31,14 @@ pub enum SlotDir {
 impl SlotDir {
     /// The directory: the [default](default_slot_dir) one, the one named, or why the named one
     /// cannot be used.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{default_slot_dir, SlotDir};
+    ///
+    /// assert_eq!(SlotDir::Default.path(), Ok(default_slot_dir()));
+    /// assert_eq!(SlotDir::Explicit("/srv/s".into()).path(), Ok("/srv/s".into()));
+    /// assert!(SlotDir::Invalid("relative".into()).path().is_err());
+    /// ```
     pub fn path(&self) -> Result<PathBuf, String> {
         match self {
             SlotDir::Default => Ok(default_slot_dir()),
