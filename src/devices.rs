@@ -108,6 +108,15 @@ impl VisibleDevices {
     /// The three variables from any lookup function (`None` for an unset variable), e.g.
     /// `|name| std::env::var_os(name)` for the calling process. Values that are not UTF-8
     /// are converted lossily.
+    ///
+    /// ```
+    /// use gpu_test_permit::devices::VisibleDevices;
+    ///
+    /// let mine = VisibleDevices::from_lookup(|name| std::env::var_os(name));
+    /// let none = VisibleDevices::from_lookup(|_| None);
+    /// assert_eq!(none, VisibleDevices::default());
+    /// # let _ = mine;
+    /// ```
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> VisibleDevices {
         let text = |name: &str| lookup(name).map(|v| v.to_string_lossy().into_owned());
         VisibleDevices {

@@ -48,6 +48,12 @@ pub struct Layout {
 
 impl Layout {
     /// Slots in all: N per GPU times the GPUs.
+    ///
+    /// ```
+    /// use gpu_test_permit::host::Layout;
+    ///
+    /// assert_eq!(Layout { per_gpu: 3, gpus: 2 }.slots(), 6);
+    /// ```
     pub fn slots(&self) -> usize {
         self.per_gpu.saturating_mul(self.gpus)
     }

@@ -74,6 +74,13 @@ pub enum Liveness {
 
 impl Liveness {
     /// Whether the request keeps its turn.
+    ///
+    /// ```
+    /// use gpu_test_permit::host::Liveness;
+    ///
+    /// assert!(Liveness::Active.keeps_turn());
+    /// assert!(!Liveness::Unseen.keeps_turn());
+    /// ```
     pub fn keeps_turn(self) -> bool {
         self == Liveness::Active
     }

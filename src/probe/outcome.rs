@@ -315,6 +315,18 @@ impl ProbeOutcome {
     }
 
     /// The devices, when the backend has any.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::ProbeOutcome;
+    ///
+    /// let found = ProbeOutcome::from_json(
+    ///     r#"{"status":"devices","devices":[{"index":0,"name":"llvmpipe","api":"vulkan","kind":"cpu"}]}"#,
+    /// )?;
+    /// let crashed = ProbeOutcome::from_json(r#"{"status":"crashed","signal":11,"exit_code":null,"stderr_tail":""}"#)?;
+    /// assert_eq!(found.devices().map(|d| d.len()), Some(1));
+    /// assert!(crashed.devices().is_none());
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn devices(&self) -> Option<&[Device]> {
         match self {
             ProbeOutcome::Devices { devices } => Some(devices),
@@ -323,6 +335,17 @@ impl ProbeOutcome {
     }
 
     /// Whether the backend has at least one device.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::ProbeOutcome;
+    ///
+    /// let found = ProbeOutcome::from_json(
+    ///     r#"{"status":"devices","devices":[{"index":0,"name":"llvmpipe","api":"vulkan","kind":"cpu"}]}"#,
+    /// )?;
+    /// let crashed = ProbeOutcome::from_json(r#"{"status":"crashed","signal":11,"exit_code":null,"stderr_tail":""}"#)?;
+    /// assert!(found.has_devices() && !crashed.has_devices());
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn has_devices(&self) -> bool {
         self.devices().is_some_and(|d| !d.is_empty())
     }
@@ -330,6 +353,18 @@ impl ProbeOutcome {
     /// Whether the probe itself went wrong (crash, hang, error, malformed answer), as opposed
     /// to a clean answer of "devices", "no devices", "not installed" or "not built". A broken
     /// probe means a broken driver, which deserves attention even where the backend is optional.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::ProbeOutcome;
+    ///
+    /// let found = ProbeOutcome::from_json(
+    ///     r#"{"status":"devices","devices":[{"index":0,"name":"llvmpipe","api":"vulkan","kind":"cpu"}]}"#,
+    /// )?;
+    /// let crashed = ProbeOutcome::from_json(r#"{"status":"crashed","signal":11,"exit_code":null,"stderr_tail":""}"#)?;
+    /// assert!(crashed.is_broken() && !found.is_broken());
+    /// assert!(!ProbeOutcome::NotBuilt.is_broken());
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn is_broken(&self) -> bool {
         matches!(
             self,

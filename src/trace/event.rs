@@ -228,6 +228,16 @@ impl TraceEvent {
 
     /// When it ended, microseconds since the Unix epoch (saturating: an event
     /// [`read_events`](super::read_events) accepts never overflows).
+    ///
+    /// ```
+    /// use gpu_test_permit::trace::{TraceArgs, TraceEvent};
+    ///
+    /// let e = TraceEvent {
+    ///     name: "hold".into(), cat: "gpu-test-permit".into(), ph: "X".into(),
+    ///     ts: 10, dur: 5, pid: 1, tid: 1, args: TraceArgs::default(),
+    /// };
+    /// assert_eq!(e.end(), 15);
+    /// ```
     pub fn end(&self) -> u64 {
         self.ts.saturating_add(self.dur)
     }
@@ -237,6 +247,15 @@ impl TraceArgs {
     /// Permit units the permit took: `units`, or where an event lacks them (0: a trace of an
     /// earlier version, or an event not read by [`read_events`](crate::trace::read_events)), 1 or, for an exclusive
     /// permit, `capacity`.
+    ///
+    /// ```
+    /// use gpu_test_permit::trace::TraceArgs;
+    ///
+    /// assert_eq!(TraceArgs { units: 3, ..Default::default() }.held_units(), 3);
+    /// // An event of an earlier version, which had no `units`:
+    /// assert_eq!(TraceArgs { exclusive: true, capacity: 4, ..Default::default() }.held_units(), 4);
+    /// assert_eq!(TraceArgs::default().held_units(), 1);
+    /// ```
     pub fn held_units(&self) -> usize {
         match self.units {
             0 if self.exclusive => self.capacity.max(1),
