@@ -149,6 +149,16 @@ impl HoldTimeout {
 
     /// Names `command`, process `pid`, as what holds the permit: a runner holds it for a
     /// command that works inside it. The diagnosis and the hang record then name the command.
+    ///
+    /// ```
+    /// use gpu_test_permit::HoldTimeout;
+    ///
+    /// // A tool that holds a permit for a command it started names the command, not itself.
+    /// fn on_late(late: HoldTimeout, child: &std::process::Child) -> HoldTimeout {
+    ///     late.held_by_command("cargo test --release", child.id())
+    /// }
+    /// # let _ = on_late;
+    /// ```
     pub fn held_by_command(mut self, command: impl Into<String>, pid: u32) -> HoldTimeout {
         self.holder = command.into();
         self.pid = pid;
@@ -161,6 +171,17 @@ impl HoldTimeout {
 
     /// The diagnosis the watchdog prints (without what it does next): who holds permits in
     /// this process and for how long, the N in force, and that a lower N is the usual cure.
+    ///
+    /// ```
+    /// use gpu_test_permit::HoldTimeout;
+    ///
+    /// // Say it on standard error and end the process: its permits are freed with it.
+    /// fn handle(late: HoldTimeout) {
+    ///     eprintln!("{}", late.diagnosis());
+    ///     std::process::abort();
+    /// }
+    /// # let _ = handle;
+    /// ```
     pub fn diagnosis(&self) -> String {
         let what = if self.command { "command" } else { "test" };
         let whose = if self.command {
@@ -202,6 +223,18 @@ impl HoldTimeout {
     /// directory; `gpu-test-permit history` shows it), so that the trace's what-if does not advise this N on
     /// this host, after a reboot too.
     /// Best effort; nothing where the pool has no slot directory.
+    ///
+    /// ```
+    /// use gpu_test_permit::HoldTimeout;
+    ///
+    /// // A handler that keeps the process alive still records the hang, so that the N it hung at
+    /// // is not advised again.
+    /// fn keep_going(late: HoldTimeout) {
+    ///     late.record();
+    ///     eprintln!("{} held a permit for {:?}", late.holder, late.held);
+    /// }
+    /// # let _ = keep_going;
+    /// ```
     pub fn record(&self) {
         let Some(dir) = &self.slot_dir else {
             return;
