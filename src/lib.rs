@@ -40,12 +40,13 @@
 //!   the permit. A heavy test says how much of the GPU it needs (`device_or_skip!(units = 2)`,
 //!   `context_or_skip!(memory = 8 << 30)`, [`GpuNeed`]); the fixture records the memory it
 //!   measured on the permit, and so in the trace.
-//! - The run's truth: under `cargo nextest`, each run's skips, permits and retries recorded in the
-//!   slot directory, so that the run's report tells the truth: `gpu-test-permit junit` marks the tests that
-//!   skipped at run time as skipped in nextest's JUnit report, a retried test reruns with the
-//!   GPU to itself (`GPU_TEST_PERMIT_RETRY`), and a test that failed beside others and passed
-//!   alone is named a contention casualty (`gpu-test-permit report`). Under `cargo test` a
-//!   binary that skipped GPU tests says so at exit.
+//! - The run's truth: under `cargo nextest`, each run's skips, permits and retries recorded in
+//!   the slot directory, so that the run's report tells the truth: `gpu-test-permit junit`
+//!   marks the tests that skipped at run time as skipped in nextest's JUnit report, a retried
+//!   test reruns with the GPU to itself (`GPU_TEST_PERMIT_RETRY`), and a test that failed
+//!   beside others and passed alone is named a contention casualty (`gpu-test-permit report`).
+//!   Under `cargo test` a binary that skipped GPU tests says so at exit. Reading the records
+//!   is the command's (`gpu-test-permit-cli`).
 //! - Tuning: `REALIZAR_GPU_TEST_CONCURRENCY=auto` chooses each run's N from this host's
 //!   history (the fastest N measured that never hung nor made a test fail beside others,
 //!   found one step at a time, up to `GPU_TEST_PERMIT_MAX_CONCURRENCY`), and

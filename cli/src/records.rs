@@ -1,19 +1,22 @@
-//! What the slot directory's records say, read after the fact: a nextest run's records
-//! ([`last_run`]), the nextest hint a run left ([`recorded_hint`]), and what the host's hang
-//! records say about N ([`advice`]).
+//! What the slot directory's records say, read after the fact: which run just ended
+//! ([`just_ended`]), a nextest run's records ([`last_run`]), the nextest hint a run left
+//! ([`recorded_hint`]), and what the host's hang records say about N ([`advice`]).
 //!
 //! Test processes write these records through `gpu-test-permit`; only the command and the
 //! tools that read them need this module.
 
 use std::io;
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use gpu_test_permit::__private::hangs::{HangRecord, from_the_future, trusted_at, utc_date};
-use gpu_test_permit::__private::runs::{RunRecords, RunsError, read_run, recorded_runs};
+use gpu_test_permit::__private::runs::{
+    RecordedRun, RunRecords, RunsError, first_record_time, read_run, recorded_runs,
+};
 
 /// The records of the run of this user most recently written in `dir`, or `None` when there
 /// is none. Runs of other users (in a shared directory) are left out: read one by its id
-/// ([`read_run`]). To read the run that just ended, ask [`just_ended`](gpu_test_permit::__private::runs::just_ended) first: beside another
+/// ([`read_run`]). To read the run that just ended, ask [`just_ended`] first: beside another
 /// run, the one written last need not be it.
 ///
 /// # Errors
@@ -24,6 +27,58 @@ pub fn last_run(dir: &Path) -> Result<Option<RunRecords>, RunsError> {
         return Ok(None);
     };
     read_run(dir, &last.run_id)
+}
+
+/// How long before the first record of the newest run another run's last record may have been
+/// written for it to count as beside the newest one ([`just_ended`]): longer than the time from
+/// the end of a CI job's `cargo nextest run` to its `report` step.
+pub const BESIDE: Duration = Duration::from_secs(30);
+
+/// Which of this user's runs in a slot directory may be the run that just ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JustEnded {
+    /// This user has no run recorded there; `others` is how many runs of other users are.
+    Nothing {
+        /// Runs of other users in the directory.
+        others: usize,
+    },
+    /// One run: its id.
+    One(String),
+    /// Several, the most recently written last: they ran side by side, or one began right
+    /// after another ended, so either may be the one a caller's run was.
+    Several(Vec<RecordedRun>),
+}
+
+/// Which of this user's runs in `dir` may be the run that just ended: the run written last
+/// (the newest), and every other run of this user whose file was last written no earlier than
+/// [`BESIDE`] before the newest run's first record. Those ran beside the newest run (one still
+/// being written is one of them), or ended just before it began: a CI job whose run ended then
+/// may be asking, and the newest run is not its own. Runs of other users are never candidates:
+/// nobody else can choose what this user's `report` reads.
+///
+/// A run that begins more than [`BESIDE`] after a caller's run ended and before the caller
+/// asks is not told apart from the caller's; name the run (`report --run-id`) where jobs share
+/// a slot directory.
+pub fn just_ended(dir: &Path) -> JustEnded {
+    let (mine, others): (Vec<RecordedRun>, Vec<RecordedRun>) =
+        recorded_runs(dir).into_iter().partition(|r| r.mine);
+    let Some(newest) = mine.last() else {
+        return JustEnded::Nothing {
+            others: others.len(),
+        };
+    };
+    let began =
+        first_record_time(dir, &newest.run_id).map_or(newest.modified, |t| t.min(newest.modified));
+    let from = began.checked_sub(BESIDE).unwrap_or(SystemTime::UNIX_EPOCH);
+    let candidates: Vec<RecordedRun> = mine
+        .iter()
+        .filter(|r| r.modified >= from)
+        .cloned()
+        .collect();
+    match candidates.as_slice() {
+        [one] => JustEnded::One(one.run_id.clone()),
+        _ => JustEnded::Several(candidates),
+    }
 }
 
 /// The record of the last `cargo nextest` run whose tests took permits outside a test group

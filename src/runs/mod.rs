@@ -20,7 +20,7 @@
 //! The newest 32 runs' files are kept. Writing is best effort: a record that cannot be
 //! written is said once on standard error and never fails a test.
 //!
-//! Reading: [`read_run`] gives a run's records ([`just_ended`] says which of
+//! Reading: [`read_run`] gives a run's records (the command says which of
 //! this user's runs may be the one that just ended), [`summarize`] what they say
 //! ([`RunSummary`]: skips, contention casualties, the peak), which `gpu-test-permit report`
 //! prints and `gpu-test-permit junit` writes into nextest's JUnit report.
@@ -70,9 +70,7 @@ use std::time::SystemTime;
 /// The test a record names: [`nextest::current_test`](crate::nextest::current_test).
 pub(crate) use crate::nextest::current_test;
 pub use casualty::{CasualtyRecord, forget_casualties, recorded_casualties};
-pub use read::{
-    BESIDE, JustEnded, RecordedRun, RunRecords, RunsError, just_ended, read_run, recorded_runs,
-};
+pub use read::{RecordedRun, RunRecords, RunsError, first_record_time, read_run, recorded_runs};
 pub use record::{
     ChoiceRecord, DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord,
 };

@@ -6,8 +6,9 @@ use std::process::ExitCode;
 
 use gpu_test_permit::__private::host::recorded_hangs;
 use gpu_test_permit::__private::runs::{
-    JustEnded, RunRecords, RunSummary, TestKey, just_ended, read_run, recorded_runs, summarize,
+    RunRecords, RunSummary, TestKey, read_run, recorded_runs, summarize,
 };
+use gpu_test_permit_cli::records::{JustEnded, just_ended};
 
 use crate::args::Args;
 use crate::report::{printable, printable_path};
@@ -101,7 +102,7 @@ const UNWATCHED_UNSEEN: &str = "a driver loaded and unloaded again before a test
     by a process a test started, or any in a test binary that does not link gpu-test-permit";
 
 /// Without `--run-id`: the one run of this user that may have just ended, or why there is
-/// none to choose (see `runs::just_ended`).
+/// none to choose (see `records::just_ended`).
 fn the_run_that_just_ended(dir: &std::path::Path) -> Result<RunRecords, String> {
     let how = "name the run with --run-id ID: cargo nextest prints it as it starts (`Nextest run \
                ID <uuid> with nextest profile: ...`) and writes it as the `uuid` of its JUnit \
@@ -145,7 +146,7 @@ fn the_run_that_just_ended(dir: &std::path::Path) -> Result<RunRecords, String> 
                 plural(runs.len(), "run", "runs"),
                 printable_path(dir),
                 named.join(", "),
-                gpu_test_permit::__private::runs::BESIDE.as_secs()
+                gpu_test_permit_cli::records::BESIDE.as_secs()
             ));
         }
     };
