@@ -16,8 +16,8 @@
 use std::path::Path;
 
 use criterion::{BatchSize, Criterion, criterion_group};
+use gpu_test_permit::__private::tune::{HistoryEntry, Inputs, choose};
 use gpu_test_permit::PermitPool;
-use gpu_test_permit::tune::{HistoryEntry, Inputs, choose};
 
 /// A history of 50 runs on one GPU: N = 2, 3 and 4, as `auto` leaves it after settling.
 fn history_lines() -> Vec<String> {
@@ -87,7 +87,7 @@ fn layout(c: &mut Criterion) {
     let used = fresh_dir(root.path());
     std::fs::create_dir_all(&used).unwrap();
     g.bench_function("choose_now", |b| {
-        b.iter(|| gpu_test_permit::tune::choose_now(&used, 1, None))
+        b.iter(|| gpu_test_permit::__private::tune::choose_now(&used, 1, None))
     });
     g.bench_function("auto", |b| {
         b.iter_batched(

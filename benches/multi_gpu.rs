@@ -46,8 +46,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group};
+use gpu_test_permit::__private::trace::read_trace;
 use gpu_test_permit::host::Placement;
-use gpu_test_permit::trace::{TraceEvent, read_trace};
+use gpu_test_permit::trace::TraceEvent;
 use gpu_test_permit::{GpuTestPermit, PermitPool};
 
 const GPUS: usize = 8;

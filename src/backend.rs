@@ -8,6 +8,16 @@
 use std::fmt;
 
 /// A GPU backend this crate can probe.
+///
+/// ```
+/// use gpu_test_permit::probe::Backend;
+///
+/// let b: Backend = "cuda".parse()?;
+/// assert_eq!(b, Backend::Cuda);
+/// assert_eq!(Backend::Wgpu.name(), "wgpu");
+/// assert_eq!(Backend::ALL, [Backend::Cuda, Backend::Wgpu]);
+/// # Ok::<(), gpu_test_permit::probe::UnknownBackend>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Backend {
     /// NVIDIA CUDA. Probed through the driver library, with or without the `cuda` feature
@@ -21,9 +31,24 @@ pub enum Backend {
 
 impl Backend {
     /// Every backend, in a fixed order.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::{probe, Backend};
+    ///
+    /// for b in Backend::ALL {
+    ///     println!("{b}: {}", probe(b).outcome);
+    /// }
+    /// ```
     pub const ALL: [Backend; 2] = [Backend::Cuda, Backend::Wgpu];
 
     /// The lower-case name used in environment variables and output: `cuda`, `wgpu`.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert_eq!(Backend::Cuda.name(), "cuda");
+    /// assert_eq!(Backend::Cuda.to_string(), "cuda");
+    /// ```
     pub const fn name(self) -> &'static str {
         match self {
             Backend::Cuda => "cuda",
@@ -83,6 +108,14 @@ impl std::str::FromStr for Backend {
 }
 
 /// A word that names no [`Backend`].
+///
+/// ```
+/// use gpu_test_permit::probe::{Backend, UnknownBackend};
+///
+/// let e = "rocm".parse::<Backend>().unwrap_err();
+/// assert_eq!(e, UnknownBackend("rocm".into()));
+/// assert_eq!(e.to_string(), "unknown backend 'rocm'; expected cuda or wgpu");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownBackend(pub String);
 
@@ -113,6 +146,14 @@ pub struct Policy {
 
 impl Policy {
     /// Nothing is required: every absent backend skips (`none`, the default).
+    ///
+    /// ```
+    /// use gpu_test_permit::decision::Policy;
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert_eq!(Policy::none(), "none".parse().unwrap());
+    /// assert!(!Policy::none().requires(Backend::Cuda));
+    /// ```
     pub const fn none() -> Policy {
         Policy {
             required: [false, false],
@@ -121,6 +162,14 @@ impl Policy {
     }
 
     /// Some backend must have a device (`any`).
+    ///
+    /// ```
+    /// use gpu_test_permit::decision::Policy;
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert_eq!(Policy::any(), "any".parse().unwrap());
+    /// assert!(Policy::any().requires_any());
+    /// ```
     pub const fn any() -> Policy {
         Policy {
             required: [false, false],
@@ -129,17 +178,40 @@ impl Policy {
     }
 
     /// `backend` must have a device.
+    ///
+    /// ```
+    /// use gpu_test_permit::decision::Policy;
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// let p = Policy::none().require(Backend::Wgpu);
+    /// assert!(p.requires(Backend::Wgpu) && !p.requires(Backend::Cuda));
+    /// ```
     pub fn require(mut self, backend: Backend) -> Policy {
         self.required[backend as usize] = true;
         self
     }
 
     /// Whether `backend` must have a device.
+    ///
+    /// ```
+    /// use gpu_test_permit::decision::Policy;
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert!("cuda".parse::<Policy>().unwrap().requires(Backend::Cuda));
+    /// ```
     pub fn requires(&self, backend: Backend) -> bool {
         self.required[backend as usize]
     }
 
     /// Whether some backend must have a device (`any`).
+    ///
+    /// ```
+    /// use gpu_test_permit::decision::Policy;
+    /// use gpu_test_permit::probe::Backend;
+    ///
+    /// assert!(Policy::any().requires_any());
+    /// assert!(!Policy::none().requires_any());
+    /// ```
     pub fn requires_any(&self) -> bool {
         self.any
     }
@@ -196,6 +268,13 @@ impl std::str::FromStr for Policy {
 
 /// Why a [`Policy`] could not be parsed. Its message completes a sentence that starts with the
 /// value, as in `GPU_TEST_PERMIT_REQUIRE='cdua' has unknown word 'cdua'; use ...`.
+///
+/// ```
+/// use gpu_test_permit::decision::{Policy, PolicyError};
+///
+/// assert_eq!("none,cuda".parse::<Policy>(), Err(PolicyError::NoneWithOthers));
+/// assert_eq!("cuda,,wgpu".parse::<Policy>(), Err(PolicyError::EmptyEntry));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PolicyError {
@@ -224,6 +303,15 @@ impl fmt::Display for PolicyError {
 impl std::error::Error for PolicyError {}
 
 /// How probes run: [`ProbeMode::Child`] unless `GPU_TEST_PERMIT_PROBE=in-process`.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, PROBE_VAR};
+/// use gpu_test_permit::probe::ProbeMode;
+///
+/// assert_eq!(Config::from_lookup(|_| None).probe_mode, ProbeMode::Child);
+/// let fast = Config::from_lookup(|name| (name == PROBE_VAR).then(|| "in-process".into()));
+/// assert_eq!(fast.probe_mode, ProbeMode::InProcess);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ProbeMode {
     /// In a child process: a crash or hang of the driver cannot hurt the caller.

@@ -33,24 +33,106 @@ pub struct DriverCode(pub u32);
 
 impl DriverCode {
     /// `CUDA_ERROR_NOT_INITIALIZED` (3): `cuInit` was not called.
+    ///
+    /// ```
+    /// # #[cfg(feature = "cuda")] fn main() {
+    /// use gpu_test_permit::capture::DriverCode;
+    ///
+    /// assert_eq!(DriverCode::NOT_INITIALIZED.name(), Some("CUDA_ERROR_NOT_INITIALIZED"));
+    /// # }
+    /// # #[cfg(not(feature = "cuda"))] fn main() {}
+    /// ```
     pub const NOT_INITIALIZED: Self = Self(3);
     /// `CUDA_ERROR_INVALID_CONTEXT` (201).
+    ///
+    /// ```
+    /// # #[cfg(feature = "cuda")] fn main() {
+    /// use gpu_test_permit::capture::DriverCode;
+    ///
+    /// assert_eq!(DriverCode::INVALID_CONTEXT.name(), Some("CUDA_ERROR_INVALID_CONTEXT"));
+    /// # }
+    /// # #[cfg(not(feature = "cuda"))] fn main() {}
+    /// ```
     pub const INVALID_CONTEXT: Self = Self(201);
     /// `CUDA_ERROR_INVALID_HANDLE` (400).
+    ///
+    /// ```
+    /// # #[cfg(feature = "cuda")] fn main() {
+    /// use gpu_test_permit::capture::DriverCode;
+    ///
+    /// assert_eq!(DriverCode::INVALID_HANDLE.name(), Some("CUDA_ERROR_INVALID_HANDLE"));
+    /// # }
+    /// # #[cfg(not(feature = "cuda"))] fn main() {}
+    /// ```
     pub const INVALID_HANDLE: Self = Self(400);
     /// `CUDA_ERROR_ILLEGAL_STATE` (401).
+    ///
+    /// ```
+    /// # #[cfg(feature = "cuda")] fn main() {
+    /// use gpu_test_permit::capture::DriverCode;
+    ///
+    /// assert_eq!(DriverCode::ILLEGAL_STATE.name(), Some("CUDA_ERROR_ILLEGAL_STATE"));
+    /// # }
+    /// # #[cfg(not(feature = "cuda"))] fn main() {}
+    /// ```
     pub const ILLEGAL_STATE: Self = Self(401);
     /// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (900): the call is not allowed during capture.
+    ///
+    /// ```
+    /// # #[cfg(feature = "cuda")] fn main() {
+    /// use gpu_test_permit::capture::DriverCode;
+    ///
+    /// assert_eq!(DriverCode::STREAM_CAPTURE_UNSUPPORTED.name(), Some("CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"));
+    /// # }
+    /// # #[cfg(not(feature = "cuda"))] fn main() {}
+    /// ```
     pub const STREAM_CAPTURE_UNSUPPORTED: Self = Self(900);
     /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` (901): the capture was broken by an earlier call.
+    ///
+    /// ```
+    /// # #[cfg(feature = "cuda")] fn main() {
+    /// use gpu_test_permit::capture::DriverCode;
+    ///
+    /// assert_eq!(DriverCode::STREAM_CAPTURE_INVALIDATED.name(), Some("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"));
+    /// # }
+    /// # #[cfg(not(feature = "cuda"))] fn main() {}
+    /// ```
     pub const STREAM_CAPTURE_INVALIDATED: Self = Self(901);
     /// `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT` (906): the legacy stream would join a capture.
+    ///
+    /// ```
+    /// # #[cfg(feature = "cuda")] fn main() {
+    /// use gpu_test_permit::capture::DriverCode;
+    ///
+    /// assert_eq!(DriverCode::STREAM_CAPTURE_IMPLICIT.name(), Some("CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"));
+    /// # }
+    /// # #[cfg(not(feature = "cuda"))] fn main() {}
+    /// ```
     pub const STREAM_CAPTURE_IMPLICIT: Self = Self(906);
     /// `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD` (908).
+    ///
+    /// ```
+    /// # #[cfg(feature = "cuda")] fn main() {
+    /// use gpu_test_permit::capture::DriverCode;
+    ///
+    /// assert_eq!(DriverCode::STREAM_CAPTURE_WRONG_THREAD.name(), Some("CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"));
+    /// # }
+    /// # #[cfg(not(feature = "cuda"))] fn main() {}
+    /// ```
     pub const STREAM_CAPTURE_WRONG_THREAD: Self = Self(908);
 
     /// The `CUDA_SUCCESS`/`CUDA_ERROR_*` name of every code in cudarc's `CUresult` bindings;
     /// `None` for any other number.
+    ///
+    /// ```
+    /// # #[cfg(feature = "cuda")] fn main() {
+    /// use gpu_test_permit::capture::DriverCode;
+    ///
+    /// assert_eq!(DriverCode::STREAM_CAPTURE_INVALIDATED.name(), Some("CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"));
+    /// assert_eq!(DriverCode::NOT_INITIALIZED.to_string().is_empty(), false);
+    /// # }
+    /// # #[cfg(not(feature = "cuda"))] fn main() {}
+    /// ```
     pub fn name(self) -> Option<&'static str> {
         Some(match self.0 {
             0 => "CUDA_SUCCESS",

@@ -39,6 +39,19 @@ use crate::config::{Config, REQUIRE_VAR, SKIP_LOG_VAR};
 use crate::probe::{Backend, ProbeOutcome, ProbeReport, probe};
 
 /// What a GPU test should do.
+///
+/// ```
+/// use gpu_test_permit::decision::{decide, Decision, Policy};
+/// use gpu_test_permit::probe::{Backend, ProbeReport};
+///
+/// let absent = ProbeReport::from_json(
+///     r#"{"backend":"cuda","outcome":{"status":"not_installed","detail":"no libcuda"},"duration_ms":1,"source":"child"}"#,
+/// )?;
+/// assert!(matches!(decide(&absent, &Policy::none()), Decision::Skip(_)));
+/// let required = Policy::none().require(Backend::Cuda);
+/// assert!(matches!(decide(&absent, &required), Decision::Fail(_)));
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
     /// The backend has a device: run the test.
@@ -109,6 +122,24 @@ pub fn decide(report: &ProbeReport, policy: &Policy) -> Decision {
 
 /// [`decide`], plus the rule of `GPU_TEST_PERMIT_REQUIRE=any`: a test whose backend is absent
 /// fails when no backend in `others` has a device either. Pure.
+///
+/// ```
+/// use gpu_test_permit::decision::{decide_any, Decision, Policy};
+/// use gpu_test_permit::probe::ProbeReport;
+///
+/// let absent = ProbeReport::from_json(
+///     r#"{"backend":"cuda","outcome":{"status":"not_installed","detail":"no libcuda"},"duration_ms":1,"source":"child"}"#,
+/// )?;
+/// let wgpu = ProbeReport::from_json(
+///     r#"{"backend":"wgpu","outcome":{"status":"devices","devices":[{"index":0,"name":"llvmpipe","api":"vulkan","kind":"cpu"}]},"duration_ms":9,"source":"child"}"#,
+/// )?;
+/// let any: Policy = "any".parse().unwrap();
+/// // CUDA is absent but wgpu has a device: the CUDA test skips.
+/// assert!(matches!(decide_any(&absent, &[wgpu], &any), Decision::Skip(_)));
+/// // No backend has one: under `any`, the test fails.
+/// assert!(matches!(decide_any(&absent, &[], &any), Decision::Fail(_)));
+/// # Ok::<(), String>(())
+/// ```
 pub fn decide_any(report: &ProbeReport, others: &[ProbeReport], policy: &Policy) -> Decision {
     decide_with_others(report, policy, || others.to_vec())
 }
@@ -168,6 +199,16 @@ pub fn check(backend: Backend) -> Decision {
 
 /// The line printed for a skip: `gpu-test-permit: SKIP <test> backend=<backend>: <reason>`
 /// (newlines in the reason become ` | `, so it stays one line).
+///
+/// ```
+/// use gpu_test_permit::decision::skip_line;
+/// use gpu_test_permit::probe::Backend;
+///
+/// assert_eq!(
+///     skip_line("gpu::matmul", Backend::Cuda, "CUDA is not installed\nno libcuda"),
+///     "gpu-test-permit: SKIP gpu::matmul backend=cuda: CUDA is not installed | no libcuda"
+/// );
+/// ```
 pub fn skip_line(test: &str, backend: Backend, reason: &str) -> String {
     format!(
         "gpu-test-permit: SKIP {test} backend={backend}: {}",
@@ -179,9 +220,24 @@ pub fn skip_line(test: &str, backend: Backend, reason: &str) -> String {
 /// to `GPU_TEST_PERMIT_SKIP_LOG` when that is set (one `O_APPEND` write, so lines from
 /// concurrent test processes never interleave). The test name comes from
 /// [`nextest::current_test_name`](crate::nextest::current_test_name). Under nextest the skip is
-/// also recorded for the run ([`runs`](crate::runs)), so that `gpu-test-permit junit` can
+/// also recorded for the run, so that `gpu-test-permit junit` can
 /// mark it skipped in the JUnit report; under `cargo test` the binary counts it in the line it
-/// prints at exit ([`runs::tally`](crate::runs::tally)).
+/// prints at exit.
+///
+/// ```
+/// use gpu_test_permit::decision::{check, report_skip, Decision};
+/// use gpu_test_permit::probe::Backend;
+///
+/// // What `require_backend!` does, by hand.
+/// fn gpu_test() {
+///     match check(Backend::Cuda) {
+///         Decision::Run => { /* ... the test ... */ }
+///         Decision::Skip(reason) => return report_skip(Backend::Cuda, &reason),
+///         Decision::Fail(reason) => panic!("{reason}"),
+///     }
+/// }
+/// # let _ = gpu_test;
+/// ```
 pub fn report_skip(backend: Backend, reason: &str) {
     let test = crate::nextest::current_test_name();
     let line = skip_line(&test, backend, reason);

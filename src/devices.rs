@@ -26,20 +26,74 @@
 //! - A caller list is read as the drivers read it: entries separated by commas, surrounding
 //!   whitespace ignored, and the list ends at the first empty or negative entry (`0,1,-1,2`
 //!   is GPUs 0 and 1). A GPU id past the end of the caller's list is an error, never a guess.
+//!
+//! ```
+//! use gpu_test_permit::devices::{export, VisibleDevices};
+//!
+//! // A test that starts a GPU program under its permit pins it to the permit's GPU.
+//! let permit = gpu_test_permit::acquire();
+//! let pool = gpu_test_permit::PermitPool::global();
+//! let ids = gpu_test_permit::config::Config::global().gpu_ids(pool.gpus());
+//! let caller = VisibleDevices::from_lookup(|name| std::env::var_os(name));
+//! let mut child = std::process::Command::new("true");
+//! for (var, value) in export(permit.device(), &ids, &caller)? {
+//!     child.env(var, value);
+//! }
+//! # let _ = child;
+//! # Ok::<(), gpu_test_permit::devices::ExportError>(())
+//! ```
 
 use std::ffi::OsString;
 use std::fmt;
 
 /// NVIDIA's variable: the CUDA devices a process sees, by index or UUID, in order.
+///
+/// ```
+/// use gpu_test_permit::devices::{export, VisibleDevices, CUDA_VISIBLE_DEVICES};
+///
+/// // A permit for device 1 of a pool of GPUs 0 and 1, in a process that sees every GPU.
+/// let vars = export(Some(1), &[0, 1], &VisibleDevices::default())?;
+/// assert_eq!(vars, [(CUDA_VISIBLE_DEVICES, "1".to_string())]);
+/// # Ok::<(), gpu_test_permit::devices::ExportError>(())
+/// ```
 pub const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 /// AMD HIP's variable, applied after [`ROCR_VISIBLE_DEVICES`]; without it HIP reads
 /// [`CUDA_VISIBLE_DEVICES`].
+///
+/// ```
+/// use gpu_test_permit::devices::{export, VisibleDevices, HIP_VISIBLE_DEVICES};
+///
+/// let caller = VisibleDevices { hip: Some("2,3".into()), ..Default::default() };
+/// let vars = export(Some(1), &[0, 1], &caller)?;
+/// assert!(vars.contains(&(HIP_VISIBLE_DEVICES, "3".to_string())));
+/// # Ok::<(), gpu_test_permit::devices::ExportError>(())
+/// ```
 pub const HIP_VISIBLE_DEVICES: &str = "HIP_VISIBLE_DEVICES";
 /// AMD ROCr's variable, applied first: the GPUs the ROCm runtime exposes at all.
+///
+/// ```
+/// use gpu_test_permit::devices::{export, VisibleDevices, ROCR_VISIBLE_DEVICES};
+///
+/// // ROCr narrows first: the child keeps the caller's GPU 6 and numbers it 0.
+/// let caller = VisibleDevices { rocr: Some("4,6".into()), ..Default::default() };
+/// let vars = export(Some(1), &[0, 1], &caller)?;
+/// assert!(vars.contains(&(ROCR_VISIBLE_DEVICES, "6".to_string())));
+/// # Ok::<(), gpu_test_permit::devices::ExportError>(())
+/// ```
 pub const ROCR_VISIBLE_DEVICES: &str = "ROCR_VISIBLE_DEVICES";
 
 /// The caller's own device-visibility variables, as set (`None`: unset). [`export`] maps the
 /// permit's GPU through them.
+///
+/// ```
+/// use gpu_test_permit::devices::VisibleDevices;
+///
+/// let caller = VisibleDevices::from_lookup(|name| {
+///     (name == "CUDA_VISIBLE_DEVICES").then(|| "GPU-8f3c,GPU-11aa".into())
+/// });
+/// assert_eq!(caller.cuda.as_deref(), Some("GPU-8f3c,GPU-11aa"));
+/// assert_eq!(caller.hip, None);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct VisibleDevices {
     /// [`CUDA_VISIBLE_DEVICES`].
@@ -54,6 +108,15 @@ impl VisibleDevices {
     /// The three variables from any lookup function (`None` for an unset variable), e.g.
     /// `|name| std::env::var_os(name)` for the calling process. Values that are not UTF-8
     /// are converted lossily.
+    ///
+    /// ```
+    /// use gpu_test_permit::devices::VisibleDevices;
+    ///
+    /// let mine = VisibleDevices::from_lookup(|name| std::env::var_os(name));
+    /// let none = VisibleDevices::from_lookup(|_| None);
+    /// assert_eq!(none, VisibleDevices::default());
+    /// # let _ = mine;
+    /// ```
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> VisibleDevices {
         let text = |name: &str| lookup(name).map(|v| v.to_string_lossy().into_owned());
         VisibleDevices {
@@ -65,6 +128,19 @@ impl VisibleDevices {
 }
 
 /// Why [`export`] found no devices to export.
+///
+/// ```
+/// use gpu_test_permit::devices::{export, ExportError, VisibleDevices};
+///
+/// // The caller sees one GPU; the pool's GPU 1 is not in its list.
+/// let caller = VisibleDevices { cuda: Some("0".into()), ..Default::default() };
+/// let e = export(Some(1), &[0, 1], &caller).unwrap_err();
+/// assert!(matches!(e, ExportError::NotListed { index: 1, listed: 1, .. }), "{e}");
+/// assert!(matches!(
+///     export(Some(5), &[0, 1], &caller),
+///     Err(ExportError::NoSuchDevice { device: 5, gpus: 2 })
+/// ));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ExportError {

@@ -51,7 +51,7 @@
 //! exits. Other platforms see nothing: [`loaded_drivers`] returns `None` there.
 //!
 //! ```
-//! use gpu_test_permit::drivers::driver_library;
+//! use gpu_test_permit::__private::drivers::driver_library;
 //!
 //! assert!(driver_library("/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so"));
 //! assert!(driver_library("libcuda.so.1"));
@@ -100,7 +100,7 @@ pub fn driver_library(path: &str) -> bool {
 ///   `libOpenCL`).
 ///
 /// ```
-/// use gpu_test_permit::drivers::driver_by_name;
+/// use gpu_test_permit::__private::drivers::driver_by_name;
 ///
 /// assert!(driver_by_name("/usr/lib/x86_64-linux-gnu/libvk_swiftshader.so"));
 /// assert!(driver_by_name("libze_intel_gpu.so.1"));
@@ -173,7 +173,7 @@ fn may_be_a_driver_or_loader(path: &[u8]) -> bool {
 /// libraries by path, or by name alone).
 ///
 /// ```
-/// use gpu_test_permit::drivers::library_name;
+/// use gpu_test_permit::__private::drivers::library_name;
 ///
 /// assert_eq!(library_name("/usr/lib/libvulkan_lvp.so"), "libvulkan_lvp.so");
 /// assert_eq!(library_name("libcuda.so.1"), "libcuda.so.1");
@@ -365,7 +365,7 @@ fn may_hold_a_driver() -> bool {
 /// bears, the sonames of the mapped files): a few small reads per library.
 ///
 /// ```
-/// use gpu_test_permit::drivers::linked_at_build_time;
+/// use gpu_test_permit::__private::drivers::linked_at_build_time;
 ///
 /// // No test binary links a GPU driver; it links the C library.
 /// let exe = std::env::current_exe().unwrap();

@@ -17,7 +17,6 @@ use crate::sys;
 /// A permit held past the hold deadline on this host, as recorded in the slot directory's
 /// `gpu0.hangs`. Records written before `pid` and `units` were kept read with those as `None`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
 pub struct HangRecord {
     /// When it was found past the deadline, milliseconds since the Unix epoch.
     pub unix_ms: u64,
@@ -241,34 +240,6 @@ pub fn recorded_hangs(dir: &Path) -> Vec<HangRecord> {
     read_kept_for(dir, HANGS_FILE, |r: &HangRecord| r.unix_ms)
 }
 
-/// What a host's hang records say about N at one moment: see [`advice`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct HangAdvice {
-    /// The smallest N that hung within [`TRUSTED_FOR`]: neither it nor any larger N is advised.
-    pub hung_at: Option<usize>,
-    /// The smallest N below `hung_at` (any N, when there is none) that hung only longer ago
-    /// than that: shown, not obeyed.
-    pub too_old: Option<OldHang>,
-}
-
-/// A hang too old to rule its N out (see [`HangAdvice`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct OldHang {
-    /// The N that hung.
-    pub n: usize,
-    /// When it last hung there, milliseconds since the Unix epoch.
-    pub unix_ms: u64,
-}
-
-impl OldHang {
-    /// The day it last hung, `YYYY-MM-DD` (UTC).
-    pub fn date(&self) -> String {
-        utc_date(self.unix_ms)
-    }
-}
-
 /// How far past now a record's date may lie and still count: one dated later was written
 /// under a clock that was wrong then, or forged, and trusting it would rule its N out until
 /// that date plus [`TRUSTED_FOR`]. Such a record does not count (nor is it shown as too old).
@@ -277,46 +248,19 @@ pub const FUTURE_SKEW: Duration = Duration::from_secs(3600);
 /// Whether a record dated `unix_ms` counts at `now_ms`: not older than [`TRUSTED_FOR`], and
 /// not dated past now by more than [`FUTURE_SKEW`]. The one rule for hang, casualty and
 /// history records.
-pub(crate) fn trusted_at(unix_ms: u64, now_ms: u64) -> bool {
+pub fn trusted_at(unix_ms: u64, now_ms: u64) -> bool {
     !from_the_future(unix_ms, now_ms)
         && now_ms.saturating_sub(unix_ms) <= TRUSTED_FOR.as_millis() as u64
 }
 
 /// Whether a record dated `unix_ms` lies past `now_ms` by more than [`FUTURE_SKEW`].
-pub(crate) fn from_the_future(unix_ms: u64, now_ms: u64) -> bool {
+pub fn from_the_future(unix_ms: u64, now_ms: u64) -> bool {
     unix_ms > now_ms.saturating_add(FUTURE_SKEW.as_millis() as u64)
-}
-
-/// What `records` say at `now_unix_ms`: a record counts for [`TRUSTED_FOR`]; an older one
-/// counts only where a newer record confirms it (the same N or a smaller one hung since, which
-/// then rules out at least as much), and is otherwise reported as too old.
-pub fn advice(records: &[HangRecord], now_unix_ms: u64) -> HangAdvice {
-    let recent = |r: &&HangRecord| trusted_at(r.unix_ms, now_unix_ms);
-    let hung_at = records.iter().filter(recent).map(HangRecord::n).min();
-    let too_old = records
-        .iter()
-        .filter(|r| {
-            !recent(r)
-                && !from_the_future(r.unix_ms, now_unix_ms)
-                && hung_at.is_none_or(|h| r.n() < h)
-        })
-        .map(HangRecord::n)
-        .min()
-        .map(|n| OldHang {
-            n,
-            unix_ms: records
-                .iter()
-                .filter(|r| r.n() == n)
-                .map(|r| r.unix_ms)
-                .max()
-                .unwrap_or_default(),
-        });
-    HangAdvice { hung_at, too_old }
 }
 
 /// `unix_ms` as a UTC date, `YYYY-MM-DD` (the civil-from-days algorithm of Howard Hinnant's
 /// date library).
-pub(crate) fn utc_date(unix_ms: u64) -> String {
+pub fn utc_date(unix_ms: u64) -> String {
     let days = (unix_ms / 86_400_000) as i64;
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -334,33 +278,6 @@ pub(crate) fn utc_date(unix_ms: u64) -> String {
 mod tests {
     use super::*;
 
-    /// A hang dated in the future (a clock that was wrong when it was written, or a forged
-    /// record) neither rules its N out nor shows as too old.
-    #[test]
-    fn a_hang_dated_in_the_future_is_not_trusted() {
-        let now = 100 * 86_400_000;
-        assert_eq!(advice(&[at(3, now)], now).hung_at, Some(3));
-        let future = advice(&[at(3, now + 10 * 86_400_000)], now);
-        assert_eq!((future.hung_at, future.too_old), (None, None));
-        let within = advice(&[at(3, now + FUTURE_SKEW.as_millis() as u64)], now);
-        assert_eq!(within.hung_at, Some(3));
-    }
-
-    const DAY: u64 = 86_400_000;
-
-    fn at(n: usize, unix_ms: u64) -> HangRecord {
-        HangRecord {
-            unix_ms,
-            per_gpu: n,
-            gpus: 1,
-            test: "t".into(),
-            held_ms: 1,
-            pid: None,
-            units: None,
-            run: None,
-        }
-    }
-
     #[test]
     fn records_of_the_older_format_still_parse() {
         let old = r#"{"unix_ms":5,"per_gpu":2,"gpus":1,"test":"gpu::draws","held_ms":300}"#;
@@ -373,29 +290,6 @@ mod tests {
         };
         let line = new.to_text();
         assert_eq!(HangRecord::from_text(&line).unwrap(), new);
-    }
-
-    #[test]
-    fn a_record_counts_for_its_age_limit_unless_a_newer_one_confirms_it() {
-        let now = 100 * DAY;
-        let old = now - 31 * DAY;
-        let recent = now - DAY;
-        // (records, hung_at, too old: (n, when))
-        let cases = [
-            (vec![], None, None),
-            (vec![at(2, recent)], Some(2), None),
-            (vec![at(2, old)], None, Some((2, old))),
-            // Confirmed by a newer record of the same N, or of a smaller one.
-            (vec![at(2, old), at(2, recent)], Some(2), None),
-            (vec![at(3, old), at(2, recent)], Some(2), None),
-            // A newer record of a larger N rules out only from there.
-            (vec![at(2, old), at(3, recent)], Some(3), Some((2, old))),
-        ];
-        for (i, (records, hung_at, too_old)) in cases.into_iter().enumerate() {
-            let a = advice(&records, now);
-            assert_eq!(a.hung_at, hung_at, "case {i}");
-            assert_eq!(a.too_old.map(|o| (o.n, o.unix_ms)), too_old, "case {i}");
-        }
     }
 
     #[test]

@@ -40,13 +40,14 @@
 //!   the permit. A heavy test says how much of the GPU it needs (`device_or_skip!(units = 2)`,
 //!   `context_or_skip!(memory = 8 << 30)`, [`GpuNeed`]); the fixture records the memory it
 //!   measured on the permit, and so in the trace.
-//! - [`runs`]: under `cargo nextest`, each run's skips, permits and retries recorded in the
-//!   slot directory, so that the run's report tells the truth: `gpu-test-permit junit` marks the tests that
-//!   skipped at run time as skipped in nextest's JUnit report, a retried test reruns with the
-//!   GPU to itself (`GPU_TEST_PERMIT_RETRY`), and a test that failed beside others and passed
-//!   alone is named a contention casualty (`gpu-test-permit report`). Under `cargo test` a
-//!   binary that skipped GPU tests says so at exit.
-//! - [`tune`]: `REALIZAR_GPU_TEST_CONCURRENCY=auto` chooses each run's N from this host's
+//! - The run's truth: under `cargo nextest`, each run's skips, permits and retries recorded in
+//!   the slot directory, so that the run's report tells the truth: `gpu-test-permit junit`
+//!   marks the tests that skipped at run time as skipped in nextest's JUnit report, a retried
+//!   test reruns with the GPU to itself (`GPU_TEST_PERMIT_RETRY`), and a test that failed
+//!   beside others and passed alone is named a contention casualty (`gpu-test-permit report`).
+//!   Under `cargo test` a binary that skipped GPU tests says so at exit. Reading the records
+//!   is the command's (`gpu-test-permit-cli`).
+//! - Tuning: `REALIZAR_GPU_TEST_CONCURRENCY=auto` chooses each run's N from this host's
 //!   history (the fastest N measured that never hung nor made a test fail beside others,
 //!   found one step at a time, up to `GPU_TEST_PERMIT_MAX_CONCURRENCY`), and
 //!   `GPU_TEST_PERMIT_WEIGHTS=learned` weighs a test that declares nothing by its measured
@@ -81,9 +82,9 @@ pub mod config;
 mod cuda_codes;
 pub mod decision;
 pub mod devices;
-pub mod drivers;
+pub(crate) mod drivers;
 mod fixture;
-pub mod hangs;
+pub(crate) mod hangs;
 pub mod host;
 mod icd;
 mod json;
@@ -97,11 +98,11 @@ mod order;
 mod permit;
 mod permitted;
 pub mod probe;
-pub mod runs;
+pub(crate) mod runs;
 mod sync;
 mod sys;
 pub mod trace;
-pub mod tune;
+pub(crate) mod tune;
 
 pub use fixture::{FixtureError, GpuNeed};
 pub use permit::{
@@ -112,6 +113,15 @@ pub use permit::{
 pub use permitted::Permitted;
 
 /// The CUDA fixture (feature `cuda`): a permit-holding context and stream in one line.
+///
+/// ```
+/// fn gpu_saxpy() {
+///     let gpu = gpu_test_permit::cuda::context_or_skip!(); // skips without a CUDA device
+///     let _x = gpu.stream().alloc_zeros::<f32>(256).unwrap();
+///     // ... launch, copy back, compare ...
+/// } // the stream and context drop, then the permit
+/// # gpu_saxpy();
+/// ```
 #[cfg(feature = "cuda")]
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda {
@@ -119,6 +129,15 @@ pub mod cuda {
 }
 
 /// The wgpu fixture (feature `wgpu`): a permit-holding device and queue in one line.
+///
+/// ```
+/// fn gpu_blur() {
+///     let gpu = gpu_test_permit::wgpu::device_or_skip!(); // skips without an adapter
+///     let _encoder = gpu.device().create_command_encoder(&Default::default());
+///     // ... record, submit, read back ...
+/// } // the device and queue drop, then the permit
+/// # gpu_blur();
+/// ```
 #[cfg(feature = "wgpu")]
 #[cfg_attr(docsrs, doc(cfg(feature = "wgpu")))]
 pub mod wgpu {
@@ -200,5 +219,58 @@ pub mod __private {
     /// shown on one line (the command-line tool's timeline).
     pub fn escape_controls(text: &str) -> String {
         crate::host::escape_controls(text)
+    }
+
+    /// The host's hang record (`gpu0.hangs`), for `gpu-test-permit history`, `report` and
+    /// the what-if.
+    pub mod hangs {
+        pub use crate::hangs::*;
+    }
+
+    /// Who holds and who waits for a slot directory's slots, read without taking anything
+    /// (`gpu-test-permit status` and `report`), and the GPUs' memory as NVML sees it.
+    pub mod host {
+        pub use crate::hangs::{HangRecord, recorded_hangs};
+        pub use crate::host::record::HolderRecord;
+        pub use crate::host::status::*;
+        pub use crate::host::threads::ThreadsWaiting;
+    }
+
+    /// A nextest run's records in the slot directory: what `report`, `junit` and
+    /// `find-gpu-tests` read.
+    pub mod runs {
+        pub use crate::runs::*;
+    }
+
+    /// The host's history of runs and what `REALIZAR_GPU_TEST_CONCURRENCY=auto` chooses from
+    /// it (`gpu-test-permit history`, `config`, `nextest-snippet`).
+    pub mod tune {
+        pub use crate::tune::*;
+    }
+
+    /// GPU driver libraries and the marks a process writes in its loader's log
+    /// (`gpu-test-permit watch`).
+    pub mod drivers {
+        pub use crate::drivers::*;
+    }
+
+    /// The nextest tool config file the hint and the command print.
+    pub mod nextest {
+        pub use crate::nextest::tool::*;
+    }
+
+    /// The value parsers and formatters behind [`Config`](crate::config::Config), for the
+    /// command's own options.
+    pub mod config {
+        pub use crate::config::parse::{
+            parse_concurrency, parse_duration, parse_gpus, parse_memory, parse_placement,
+        };
+        pub use crate::config::values::{Gpus, format_bytes};
+        pub use crate::config::warnings::{RecordedWarnings, recorded_warnings};
+    }
+
+    /// A trace file read with the lines it could not use.
+    pub mod trace {
+        pub use crate::trace::read::{SkippedLine, TraceFile, read_trace};
     }
 }

@@ -4,14 +4,23 @@
 //! there; this crate's host slots do. nextest's own answer to shared resources is a test group
 //! with `max-threads`: with one, nextest never starts more GPU test processes than the cap, which
 //! is better than starting them and letting them wait. When a test takes a permit under nextest
-//! outside any group, the crate says how to add the group ([`group_snippet`]): in full once per
+//! outside any group, the crate says how to add the group (`gpu-test-permit nextest-snippet`
+//! prints the tool config file it names): in full once per
 //! nextest run (the run is recorded in the slot directory), and in one line in the run's other
 //! processes. Those lines go to standard error, which nextest shows for failing tests only
 //! (or with `--success-output`): in a green run nobody sees them. So the record stays in the
-//! slot directory ([`recorded_hint`]), and `gpu-test-permit report` (for that run) and
+//! slot directory, and `gpu-test-permit report` (for that run) and
 //! `gpu-test-permit config` print it.
 //! Inside a group, [`NextestEnv::group_slot`](crate::config::NextestEnv::group_slot) tells which
 //! of the group's slots this test has, for choosing a device.
+//!
+//! ```
+//! use gpu_test_permit::nextest;
+//!
+//! if let Some(run) = nextest::current() {
+//!     println!("{} in nextest run {:?}", nextest::current_test_name(), run.run_id);
+//! }
+//! ```
 
 use std::io::{self, Read, Seek, Write};
 use std::path::Path;
@@ -20,33 +29,38 @@ use std::sync::Once;
 use crate::config::Config;
 pub use crate::config::NextestEnv;
 
-/// The tool name under which nextest reads this crate's configuration:
-/// `cargo nextest run --tool-config-file gpu-test-permit:/absolute/path.toml`. A tool config
-/// file adds to the suite's own `.config/nextest.toml` (whose settings win), where
-/// `--config-file` would replace it.
-pub const TOOL: &str = "gpu-test-permit";
+/// The nextest tool config file that the hint and the command print, and the record of the
+/// hint in the slot directory.
+pub(crate) mod tool {
+    use super::*;
 
-/// The test group of GPU tests in the snippets. nextest requires the names a tool config file
-/// defines to start with `@tool:<tool>:`; a test in the group sees it as `NEXTEST_TEST_GROUP`.
-pub const GROUP: &str = "@tool:gpu-test-permit:gpu";
+    /// The tool name under which nextest reads this crate's configuration:
+    /// `cargo nextest run --tool-config-file gpu-test-permit:/absolute/path.toml`. A tool config
+    /// file adds to the suite's own `.config/nextest.toml` (whose settings win), where
+    /// `--config-file` would replace it.
+    pub const TOOL: &str = "gpu-test-permit";
 
-/// The filter the snippets put GPU tests in the group with: a guess by name, which misses
-/// every GPU test whose name lacks "gpu". `gpu-test-permit find-gpu-tests` finds them by
-/// running the suite with every GPU driver hidden, and prints the filter that names them.
-pub const GUESSED_FILTER: &str = "test(/gpu/)";
+    /// The test group of GPU tests in the snippets. nextest requires the names a tool config file
+    /// defines to start with `@tool:<tool>:`; a test in the group sees it as `NEXTEST_TEST_GROUP`.
+    pub const GROUP: &str = "@tool:gpu-test-permit:gpu";
 
-/// The first lines of a tool config file the crate prints: how it is passed to nextest (under
-/// the name [`TOOL`]).
-pub const TOOL_FILE_HEADER: &str =
-    "# gpu-test-permit.toml, a nextest tool config file: it adds to the suite's own
+    /// The filter the snippets put GPU tests in the group with: a guess by name, which misses
+    /// every GPU test whose name lacks "gpu". `gpu-test-permit find-gpu-tests` finds them by
+    /// running the suite with every GPU driver hidden, and prints the filter that names them.
+    pub const GUESSED_FILTER: &str = "test(/gpu/)";
+
+    /// The first lines of a tool config file the crate prints: how it is passed to nextest (under
+    /// the name [`TOOL`]).
+    pub const TOOL_FILE_HEADER: &str =
+        "# gpu-test-permit.toml, a nextest tool config file: it adds to the suite's own
 # .config/nextest.toml instead of replacing it (as --config-file would). Pass its absolute path:
 #   cargo nextest run --tool-config-file gpu-test-permit:$PWD/gpu-test-permit.toml
 ";
 
-/// The test group and the override that puts GPU tests in it.
-fn group_block(max_threads: usize) -> String {
-    format!(
-        "[test-groups]
+    /// The test group and the override that puts GPU tests in it.
+    fn group_block(max_threads: usize) -> String {
+        format!(
+            "[test-groups]
 '{GROUP}' = {{ max-threads = {max_threads} }}
 
 [[profile.default.overrides]]
@@ -56,28 +70,61 @@ fn group_block(max_threads: usize) -> String {
 filter = '{GUESSED_FILTER}'
 test-group = '{GROUP}'
 "
-    )
+        )
+    }
+
+    /// A nextest tool config file that puts GPU tests in a test group of at most `max_threads` at
+    /// a time, for `cargo nextest run --tool-config-file gpu-test-permit:/path/to/it.toml`. Keep
+    /// `max_threads` equal to all the permits the host has: `REALIZAR_GPU_TEST_CONCURRENCY` times
+    /// the GPUs. Its filter is a guess by name ([`GUESSED_FILTER`]): replace it with the one
+    /// `gpu-test-permit find-gpu-tests` prints.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use gpu_test_permit::__private::nextest::{group_snippet, GROUP};
+    ///
+    /// let snippet = group_snippet(2);
+    /// assert!(snippet.contains(&format!("'{GROUP}' = {{ max-threads = 2 }}")));
+    /// ```
+    pub fn group_snippet(max_threads: usize) -> String {
+        format!("{TOOL_FILE_HEADER}{}", group_block(max_threads))
+    }
+
+    /// The hint printed when a test takes a permit under nextest outside a test group, or `None`
+    /// when no hint is due.
+    pub fn group_hint(env: &NextestEnv, concurrency: usize) -> Option<String> {
+        if !env.process_per_test || env.test_group.is_some() {
+            return None;
+        }
+        Some(format!(
+            "gpu-test-permit: this test runs under cargo nextest outside a test group, so nextest \
+         starts GPU test processes that then wait for a permit (and the wait counts toward \
+         nextest's slow-timeout). Put GPU tests in a group of max-threads = {concurrency} \
+         ({} x GPUs) with a nextest tool config file, for example:\n{}\
+         (said once per nextest run; `gpu-test-permit nextest-snippet` prints it again)",
+            Config::global().concurrency_var,
+            group_snippet(concurrency)
+        ))
+    }
+
+    /// The file in the slot directory that names the last nextest run whose hint was given: its
+    /// run id, `max-threads <n>` and `at <unix ms>`, one a line.
+    pub const HINT_FILE: &str = "nextest-hint.log";
 }
 
-/// A nextest tool config file that puts GPU tests in a test group of at most `max_threads` at
-/// a time, for `cargo nextest run --tool-config-file gpu-test-permit:/path/to/it.toml`. Keep
-/// `max_threads` equal to all the permits the host has: `REALIZAR_GPU_TEST_CONCURRENCY` times
-/// the GPUs. Its filter is a guess by name ([`GUESSED_FILTER`]): replace it with the one
-/// `gpu-test-permit find-gpu-tests` prints.
-///
-/// # Example
-///
-/// ```
-/// use gpu_test_permit::nextest::{group_snippet, GROUP};
-///
-/// let snippet = group_snippet(2);
-/// assert!(snippet.contains(&format!("'{GROUP}' = {{ max-threads = 2 }}")));
-/// ```
-pub fn group_snippet(max_threads: usize) -> String {
-    format!("{TOOL_FILE_HEADER}{}", group_block(max_threads))
-}
+pub(crate) use tool::{HINT_FILE, group_hint};
 
 /// What nextest told this process, or `None` outside nextest.
+///
+/// ```
+/// // Under `cargo nextest run` every test is a process of its own; under `cargo test`, `None`.
+/// match gpu_test_permit::nextest::current() {
+///     Some(n) if n.test_group.is_none() => println!("a GPU test outside a nextest test group"),
+///     Some(n) => println!("in group {:?}, slot {:?}", n.test_group, n.group_slot),
+///     None => println!("not under nextest"),
+/// }
+/// ```
 pub fn current() -> Option<&'static NextestEnv> {
     Config::global().nextest.as_ref()
 }
@@ -85,6 +132,20 @@ pub fn current() -> Option<&'static NextestEnv> {
 /// The running test's name as far as it can be known: nextest's `NEXTEST_TEST_NAME`, else the
 /// current thread's name (libtest names each test's thread after the test), else the
 /// executable's name.
+///
+/// ```
+/// // libtest names each test's thread after the test.
+/// std::thread::Builder::new()
+///     .name("gpu::matmul".into())
+///     .spawn(|| {
+///         if gpu_test_permit::nextest::current().is_none() {
+///             assert_eq!(gpu_test_permit::nextest::current_test_name(), "gpu::matmul");
+///         }
+///     })
+///     .unwrap()
+///     .join()
+///     .unwrap();
+/// ```
 pub fn current_test_name() -> String {
     if let Some(name) = current().and_then(|n| n.test_name.clone()) {
         return name;
@@ -173,29 +234,9 @@ pub(crate) fn test_key(binary: &str, name: &str) -> String {
     format!("{}::{}", cut_str(binary), cut_str(name))
 }
 
-/// The hint printed when a test takes a permit under nextest outside a test group, or `None`
-/// when no hint is due.
-pub fn group_hint(env: &NextestEnv, concurrency: usize) -> Option<String> {
-    if !env.process_per_test || env.test_group.is_some() {
-        return None;
-    }
-    Some(format!(
-        "gpu-test-permit: this test runs under cargo nextest outside a test group, so nextest \
-         starts GPU test processes that then wait for a permit (and the wait counts toward \
-         nextest's slow-timeout). Put GPU tests in a group of max-threads = {concurrency} \
-         ({} x GPUs) with a nextest tool config file, for example:\n{}\
-         (said once per nextest run; `gpu-test-permit nextest-snippet` prints it again)",
-        Config::global().concurrency_var,
-        group_snippet(concurrency)
-    ))
-}
-
 /// The line later processes of the run print in place of the [`group_hint`].
 const HINT_REMINDER: &str = "gpu-test-permit: this test runs under cargo nextest outside a \
                              test group; `gpu-test-permit nextest-snippet` prints one\n";
-
-/// The file in the slot directory that names the last nextest run whose hint was given.
-const HINT_FILE: &str = "nextest-hint.log";
 
 /// Gives the [`group_hint`] where one is due: in full by the first process of a nextest run
 /// that takes a permit outside a group, and as one line by the others, whose output nextest
@@ -244,62 +285,10 @@ fn first_of_run(dir: &Path, run_id: &str, concurrency: usize) -> io::Result<bool
     Ok(true)
 }
 
-/// The record of the last `cargo nextest` run whose tests took permits outside a test group
-/// ([`recorded_hint`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RecordedHint {
-    /// The run's `NEXTEST_RUN_ID`.
-    pub run_id: String,
-    /// The `max-threads` of the group the hint gave: the host's permits.
-    pub max_threads: usize,
-    /// When its first such test took a permit, milliseconds since the Unix epoch.
-    pub recorded_unix_ms: u64,
-}
-
-impl RecordedHint {
-    /// The hint in one line, for the commands that show it.
-    pub fn line(&self) -> String {
-        format!(
-            "GPU tests of cargo nextest run {} took permits outside a test group, so nextest \
-             started GPU test processes that then waited for a permit; put them in a group of \
-             max-threads = {} (`gpu-test-permit nextest-snippet` prints one)",
-            self.run_id, self.max_threads
-        )
-    }
-}
-
-/// The last `cargo nextest` run recorded in slot directory `dir` whose tests took permits
-/// outside a test group, or `None` when none is recorded (or the record is of an earlier
-/// version, which kept only the run id).
-///
-/// # Errors
-///
-/// Reading the file failed (other than its not existing).
-pub fn recorded_hint(dir: &Path) -> io::Result<Option<RecordedHint>> {
-    let text = match std::fs::read_to_string(dir.join(HINT_FILE)) {
-        Ok(text) => text,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.kind() == io::ErrorKind::InvalidData => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let mut lines = text.lines();
-    let mut parse = || -> Option<RecordedHint> {
-        let run_id = lines.next()?.to_string();
-        let max_threads = lines.next()?.strip_prefix("max-threads ")?.parse().ok()?;
-        let recorded_unix_ms = lines.next()?.strip_prefix("at ")?.parse().ok()?;
-        Some(RecordedHint {
-            run_id,
-            max_threads,
-            recorded_unix_ms,
-        })
-    };
-    Ok(parse())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tool::{TOOL, TOOL_FILE_HEADER};
 
     #[test]
     fn the_tool_file_header_names_the_tool() {

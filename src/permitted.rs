@@ -66,6 +66,14 @@ impl<T> Permitted<T> {
     /// # Panics
     ///
     /// As [`crate::acquire`].
+    ///
+    /// ```
+    /// use gpu_test_permit::Permitted;
+    ///
+    /// // A user fixture: built after the permit, dropped before it.
+    /// let buffers = Permitted::new(|| vec![0f32; 1024]);
+    /// assert_eq!(buffers.len(), 1024);
+    /// ```
     pub fn new(build: impl FnOnce() -> T) -> Permitted<T> {
         Permitted::with_permit(crate::permit::acquire(), build)
     }
@@ -75,11 +83,27 @@ impl<T> Permitted<T> {
     /// # Panics
     ///
     /// As [`crate::acquire_exclusive`].
+    ///
+    /// ```
+    /// use gpu_test_permit::Permitted;
+    ///
+    /// let profiler = Permitted::new_exclusive(|| "nothing else runs on the GPU");
+    /// assert!(profiler.permit().is_exclusive());
+    /// ```
     pub fn new_exclusive(build: impl FnOnce() -> T) -> Permitted<T> {
         Permitted::with_permit(crate::permit::acquire_exclusive(), build)
     }
 
     /// Builds the value under an existing permit.
+    ///
+    /// ```
+    /// use gpu_test_permit::{Permitted, PermitPool};
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// let big = Permitted::with_permit(pool.acquire_weighted(2), || vec![0u8; 64]);
+    /// assert_eq!(big.permit().units(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn with_permit(permit: GpuTestPermit, build: impl FnOnce() -> T) -> Permitted<T> {
         Permitted {
             value: build(),
@@ -93,6 +117,26 @@ impl<T> Permitted<T> {
     /// # Errors
     ///
     /// The constructor's error, or the pool's [`AcquireError`] converted into `E`.
+    ///
+    /// ```
+    /// use gpu_test_permit::{AcquireError, Permitted, PermitPool};
+    ///
+    /// #[derive(Debug)]
+    /// enum SetupError {
+    ///     Permit(AcquireError),
+    ///     Device(String),
+    /// }
+    /// impl From<AcquireError> for SetupError {
+    ///     fn from(e: AcquireError) -> Self {
+    ///         SetupError::Permit(e)
+    ///     }
+    /// }
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build().unwrap();
+    /// let ok = Permitted::try_new_in(&pool, || Ok::<_, SetupError>("device"));
+    /// assert_eq!(*ok.unwrap(), "device");
+    /// let failed = Permitted::<&str>::try_new_in(&pool, || Err(SetupError::Device("lost".into())));
+    /// assert!(matches!(failed, Err(SetupError::Device(_)))); // and the permit is back
+    /// ```
     pub fn try_new_in<E: From<AcquireError>>(
         pool: &PermitPool,
         build: impl FnOnce() -> Result<T, E>,
@@ -105,11 +149,26 @@ impl<T> Permitted<T> {
     }
 
     /// The permit.
+    ///
+    /// ```
+    /// use gpu_test_permit::Permitted;
+    ///
+    /// let fixture = Permitted::new(|| ());
+    /// assert_eq!(fixture.permit().units(), 1);
+    /// ```
     pub fn permit(&self) -> &GpuTestPermit {
         &self.permit
     }
 
     /// Splits into the value and its permit; the caller now keeps the drop order.
+    ///
+    /// ```
+    /// use gpu_test_permit::Permitted;
+    ///
+    /// let (buffers, permit) = Permitted::new(|| vec![1u8, 2, 3]).into_parts();
+    /// drop(buffers); // GPU objects first
+    /// drop(permit); // then the permit
+    /// ```
     pub fn into_parts(self) -> (T, GpuTestPermit) {
         (self.value, self.permit)
     }

@@ -66,10 +66,14 @@ fn main() {
         target: Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/longest-first"),
     };
     let by_name = setup.work.path().join("by-name.toml");
-    std::fs::write(&by_name, gpu_test_permit::nextest::group_snippet(2)).unwrap();
+    std::fs::write(
+        &by_name,
+        gpu_test_permit::__private::nextest::group_snippet(2),
+    )
+    .unwrap();
     // The run to learn from (it builds the suite too).
     setup.run(&by_name);
-    let times = gpu_test_permit::tune::hold_times(&setup.slots());
+    let times = gpu_test_permit::__private::tune::hold_times(&setup.slots());
     let tests: Vec<(&str, &str, Duration)> = times
         .iter()
         .map(|t| (t.binary.as_str(), t.test.as_str(), t.hold))
@@ -79,7 +83,7 @@ fn main() {
     let longest = setup.work.path().join("longest-first.toml");
     std::fs::write(
         &longest,
-        gpu_test_permit::nextest::group_snippet(2) + &priorities,
+        gpu_test_permit::__private::nextest::group_snippet(2) + &priorities,
     )
     .unwrap();
 

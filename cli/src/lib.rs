@@ -6,7 +6,9 @@
 //!   text;
 //! - [`junit`]: the tests that skipped at run time marked skipped in nextest's JUnit report;
 //! - [`nextest_config`]: the nextest tool config file, its GPU test group learned from the runs;
-//! - [`watch_log`]: what a watched command's dynamic-loader logs say about GPU drivers.
+//! - [`watch_log`]: what a watched command's dynamic-loader logs say about GPU drivers;
+//! - [`records`]: what the slot directory's records say: a nextest run's, the nextest hint's,
+//!   and what the host's hang records say about N.
 //!
 //! A test suite depends on `gpu-test-permit` alone; this crate is for the command
 //! (`cargo install gpu-test-permit-cli` installs `gpu-test-permit`) and for tools that read
@@ -17,5 +19,6 @@
 
 pub mod junit;
 pub mod nextest_config;
+pub mod records;
 pub mod trace;
 pub mod watch_log;

@@ -14,8 +14,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-pub use gpu_test_permit::nextest::{GROUP, GUESSED_FILTER, TOOL, TOOL_FILE_HEADER, group_snippet};
-use gpu_test_permit::runs::{RunRecord, read_run, recorded_runs};
+pub use gpu_test_permit::__private::nextest::{
+    GROUP, GUESSED_FILTER, TOOL, TOOL_FILE_HEADER, group_snippet,
+};
+use gpu_test_permit::__private::runs::{RunRecord, read_run, recorded_runs};
 
 /// The wrapper script of [`wrapper_snippet`].
 pub const WRAPPER_SCRIPT: &str = "@tool:gpu-test-permit:gpu-permit";

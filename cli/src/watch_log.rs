@@ -25,7 +25,7 @@
 //! assert!(seen.before_first_permit);
 //! ```
 
-use gpu_test_permit::drivers::{FREE_MARK, HELD_MARK, driver_library, library_name};
+use gpu_test_permit::__private::drivers::{FREE_MARK, HELD_MARK, driver_library, library_name};
 
 /// What a watched process's loader log says (or, merged with [`WatchLog::merge`], the logs of
 /// every process of a watched command).

@@ -123,6 +123,18 @@ pub fn ensure_not_capturing(stream: &CudaStream, op: Operation) -> Result<(), Ca
 /// # Safety
 ///
 /// As [`raw_capture_status`].
+///
+/// ```
+/// use gpu_test_permit::capture::{ensure_raw_not_capturing, Operation};
+///
+/// // The legacy default stream (null). Without a CUDA driver the answer is `Ok(())`; with one,
+/// // a failed status query is an error, never "safe".
+/// // SAFETY: the null stream is the legacy default stream, valid in every context.
+/// match unsafe { ensure_raw_not_capturing(std::ptr::null_mut(), Operation::HostToDevice) } {
+///     Ok(()) => {}
+///     Err(e) => eprintln!("refused: {e}"),
+/// }
+/// ```
 pub unsafe fn ensure_raw_not_capturing(
     stream: CUstream,
     op: Operation,
@@ -163,6 +175,18 @@ pub trait CheckedStream: sealed::Sealed {
     /// # Safety
     ///
     /// As `CudaStream::alloc`: the memory is uninitialized.
+    ///
+    /// ```
+    /// // Runs anywhere: without a CUDA device the fixture skips.
+    /// use gpu_test_permit::capture::CheckedStream;
+    ///
+    /// if let Ok(gpu) = gpu_test_permit::cuda::context() {
+    ///     let s = gpu.stream();
+    ///     // SAFETY: written before it is read.
+    ///     let mut out = unsafe { s.checked_alloc::<f32>(4) }.unwrap();
+    ///     s.checked_memcpy_htod(&[1.0f32; 4], &mut out).unwrap();
+    /// }
+    /// ```
     unsafe fn checked_alloc<T: DeviceRepr>(&self, len: usize)
     -> Result<CudaSlice<T>, CaptureError>;
 
@@ -171,6 +195,17 @@ pub trait CheckedStream: sealed::Sealed {
     /// # Errors
     ///
     /// As [`ensure_not_capturing`] with [`Operation::AllocZeros`], or [`CaptureError::Driver`].
+    ///
+    /// ```
+    /// // Runs anywhere: without a CUDA device the fixture skips.
+    /// use gpu_test_permit::capture::CheckedStream;
+    ///
+    /// if let Ok(gpu) = gpu_test_permit::cuda::context() {
+    ///     let s = gpu.stream();
+    ///     let zeros = s.checked_alloc_zeros::<u32>(256).unwrap();
+    ///     assert_eq!(zeros.len(), 256);
+    /// }
+    /// ```
     fn checked_alloc_zeros<T: DeviceRepr + ValidAsZeroBits>(
         &self,
         len: usize,
@@ -182,6 +217,17 @@ pub trait CheckedStream: sealed::Sealed {
     ///
     /// As [`ensure_not_capturing`] with [`Operation::HostToDevice`], or
     /// [`CaptureError::Driver`].
+    ///
+    /// ```
+    /// // Runs anywhere: without a CUDA device the fixture skips.
+    /// use gpu_test_permit::capture::CheckedStream;
+    ///
+    /// if let Ok(gpu) = gpu_test_permit::cuda::context() {
+    ///     let s = gpu.stream();
+    ///     let x = s.checked_clone_htod(&[1u8, 2, 3]).unwrap();
+    ///     assert_eq!(x.len(), 3);
+    /// }
+    /// ```
     fn checked_clone_htod<T: DeviceRepr, Src: HostSlice<T> + ?Sized>(
         &self,
         src: &Src,
@@ -197,6 +243,17 @@ pub trait CheckedStream: sealed::Sealed {
     /// # Panics
     ///
     /// As `CudaStream::memcpy_htod`, if `dst` is shorter than `src`.
+    ///
+    /// ```
+    /// // Runs anywhere: without a CUDA device the fixture skips.
+    /// use gpu_test_permit::capture::CheckedStream;
+    ///
+    /// if let Ok(gpu) = gpu_test_permit::cuda::context() {
+    ///     let s = gpu.stream();
+    ///     let mut dst = s.checked_alloc_zeros::<f32>(2).unwrap();
+    ///     s.checked_memcpy_htod(&[0.5f32, 1.5], &mut dst).unwrap();
+    /// }
+    /// ```
     fn checked_memcpy_htod<T: DeviceRepr, Src: HostSlice<T> + ?Sized, Dst: DevicePtrMut<T>>(
         &self,
         src: &Src,
@@ -209,6 +266,16 @@ pub trait CheckedStream: sealed::Sealed {
     ///
     /// As [`ensure_not_capturing`] with [`Operation::StreamSynchronize`], or
     /// [`CaptureError::Driver`].
+    ///
+    /// ```
+    /// // Runs anywhere: without a CUDA device the fixture skips.
+    /// use gpu_test_permit::capture::CheckedStream;
+    ///
+    /// if let Ok(gpu) = gpu_test_permit::cuda::context() {
+    ///     let s = gpu.stream();
+    ///     s.checked_synchronize().unwrap();
+    /// }
+    /// ```
     fn checked_synchronize(&self) -> Result<(), CaptureError>;
 
     /// Checked `CudaContext::synchronize` of the stream's context.
@@ -217,6 +284,16 @@ pub trait CheckedStream: sealed::Sealed {
     ///
     /// As [`ensure_not_capturing`] with [`Operation::ContextSynchronize`], or
     /// [`CaptureError::Driver`].
+    ///
+    /// ```
+    /// // Runs anywhere: without a CUDA device the fixture skips.
+    /// use gpu_test_permit::capture::CheckedStream;
+    ///
+    /// if let Ok(gpu) = gpu_test_permit::cuda::context() {
+    ///     let s = gpu.stream();
+    ///     s.checked_context_synchronize().unwrap();
+    /// }
+    /// ```
     fn checked_context_synchronize(&self) -> Result<(), CaptureError>;
 }
 

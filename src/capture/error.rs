@@ -7,6 +7,23 @@ use cudarc::driver::DriverError;
 use super::{CaptureMode, CaptureStatus, DriverCode, Operation};
 
 /// Which thread holds an open capture that forbids a call.
+///
+/// ```
+/// use gpu_test_permit::capture::{
+///     decide, CaptureError, CaptureStatus, CaptureThread, ModeCounts, OpenCaptures, Operation,
+/// };
+///
+/// let here = OpenCaptures {
+///     here: ModeCounts { thread_local: 1, ..ModeCounts::default() },
+///     ..OpenCaptures::default()
+/// };
+/// let Err(CaptureError::OtherCapture { thread, .. }) =
+///     decide(Operation::Alloc, CaptureStatus::None, &here)
+/// else {
+///     panic!("a thread-local capture on this thread forbids an allocation here");
+/// };
+/// assert_eq!(thread, CaptureThread::This);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CaptureThread {
     /// The calling thread.
@@ -25,6 +42,20 @@ impl fmt::Display for CaptureThread {
 }
 
 /// The driver call that failed in a [`CaptureError::Driver`].
+///
+/// ```
+/// use gpu_test_permit::capture::{CaptureError, DriverCall, Operation};
+///
+/// // A checked call the guard let through, and the driver failed.
+/// fn failed_call(e: &CaptureError) -> Option<DriverCall> {
+///     match e {
+///         CaptureError::Driver { call, .. } => Some(*call),
+///         _ => None,
+///     }
+/// }
+/// assert_eq!(failed_call(&CaptureError::ImplicitCapture { op: Operation::Alloc }), None);
+/// assert_ne!(DriverCall::Op(Operation::Alloc), DriverCall::BeginCapture);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DriverCall {
     /// The checked operation itself, called through after the guard let it pass.
@@ -50,6 +81,15 @@ impl fmt::Display for DriverCall {
 /// Why the guard refused an operation, or why a checked call failed.
 ///
 /// Match on the variants; the messages are for people.
+///
+/// ```
+/// use gpu_test_permit::capture::{decide, CaptureError, CaptureStatus, OpenCaptures, Operation};
+///
+/// // The stream is capturing: an allocation would break the capture (or hang), so it is refused.
+/// let e = decide(Operation::Alloc, CaptureStatus::Active, &OpenCaptures::default()).unwrap_err();
+/// assert_eq!(e, CaptureError::Capturing { status: CaptureStatus::Active, op: Operation::Alloc });
+/// println!("{e}");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CaptureError {

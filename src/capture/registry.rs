@@ -45,6 +45,15 @@ pub(super) fn any_open() -> bool {
 impl OpenCaptures {
     /// What [`CaptureScope`](super::CaptureScope)s have open right now, seen from the calling
     /// thread.
+    ///
+    /// ```
+    /// use gpu_test_permit::capture::{decide, CaptureStatus, OpenCaptures, Operation};
+    ///
+    /// // No capture is open through a `CaptureScope`: the guard's rule lets an allocation through.
+    /// let open = OpenCaptures::current();
+    /// assert_eq!(open, OpenCaptures::default());
+    /// assert!(decide(Operation::Alloc, CaptureStatus::None, &open).is_ok());
+    /// ```
     pub fn current() -> Self {
         let mut open = OpenCaptures::default();
         // The common case, no capture open anywhere, costs one load and no thread-local access.

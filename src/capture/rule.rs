@@ -5,6 +5,18 @@ use super::{CaptureError, CaptureMode, CaptureStatus, CaptureThread, Operation};
 
 /// Captures open through [`CaptureScope`](super::CaptureScope), per mode, as seen from the
 /// calling thread.
+///
+/// ```
+/// use gpu_test_permit::capture::{decide, CaptureStatus, ModeCounts, OpenCaptures, Operation};
+///
+/// // A relaxed capture on another thread forbids only a context synchronize.
+/// let open = OpenCaptures {
+///     elsewhere: ModeCounts { relaxed: 1, ..ModeCounts::default() },
+///     ..OpenCaptures::default()
+/// };
+/// assert!(decide(Operation::Alloc, CaptureStatus::None, &open).is_ok());
+/// assert!(decide(Operation::ContextSynchronize, CaptureStatus::None, &open).is_err());
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpenCaptures {
     /// Captures open on the calling thread.
@@ -14,6 +26,13 @@ pub struct OpenCaptures {
 }
 
 /// Numbers of open captures per [`CaptureMode`].
+///
+/// ```
+/// use gpu_test_permit::capture::ModeCounts;
+///
+/// let counts = ModeCounts { global: 1, ..ModeCounts::default() };
+/// assert_eq!((counts.global, counts.thread_local, counts.relaxed), (1, 0, 0));
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ModeCounts {
     /// Global-mode captures.

@@ -12,6 +12,20 @@ use super::{CaptureError, CaptureMode, DriverCall, Operation, ensure_not_capturi
 
 /// A capture that [`CaptureScope::run`] ended normally: the instantiated graph (if the
 /// driver returned one) and the closure's value.
+///
+/// ```no_run
+/// // Needs a CUDA GPU and driver: a capture runs on a real stream.
+/// use gpu_test_permit::capture::CaptureScope;
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let stream = cudarc::driver::CudaContext::new(0)?.new_stream()?;
+/// let captured = CaptureScope::new(&stream).run(|_s| Ok::<_, Box<dyn std::error::Error>>(42))?;
+/// assert_eq!(captured.value, 42);
+/// if let Some(graph) = captured.graph {
+///     graph.launch()?;
+/// }
+/// # Ok(()) }
+/// ```
 pub struct Captured<R> {
     /// The captured, instantiated graph; `None` if the driver returned no graph.
     pub graph: Option<CudaGraph>,
@@ -78,6 +92,18 @@ pub struct CaptureScope<'s> {
 impl<'s> CaptureScope<'s> {
     /// A scope on `stream`, in [`CaptureMode::Global`] (CUDA's default), instantiating with
     /// default flags.
+    ///
+    /// ```no_run
+    /// // Needs a CUDA GPU and driver.
+    /// use gpu_test_permit::capture::{CaptureMode, CaptureScope};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let stream = cudarc::driver::CudaContext::new(0)?.new_stream()?;
+    /// let scope = CaptureScope::new(&stream); // global mode, default flags
+    /// let captured = scope.run(|_s| Ok::<_, Box<dyn std::error::Error>>(()))?;
+    /// assert!(captured.graph.is_some());
+    /// # Ok(()) }
+    /// ```
     pub fn new(stream: &'s Arc<CudaStream>) -> Self {
         CaptureScope {
             stream,
@@ -87,12 +113,35 @@ impl<'s> CaptureScope<'s> {
     }
 
     /// The capture mode.
+    ///
+    /// ```no_run
+    /// // Needs a CUDA GPU and driver.
+    /// use gpu_test_permit::capture::{CaptureMode, CaptureScope};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let stream = cudarc::driver::CudaContext::new(0)?.new_stream()?;
+    /// // Other threads may allocate meanwhile; this one may not.
+    /// let scope = CaptureScope::new(&stream).mode(CaptureMode::ThreadLocal);
+    /// # let _ = scope; Ok(()) }
+    /// ```
     pub fn mode(mut self, mode: CaptureMode) -> Self {
         self.mode = mode;
         self
     }
 
     /// The flags for `cuGraphInstantiate` when the capture ends.
+    ///
+    /// ```no_run
+    /// // Needs a CUDA GPU and driver.
+    /// use gpu_test_permit::capture::{CaptureMode, CaptureScope};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let stream = cudarc::driver::CudaContext::new(0)?.new_stream()?;
+    /// use cudarc::driver::sys::CUgraphInstantiate_flags;
+    /// let scope = CaptureScope::new(&stream)
+    ///     .instantiate_flags(CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH);
+    /// # let _ = scope; Ok(()) }
+    /// ```
     pub fn instantiate_flags(mut self, flags: sys::CUgraphInstantiate_flags) -> Self {
         self.flags = flags;
         self
@@ -109,6 +158,23 @@ impl<'s> CaptureScope<'s> {
     /// capturing, [`CaptureError::Driver`] if begin or end capture fails (for example
     /// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED` when an unguarded call broke the capture), or
     /// the closure's own error.
+    ///
+    /// ```no_run
+    /// // Needs a CUDA GPU and driver.
+    /// use gpu_test_permit::capture::{CaptureMode, CaptureScope};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let stream = cudarc::driver::CudaContext::new(0)?.new_stream()?;
+    /// use gpu_test_permit::capture::CheckedStream;
+    ///
+    /// let captured = CaptureScope::new(&stream).run(|s| {
+    ///     // Refused with a typed error: the capture is ended, its graph destroyed.
+    ///     let _x = s.checked_alloc_zeros::<f32>(256)?;
+    ///     Ok::<_, Box<dyn std::error::Error>>(())
+    /// });
+    /// assert!(captured.is_err());
+    /// # Ok(()) }
+    /// ```
     pub fn run<R, E, F>(self, f: F) -> Result<Captured<R>, E>
     where
         F: FnOnce(&Arc<CudaStream>) -> Result<R, E>,

@@ -6,6 +6,15 @@ use std::fmt;
 use cudarc::driver::sys::{CUstreamCaptureMode, CUstreamCaptureStatus};
 
 /// Whether a stream is capturing a CUDA graph (`CUstreamCaptureStatus`).
+///
+/// ```
+/// use gpu_test_permit::capture::CaptureStatus;
+///
+/// // What `capture_status(&stream)` returns outside a capture, and without a CUDA driver.
+/// let status = CaptureStatus::None;
+/// assert!(!status.is_capturing());
+/// assert_eq!(CaptureStatus::Active.to_string(), "ACTIVE");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CaptureStatus {
     /// Not capturing: work runs as usual.
@@ -63,6 +72,13 @@ impl fmt::Display for CaptureStatus {
 /// The capture mode of [`CaptureScope`](super::CaptureScope) (`CUstreamCaptureMode`): who else
 /// is forbidden potentially unsafe calls (`cuMemAlloc`, synchronous copies, synchronize) while
 /// it is open.
+///
+/// ```
+/// use gpu_test_permit::capture::CaptureMode;
+///
+/// assert_eq!(CaptureMode::default(), CaptureMode::Global);
+/// assert_eq!(CaptureMode::ThreadLocal.to_string(), "thread-local");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum CaptureMode {
     /// Every thread of the process (CUDA's default). Safest, but one test's capture makes
@@ -107,6 +123,15 @@ impl fmt::Display for CaptureMode {
 }
 
 /// A capture-incompatible operation the guard was asked about.
+///
+/// ```
+/// use gpu_test_permit::capture::{decide, CaptureStatus, OpenCaptures, Operation};
+///
+/// // Ask before an operation the guard has no checked call for.
+/// let op = Operation::Other("cuMemcpyHtoD");
+/// assert!(decide(op, CaptureStatus::Active, &OpenCaptures::default()).is_err());
+/// assert!(decide(op, CaptureStatus::None, &OpenCaptures::default()).is_ok());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Operation {

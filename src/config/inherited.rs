@@ -60,6 +60,17 @@ pub struct InheritedPermit {
 }
 
 /// One slot of an [`InheritedPermit`].
+///
+/// ```
+/// use gpu_test_permit::config::InheritedPermit;
+///
+/// // What `gpu-test-permit run` passes on: slot 1 of a directory of 2 per GPU x 1 GPU, held
+/// // through descriptor 7.
+/// let p = InheritedPermit::parse("1:2x1:shared:1=7/2049/131:/tmp/slots".as_ref()).unwrap();
+/// let slot = p.slots[0];
+/// assert_eq!((slot.index, slot.fd, slot.dev, slot.ino), (1, 7, 2049, 131));
+/// assert_eq!(p.gpu_of(&slot), 0);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InheritedSlot {
@@ -78,6 +89,13 @@ pub struct InheritedSlot {
 
 impl InheritedSlot {
     /// A slot held through descriptor `fd` of file `(dev, ino)`.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{InheritedPermit, InheritedSlot};
+    ///
+    /// let slot = InheritedSlot::new(1, 7, 2049, 131);
+    /// assert_eq!((slot.index, slot.fd, slot.gpu), (1, 7, None));
+    /// ```
     pub fn new(index: usize, fd: u64, dev: u64, ino: u64) -> InheritedSlot {
         InheritedSlot {
             index,
@@ -89,6 +107,12 @@ impl InheritedSlot {
     }
 
     /// The same slot, for GPU `gpu`.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{InheritedPermit, InheritedSlot};
+    ///
+    /// assert_eq!(InheritedSlot::new(0, 7, 2049, 131).on_gpu(3).gpu, Some(3));
+    /// ```
     pub fn on_gpu(mut self, gpu: usize) -> InheritedSlot {
         self.gpu = Some(gpu);
         self
@@ -97,6 +121,13 @@ impl InheritedSlot {
 
 impl InheritedPermit {
     /// A permit of `slots` in `dir`, laid out as `per_gpu` x `gpus`.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{InheritedPermit, InheritedSlot};
+    ///
+    /// let permit = InheritedPermit::new(2, 2, false, vec![InheritedSlot::new(3, 7, 2049, 131)], "/tmp/slots".into());
+    /// assert_eq!(permit.devices(), [1]); // slot 3 of 2 x 2 is on GPU 1
+    /// ```
     pub fn new(
         per_gpu: usize,
         gpus: usize,
@@ -118,6 +149,15 @@ impl InheritedPermit {
     /// # Errors
     ///
     /// What is wrong with it, completing "GPU_TEST_PERMIT_INHERITED='...' ...".
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{InheritedPermit, InheritedSlot};
+    ///
+    /// let p = InheritedPermit::parse("1:2x1:shared:1=7/2049/131:/tmp/slots".as_ref())?;
+    /// assert_eq!((p.per_gpu, p.gpus, p.exclusive), (2, 1, false));
+    /// assert!(InheritedPermit::parse("garbage".as_ref()).is_err());
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn parse(raw: &std::ffi::OsStr) -> Result<InheritedPermit, String> {
         let bytes = raw.as_encoded_bytes();
         // The directory follows the fourth `:` and may contain more of them.
@@ -212,12 +252,27 @@ impl InheritedPermit {
     }
 
     /// The GPU slot `slot` of this permit is for.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{InheritedPermit, InheritedSlot};
+    ///
+    /// let p = InheritedPermit::new(2, 2, false, vec![InheritedSlot::new(3, 7, 2049, 131)], "/s".into());
+    /// assert_eq!(p.gpu_of(&p.slots[0]), 1);
+    /// assert_eq!(p.gpu_of(&InheritedSlot::new(3, 7, 2049, 131).on_gpu(0)), 0);
+    /// ```
     pub fn gpu_of(&self, slot: &InheritedSlot) -> usize {
         slot.gpu.unwrap_or(slot.index % self.gpus.max(1))
     }
 
     /// The GPUs the permit holds slots on, in increasing order: every GPU of the directory for
     /// an exclusive permit.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{InheritedPermit, InheritedSlot};
+    ///
+    /// let all = InheritedPermit::new(2, 2, true, vec![], "/s".into());
+    /// assert_eq!(all.devices(), [0, 1]);
+    /// ```
     pub fn devices(&self) -> Vec<usize> {
         if self.exclusive {
             return (0..self.gpus.max(1)).collect();
@@ -228,6 +283,14 @@ impl InheritedPermit {
     }
 
     /// The slots the permit holds on GPU `gpu`, in increasing order.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{InheritedPermit, InheritedSlot};
+    ///
+    /// let p = InheritedPermit::new(2, 2, false, vec![InheritedSlot::new(1, 7, 2049, 131)], "/s".into());
+    /// assert_eq!(p.slots_on(1).len(), 1);
+    /// assert!(p.slots_on(0).is_empty());
+    /// ```
     pub fn slots_on(&self, gpu: usize) -> Vec<InheritedSlot> {
         let mut on: Vec<InheritedSlot> = self
             .slots
@@ -240,6 +303,14 @@ impl InheritedPermit {
     }
 
     /// The value of [`INHERITED_VAR`](crate::config::INHERITED_VAR) that [`parse`](Self::parse) reads back.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{InheritedPermit, InheritedSlot};
+    ///
+    /// let p = InheritedPermit::new(2, 1, false, vec![InheritedSlot::new(1, 7, 2049, 131)], "/tmp/slots".into());
+    /// let value = p.to_os_string(); // what `INHERITED_VAR` is set to
+    /// assert_eq!(InheritedPermit::parse(&value).unwrap(), p);
+    /// ```
     pub fn to_os_string(&self) -> OsString {
         let slots: Vec<String> = self
             .slots

@@ -11,7 +11,7 @@
 //!
 //! | variable | meaning | default |
 //! |---|---|---|
-//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024), or `auto`: chosen at the start of each run from this host's history (see [`tune`](crate::tune)) | 2 |
+//! | `REALIZAR_GPU_TEST_CONCURRENCY` | permits per GPU, N (≥ 1, ≤ 1024), or `auto`: chosen at the start of each run from this host's history (`gpu-test-permit history` shows it) | 2 |
 //! | `GPU_TEST_PERMIT_CONCURRENCY` | the same as `REALIZAR_GPU_TEST_CONCURRENCY`; when both are set this one wins, with a warning if they differ; a blank value of either counts as unset when the other has one | `REALIZAR_GPU_TEST_CONCURRENCY` |
 //! | `GPU_TEST_PERMIT_MAX_CONCURRENCY` | the most permits per GPU `auto` may choose | 4 |
 //! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit: `90`, `90s`, `1500ms`, `10m`, `1h` | 10m |
@@ -29,11 +29,11 @@
 //! | `GPU_TEST_PERMIT_BACKFILL` | `on`: while a request waits at the head of the queue for units that are not free yet (a heavy, exclusive or k-GPU one), a request behind it takes free units now if its hold time on record (the history's `gpu0.tests`) ends before the head could start, or if the head will not need those units; a request with no hold time on record never does ([`host`](crate::host)). `off`: first come, first served | `on` |
 //! | `GPU_TEST_PERMIT_PLACEMENT` | which GPUs a permit goes to on a multi-GPU host: `best-fit` (the GPUs with the fewest free units that fit: whole GPUs stay free for big and multi-GPU permits) or `spread` (the first that fit: one-unit permits spread over every GPU) | `best-fit` |
 //! | `GPU_TEST_PERMIT_GPU_MEMORY` | GPU memory per GPU that permits budget: a size (`64GiB`, `80GB`, `512MiB`, bytes) or a percentage of the smallest device memory the CUDA probe reports (`90%`); a permit declaring memory ([`acquire_memory`](crate::acquire_memory)) takes `ceil(bytes / (budget / N))` permit units. On unified-memory devices (GB10) set a size: the probe does not derive one | CUDA device memory (discrete GPUs, feature `cuda`), else none |
-//! | `GPU_TEST_PERMIT_WEIGHTS` | `declared`: a permit takes the units its test declares (one when it declares nothing); `learned`: with a memory budget in force, a test that declares nothing takes the units its measured peak GPU memory plus [`LEARNED_MARGIN_PERCENT`] needs (at most a whole GPU), the peak being the most its fixture reported in the runs recorded on this host ([`tune`](crate::tune)); a declaration always wins | `declared` |
+//! | `GPU_TEST_PERMIT_WEIGHTS` | `declared`: a permit takes the units its test declares (one when it declares nothing); `learned`: with a memory budget in force, a test that declares nothing takes the units its measured peak GPU memory plus [`LEARNED_MARGIN_PERCENT`] needs (at most a whole GPU), the peak being the most its fixture reported in the runs recorded on this host (`gpu-test-permit history` shows them); a declaration always wins | `declared` |
 //! | `GPU_TEST_PERMIT_STRICT_CONFIG` | `1`: a bad value above fails the tests that read it instead of falling back (set it on CI) | off |
 //! | `GPU_TEST_PERMIT_INHERITED` | set by `gpu-test-permit run` for its command: the permit it holds, which the command and its descendants work inside instead of taking host slots (see [`InheritedPermit`]); not for setting by hand | unset |
 //! | `GPU_TEST_PERMIT_RECORDS` | set by `gpu-test-permit find-gpu-tests` for the suite it runs: an absolute directory that the run's records, configuration warnings and test-group hint go to instead of the slot directory (its permits are still the host's); not for setting by hand | the slot directory |
-//! | `GPU_TEST_PERMIT_WATCH` | set by `gpu-test-permit watch` (and `run --watch`) for its command: the loader log into which the crate marks when the process holds a permit (see [`drivers`](crate::drivers)); not for setting by hand | unset |
+//! | `GPU_TEST_PERMIT_WATCH` | set by `gpu-test-permit watch` (and `run --watch`) for its command: the loader log into which the crate marks when the process holds a permit (`gpu-test-permit watch` reads it); not for setting by hand | unset |
 //! | `WGPU_ADAPTER_NAME` | wgpu's own: the wgpu fixture uses only adapters whose name contains this text (case-insensitive), as `wgpu::util::initialize_adapter_from_env` does; no match fails the test with the list of adapters | best adapter |
 //! | `GPU_TEST_PERMIT_WGPU_ADAPTER` | the same for this crate's fixture only (your own `WGPU_ADAPTER_NAME` code is not affected); wins over `WGPU_ADAPTER_NAME` when both are set | `WGPU_ADAPTER_NAME` |
 //! | `WGPU_POWER_PREF` | wgpu's own: `high` (discrete GPUs first), `low` (integrated first) or `none` (device type not considered: every adapter in wgpu's order); the order of the wgpu fixture's adapter choice | discrete, integrated, virtual, other, CPU |
@@ -75,11 +75,11 @@
 
 mod inherited;
 mod nextest;
-mod parse;
+pub(crate) mod parse;
 mod read;
-mod values;
+pub(crate) mod values;
 mod vars;
-mod warnings;
+pub(crate) mod warnings;
 
 use std::ffi::OsString;
 use std::num::NonZeroUsize;
@@ -89,20 +89,32 @@ use std::time::Duration;
 
 pub use inherited::{InheritedPermit, InheritedSlot};
 pub use nextest::NextestEnv;
-pub use parse::{
-    RequireError, ValueError, parse_concurrency, parse_duration, parse_gpus, parse_memory,
-    parse_placement,
-};
+pub use parse::{RequireError, ValueError};
+pub(crate) use values::format_bytes;
 pub use values::{
-    AdapterName, ConfigWarning, Gpus, MemoryBudget, Placement, PowerPref, RetryMode, SlotDir,
-    Weights, default_slot_dir, format_bytes,
+    AdapterName, ConfigWarning, MemoryBudget, Placement, PowerPref, RetryMode, SlotDir, Weights,
+    default_slot_dir,
 };
 pub use vars::*;
-pub use warnings::{RecordedWarnings, recorded_warnings};
 
 use warnings::record_warnings;
 
 /// The typed, validated configuration.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, CONCURRENCY_VAR, TIMEOUT_VAR};
+///
+/// // The process's own configuration, read once: `Config::global()`. For a test of how
+/// // variables are read, any lookup will do.
+/// let cfg = Config::from_lookup(|name| match name {
+///     CONCURRENCY_VAR => Some("3".into()),
+///     TIMEOUT_VAR => Some("2m".into()),
+///     _ => None,
+/// });
+/// assert_eq!(cfg.concurrency.get(), 3);
+/// assert_eq!(cfg.timeout, std::time::Duration::from_secs(120));
+/// assert!(cfg.warnings.is_empty());
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct Config {
@@ -114,7 +126,7 @@ pub struct Config {
     /// (also when neither is set: the name messages give for it).
     pub concurrency_var: &'static str,
     /// [`CONCURRENCY_VAR`] is `auto`: the N of each run is chosen from this host's history
-    /// when its slot directory is laid out ([`tune`](crate::tune)).
+    /// when its slot directory is laid out (`gpu-test-permit history` shows how).
     pub auto_concurrency: bool,
     /// The most permits per GPU `auto` may choose, from [`MAX_CONCURRENCY_VAR`].
     pub max_concurrency: NonZeroUsize,
@@ -188,6 +200,16 @@ pub struct Config {
 
 impl Config {
     /// Reads the process environment.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::Config;
+    ///
+    /// // A fresh read (`Config::global()` is read once per process, and is what the crate uses).
+    /// let cfg = Config::from_env();
+    /// for w in &cfg.warnings {
+    ///     eprintln!("{w}");
+    /// }
+    /// ```
     pub fn from_env() -> Config {
         Config::from_lookup(|name| std::env::var_os(name))
     }
@@ -200,6 +222,13 @@ impl Config {
     ///
     /// With [`STRICT_VAR`] set and any warning, on every call (except while the thread is
     /// already panicking), with the message of [`Config::strict_failure`].
+    ///
+    /// ```
+    /// use gpu_test_permit::config::Config;
+    ///
+    /// let cfg = Config::global();
+    /// println!("N = {} per GPU (from {})", cfg.concurrency, cfg.concurrency_var);
+    /// ```
     pub fn global() -> &'static Config {
         static GLOBAL: OnceLock<Config> = OnceLock::new();
         let cfg = GLOBAL.get_or_init(|| {
@@ -216,6 +245,18 @@ impl Config {
     }
 
     /// With [`STRICT_VAR`] set and any warning: the message that fails the test.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{Config, STRICT_VAR, TIMEOUT_VAR};
+    ///
+    /// let cfg = Config::from_lookup(|name| match name {
+    ///     STRICT_VAR => Some("1".into()),
+    ///     TIMEOUT_VAR => Some("soon".into()),
+    ///     _ => None,
+    /// });
+    /// assert!(cfg.strict_failure().unwrap().contains("GPU_TEST_PERMIT_TIMEOUT='soon'"));
+    /// assert_eq!(Config::from_lookup(|_| None).strict_failure(), None);
+    /// ```
     pub fn strict_failure(&self) -> Option<String> {
         if !self.strict || self.warnings.is_empty() {
             return None;
@@ -232,6 +273,13 @@ impl Config {
     }
 
     /// The slot directory this configuration names, or its error.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{Config, DIR_VAR};
+    ///
+    /// let cfg = Config::from_lookup(|name| (name == DIR_VAR).then(|| "/srv/gpu-slots".into()));
+    /// assert_eq!(cfg.slot_dir_path(), Ok("/srv/gpu-slots".into()));
+    /// ```
     pub fn slot_dir_path(&self) -> Result<PathBuf, String> {
         self.slot_dir.path()
     }
@@ -263,7 +311,7 @@ impl Config {
         }
     }
 
-    /// Where the records of a run (see [`runs`](crate::runs)), its configuration warnings and
+    /// Where the records of a nextest run (what `gpu-test-permit report` reads), its configuration warnings and
     /// its test-group hint that belong in slot directory `slot_dir` are written: the directory
     /// [`RECORDS_VAR`] names (a run `gpu-test-permit find-gpu-tests` keeps apart), else
     /// `slot_dir` itself.
@@ -302,6 +350,14 @@ impl Config {
 
     /// The GPU id of permit device `device`: its entry in the list [`GPUS_VAR`] names (taken
     /// modulo the list's length), else `device` itself.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{Config, GPUS_VAR};
+    ///
+    /// let cfg = Config::from_lookup(|name| (name == GPUS_VAR).then(|| "4,6".into()));
+    /// assert_eq!((cfg.gpu_id(0), cfg.gpu_id(1)), (4, 6));
+    /// assert_eq!(Config::from_lookup(|_| None).gpu_id(1), 1);
+    /// ```
     pub fn gpu_id(&self, device: usize) -> usize {
         match &self.gpu_list {
             Some(ids) if !ids.is_empty() => ids[device % ids.len()],
@@ -336,6 +392,14 @@ impl Config {
 
     /// Builds a configuration from any lookup function (for tests and tools); `lookup` returns
     /// `None` for an unset variable.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{Config, CONCURRENCY_VAR};
+    ///
+    /// let vars = std::collections::HashMap::from([(CONCURRENCY_VAR, "3")]);
+    /// let cfg = Config::from_lookup(|name| vars.get(name).map(Into::into));
+    /// assert_eq!(cfg.concurrency.get(), 3);
+    /// ```
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Config {
         let lookup = &lookup;
         let mut warnings = Vec::new();

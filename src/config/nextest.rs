@@ -5,6 +5,24 @@ use std::ffi::OsString;
 use super::values::{ConfigWarning, warning};
 
 /// The variables `cargo nextest` sets for each test process.
+///
+/// ```
+/// use gpu_test_permit::config::Config;
+///
+/// let cfg = Config::from_lookup(|name| match name {
+///     "NEXTEST_EXECUTION_MODE" => Some("process-per-test".into()),
+///     "NEXTEST_RUN_ID" => Some("0b5c-run".into()),
+///     "NEXTEST_TEST_GROUP" => Some("@tool:gpu-test-permit:gpu".into()),
+///     "NEXTEST_TEST_GROUP_SLOT" => Some("1".into()),
+///     "NEXTEST_ATTEMPT" => Some("2".into()),
+///     _ => None,
+/// });
+/// let nextest = cfg.nextest.expect("under nextest");
+/// assert!(nextest.process_per_test);
+/// assert_eq!(nextest.group_slot, Some(1));
+/// assert!(nextest.is_retry());
+/// assert!(Config::from_lookup(|_| None).nextest.is_none());
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NextestEnv {
@@ -33,6 +51,17 @@ pub struct NextestEnv {
 impl NextestEnv {
     /// Whether this process reruns a test that failed before: [`attempt`](Self::attempt) is
     /// above 1.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::Config;
+    ///
+    /// let retry = Config::from_lookup(|name| match name {
+    ///     "NEXTEST_EXECUTION_MODE" => Some("process-per-test".into()),
+    ///     "NEXTEST_ATTEMPT" => Some("2".into()),
+    ///     _ => None,
+    /// });
+    /// assert!(retry.nextest.is_some_and(|n| n.is_retry()));
+    /// ```
     pub fn is_retry(&self) -> bool {
         self.attempt.is_some_and(|a| a > 1)
     }

@@ -11,6 +11,14 @@ use super::vars::{MAX_CONCURRENCY, MAX_MEMORY, REQUIRE_VAR};
 
 /// Why an environment value was rejected. Its message completes a sentence that starts with
 /// the variable and its value: `REALIZAR_GPU_TEST_CONCURRENCY='abc' is not a whole number`.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, CONCURRENCY_VAR, ValueError};
+///
+/// let cfg = Config::from_lookup(|name| (name == CONCURRENCY_VAR).then(|| "0".into()));
+/// assert_eq!(ValueError::Zero.to_string(), "must be at least 1");
+/// assert_eq!(cfg.warnings[0].problem, ValueError::Zero.to_string());
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ValueError {
@@ -90,6 +98,15 @@ impl From<ValueError> for String {
 
 /// A `GPU_TEST_PERMIT_REQUIRE` that cannot be used: every GPU test that consults it fails
 /// with this message, because guessing could turn a requirement off.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, REQUIRE_VAR};
+///
+/// let cfg = Config::from_lookup(|name| (name == REQUIRE_VAR).then(|| "cdua".into()));
+/// let e = cfg.require.unwrap_err();
+/// assert_eq!(e.value, "cdua");
+/// assert!(e.to_string().contains("cdua"), "{e}");
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RequireError {
     /// The value as set, lossily converted to UTF-8.
@@ -138,7 +155,8 @@ pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, ValueError> {
 /// whitespace is ignored, in entries too.
 ///
 /// ```
-/// use gpu_test_permit::config::{parse_gpus, Gpus};
+/// use gpu_test_permit::__private::config::parse_gpus;
+/// use gpu_test_permit::__private::config::Gpus;
 ///
 /// assert_eq!(parse_gpus(&"auto".into()), Ok(Gpus::Auto));
 /// assert_eq!(parse_gpus(&"2".into()).unwrap(), Gpus::Count(2.try_into().unwrap()));
@@ -201,7 +219,8 @@ pub fn parse_gpus(raw: &OsString) -> Result<Gpus, ValueError> {
 /// surrounding whitespace ignored; `_` for `-`).
 ///
 /// ```
-/// use gpu_test_permit::config::{parse_placement, Placement};
+/// use gpu_test_permit::__private::config::parse_placement;
+/// use gpu_test_permit::config::Placement;
 ///
 /// assert_eq!(parse_placement(&"best-fit".into()), Ok(Placement::BestFit));
 /// assert_eq!(parse_placement(&" Spread ".into()), Ok(Placement::Spread));
@@ -267,7 +286,8 @@ pub fn parse_duration(raw: &OsString) -> Result<Duration, ValueError> {
 /// The [`ValueError`] that says what is wrong with `raw`.
 ///
 /// ```
-/// use gpu_test_permit::config::{parse_memory, MemoryBudget};
+/// use gpu_test_permit::__private::config::parse_memory;
+/// use gpu_test_permit::config::MemoryBudget;
 /// assert_eq!(parse_memory(&"64GiB".into()), Ok(MemoryBudget::Bytes(64 << 30)));
 /// assert_eq!(parse_memory(&"1.5 GB".into()), Ok(MemoryBudget::Bytes(1_500_000_000)));
 /// assert_eq!(parse_memory(&" 90% ".into()), Ok(MemoryBudget::Percent(90.0)));

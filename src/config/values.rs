@@ -6,6 +6,17 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
 /// Where the host slot files live.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, DIR_VAR, SlotDir};
+///
+/// let named = Config::from_lookup(|name| (name == DIR_VAR).then(|| "/srv/gpu-slots".into()));
+/// assert_eq!(named.slot_dir, SlotDir::Explicit("/srv/gpu-slots".into()));
+/// // A relative directory would split the cap between working directories: refused.
+/// let relative = Config::from_lookup(|name| (name == DIR_VAR).then(|| "slots".into()));
+/// assert!(matches!(relative.slot_dir, SlotDir::Invalid(_)));
+/// assert!(relative.slot_dir_path().is_err());
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SlotDir {
     /// [`DIR_VAR`](crate::config::DIR_VAR) is unset: the per-user default directory (see [`default_slot_dir`]).
@@ -20,6 +31,14 @@ pub enum SlotDir {
 impl SlotDir {
     /// The directory: the [default](default_slot_dir) one, the one named, or why the named one
     /// cannot be used.
+    ///
+    /// ```
+    /// use gpu_test_permit::config::{default_slot_dir, SlotDir};
+    ///
+    /// assert_eq!(SlotDir::Default.path(), Ok(default_slot_dir()));
+    /// assert_eq!(SlotDir::Explicit("/srv/s".into()).path(), Ok("/srv/s".into()));
+    /// assert!(SlotDir::Invalid("relative".into()).path().is_err());
+    /// ```
     pub fn path(&self) -> Result<PathBuf, String> {
         match self {
             SlotDir::Default => Ok(default_slot_dir()),
@@ -30,6 +49,15 @@ impl SlotDir {
 }
 
 /// A rejected environment value and the value used instead.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, TIMEOUT_VAR};
+///
+/// let cfg = Config::from_lookup(|name| (name == TIMEOUT_VAR).then(|| "soon".into()));
+/// let w = &cfg.warnings[0];
+/// assert_eq!((w.var, w.value.as_str()), (TIMEOUT_VAR, "soon"));
+/// assert!(w.to_string().starts_with("GPU_TEST_PERMIT_TIMEOUT='soon' "));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigWarning {
     /// The variable's name.
@@ -52,7 +80,18 @@ impl fmt::Display for ConfigWarning {
     }
 }
 
-/// What [`GPU_MEMORY_VAR`](crate::config::GPU_MEMORY_VAR) says: see [`parse_memory`](crate::config::parse_memory).
+/// What [`GPU_MEMORY_VAR`](crate::config::GPU_MEMORY_VAR) says.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, GPU_MEMORY_VAR, MemoryBudget};
+///
+/// let budget = |v: &'static str| {
+///     Config::from_lookup(move |name| (name == GPU_MEMORY_VAR).then(|| v.into())).gpu_memory
+/// };
+/// assert_eq!(budget("80GB"), Some(MemoryBudget::Bytes(80_000_000_000)));
+/// assert_eq!(budget("90%"), Some(MemoryBudget::Percent(90.0)));
+/// assert_eq!(MemoryBudget::Bytes(8 << 30).to_string(), "8 GiB");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MemoryBudget {
     /// This many bytes per GPU.
@@ -86,7 +125,7 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
-/// What [`GPUS_VAR`](crate::config::GPUS_VAR) says: see [`parse_gpus`](crate::config::parse_gpus).
+/// What [`GPUS_VAR`](crate::config::GPUS_VAR) says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Gpus {
     /// `auto`: as many GPUs as the probe finds.
@@ -102,6 +141,14 @@ pub enum Gpus {
 
 /// [`PLACEMENT_VAR`](crate::config::PLACEMENT_VAR): which GPUs of a multi-GPU host a permit
 /// goes to (see [`host`](crate::host)).
+///
+/// ```
+/// use gpu_test_permit::config::{Config, PLACEMENT_VAR, Placement};
+///
+/// assert_eq!(Config::from_lookup(|_| None).placement, Placement::BestFit);
+/// let spread = Config::from_lookup(|name| (name == PLACEMENT_VAR).then(|| "spread".into()));
+/// assert_eq!(spread.placement, Placement::Spread);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Placement {
     /// `best-fit`: the GPUs with the fewest free units that still fit the request, so that
@@ -115,6 +162,14 @@ pub enum Placement {
 }
 
 /// The wgpu adapter the fixture is pinned to: a case-insensitive part of its name.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, WGPU_ADAPTER_VAR};
+///
+/// let cfg = Config::from_lookup(|name| (name == WGPU_ADAPTER_VAR).then(|| " llvmpipe ".into()));
+/// let pinned = cfg.wgpu_adapter.expect("pinned");
+/// assert_eq!((pinned.var, pinned.name.as_str()), (WGPU_ADAPTER_VAR, "llvmpipe"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AdapterName {
     /// The variable it came from ([`WGPU_ADAPTER_VAR`](crate::config::WGPU_ADAPTER_VAR) or [`WGPU_ADAPTER_NAME_VAR`](crate::config::WGPU_ADAPTER_NAME_VAR)), for
@@ -126,6 +181,13 @@ pub struct AdapterName {
 
 /// [`WGPU_POWER_PREF_VAR`](crate::config::WGPU_POWER_PREF_VAR): how the wgpu fixture orders adapters by device type, as wgpu's
 /// `PowerPreference` does in `request_adapter`.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, PowerPref, WGPU_POWER_PREF_VAR};
+///
+/// let cfg = Config::from_lookup(|name| (name == WGPU_POWER_PREF_VAR).then(|| "low".into()));
+/// assert_eq!(cfg.wgpu_power, Some(PowerPref::Low));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PowerPref {
     /// `none`: the device type is not considered; every adapter, in wgpu's order.
@@ -138,6 +200,14 @@ pub enum PowerPref {
 
 /// [`RETRY_VAR`](crate::config::RETRY_VAR): what a test's permit is on a retry (nextest's
 /// `NEXTEST_ATTEMPT` above 1).
+///
+/// ```
+/// use gpu_test_permit::config::{Config, RETRY_VAR, RetryMode};
+///
+/// assert_eq!(Config::from_lookup(|_| None).retry, RetryMode::Alone);
+/// let same = Config::from_lookup(|name| (name == RETRY_VAR).then(|| "same".into()));
+/// assert_eq!(same.retry, RetryMode::Same);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RetryMode {
     /// `alone`: the retry's permits are exclusive, so the test reruns with the GPU to itself
@@ -150,6 +220,14 @@ pub enum RetryMode {
 
 /// [`WEIGHTS_VAR`](crate::config::WEIGHTS_VAR): whose word sets the units of a permit whose
 /// test declares nothing.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, WEIGHTS_VAR, Weights};
+///
+/// assert_eq!(Config::from_lookup(|_| None).weights, Weights::Declared);
+/// let learned = Config::from_lookup(|name| (name == WEIGHTS_VAR).then(|| "learned".into()));
+/// assert_eq!(learned.weights, Weights::Learned);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Weights {
     /// `declared`: only declarations count; a test that declares nothing takes one unit.
@@ -190,6 +268,14 @@ pub(super) fn warning(
 /// the user picks the same one, and the first call in a process prints one line naming the
 /// owner and the directory used. When all are taken, permits fail with an error naming the
 /// owner; set [`DIR_VAR`](crate::config::DIR_VAR) then. The choice is made once per process.
+///
+/// ```
+/// use gpu_test_permit::config::{default_slot_dir, Config};
+///
+/// // Without GPU_TEST_PERMIT_DIR the slots are in the per-user default directory.
+/// let cfg = Config::from_lookup(|_| None);
+/// assert_eq!(cfg.slot_dir_path(), Ok(default_slot_dir()));
+/// ```
 pub fn default_slot_dir() -> PathBuf {
     crate::sys::default_slot_dir()
 }

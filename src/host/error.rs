@@ -4,6 +4,19 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 /// Why host slots could not be used.
+///
+/// ```
+/// use gpu_test_permit::{host::HostError, PermitPool};
+///
+/// // A slot directory that is a file: refused with a message that says what to do.
+/// let file = std::env::temp_dir().join(format!("gtp-doc-host-error-{}", std::process::id()));
+/// std::fs::write(&file, "not a directory").unwrap();
+/// match PermitPool::builder().slot_dir(&file).build() {
+///     Err(e @ (HostError::Directory(_) | HostError::Io { .. })) => println!("{e}"),
+///     other => panic!("{other:?}"),
+/// }
+/// std::fs::remove_file(&file).unwrap();
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum HostError {

@@ -31,6 +31,13 @@ const FIXED_FILES: usize = 5;
 
 /// How a slot directory is laid out: permits per GPU and GPUs. Recorded in the directory by
 /// the first process that uses it; see the [module docs](crate::host).
+///
+/// ```
+/// use gpu_test_permit::host::Layout;
+///
+/// let layout = Layout { per_gpu: 2, gpus: 4 };
+/// assert_eq!(layout.slots(), 8);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
     /// Permits (slots) per GPU: N.
@@ -41,6 +48,12 @@ pub struct Layout {
 
 impl Layout {
     /// Slots in all: N per GPU times the GPUs.
+    ///
+    /// ```
+    /// use gpu_test_permit::host::Layout;
+    ///
+    /// assert_eq!(Layout { per_gpu: 3, gpus: 2 }.slots(), 6);
+    /// ```
     pub fn slots(&self) -> usize {
         self.per_gpu.saturating_mul(self.gpus)
     }

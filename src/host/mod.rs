@@ -10,6 +10,18 @@
 //! Advisory locks only bind processes that take them: a GPU program that does not use this crate
 //! is not held back.
 //!
+//! ```
+//! use gpu_test_permit::PermitPool;
+//!
+//! // A pool of its own slot directory: every process that names it shares its N = 2.
+//! let dir = std::env::temp_dir().join(format!("gtp-doc-host-{}", std::process::id()));
+//! let pool = PermitPool::builder().concurrency(2).slot_dir(&dir).build()?;
+//! let permit = pool.acquire();
+//! assert_eq!(permit.slots().len(), 1); // one slot file of `dir`, locked
+//! # drop(permit); drop(pool); std::fs::remove_dir_all(&dir).ok();
+//! # Ok::<(), gpu_test_permit::host::HostError>(())
+//! ```
+//!
 //! # How it works
 //!
 //! One directory of small files; every rule below is a lock the kernel keeps, so a process
@@ -70,11 +82,11 @@ mod inherit;
 mod layout;
 mod lock;
 mod queue;
-mod record;
+pub(crate) mod record;
 mod slot;
-mod status;
+pub(crate) mod status;
 pub(crate) mod tests_file;
-mod threads;
+pub(crate) mod threads;
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
@@ -90,6 +102,15 @@ pub use fit::Placement;
 /// What a permit that declares memory needs free on its GPU beside its declaration, where
 /// NVML tells the free memory (`GPU_TEST_PERMIT_LIVE_MEMORY`): a new test process's CUDA
 /// context (300 to 500 MiB on current GPUs and drivers) and some slack, bytes.
+///
+/// ```
+/// use gpu_test_permit::host::LIVE_MARGIN;
+///
+/// // A test that declares 4 GiB waits, where NVML tells, until its GPU has this much free.
+/// let declared: u64 = 4 << 30;
+/// let needed = declared + LIVE_MARGIN;
+/// assert!(needed > declared);
+/// ```
 pub const LIVE_MARGIN: u64 = crate::live::MARGIN;
 pub(crate) use fit::Topology;
 pub(crate) use inherit::{
@@ -99,14 +120,11 @@ pub(crate) use inherit::{
 pub use layout::Layout;
 pub(crate) use queue::GRACE;
 pub use queue::Liveness;
-pub use record::HolderRecord;
+pub(crate) use record::HolderRecord;
 pub(crate) use record::escape_controls;
-pub use status::{
-    GpuMemoryStatus, GpuProcessStatus, HostStatus, QueueHead, SkippedFile, SlotStatus, gpu_memory,
-    status,
-};
+#[cfg(test)]
+pub(crate) use status::status;
 pub(crate) use threads::ThreadsFile;
-pub use threads::ThreadsWaiting;
 
 use error::io_err;
 pub(crate) use layout::WantedLayout;
@@ -115,10 +133,6 @@ use lock::is_locked_at;
 use queue::{RECHECK, Waiting, Watch, head_liveness, read_head, wait_entries};
 use record::{RECORD_LEN, read_record, read_start};
 use slot::Slots;
-
-// The hang record lives in `crate::hangs`; its public paths here stay.
-#[doc(no_inline)]
-pub use crate::hangs::{HangRecord, recorded_hangs};
 
 /// The slot files of one directory, for one process: the gate and notify files opened once,
 /// each slot at its first use (`slot.rs`).

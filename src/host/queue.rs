@@ -50,6 +50,13 @@ pub(crate) const GRACE: Duration = Duration::from_secs(1);
 /// judge it. A request that cannot loses its turn: the others go past it, the oldest of them
 /// first. Only the order is at stake: the slots themselves are locks, so the cap holds
 /// whatever is judged here.
+///
+/// ```
+/// use gpu_test_permit::host::Liveness;
+///
+/// assert!(Liveness::Active.keeps_turn());
+/// assert!(!Liveness::Stopped.keeps_turn(), "a stopped head lets the others go past it");
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Liveness {
@@ -67,6 +74,13 @@ pub enum Liveness {
 
 impl Liveness {
     /// Whether the request keeps its turn.
+    ///
+    /// ```
+    /// use gpu_test_permit::host::Liveness;
+    ///
+    /// assert!(Liveness::Active.keeps_turn());
+    /// assert!(!Liveness::Unseen.keeps_turn());
+    /// ```
     pub fn keeps_turn(self) -> bool {
         self == Liveness::Active
     }

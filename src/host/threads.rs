@@ -30,7 +30,7 @@ use crate::sys;
 /// Size of the file's text: the count and the oldest wait's start.
 const THREADS_LEN: usize = 48;
 
-/// Threads of one process waiting in its in-process queue, as [`status`](super::status) reads
+/// Threads of one process waiting in its in-process queue, as `gpu-test-permit status` reads
 /// them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]

@@ -16,6 +16,20 @@ use crate::config::{SlotDir, Weights};
 use crate::host::{HostError, HostSlots, Layout, Placement, Topology};
 
 /// Configures a [`PermitPool`].
+///
+/// ```
+/// use std::time::Duration;
+/// use gpu_test_permit::PermitPool;
+///
+/// let pool = PermitPool::builder()
+///     .concurrency(2)
+///     .timeout(Duration::from_secs(30))
+///     .in_process_only()
+///     .build()?;
+/// assert_eq!((pool.concurrency(), pool.timeout()), (2, Duration::from_secs(30)));
+/// assert_eq!(pool.slot_dir(), None, "in-process only: no host slots");
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[derive(Debug, Clone)]
 #[must_use]
 pub struct PoolBuilder {
@@ -59,6 +73,14 @@ impl PoolBuilder {
     /// # Panics
     ///
     /// If `n` is 0.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(3).in_process_only().build()?;
+    /// assert_eq!(pool.concurrency(), 3);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn concurrency(mut self, n: usize) -> Self {
         assert!(n >= 1, "a permit pool needs at least one permit");
         self.concurrency = n;
@@ -72,6 +94,14 @@ impl PoolBuilder {
     /// # Panics
     ///
     /// If `gpus` is 0.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).gpus(4).in_process_only().build()?;
+    /// assert_eq!((pool.gpus(), pool.capacity()), (4, 8));
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn gpus(mut self, gpus: usize) -> Self {
         assert!(gpus >= 1, "a permit pool spans at least one GPU");
         self.gpus = gpus;
@@ -105,6 +135,14 @@ impl PoolBuilder {
 
     /// How requests are placed on the GPUs ([`Placement::BestFit`] by default; for the global
     /// pool, `GPU_TEST_PERMIT_PLACEMENT`).
+    ///
+    /// ```
+    /// use gpu_test_permit::{config::Placement, PermitPool};
+    ///
+    /// let pool = PermitPool::builder().gpus(2).placement(Placement::Spread).in_process_only().build()?;
+    /// assert_eq!(pool.gpus(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn placement(mut self, placement: Placement) -> Self {
         self.placement = placement;
         self
@@ -118,6 +156,15 @@ impl PoolBuilder {
     /// such request, where the driver provides `libnvidia-ml.so.1`; without it, or for a pool
     /// without host slots, declarations count against the budget alone. Device k is CUDA
     /// ordinal k of this process.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).memory_budget(16 << 30).live_memory(false).in_process_only().build()?;
+    /// // The declaration counts against the budget alone, whatever NVML says.
+    /// assert_eq!(pool.acquire_memory(8 << 30).units(), 1);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn live_memory(mut self, on: bool) -> Self {
         self.live_memory = on;
         self
@@ -149,18 +196,45 @@ impl PoolBuilder {
     }
 
     /// Keeps host slots in `dir` (shared with every process using the same directory).
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("gtp-doc-slot-dir-{}", std::process::id()));
+    /// let pool = PermitPool::builder().concurrency(2).slot_dir(&dir).build()?;
+    /// assert_eq!(pool.slot_dir(), Some(dir.as_path()));
+    /// # drop(pool); std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn slot_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.slot_dir = Some(SlotDir::Explicit(dir.as_ref().to_path_buf()));
         self
     }
 
     /// Limits this process only: no host slots. Other processes are not counted.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// assert_eq!(pool.slot_dir(), None); // other processes are not counted
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn in_process_only(mut self) -> Self {
         self.slot_dir = None;
         self
     }
 
     /// The deadline of [`PermitPool::acquire`] and [`PermitPool::acquire_exclusive`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).timeout(Duration::from_secs(120)).in_process_only().build()?;
+    /// assert_eq!(pool.timeout(), Duration::from_secs(120));
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -171,6 +245,16 @@ impl PoolBuilder {
     /// stuck in a wedged driver fails the run instead of hanging it
     /// (`GPU_TEST_PERMIT_HOLD_TIMEOUT` for the global pool; off by default). A process that
     /// ends the holder its own way sets a handler instead: [`on_hold_timeout`](crate::on_hold_timeout).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).hold_timeout(Duration::from_secs(900)).in_process_only().build()?;
+    /// // A permit held for 15 minutes is a wedged test: see `on_hold_timeout` for what happens then.
+    /// let _permit = pool.acquire();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn hold_timeout(mut self, deadline: Duration) -> Self {
         self.hold_timeout = Some(deadline);
         self
@@ -184,6 +268,14 @@ impl PoolBuilder {
     /// # Panics
     ///
     /// If `bytes` is 0.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).memory_budget(80 << 30).in_process_only().build()?;
+    /// assert_eq!(pool.acquire_memory(20 << 30).units(), 1);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn memory_budget(mut self, bytes: u64) -> Self {
         assert!(bytes >= 1, "a memory budget is at least one byte");
         self.memory_budget = Some(crate::config::MemoryBudget::Bytes(bytes));
@@ -198,12 +290,32 @@ impl PoolBuilder {
     /// [`LEARNED_MARGIN_PERCENT`](crate::config::LEARNED_MARGIN_PERCENT), at most a whole GPU
     /// (`GPU_TEST_PERMIT_WEIGHTS` for the global pool). A request that declares units, memory
     /// or exclusivity takes what it declares.
+    ///
+    /// ```
+    /// use gpu_test_permit::{config::Weights, PermitPool};
+    ///
+    /// let pool = PermitPool::builder().weights(Weights::Declared).in_process_only().build()?;
+    /// assert_eq!(pool.acquire().units(), 1);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn weights(mut self, weights: Weights) -> Self {
         self.weights = weights;
         self
     }
 
     /// Appends wait and hold spans to `path` (see [`trace`](crate::trace)).
+    ///
+    /// ```
+    /// use gpu_test_permit::{trace::read_events, PermitPool};
+    ///
+    /// let path = std::env::temp_dir().join(format!("gtp-doc-trace-{}.json", std::process::id()));
+    /// let pool = PermitPool::builder().concurrency(2).trace(&path).in_process_only().build()?;
+    /// drop(pool.acquire());
+    /// let events = read_events(&path).unwrap();
+    /// assert!(events.iter().any(|e| e.name == "hold"));
+    /// # std::fs::remove_file(&path).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn trace(mut self, path: impl AsRef<Path>) -> Self {
         self.trace = Some(path.as_ref().to_path_buf());
         self
@@ -218,6 +330,14 @@ impl PoolBuilder {
     /// # Errors
     ///
     /// [`HostError`] when the slot directory is unusable or insecure.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// assert_eq!(pool.capacity(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn build(mut self) -> Result<PermitPool, HostError> {
         let wanted = Layout {
             per_gpu: self.concurrency,
@@ -393,6 +513,14 @@ fn open_auto(
 
 impl PermitPool {
     /// A builder with the defaults: N = 2, the default slot directory, a 10-minute deadline.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// assert_eq!(pool.concurrency(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn builder() -> PoolBuilder {
         PoolBuilder {
             concurrency: crate::config::DEFAULT_CONCURRENCY,

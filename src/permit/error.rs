@@ -8,6 +8,22 @@ use crate::config::INHERITED_VAR;
 use crate::host::HostError;
 
 /// Why a permit could not be had.
+///
+/// ```
+/// use gpu_test_permit::{AcquireError, PermitKind, PermitPool};
+///
+/// let pool = PermitPool::builder().concurrency(1).in_process_only().build()?;
+/// let held = pool.acquire();
+/// std::thread::scope(|s| {
+///     // Another thread finds the one permit taken.
+///     s.spawn(|| {
+///         let e = pool.try_acquire(PermitKind::Shared).unwrap_err();
+///         assert!(matches!(e, AcquireError::WouldBlock), "{e}");
+///     });
+/// });
+/// drop(held);
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum AcquireError {
@@ -165,6 +181,21 @@ impl std::error::Error for AcquireError {
 }
 
 /// Someone holding a permit, as shown in a [`WaitTimeout`].
+///
+/// ```
+/// use std::time::Duration;
+/// use gpu_test_permit::{AcquireError, PermitPool};
+///
+/// let pool = PermitPool::builder().concurrency(1).in_process_only().build()?;
+/// let _held = pool.acquire();
+/// let e = std::thread::scope(|s| {
+///     s.spawn(|| pool.try_acquire_for(Duration::from_millis(20)).unwrap_err()).join().unwrap()
+/// });
+/// let AcquireError::Timeout(t) = e else { panic!("{e}") };
+/// let holder = &t.holders[0];
+/// assert_eq!((holder.pid, holder.units, holder.exclusive), (std::process::id(), 1, false));
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
@@ -176,8 +207,7 @@ pub struct Holder {
     pub pid: u32,
     /// How long it has held the permit; `None` where that cannot be told: a holder that wrote
     /// no record, or a record whose grant time this process cannot place (one later than now
-    /// by the wall clock, where the record has no boot-clock time: see
-    /// [`HolderRecord::age`](crate::host::HolderRecord::age)).
+    /// by the wall clock, where the record has no boot-clock time).
     pub held_for: Option<Duration>,
     /// Whether it holds the whole pool.
     pub exclusive: bool,
@@ -259,6 +289,22 @@ impl fmt::Display for Holder {
 }
 
 /// A wait that passed its deadline.
+///
+/// ```
+/// use std::time::Duration;
+/// use gpu_test_permit::{AcquireError, PermitKind, PermitPool};
+///
+/// let pool = PermitPool::builder().concurrency(1).in_process_only().build()?;
+/// let _held = pool.acquire();
+/// let e = std::thread::scope(|s| {
+///     s.spawn(|| pool.try_acquire_for(Duration::from_millis(20)).unwrap_err()).join().unwrap()
+/// });
+/// let AcquireError::Timeout(t) = e else { panic!("{e}") };
+/// assert_eq!((t.kind, t.units, t.capacity), (PermitKind::Shared, 1, 1));
+/// assert!(t.waited >= Duration::from_millis(20));
+/// assert_eq!(t.holders.len(), 1);
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct WaitTimeout {
@@ -290,6 +336,20 @@ pub struct WaitTimeout {
 
 /// A request of another process that was waiting when a wait gave up, as shown in a
 /// [`WaitTimeout`].
+///
+/// ```
+/// use gpu_test_permit::WaitTimeout;
+///
+/// /// What a suite's own timeout handling might print: the queue ahead of it.
+/// fn queue_ahead(t: &WaitTimeout) -> Vec<String> {
+///     t.waiters
+///         .iter()
+///         .filter(|w| w.head || !w.stopped)
+///         .map(|w| format!("{} (pid {}): {} unit(s)", w.test, w.pid, w.units))
+///         .collect()
+/// }
+/// # let _ = queue_ahead;
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Waiter {
@@ -299,8 +359,8 @@ pub struct Waiter {
     pub thread: String,
     /// Process id.
     pub pid: u32,
-    /// How long it had been waiting; `None` where that cannot be told (see
-    /// [`HolderRecord::age`](crate::host::HolderRecord::age)).
+    /// How long it had been waiting; `None` where that cannot be told (as for
+    /// [`Holder::held_for`]).
     pub waiting_for: Option<Duration>,
     /// Whether it asked for the whole pool.
     pub exclusive: bool,

@@ -14,6 +14,15 @@ static GLOBAL: OnceLock<PermitPool> = OnceLock::new();
 impl PermitPool {
     /// The process-wide pool, configured from the environment ([`Config::global`]) on first
     /// use. If its slot directory is unusable, every acquisition fails with that error.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// // What `gpu_test_permit::acquire()` takes from: configured by the environment, host-wide.
+    /// let pool = PermitPool::global();
+    /// let permit = pool.acquire();
+    /// assert!(permit.units() >= 1);
+    /// ```
     #[inline]
     pub fn global() -> &'static PermitPool {
         // Inline: once set up, one load and a branch on every `gpu_test_permit::acquire()`.

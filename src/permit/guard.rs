@@ -38,6 +38,18 @@ use crate::sync::Ordering;
 /// [`share`](Self::share)) keep the same permit; it is returned when the last of its guards
 /// drops. Put the permit *last* in a fixture struct, so the GPU objects declared before it drop
 /// first (or use [`Permitted`](crate::Permitted), which gets the order right).
+///
+/// ```
+/// use gpu_test_permit::PermitPool;
+///
+/// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+/// let permit = pool.acquire(); // the GPU objects are made after this line, dropped before it ends
+/// assert_eq!(permit.units(), 1);
+/// assert!(!permit.is_exclusive());
+/// let nested = pool.acquire(); // the same thread again: free, no second unit
+/// assert!(nested.is_nested());
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[must_use = "the permit is returned as soon as the guard is dropped"]
 #[clippy::has_significant_drop]
 pub struct GpuTestPermit {
@@ -77,11 +89,27 @@ impl GpuTestPermit {
     }
 
     /// Whether this guard holds the whole pool.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// assert!(pool.acquire_exclusive().is_exclusive());
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn is_exclusive(&self) -> bool {
         self.kind() == PermitKind::Exclusive
     }
 
     /// Shared or exclusive.
+    ///
+    /// ```
+    /// use gpu_test_permit::{PermitKind, PermitPool};
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// assert_eq!(pool.acquire_weighted(2).kind(), PermitKind::Shared);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn kind(&self) -> PermitKind {
         if self.seat().exclusive.load(Ordering::Relaxed) {
             PermitKind::Exclusive
@@ -92,6 +120,16 @@ impl GpuTestPermit {
 
     /// Whether this guard came from a nested acquisition or [`share`](Self::share), i.e. another
     /// guard of the same permit exists or existed.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// let outer = pool.acquire();
+    /// let inner = pool.acquire(); // a fixture inside the test, on the same thread
+    /// assert!(!outer.is_nested() && inner.is_nested());
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn is_nested(&self) -> bool {
         self.nested == Nested::Yes
     }
@@ -99,12 +137,33 @@ impl GpuTestPermit {
     /// Permit units this permit holds: 1 for a plain permit, k for a weighted one
     /// ([`acquire_weighted`](crate::acquire_weighted), or memory converted to units), every
     /// unit of the pool for an exclusive one.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// assert_eq!(pool.acquire_weighted(3).units(), 3);
+    /// assert_eq!(pool.acquire_exclusive().units(), 4);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn units(&self) -> usize {
         self.seat().units.load(Ordering::Relaxed)
     }
 
     /// The GPU memory the permit's request declared, in bytes
     /// ([`acquire_memory`](crate::acquire_memory)).
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).memory_budget(16 << 30).in_process_only().build()?;
+    /// // 6 GiB of a 16 GiB budget in units of 4 GiB: 2 units.
+    /// let permit = pool.acquire_memory(6 << 30);
+    /// assert_eq!((permit.memory(), permit.units()), (Some(6 << 30), 2));
+    /// drop(permit);
+    /// assert_eq!(pool.acquire().memory(), None);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn memory(&self) -> Option<u64> {
         self.seat().declared_memory()
     }
@@ -112,6 +171,16 @@ impl GpuTestPermit {
     /// Records the GPU memory the test was measured to use while it held this permit (the
     /// fixtures call this where they can measure it). The largest value recorded goes into the
     /// trace's hold event, where `gpu-test-permit trace` compares it with the declaration.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// let permit = pool.acquire();
+    /// // What the test's own allocator reports, for the trace's hold event.
+    /// permit.record_memory_used(512 << 20);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn record_memory_used(&self, bytes: u64) {
         self.seat()
             .memory_used
@@ -123,6 +192,20 @@ impl GpuTestPermit {
     /// without host slots. Inside a permit inherited from `gpu-test-permit run`, the parent's
     /// slots that this permit's units stand for. The first slot is a natural device ordinal
     /// hint.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("gtp-doc-slots-{}", std::process::id()));
+    /// let pool = PermitPool::builder().concurrency(4).slot_dir(&dir).build()?;
+    /// let permit = pool.acquire_weighted(2);
+    /// assert_eq!(permit.slots().len(), 2);
+    /// drop(permit);
+    /// let in_process = PermitPool::builder().in_process_only().build()?;
+    /// assert!(in_process.acquire().slots().is_empty());
+    /// # drop(pool); std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn slots(&self) -> Vec<usize> {
         let pool = self.pool();
         let mut slots = pool.held_slots(self.seat);
@@ -229,6 +312,21 @@ impl GpuTestPermit {
     /// [`Unsupported`](std::io::ErrorKind::Unsupported) on a pool without host slots and where
     /// descriptors are not inherited by number (not on Unix); an error duplicating a
     /// descriptor.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("gtp-doc-pass-to-{}", std::process::id()));
+    /// let pool = PermitPool::builder().concurrency(2).slot_dir(&dir).build()?;
+    /// let permit = pool.acquire();
+    /// let mut cmd = std::process::Command::new("true"); // a GPU program that takes no permit
+    /// if permit.pass_to(&mut cmd).is_ok() {
+    ///     // It runs inside this permit: everything it starts counts against this one unit.
+    ///     assert!(cmd.status().is_ok());
+    /// }
+    /// # drop(permit); drop(pool); std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn pass_to(&self, cmd: &mut std::process::Command) -> std::io::Result<()> {
         use crate::config::{INHERITED_VAR, InheritedPermit, InheritedSlot};
         let unsupported = |what: &str| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
@@ -269,6 +367,17 @@ impl GpuTestPermit {
     }
 
     /// How long the permit has been held.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// let permit = pool.acquire();
+    /// // ... the test ...
+    /// println!("held for {:?}", permit.held_for());
+    /// assert!(permit.held_for() < std::time::Duration::from_secs(600));
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn held_for(&self) -> Duration {
         crate::sys::coarse_elapsed(self.seat().since.load(Ordering::Relaxed))
     }
@@ -309,6 +418,22 @@ impl GpuTestPermit {
 
     /// Makes the current thread count as holding this permit until the returned guard drops:
     /// acquisitions from its pool on this thread return nested guards.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(1).in_process_only().build()?;
+    /// let permit = pool.acquire();
+    /// let for_worker = permit.share();
+    /// std::thread::scope(|s| {
+    ///     s.spawn(move || {
+    ///         let _entered = for_worker.enter();
+    ///         // The worker's fixture takes no unit of its own (with N = 1 it would wait forever).
+    ///         assert!(pool.acquire().is_nested());
+    ///     });
+    /// });
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn enter(&self) -> EnteredPermit<'_> {
         let generation = self.seat().word.load(Ordering::Relaxed) >> GUARD_BITS;
         let entry = ThreadPermit {
@@ -350,6 +475,20 @@ impl fmt::Debug for GpuTestPermit {
 
 /// The current thread counts as holding a permit while this lives (see
 /// [`GpuTestPermit::enter`]). Not `Send`: it is about the thread that created it.
+///
+/// ```
+/// use gpu_test_permit::PermitPool;
+///
+/// let pool = PermitPool::builder().concurrency(1).in_process_only().build()?;
+/// let permit = pool.acquire();
+/// std::thread::scope(|s| {
+///     s.spawn(|| {
+///         let _entered = permit.enter(); // this worker counts as holding the test's permit
+///         assert!(pool.acquire().is_nested());
+///     });
+/// });
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[must_use = "the thread stops counting as a holder when this is dropped"]
 pub struct EnteredPermit<'a> {
     permit: &'a GpuTestPermit,

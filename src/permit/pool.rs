@@ -39,6 +39,21 @@ use crate::sync::Ordering;
 ///   without waiting for requests of at most its units. At most one real permit per thread.
 /// - **Bounded**: every wait has a deadline; past it the error lists the holders.
 /// - **Crash-safe**: a process killed while holding frees its slot at once.
+///
+/// ```
+/// use gpu_test_permit::PermitPool;
+///
+/// // Most tests use the global pool (`gpu_test_permit::acquire()`); a pool of its own suits a
+/// // suite's unit tests of its own fixtures.
+/// let pool = PermitPool::builder().concurrency(3).in_process_only().build()?;
+/// assert_eq!((pool.concurrency(), pool.gpus(), pool.capacity()), (3, 1, 3));
+/// let one = pool.acquire();
+/// assert_eq!(one.units(), 1);
+/// drop(one);
+/// let all = pool.acquire_weighted(3);
+/// assert_eq!(all.units(), 3);
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 pub struct PermitPool {
     /// Owned (a `Box`); freed by `Drop` or, while permits are out, by the last release.
     pub(super) inner: NonNull<PoolInner>,
@@ -102,12 +117,28 @@ impl PermitPool {
     }
 
     /// Permits per GPU (N).
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(3).gpus(2).in_process_only().build()?;
+    /// assert_eq!(pool.concurrency(), 3);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn concurrency(&self) -> usize {
         self.inner().layout().per_gpu
     }
 
     /// GPUs the pool spans (inside a permit inherited from `gpu-test-permit run`, the GPUs
     /// the parent numbers its devices among).
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(3).gpus(2).in_process_only().build()?;
+    /// assert_eq!(pool.gpus(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn gpus(&self) -> usize {
         let inner = self.inner();
         match &inner.inherited {
@@ -117,16 +148,41 @@ impl PermitPool {
     }
 
     /// Permits in all: N per GPU times the GPUs.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(3).gpus(2).in_process_only().build()?;
+    /// assert_eq!(pool.capacity(), 6);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn capacity(&self) -> usize {
         self.inner().local.capacity()
     }
 
     /// The deadline of [`acquire`](Self::acquire) and [`acquire_exclusive`](Self::acquire_exclusive).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).timeout(Duration::from_secs(5)).in_process_only().build()?;
+    /// assert_eq!(pool.timeout(), Duration::from_secs(5));
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn timeout(&self) -> Duration {
         self.inner().timeout
     }
 
     /// The slot directory, or `None` for an in-process-only pool.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// assert_eq!(pool.slot_dir(), None);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn slot_dir(&self) -> Option<&Path> {
         self.inner().host.as_ref().map(|h| h.dir())
     }
@@ -136,6 +192,15 @@ impl PermitPool {
     /// # Panics
     ///
     /// When the deadline passes or the slot directory is unusable; see [`acquire`](crate::acquire).
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// let permit = pool.acquire(); // waits while both units are held by other threads
+    /// assert_eq!(permit.units(), 1);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     #[inline]
     pub fn acquire(&self) -> GpuTestPermit {
         // Nested: a thread that holds a permit of this pool gets one more guard of it. Built
@@ -158,6 +223,15 @@ impl PermitPool {
     /// # Panics
     ///
     /// As [`acquire_exclusive`](crate::acquire_exclusive).
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// let all = pool.acquire_exclusive(); // nothing else holds a unit of the pool now
+    /// assert_eq!(all.units(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn acquire_exclusive(&self) -> GpuTestPermit {
         self.acquire_or_panic(Want::EXCLUSIVE)
     }
@@ -168,6 +242,15 @@ impl PermitPool {
     /// # Panics
     ///
     /// As [`acquire_weighted`](crate::acquire_weighted).
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// let heavy = pool.acquire_weighted(2); // half the GPU
+    /// assert_eq!(heavy.units(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn acquire_weighted(&self, units: usize) -> GpuTestPermit {
         self.request().units(units).acquire()
     }
@@ -179,6 +262,17 @@ impl PermitPool {
     ///
     /// As [`acquire`](Self::acquire), and when `gpus` is more than the pool (or its largest
     /// group) has.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("gtp-doc-acquire-gpus-{}", std::process::id()));
+    /// let pool = PermitPool::builder().concurrency(2).gpus(4).slot_dir(&dir).build()?;
+    /// let pair = pool.acquire_gpus(2);
+    /// assert_eq!(pair.devices().len(), 2);
+    /// # drop(pair); drop(pool); std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn acquire_gpus(&self, gpus: usize) -> GpuTestPermit {
         self.request().gpus(gpus).acquire()
     }
@@ -189,6 +283,15 @@ impl PermitPool {
     /// # Panics
     ///
     /// As [`acquire_memory`](crate::acquire_memory).
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).memory_budget(80 << 30).in_process_only().build()?;
+    /// // Units of 20 GiB: 30 GiB takes 2.
+    /// assert_eq!(pool.acquire_memory(30 << 30).units(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn acquire_memory(&self, bytes: u64) -> GpuTestPermit {
         self.request().memory(bytes).acquire()
     }
@@ -198,6 +301,16 @@ impl PermitPool {
     /// # Errors
     ///
     /// See [`AcquireError`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(1).in_process_only().build()?;
+    /// let permit = pool.try_acquire_for(Duration::from_secs(1)).expect("nobody else holds it");
+    /// assert_eq!(permit.units(), 1);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn try_acquire_for(&self, timeout: Duration) -> Result<GpuTestPermit, AcquireError> {
         self.acquire_inner(Want::ONE, Deadline::After(timeout))
     }
@@ -207,6 +320,16 @@ impl PermitPool {
     /// # Errors
     ///
     /// See [`AcquireError`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// let all = pool.try_acquire_exclusive_for(Duration::from_secs(1)).expect("the pool is free");
+    /// assert!(all.is_exclusive());
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn try_acquire_exclusive_for(
         &self,
         timeout: Duration,
@@ -247,6 +370,17 @@ impl PermitPool {
     /// # Errors
     ///
     /// See [`AcquireError`].
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use gpu_test_permit::{PermitKind, PermitPool};
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// let deadline = Instant::now() + Duration::from_secs(1);
+    /// let permit = pool.acquire_until(PermitKind::Shared, Some(deadline)).expect("free");
+    /// assert_eq!(permit.kind(), PermitKind::Shared);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn acquire_until(
         &self,
         kind: PermitKind,

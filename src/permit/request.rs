@@ -10,6 +10,15 @@ use super::pool::PermitPool;
 use super::want::Want;
 
 /// A permit request being built: see [`PermitPool::request`].
+///
+/// ```
+/// use gpu_test_permit::PermitPool;
+///
+/// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+/// let heavy = pool.request().units(3).acquire();
+/// assert_eq!(heavy.units(), 3);
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[derive(Debug, Clone, Copy)]
 #[must_use = "a request does nothing until acquired"]
 pub struct PermitRequest<'p> {
@@ -25,6 +34,14 @@ impl PermitRequest<'_> {
     /// # Panics
     ///
     /// If `units` is 0.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// assert_eq!(pool.request().units(3).acquire().units(), 3);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn units(mut self, units: usize) -> Self {
         assert!(units >= 1, "a permit holds at least one unit");
         self.want.units = units;
@@ -54,6 +71,17 @@ impl PermitRequest<'_> {
     /// # Panics
     ///
     /// If `gpus` is 0.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let dir = std::env::temp_dir().join(format!("gtp-doc-request-gpus-{}", std::process::id()));
+    /// let pool = PermitPool::builder().concurrency(2).gpus(4).slot_dir(&dir).build()?;
+    /// let permit = pool.request().gpus(2).units(2).acquire(); // both units of 2 GPUs
+    /// assert_eq!(permit.devices().len(), 2);
+    /// # drop(permit); drop(pool); std::fs::remove_dir_all(&dir).ok();
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn gpus(mut self, gpus: usize) -> Self {
         assert!(gpus >= 1, "a permit is for at least one GPU");
         self.want.gpus = gpus;
@@ -64,12 +92,29 @@ impl PermitRequest<'_> {
     /// where the budget is one GPU's (`GPU_TEST_PERMIT_GPU_MEMORY`,
     /// [`PoolBuilder::memory_budget`](crate::PoolBuilder::memory_budget), or the device memory the CUDA probe reports). Without a
     /// known budget the request takes one unit, and the process says so once.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).memory_budget(16 << 30).in_process_only().build()?;
+    /// let permit = pool.request().memory(8 << 30).acquire();
+    /// assert_eq!((permit.memory(), permit.units()), (Some(8 << 30), 2));
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn memory(mut self, bytes: u64) -> Self {
         self.want.memory = Some(bytes);
         self
     }
 
     /// Asks for every unit of every GPU: nothing else runs on the GPU while it is held.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// assert!(pool.request().exclusive().acquire().is_exclusive());
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn exclusive(mut self) -> Self {
         self.want.exclusive = true;
         self
@@ -82,6 +127,15 @@ impl PermitRequest<'_> {
     /// When the request can never be served (more units or memory than a GPU has), when the
     /// thread holds a smaller permit (see [`AcquireError::NestedLarger`]), when the deadline
     /// passes, and when the slot directory is unusable. In a test, that fails the test.
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// let permit = pool.request().units(2).acquire();
+    /// assert_eq!(permit.units(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn acquire(self) -> GpuTestPermit {
         self.pool.acquire_or_panic(self.want)
     }
@@ -91,6 +145,18 @@ impl PermitRequest<'_> {
     /// # Errors
     ///
     /// [`AcquireError::WouldBlock`] when they are not, and the others of [`AcquireError`].
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// let held = pool.request().units(2).acquire();
+    /// std::thread::scope(|s| {
+    ///     s.spawn(|| assert!(pool.request().try_acquire().is_err(), "nothing free"));
+    /// });
+    /// drop(held);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn try_acquire(self) -> Result<GpuTestPermit, AcquireError> {
         self.pool.acquire_inner(self.want, Deadline::Now)
     }
@@ -100,6 +166,16 @@ impl PermitRequest<'_> {
     /// # Errors
     ///
     /// See [`AcquireError`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// let permit = pool.request().units(2).acquire_for(Duration::from_secs(1)).expect("free");
+    /// assert_eq!(permit.units(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn acquire_for(self, timeout: Duration) -> Result<GpuTestPermit, AcquireError> {
         self.pool.acquire_inner(self.want, Deadline::After(timeout))
     }
@@ -109,6 +185,16 @@ impl PermitRequest<'_> {
     /// # Errors
     ///
     /// See [`AcquireError`].
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+    /// let deadline = Some(Instant::now() + Duration::from_secs(1)); // `None`: the pool's timeout
+    /// assert!(pool.request().acquire_until(deadline).is_ok());
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
+    /// ```
     pub fn acquire_until(self, deadline: Option<Instant>) -> Result<GpuTestPermit, AcquireError> {
         self.pool
             .acquire_inner(self.want, deadline.map_or(Deadline::Never, Deadline::At))
@@ -133,6 +219,15 @@ impl PermitPool {
     /// // Nested requests of at most 3 units on this thread use it.
     /// assert!(pool.acquire_weighted(2).is_nested());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// ```
+    /// use gpu_test_permit::PermitPool;
+    ///
+    /// let pool = PermitPool::builder().concurrency(4).in_process_only().build()?;
+    /// let permit = pool.request().units(2).acquire();
+    /// assert_eq!(permit.units(), 2);
+    /// # Ok::<(), gpu_test_permit::host::HostError>(())
     /// ```
     pub fn request(&self) -> PermitRequest<'_> {
         self.request_for(Want::ONE)

@@ -3,6 +3,16 @@
 //! all speak it.
 
 /// Whether a permit is one of N or all of them.
+///
+/// ```
+/// use gpu_test_permit::{PermitKind, PermitPool};
+///
+/// let pool = PermitPool::builder().concurrency(2).in_process_only().build()?;
+/// assert_eq!(pool.acquire().kind(), PermitKind::Shared);
+/// let all = pool.acquire_exclusive();
+/// assert_eq!((all.kind(), all.units()), (PermitKind::Exclusive, 2));
+/// # Ok::<(), gpu_test_permit::host::HostError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PermitKind {
     /// One of the pool's N permits.

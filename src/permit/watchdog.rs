@@ -77,6 +77,19 @@ pub fn on_hold_timeout(handler: impl Fn(HoldTimeout) + Send + Sync + 'static) ->
 
 /// A permit held past its pool's hold deadline, as the watchdog found it (see
 /// [`on_hold_timeout`]).
+///
+/// ```
+/// use gpu_test_permit::HoldTimeout;
+///
+/// // What a handler given to `on_hold_timeout` may do with one: say it, record it, and end the
+/// // process, whose permits the kernel then frees.
+/// fn handle(late: HoldTimeout) {
+///     eprintln!("{}", late.diagnosis());
+///     late.record();
+///     std::process::abort();
+/// }
+/// # let _: fn(HoldTimeout) = handle;
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct HoldTimeout {
@@ -136,6 +149,16 @@ impl HoldTimeout {
 
     /// Names `command`, process `pid`, as what holds the permit: a runner holds it for a
     /// command that works inside it. The diagnosis and the hang record then name the command.
+    ///
+    /// ```
+    /// use gpu_test_permit::HoldTimeout;
+    ///
+    /// // A tool that holds a permit for a command it started names the command, not itself.
+    /// fn on_late(late: HoldTimeout, child: &std::process::Child) -> HoldTimeout {
+    ///     late.held_by_command("cargo test --release", child.id())
+    /// }
+    /// # let _ = on_late;
+    /// ```
     pub fn held_by_command(mut self, command: impl Into<String>, pid: u32) -> HoldTimeout {
         self.holder = command.into();
         self.pid = pid;
@@ -148,6 +171,17 @@ impl HoldTimeout {
 
     /// The diagnosis the watchdog prints (without what it does next): who holds permits in
     /// this process and for how long, the N in force, and that a lower N is the usual cure.
+    ///
+    /// ```
+    /// use gpu_test_permit::HoldTimeout;
+    ///
+    /// // Say it on standard error and end the process: its permits are freed with it.
+    /// fn handle(late: HoldTimeout) {
+    ///     eprintln!("{}", late.diagnosis());
+    ///     std::process::abort();
+    /// }
+    /// # let _ = handle;
+    /// ```
     pub fn diagnosis(&self) -> String {
         let what = if self.command { "command" } else { "test" };
         let whose = if self.command {
@@ -186,9 +220,21 @@ impl HoldTimeout {
     }
 
     /// Appends the hang to the record of its pool's slot directory (`gpu0.hangs` in its state
-    /// directory, see [`crate::hangs`]), so that the trace's what-if does not advise this N on
+    /// directory; `gpu-test-permit history` shows it), so that the trace's what-if does not advise this N on
     /// this host, after a reboot too.
     /// Best effort; nothing where the pool has no slot directory.
+    ///
+    /// ```
+    /// use gpu_test_permit::HoldTimeout;
+    ///
+    /// // A handler that keeps the process alive still records the hang, so that the N it hung at
+    /// // is not advised again.
+    /// fn keep_going(late: HoldTimeout) {
+    ///     late.record();
+    ///     eprintln!("{} held a permit for {:?}", late.holder, late.held);
+    /// }
+    /// # let _ = keep_going;
+    /// ```
     pub fn record(&self) {
         let Some(dir) = &self.slot_dir else {
             return;

@@ -13,6 +13,16 @@ use super::spawn::{START_FAILED, run};
 use crate::backend::{Backend, ProbeMode};
 
 /// Probes `backend` now with `opts`, bypassing every cache.
+///
+/// ```
+/// use std::time::Duration;
+/// use gpu_test_permit::probe::{probe_with, Backend, ProbeOptions, ProbeSource};
+///
+/// // A fresh answer with a short deadline, in a child process, whatever the caches hold.
+/// let opts = ProbeOptions::from_env().timeout(Duration::from_secs(5)).in_process(false);
+/// let report = probe_with(Backend::Wgpu, &opts);
+/// assert_ne!(report.source, ProbeSource::ProcessCache);
+/// ```
 pub fn probe_with(backend: Backend, opts: &ProbeOptions) -> ProbeReport {
     let start = Instant::now();
     if !backend.is_built() {

@@ -6,6 +6,18 @@ use std::time::Duration;
 use crate::json::{self, Fields, Object, Record, Value};
 
 /// What kind of device an adapter is.
+///
+/// ```
+/// use gpu_test_permit::probe::{DeviceKind, ProbeReport};
+///
+/// let report = ProbeReport::from_json(
+///     r#"{"backend":"cuda","outcome":{"status":"devices","devices":[{"index":0,"name":"NVIDIA GB10","api":"cuda","kind":"integrated","driver":"CUDA 13.0","memory_bytes":128000000000}]},"duration_ms":40,"source":"child"}"#,
+/// )?;
+/// let device = &report.outcome.devices().expect("devices")[0];
+/// assert_eq!(device.kind, DeviceKind::Integrated);
+/// assert_eq!(DeviceKind::Cpu.to_string(), "cpu"); // lavapipe, llvmpipe
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceKind {
     /// A GPU with its own memory.
@@ -33,6 +45,18 @@ impl fmt::Display for DeviceKind {
 }
 
 /// One device a backend found.
+///
+/// ```
+/// use gpu_test_permit::probe::ProbeReport;
+///
+/// let report = ProbeReport::from_json(
+///     r#"{"backend":"cuda","outcome":{"status":"devices","devices":[{"index":0,"name":"NVIDIA GB10","api":"cuda","kind":"integrated","driver":"CUDA 13.0","memory_bytes":128000000000}]},"duration_ms":40,"source":"child"}"#,
+/// )?;
+/// let device = &report.outcome.devices().expect("devices")[0];
+/// assert_eq!((device.index, device.name.as_str()), (0, "NVIDIA GB10"));
+/// assert_eq!(device.memory_bytes, Some(128_000_000_000));
+/// # Ok::<(), String>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Device {
@@ -55,6 +79,16 @@ pub struct Device {
 }
 
 /// What a probe found out.
+///
+/// ```
+/// use gpu_test_permit::probe::{probe, Backend, ProbeOutcome};
+///
+/// match probe(Backend::Cuda).outcome {
+///     ProbeOutcome::Devices { devices } => println!("{} CUDA device(s)", devices.len()),
+///     o if o.is_broken() => println!("the CUDA driver is broken: {o}"),
+///     o => println!("no CUDA here: {o}"),
+/// }
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ProbeOutcome {
@@ -281,6 +315,18 @@ impl ProbeOutcome {
     }
 
     /// The devices, when the backend has any.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::ProbeOutcome;
+    ///
+    /// let found = ProbeOutcome::from_json(
+    ///     r#"{"status":"devices","devices":[{"index":0,"name":"llvmpipe","api":"vulkan","kind":"cpu"}]}"#,
+    /// )?;
+    /// let crashed = ProbeOutcome::from_json(r#"{"status":"crashed","signal":11,"exit_code":null,"stderr_tail":""}"#)?;
+    /// assert_eq!(found.devices().map(|d| d.len()), Some(1));
+    /// assert!(crashed.devices().is_none());
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn devices(&self) -> Option<&[Device]> {
         match self {
             ProbeOutcome::Devices { devices } => Some(devices),
@@ -289,6 +335,17 @@ impl ProbeOutcome {
     }
 
     /// Whether the backend has at least one device.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::ProbeOutcome;
+    ///
+    /// let found = ProbeOutcome::from_json(
+    ///     r#"{"status":"devices","devices":[{"index":0,"name":"llvmpipe","api":"vulkan","kind":"cpu"}]}"#,
+    /// )?;
+    /// let crashed = ProbeOutcome::from_json(r#"{"status":"crashed","signal":11,"exit_code":null,"stderr_tail":""}"#)?;
+    /// assert!(found.has_devices() && !crashed.has_devices());
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn has_devices(&self) -> bool {
         self.devices().is_some_and(|d| !d.is_empty())
     }
@@ -296,6 +353,18 @@ impl ProbeOutcome {
     /// Whether the probe itself went wrong (crash, hang, error, malformed answer), as opposed
     /// to a clean answer of "devices", "no devices", "not installed" or "not built". A broken
     /// probe means a broken driver, which deserves attention even where the backend is optional.
+    ///
+    /// ```
+    /// use gpu_test_permit::probe::ProbeOutcome;
+    ///
+    /// let found = ProbeOutcome::from_json(
+    ///     r#"{"status":"devices","devices":[{"index":0,"name":"llvmpipe","api":"vulkan","kind":"cpu"}]}"#,
+    /// )?;
+    /// let crashed = ProbeOutcome::from_json(r#"{"status":"crashed","signal":11,"exit_code":null,"stderr_tail":""}"#)?;
+    /// assert!(crashed.is_broken() && !found.is_broken());
+    /// assert!(!ProbeOutcome::NotBuilt.is_broken());
+    /// # Ok::<(), String>(())
+    /// ```
     pub fn is_broken(&self) -> bool {
         matches!(
             self,

@@ -10,6 +10,15 @@ use crate::backend::Backend;
 use crate::json::{self, Fields, Object, Record, Value};
 
 /// Where a [`ProbeReport`] came from.
+///
+/// ```
+/// use gpu_test_permit::probe::{probe, Backend, ProbeSource};
+///
+/// let _first = probe(Backend::Wgpu);
+/// let again = probe(Backend::Wgpu);
+/// // No second child: the answer comes from a cache (this process's, or the nextest run's).
+/// assert_ne!(again.source, ProbeSource::Child);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeSource {
     /// A probe child started for this call.
@@ -34,6 +43,14 @@ impl fmt::Display for ProbeSource {
 }
 
 /// The answer to "what does this backend have?".
+///
+/// ```
+/// use gpu_test_permit::probe::{probe, Backend};
+///
+/// let report = probe(Backend::Cuda);
+/// assert_eq!(report.backend, Backend::Cuda);
+/// println!("{report} ({:?}, from the {})", report.duration, report.source);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProbeReport {

@@ -20,7 +20,7 @@
 //! The newest 32 runs' files are kept. Writing is best effort: a record that cannot be
 //! written is said once on standard error and never fails a test.
 //!
-//! Reading: [`read_run`] and [`last_run`] give a run's records ([`just_ended`] says which of
+//! Reading: [`read_run`] gives a run's records (the command says which of
 //! this user's runs may be the one that just ended), [`summarize`] what they say
 //! ([`RunSummary`]: skips, contention casualties, the peak), which `gpu-test-permit report`
 //! prints and `gpu-test-permit junit` writes into nextest's JUnit report.
@@ -35,13 +35,14 @@
 //! says so in one line at exit instead ([`tally`]).
 //!
 //! ```
-//! use gpu_test_permit::runs::{last_run, summarize};
+//! use gpu_test_permit::__private::runs::{read_run, recorded_runs, summarize};
 //!
-//! # fn main() -> Result<(), gpu_test_permit::runs::RunsError> {
+//! # fn main() -> Result<(), gpu_test_permit::__private::runs::RunsError> {
 //! let dir = gpu_test_permit::config::Config::from_env()
 //!     .slot_dir_path()
 //!     .expect("a usable slot directory");
-//! match last_run(&dir)? {
+//! let last = recorded_runs(&dir).into_iter().rfind(|r| r.mine);
+//! match last.map(|r| read_run(&dir, &r.run_id)).transpose()?.flatten() {
 //!     None => println!("no nextest run recorded in {}", dir.display()),
 //!     Some(run) => {
 //!         let s = summarize(&run);
@@ -69,10 +70,7 @@ use std::time::SystemTime;
 /// The test a record names: [`nextest::current_test`](crate::nextest::current_test).
 pub(crate) use crate::nextest::current_test;
 pub use casualty::{CasualtyRecord, forget_casualties, recorded_casualties};
-pub use read::{
-    BESIDE, JustEnded, RecordedRun, RunRecords, RunsError, just_ended, last_run, read_run,
-    recorded_runs,
-};
+pub use read::{RecordedRun, RunRecords, RunsError, first_record_time, read_run, recorded_runs};
 pub use record::{
     ChoiceRecord, DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord,
 };

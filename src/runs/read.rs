@@ -157,76 +157,9 @@ pub fn recorded_runs(dir: &Path) -> Vec<RecordedRun> {
     runs
 }
 
-/// The records of the run of this user most recently written in `dir`, or `None` when there
-/// is none. Runs of other users (in a shared directory) are left out: read one by its id
-/// ([`read_run`]). To read the run that just ended, ask [`just_ended`] first: beside another
-/// run, the one written last need not be it.
-///
-/// # Errors
-///
-/// As [`read_run`].
-pub fn last_run(dir: &Path) -> Result<Option<RunRecords>, RunsError> {
-    let Some(last) = recorded_runs(dir).into_iter().rfind(|r| r.mine) else {
-        return Ok(None);
-    };
-    read_run(dir, &last.run_id)
-}
-
-/// How long before the first record of the newest run another run's last record may have been
-/// written for it to count as beside the newest one ([`just_ended`]): longer than the time from
-/// the end of a CI job's `cargo nextest run` to its `report` step.
-pub const BESIDE: Duration = Duration::from_secs(30);
-
-/// Which of this user's runs in a slot directory may be the run that just ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum JustEnded {
-    /// This user has no run recorded there; `others` is how many runs of other users are.
-    Nothing {
-        /// Runs of other users in the directory.
-        others: usize,
-    },
-    /// One run: its id.
-    One(String),
-    /// Several, the most recently written last: they ran side by side, or one began right
-    /// after another ended, so either may be the one a caller's run was.
-    Several(Vec<RecordedRun>),
-}
-
-/// Which of this user's runs in `dir` may be the run that just ended: the run written last
-/// (the newest), and every other run of this user whose file was last written no earlier than
-/// [`BESIDE`] before the newest run's first record. Those ran beside the newest run (one still
-/// being written is one of them), or ended just before it began: a CI job whose run ended then
-/// may be asking, and the newest run is not its own. Runs of other users are never candidates:
-/// nobody else can choose what this user's `report` reads.
-///
-/// A run that begins more than [`BESIDE`] after a caller's run ended and before the caller
-/// asks is not told apart from the caller's; name the run (`report --run-id`) where jobs share
-/// a slot directory.
-pub fn just_ended(dir: &Path) -> JustEnded {
-    let (mine, others): (Vec<RecordedRun>, Vec<RecordedRun>) =
-        recorded_runs(dir).into_iter().partition(|r| r.mine);
-    let Some(newest) = mine.last() else {
-        return JustEnded::Nothing {
-            others: others.len(),
-        };
-    };
-    let began =
-        first_record_time(dir, &newest.run_id).map_or(newest.modified, |t| t.min(newest.modified));
-    let from = began.checked_sub(BESIDE).unwrap_or(SystemTime::UNIX_EPOCH);
-    let candidates: Vec<RecordedRun> = mine
-        .iter()
-        .filter(|r| r.modified >= from)
-        .cloned()
-        .collect();
-    match candidates.as_slice() {
-        [one] => JustEnded::One(one.run_id.clone()),
-        _ => JustEnded::Several(candidates),
-    }
-}
-
 /// When the first record of run `run_id` in `dir` was written (its own time), where its
 /// first line is a record.
-fn first_record_time(dir: &Path, run_id: &str) -> Option<SystemTime> {
+pub fn first_record_time(dir: &Path, run_id: &str) -> Option<SystemTime> {
     let file = sys::open_regular_for_reading(&dir.join(file_name(run_id))).ok()?;
     let mut line = Vec::new();
     BufReader::new(file.take(LONGEST_LINE as u64 + 1))

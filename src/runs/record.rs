@@ -12,9 +12,9 @@ pub enum RunRecord {
     Grant(GrantRecord),
     /// A permit granted before was returned.
     Release(ReleaseRecord),
-    /// `REALIZAR_GPU_TEST_CONCURRENCY=auto` chose the run's N (see [`tune`](crate::tune)).
+    /// `REALIZAR_GPU_TEST_CONCURRENCY=auto` chose the run's N (see [`tune`](crate::__private::tune)).
     Choice(ChoiceRecord),
-    /// A test process loaded GPU drivers (see [`drivers`](crate::drivers)).
+    /// A test process loaded GPU drivers (see [`drivers`](crate::__private::drivers)).
     Drivers(DriversRecord),
 }
 
@@ -342,7 +342,7 @@ pub struct ChoiceRecord {
 }
 
 /// GPU drivers a test process loaded, and whether it held a permit then (see
-/// [`drivers`](crate::drivers)).
+/// [`drivers`](crate::__private::drivers)).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DriversRecord {
@@ -373,7 +373,7 @@ pub struct DriversRecord {
     pub seen: String,
     /// The GPU driver libraries its program was linked to at build time (mapped before its
     /// first instruction, or its executable's dependencies): not in `drivers`, never an
-    /// escape (see [`drivers`](crate::drivers)).
+    /// escape (see [`drivers`](crate::__private::drivers)).
     pub linked: Vec<String>,
     /// Whether a process the test started (a tool or helper it runs), not the test's own,
     /// loaded one of `unpermitted` (watched only).

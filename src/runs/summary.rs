@@ -153,7 +153,7 @@ pub struct RunSummary {
     /// name, with the drivers it loaded: the run's GPU tests as the drivers tell them.
     pub loaded_drivers: Vec<(TestKey, Vec<String>)>,
     /// Tests whose program was linked to a GPU driver at build time, by name, with those
-    /// drivers: not escapes (see [`drivers`](crate::drivers)).
+    /// drivers: not escapes (see [`drivers`](crate::__private::drivers)).
     pub linked_drivers: Vec<(TestKey, Vec<String>)>,
     /// Tests whose processes were watched (`gpu-test-permit watch`): where there are none,
     /// only drivers still mapped when a test looked at itself were seen.

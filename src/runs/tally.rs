@@ -8,7 +8,7 @@
 //!
 //! A GPU test is one that asked [`require_backend!`](crate::require_backend) or a fixture, or
 //! took a permit. Under `cargo nextest` (one test a process) the line is not printed: the run
-//! records the skips instead (see [`runs`](super)), for `gpu-test-permit junit` and `report`.
+//! records the skips instead (see [`runs`](crate::__private::runs)), for `gpu-test-permit junit` and `report`.
 
 use crate::order::SortedMap;
 use std::sync::Once;

@@ -13,7 +13,7 @@ use crate::trace::TraceEvent;
 /// an attempt, every hold is the test's first.
 ///
 /// ```
-/// use gpu_test_permit::runs::casualties_in_trace;
+/// use gpu_test_permit::__private::runs::casualties_in_trace;
 /// use gpu_test_permit::trace::{TraceArgs, TraceEvent};
 ///
 /// let hold = |test: &str, pid, ts, dur, attempt, failed, exclusive| TraceEvent {

@@ -7,6 +7,18 @@ use std::path::{Path, PathBuf};
 use crate::json::{self, Fields, Object, Record, Value};
 
 /// One trace event (a "complete" event, phase `X`).
+///
+/// ```
+/// use gpu_test_permit::trace::{TraceArgs, TraceEvent};
+///
+/// // A hold of two units for 1.5 ms, as a weighted permit writes it.
+/// let hold = TraceEvent {
+///     name: "hold".into(), cat: "gpu-test-permit".into(), ph: "X".into(),
+///     ts: 1_000, dur: 1_500, pid: 7, tid: 1,
+///     args: TraceArgs { test: "gpu::reduce".into(), units: 2, capacity: 4, ..Default::default() },
+/// };
+/// assert_eq!(hold.end(), 2_500);
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct TraceEvent {
     /// `wait` (from asking to getting a permit) or `hold` (from getting to releasing it).
@@ -32,6 +44,20 @@ pub struct TraceEvent {
 /// Fields added after the first release have defaults, so traces of earlier versions still
 /// read; [`read_events`](crate::trace::read_events) fills in what they lack (`units`: 1, or `capacity` for an exclusive
 /// permit; `gpus`: 1).
+///
+/// ```
+/// use gpu_test_permit::trace::{TraceArgs, TraceEvent};
+///
+/// fn declared_more_than_used(e: &TraceEvent) -> bool {
+///     matches!((e.args.memory, e.args.memory_used), (Some(d), Some(u)) if d > u)
+/// }
+/// let args = TraceArgs { memory: Some(8 << 30), memory_used: Some(3 << 30), ..Default::default() };
+/// let e = TraceEvent {
+///     name: "hold".into(), cat: "gpu-test-permit".into(), ph: "X".into(),
+///     ts: 0, dur: 10, pid: 1, tid: 1, args,
+/// };
+/// assert!(declared_more_than_used(&e));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TraceArgs {
     /// Test name.
@@ -200,8 +226,18 @@ impl TraceEvent {
         }
     }
 
-    /// When it ended, microseconds since the Unix epoch (saturating: an event [`read_trace`](super::read_trace)
-    /// accepts never overflows).
+    /// When it ended, microseconds since the Unix epoch (saturating: an event
+    /// [`read_events`](super::read_events) accepts never overflows).
+    ///
+    /// ```
+    /// use gpu_test_permit::trace::{TraceArgs, TraceEvent};
+    ///
+    /// let e = TraceEvent {
+    ///     name: "hold".into(), cat: "gpu-test-permit".into(), ph: "X".into(),
+    ///     ts: 10, dur: 5, pid: 1, tid: 1, args: TraceArgs::default(),
+    /// };
+    /// assert_eq!(e.end(), 15);
+    /// ```
     pub fn end(&self) -> u64 {
         self.ts.saturating_add(self.dur)
     }
@@ -211,6 +247,15 @@ impl TraceArgs {
     /// Permit units the permit took: `units`, or where an event lacks them (0: a trace of an
     /// earlier version, or an event not read by [`read_events`](crate::trace::read_events)), 1 or, for an exclusive
     /// permit, `capacity`.
+    ///
+    /// ```
+    /// use gpu_test_permit::trace::TraceArgs;
+    ///
+    /// assert_eq!(TraceArgs { units: 3, ..Default::default() }.held_units(), 3);
+    /// // An event of an earlier version, which had no `units`:
+    /// assert_eq!(TraceArgs { exclusive: true, capacity: 4, ..Default::default() }.held_units(), 4);
+    /// assert_eq!(TraceArgs::default().held_units(), 1);
+    /// ```
     pub fn held_units(&self) -> usize {
         match self.units {
             0 if self.exclusive => self.capacity.max(1),

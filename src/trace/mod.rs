@@ -12,10 +12,10 @@
 //! standard error and tracing is off, the permits work as ever. A new file is made under a
 //! temporary name beside it that is never opened through a link.
 //!
-//! For a parser, [`read_trace`] returns the events of such a file and the lines it could not
-//! use (a line cut short by a full disk, events no pool writes), [`read_events`] the events or
-//! an error naming the first such line; [`peak_concurrency`] and [`peak_per_gpu`] say how many
-//! units were held at once, which is how a test checks from its trace that the cap held. What
+//! [`read_events`] returns the events of such a file, or an error naming the first line it
+//! could not use (a line cut short by a full disk, events no pool writes); [`peak_concurrency`]
+//! and [`peak_per_gpu`] say how many units were held at once, which is how a test checks from
+//! its trace that the cap held. What
 //! a trace tells about choosing N (the summary, the what-if and its model, the timeline) is the
 //! command-line tool's: `gpu-test-permit trace`, and the `gpu-test-permit-cli` crate's
 //! `trace` module.
@@ -30,9 +30,9 @@
 
 mod event;
 mod peak;
-mod read;
+pub(crate) mod read;
 
 pub(crate) use event::Tracer;
 pub use event::{TraceArgs, TraceEvent};
 pub use peak::{peak_concurrency, peak_per_gpu};
-pub use read::{SkippedLine, TraceFile, read_events, read_trace};
+pub use read::read_events;

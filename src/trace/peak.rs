@@ -4,6 +4,19 @@ use super::event::TraceEvent;
 
 /// The largest number of permit units held at the same moment according to `events` (a
 /// weighted hold counts its `units`, an exclusive one `capacity`).
+///
+/// ```
+/// use gpu_test_permit::trace::{peak_concurrency, TraceArgs, TraceEvent};
+///
+/// let hold = |ts, units| TraceEvent {
+///     name: "hold".into(), cat: "gpu-test-permit".into(), ph: "X".into(), ts, dur: 100,
+///     pid: 1, tid: 1,
+///     args: TraceArgs { units, capacity: 4, ..Default::default() },
+/// };
+/// // Two units from 0 to 100, one from 50 to 150, two from 100 (a release counts first).
+/// let events = [hold(0, 2), hold(50, 1), hold(100, 2)];
+/// assert_eq!(peak_concurrency(&events), 3);
+/// ```
 pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     let mut edges: Vec<(u64, i64)> = Vec::new();
     for e in events.iter().filter(|e| e.name == "hold") {

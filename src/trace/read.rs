@@ -58,7 +58,7 @@ pub struct SkippedLine {
 /// When the file cannot be read at all.
 ///
 /// ```
-/// use gpu_test_permit::trace::read_trace;
+/// use gpu_test_permit::__private::trace::read_trace;
 /// let dir = std::env::temp_dir().join(format!("read-trace-doc-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
 /// let path = dir.join("t.json");
@@ -216,6 +216,23 @@ fn check(ev: &TraceEvent) -> Result<(), String> {
 /// # Errors
 ///
 /// When the file cannot be read, or a line is not an event [`read_trace`] accepts.
+///
+/// ```
+/// use gpu_test_permit::trace::{peak_concurrency, read_events};
+///
+/// let dir = std::env::temp_dir().join(format!("gtp-doc-read-events-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let path = dir.join("trace.json");
+/// let event = r#"{"name":"hold","cat":"gpu-test-permit","ph":"X","ts":0,"dur":5,"pid":1,"tid":1,"args":{"test":"t","thread":"t","slots":[0],"exclusive":false,"capacity":2}}"#;
+/// std::fs::write(&path, format!("[\n{event},\n")).unwrap();
+/// let events = read_events(&path)?;
+/// assert_eq!(peak_concurrency(&events), 1);
+/// // A line that is not an event is an error naming it.
+/// std::fs::write(&path, format!("[\n{event},\nnot an event,\n")).unwrap();
+/// assert!(read_events(&path).unwrap_err().to_string().contains("line 3"));
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn read_events(path: &Path) -> io::Result<Vec<TraceEvent>> {
     let trace = read_trace(path)?;
     match trace.skipped.first() {

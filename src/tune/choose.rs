@@ -1,5 +1,5 @@
 //! The choice itself: a pure function of the history, the hang and casualty records, the GPU
-//! and the ceiling (see the [module docs](super#how-n-is-chosen)).
+//! and the ceiling (see the [module docs](crate::__private::tune#how-n-is-chosen)).
 
 use crate::order::SortedMap;
 
@@ -96,7 +96,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-/// Chooses the N of a run (see the [module docs](super#how-n-is-chosen)).
+/// Chooses the N of a run (see the [module docs](crate::__private::tune#how-n-is-chosen)).
 pub fn choose(inputs: &Inputs<'_>) -> Choice {
     let Inputs {
         history,

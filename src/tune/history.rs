@@ -146,7 +146,7 @@ impl HistoryEntry {
     /// Text that is not JSON, or not a history entry: the message names the field.
     ///
     /// ```
-    /// use gpu_test_permit::tune::HistoryEntry;
+    /// use gpu_test_permit::__private::tune::HistoryEntry;
     ///
     /// let line = r#"{"v":1,"run":"r1","unix_ms":1,"per_gpu":2,"gpus":1,"auto":true,"gpu":"","holds":8,"span_us":9,"busy_us":8,"unit_us":16,"work_us":16,"queued_us":0,"peak":2,"unreturned":0,"failed":0,"casualties":0,"source_len":100}"#;
     /// let e = HistoryEntry::from_json(line)?;

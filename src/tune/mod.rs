@@ -71,7 +71,7 @@
 //! weights, and `history` lists the measured peaks ([`learned_memory`]).
 //!
 //! ```
-//! use gpu_test_permit::tune::{choose, Inputs, Step};
+//! use gpu_test_permit::__private::tune::{choose, Inputs, Step};
 //!
 //! // No history: the seed.
 //! let c = choose(&Inputs {

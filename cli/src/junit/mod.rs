@@ -3,7 +3,7 @@
 //!
 //! No Rust test runner can mark a test skipped once it runs, so nextest's JUnit report
 //! (`[profile.<p>.junit] path`) shows every GPU test that found no device as passed. The
-//! crate records each such skip ([`runs`](gpu_test_permit::runs)); [`mark_skipped`] writes them into
+//! crate records each such skip ([`runs`](gpu_test_permit::__private::runs)); [`mark_skipped`] writes them into
 //! the report:
 //!
 //! - every `<testcase>` whose test the skips name, and that passed (no `<failure>` or
@@ -68,7 +68,7 @@ pub use error::{JunitError, JunitErrorKind, Position};
 
 use error::{Failure, io_error};
 use file::{Input, TempFile, read_input, same_file};
-use gpu_test_permit::runs::SkippedTest;
+use gpu_test_permit::__private::runs::SkippedTest;
 use walk::{Document, Element, SkipIndex, attribute, plan, rewrite, step};
 
 /// A test that skipped at run time, as the report is to say it.

@@ -93,9 +93,9 @@ mod summary;
 mod timeline;
 
 pub use check::{Disagreement, ESTIMATE_TOLERANCE, NoGain, check_estimates};
+pub use gpu_test_permit::__private::trace::{SkippedLine, TraceFile, read_trace};
 pub use gpu_test_permit::trace::{
-    SkippedLine, TraceArgs, TraceEvent, TraceFile, peak_concurrency, peak_per_gpu, read_events,
-    read_trace,
+    TraceArgs, TraceEvent, peak_concurrency, peak_per_gpu, read_events,
 };
 pub use model::{Prediction, Slowdown, SlowdownBasis};
 pub use replay::{predict, replay_fixed};

@@ -9,8 +9,9 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use gpu_test_permit::__private::runs::RunRecord;
 use gpu_test_permit::probe::Backend;
-use gpu_test_permit::runs::{RunRecord, last_run};
+use gpu_test_permit_cli::records::last_run;
 
 use crate::recipes::have_nextest;
 use crate::util::{bin, clear_permit_env, tempdir};

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use gpu_test_permit::host::status;
+use gpu_test_permit::__private::host::status;
 
 use crate::util::{Holder, cli, signal, tempdir};
 

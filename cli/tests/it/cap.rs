@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use gpu_test_permit::__private::host::status;
 use gpu_test_permit::PermitPool;
-use gpu_test_permit::host::status;
 
 use crate::util::{Holder, cli, tempdir};
 

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpu_test_permit::host::{Layout, status};
+use gpu_test_permit::__private::host::status;
+use gpu_test_permit::host::Layout;
 
 use crate::util::{Holder, bin, cli, tempdir};
 
@@ -481,7 +482,7 @@ fn a_hang_inside_run_is_recorded_with_the_hosts_n_in_the_hosts_directory() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("N = 4 permit(s) per GPU"), "{err}");
-    let hangs = gpu_test_permit::host::recorded_hangs(&slots);
+    let hangs = gpu_test_permit::__private::host::recorded_hangs(&slots);
     assert_eq!(hangs.len(), 1, "{hangs:?}\n{err}");
     assert_eq!((hangs[0].per_gpu, hangs[0].gpus), (4, 1), "{hangs:?}");
     let share = std::fs::read_dir(&slots)
@@ -491,7 +492,7 @@ fn a_hang_inside_run_is_recorded_with_the_hosts_n_in_the_hosts_directory() {
         .expect("the share directory")
         .path();
     assert!(
-        gpu_test_permit::host::recorded_hangs(&share).is_empty(),
+        gpu_test_permit::__private::host::recorded_hangs(&share).is_empty(),
         "a hang recorded in the share directory"
     );
 }

@@ -781,7 +781,7 @@ fn nextest_snippet_tells_nextest_the_weight_of_heavy_tests() {
     };
     let text = snippet(4, &[]);
     assert!(
-        text.starts_with(&gpu_test_permit::nextest::group_snippet(4)),
+        text.starts_with(&gpu_test_permit::__private::nextest::group_snippet(4)),
         "{text}"
     );
     assert!(
@@ -792,7 +792,7 @@ fn nextest_snippet_tells_nextest_the_weight_of_heavy_tests() {
         "{text}"
     );
     // Every added line is a comment: the block is valid as printed.
-    let added = &text[gpu_test_permit::nextest::group_snippet(4).len()..];
+    let added = &text[gpu_test_permit::__private::nextest::group_snippet(4).len()..];
     assert!(
         added.lines().all(|l| l.is_empty() || l.starts_with('#')),
         "{added}"
@@ -806,7 +806,10 @@ fn nextest_snippet_tells_nextest_the_weight_of_heavy_tests() {
     );
     // N = 1: every permit is a whole GPU, nothing to weigh; the runner is one command for
     // every test, so its tests hold one unit each.
-    assert_eq!(snippet(1, &[]), gpu_test_permit::nextest::group_snippet(1));
+    assert_eq!(
+        snippet(1, &[]),
+        gpu_test_permit::__private::nextest::group_snippet(1)
+    );
     assert_eq!(
         snippet(4, &["--runner"]),
         gpu_test_permit_cli::nextest_config::runner_snippet(

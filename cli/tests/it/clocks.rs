@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use gpu_test_permit::host::status;
+use gpu_test_permit::__private::host::status;
 
 use crate::backfill::{pairs, wall_clock_off};
 use crate::util::{Holder, cli, tempdir};

@@ -225,7 +225,7 @@ fn nextest_environment() {
     assert_eq!(n.global_slot, Some(7));
     assert_eq!(n.test_name.as_deref(), Some("it::gpu::a"));
     assert!(
-        gpu_test_permit::nextest::group_hint(&n, 3)
+        gpu_test_permit::__private::nextest::group_hint(&n, 3)
             .unwrap()
             .contains("max-threads = 3")
     );
@@ -238,7 +238,7 @@ fn nextest_environment() {
     let n = c.nextest.unwrap();
     assert_eq!(n.test_group.as_deref(), Some("gpu"));
     assert_eq!(n.group_slot, Some(1));
-    assert_eq!(gpu_test_permit::nextest::group_hint(&n, 2), None);
+    assert_eq!(gpu_test_permit::__private::nextest::group_hint(&n, 2), None);
 
     let c = env(&[
         ("NEXTEST_EXECUTION_MODE", "process-per-test"),
@@ -611,7 +611,8 @@ fn gpu_memory_takes_sizes_and_percentages_and_rejects_the_rest_with_a_warning() 
 /// "a size above zero": in the variable, and in `--memory` of `hold` and `run`.
 #[test]
 fn a_memory_size_too_large_is_refused_as_too_large() {
-    use gpu_test_permit::config::{GPU_MEMORY_VAR, MemoryBudget, parse_memory};
+    use gpu_test_permit::__private::config::parse_memory;
+    use gpu_test_permit::config::{GPU_MEMORY_VAR, MemoryBudget};
     let huge = [
         "18446744073709551615",
         "18446744073709551616",

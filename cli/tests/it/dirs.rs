@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use gpu_test_permit::__private::host::status;
 use gpu_test_permit::PermitPool;
-use gpu_test_permit::host::status;
 
 use crate::util::{Holder, bin, cli, tempdir};
 

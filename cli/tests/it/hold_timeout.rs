@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use gpu_test_permit::host::recorded_hangs;
+use gpu_test_permit::__private::host::recorded_hangs;
 
 use crate::util::{cli, tempdir};
 
@@ -251,7 +251,7 @@ fn the_trace_does_not_trust_a_hang_record_older_than_its_age_limit() {
     let date = {
         let days = old / day;
         // The same day as the record's, written by the crate's own formatting.
-        let probe = gpu_test_permit::hangs::advice(&recorded_hangs(&slots), now_ms);
+        let probe = gpu_test_permit_cli::records::advice(&recorded_hangs(&slots), now_ms);
         let too_old = probe.too_old.expect("an old record is reported as such");
         assert_eq!(too_old.unix_ms / day, days);
         too_old.date()

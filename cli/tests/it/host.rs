@@ -195,7 +195,7 @@ mod processes {
     }
 
     fn waiting(dir: &Path, pid: u32) -> bool {
-        gpu_test_permit::host::status(dir)
+        gpu_test_permit::__private::host::status(dir)
             .unwrap()
             .waiters
             .iter()
@@ -233,7 +233,7 @@ mod processes {
             "status shows the stopped head",
             Duration::from_secs(10),
             || {
-                let s = gpu_test_permit::host::status(dir.path()).unwrap();
+                let s = gpu_test_permit::__private::host::status(dir.path()).unwrap();
                 let stopped = s
                     .head
                     .as_ref()
@@ -309,13 +309,13 @@ mod processes {
         // The exclusive request holds no slot while it waits: status shows it waiting, and
         // one slot free (looked at again where it caught the request in the microseconds of a
         // re-check, in which it locks the free slot to see that it cannot have them all).
-        let mut status = gpu_test_permit::host::status(dir.path()).unwrap();
+        let mut status = gpu_test_permit::__private::host::status(dir.path()).unwrap();
         for _ in 0..50 {
             if status.slots.iter().filter(|s| s.held).count() == 1 {
                 break;
             }
             std::thread::sleep(Duration::from_millis(10));
-            status = gpu_test_permit::host::status(dir.path()).unwrap();
+            status = gpu_test_permit::__private::host::status(dir.path()).unwrap();
         }
         assert_eq!(
             status.slots.iter().filter(|s| s.held).count(),
@@ -661,7 +661,7 @@ mod processes {
         for i in 2..8 {
             std::fs::remove_file(dir.path().join(format!("gpu0.slot{i}"))).unwrap();
         }
-        let s = gpu_test_permit::host::status(dir.path()).unwrap();
+        let s = gpu_test_permit::__private::host::status(dir.path()).unwrap();
         assert_eq!(s.slots.len(), 8, "{s:?}");
         assert_eq!(
             s.slots.iter().map(|s| s.held).collect::<Vec<_>>(),
@@ -677,7 +677,7 @@ mod processes {
             .try_acquire(gpu_test_permit::PermitKind::Shared)
             .unwrap();
         assert!(dir.path().join("gpu0.slot2").exists());
-        let s = gpu_test_permit::host::status(dir.path()).unwrap();
+        let s = gpu_test_permit::__private::host::status(dir.path()).unwrap();
         assert_eq!(
             s.slots.iter().map(|s| s.held).collect::<Vec<_>>(),
             [true, true, true, false, false, false, false, false]
@@ -796,7 +796,7 @@ mod hold_deadline {
                 && err.contains("lower REALIZAR_GPU_TEST_CONCURRENCY"),
             "{err}"
         );
-        let hangs = gpu_test_permit::host::recorded_hangs(dir.path());
+        let hangs = gpu_test_permit::__private::host::recorded_hangs(dir.path());
         assert_eq!(hangs.len(), 1, "{hangs:?}");
         assert_eq!((hangs[0].per_gpu, hangs[0].gpus), (1, 1));
         assert!(hangs[0].held_ms >= 300);
@@ -812,7 +812,7 @@ mod hold_deadline {
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
-        assert!(gpu_test_permit::host::recorded_hangs(dir.path()).is_empty());
+        assert!(gpu_test_permit::__private::host::recorded_hangs(dir.path()).is_empty());
     }
 }
 

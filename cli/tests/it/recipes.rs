@@ -388,7 +388,7 @@ fn snippet_of(slots: &Path, state: &Path) -> String {
 fn the_readme_shows_the_snippets_the_tool_prints() {
     let readme = readme();
     for snippet in [
-        gpu_test_permit::nextest::group_snippet(2),
+        gpu_test_permit::__private::nextest::group_snippet(2),
         gpu_test_permit_cli::nextest_config::runner_snippet(
             2,
             &gpu_test_permit_cli::nextest_config::GroupFilter::Guessed,
@@ -510,7 +510,7 @@ fn find_gpu_tests_names_exactly_the_gpu_tests_of_the_example_suite() {
 
     // The override in place of the guess in the snippet's tool config file: nextest reads it,
     // and puts the particles' GPU tests in the group.
-    let snippet = gpu_test_permit::nextest::group_snippet(2);
+    let snippet = gpu_test_permit::__private::nextest::group_snippet(2);
     let guess = "[[profile.default.overrides]]";
     let tool = format!(
         "{}{}",
@@ -594,7 +594,7 @@ fn the_snippet_is_a_tool_config_file_that_keeps_the_suites_own_config() {
 /// name is a guess, and name the command that finds the GPU tests.
 #[test]
 fn the_snippets_and_the_hint_call_a_name_filter_a_guess() {
-    use gpu_test_permit::nextest::{group_hint, group_snippet};
+    use gpu_test_permit::__private::nextest::{group_hint, group_snippet};
     use gpu_test_permit_cli::nextest_config::{GroupFilter, runner_snippet, wrapper_snippet};
     let env = gpu_test_permit::config::Config::from_lookup(|name| {
         (name == "NEXTEST_EXECUTION_MODE").then(|| "process-per-test".into())
@@ -639,13 +639,13 @@ fn the_readme_keeps_the_permit_timeout_below_nextests_kill() {
         .nth(1)
         .and_then(|s| s.split_whitespace().next())
         .unwrap_or_else(|| panic!("no GPU_TEST_PERMIT_TIMEOUT=... in:\n{section}"));
-    let permit = gpu_test_permit::config::parse_duration(&permit.into()).unwrap();
+    let permit = gpu_test_permit::__private::config::parse_duration(&permit.into()).unwrap();
     let timeout = section
         .lines()
         .find_map(|l| l.strip_prefix("slow-timeout = { period = \""))
         .unwrap_or_else(|| panic!("no slow-timeout in:\n{section}"));
     let (period, rest) = timeout.split_once('"').unwrap();
-    let period = gpu_test_permit::config::parse_duration(&period.into()).unwrap();
+    let period = gpu_test_permit::__private::config::parse_duration(&period.into()).unwrap();
     let times: u32 = rest
         .split("terminate-after = ")
         .nth(1)

@@ -103,7 +103,7 @@ fn report_refuses_to_guess_between_runs_side_by_side() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 
     // Job A ended well before job B began: job B's run is the one that just ended.
-    written_ago(&slots, "job-a", 4 * gpu_test_permit::runs::BESIDE);
+    written_ago(&slots, "job-a", 4 * gpu_test_permit_cli::records::BESIDE);
     let out = report(&slots, &["--fail-on-unpermitted"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -137,7 +137,7 @@ fn report_leaves_out_another_users_runs() {
     std::fs::set_permissions(&slots, std::fs::Permissions::from_mode(0o1777)).unwrap();
 
     test_process("mine", "holds", holds(&slots));
-    written_ago(&slots, "mine", 4 * gpu_test_permit::runs::BESIDE);
+    written_ago(&slots, "mine", 4 * gpu_test_permit_cli::records::BESIDE);
     nobody
         .arg(bin())
         .args(["hold", "--for", "1ms"])

@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use gpu_test_permit::runs::{Outcome, RunRecord, last_run, recorded_casualties, summarize};
+use gpu_test_permit::__private::runs::{Outcome, RunRecord, recorded_casualties, summarize};
+use gpu_test_permit_cli::records::last_run;
 
 use crate::recipes::have_nextest;
 use crate::util::{clear_permit_env, cli, tempdir};

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpu_test_permit::runs::{RunRecord, read_run};
+use gpu_test_permit::__private::runs::{RunRecord, read_run};
 
 use crate::util::{clear_permit_env, tempdir};
 
@@ -224,7 +224,7 @@ impl Host {
             .unwrap();
         let wall = start.elapsed();
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let id = gpu_test_permit::runs::recorded_runs(&self.slots)
+        let id = gpu_test_permit::__private::runs::recorded_runs(&self.slots)
             .pop()
             .expect("the run is recorded")
             .run_id;
@@ -259,7 +259,7 @@ impl Host {
         let hung = self.sim.join("wedged").exists();
         // (A hung run's aborted holders never returned their permits: the records cannot say
         // when their slots came free.)
-        let peak = gpu_test_permit::runs::summarize(&records).peak_units;
+        let peak = gpu_test_permit::__private::runs::summarize(&records).peak_units;
         assert!(
             hung || peak <= choices[0],
             "run {id}: {peak} units held at once under N = {}",
@@ -361,12 +361,12 @@ fn auto_settles_at_the_fastest_n_that_never_hung_and_reexplores_after_a_driver_c
     }
 }
 
-fn read_history_of(host: &Host) -> Vec<gpu_test_permit::tune::HistoryEntry> {
+fn read_history_of(host: &Host) -> Vec<gpu_test_permit::__private::tune::HistoryEntry> {
     // The history belongs to the slot directory's state directory, which the children were
     // told through GPU_TEST_PERMIT_STATE; read the file as they wrote it.
     let text = std::fs::read_to_string(host.state.join("gpu0.history")).unwrap_or_default();
     text.lines()
-        .map(|l| gpu_test_permit::tune::HistoryEntry::from_json(l).unwrap())
+        .map(|l| gpu_test_permit::__private::tune::HistoryEntry::from_json(l).unwrap())
         .collect()
 }
 
@@ -404,7 +404,7 @@ fn run_within(host: &Host) -> (Run, String) {
         .read_to_string(&mut stderr)
         .unwrap();
     assert!(status.success(), "{stderr}");
-    let id = gpu_test_permit::runs::recorded_runs(&host.slots)
+    let id = gpu_test_permit::__private::runs::recorded_runs(&host.slots)
         .pop()
         .expect("the run is recorded")
         .run_id;
@@ -574,7 +574,7 @@ fn grants_of(host: &Host, id: &str) -> BTreeMap<String, (usize, Option<u64>, u64
         let earlier = out.insert(g.test.clone(), (g.units, g.learned, g.unix_us, end));
         assert!(earlier.is_none(), "{} took one permit", g.test);
     }
-    let peak = gpu_test_permit::runs::summarize(&records).peak_units;
+    let peak = gpu_test_permit::__private::runs::summarize(&records).peak_units;
     assert!(peak <= 3, "run {id}: {peak} units held at once under N = 3");
     out
 }

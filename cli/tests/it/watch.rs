@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use gpu_test_permit::runs::{DriversRecord, RunRecord, read_run};
+use gpu_test_permit::__private::runs::{DriversRecord, RunRecord, read_run};
 
 use crate::util::{bin, clear_permit_env, manifest_dir, target_tmpdir, tempdir};
 
@@ -330,7 +330,8 @@ fn run_watch_names_the_driver_a_process_the_test_started_loaded() {
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0].drivers, ["libcuda.so.1"], "{records:?}");
     assert!(!records[0].escaped(), "{records:?}");
-    let summary = gpu_test_permit::runs::summarize(&read_run(&slots, &run).unwrap().unwrap());
+    let summary =
+        gpu_test_permit::__private::runs::summarize(&read_run(&slots, &run).unwrap().unwrap());
     assert_eq!(summary.loaded_drivers.len(), 1, "{summary:?}");
     assert_eq!(summary.loaded_drivers[0].0.test, "tool::found");
 }
@@ -520,7 +521,7 @@ fn the_in_process_look_finds_the_executables_own_drivers_by_soname() {
     let (exe, mapped) = maps_of(&[helper(true).as_os_str()]);
     assert!(mapped.iter().any(|m| Path::new(m) == real), "{mapped:?}");
     assert_eq!(
-        gpu_test_permit::drivers::linked_at_build_time(&exe, &mapped),
+        gpu_test_permit::__private::drivers::linked_at_build_time(&exe, &mapped),
         [real.to_string_lossy()]
     );
     let (exe, mapped) = maps_of(&[
@@ -530,7 +531,7 @@ fn the_in_process_look_finds_the_executables_own_drivers_by_soname() {
     ]);
     assert!(mapped.iter().any(|m| Path::new(m) == real), "{mapped:?}");
     assert!(
-        gpu_test_permit::drivers::linked_at_build_time(&exe, &mapped).is_empty(),
+        gpu_test_permit::__private::drivers::linked_at_build_time(&exe, &mapped).is_empty(),
         "{mapped:?}"
     );
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime};
 
-use gpu_test_permit::host::{HostStatus, status};
+use gpu_test_permit::__private::host::{HostStatus, status};
 use gpu_test_permit::{AcquireError, PermitKind};
 
 use crate::util::{Holder, cli, signal, tempdir};

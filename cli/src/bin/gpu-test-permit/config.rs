@@ -173,7 +173,7 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
         return Ok(ExitCode::SUCCESS);
     };
     let file = dir.join(c::WARNINGS_FILE);
-    match c::recorded_warnings(&dir) {
+    match gpu_test_permit::__private::config::recorded_warnings(&dir) {
         Ok(None) => println!(
             "no cargo nextest run recorded configuration warnings in {}",
             file.display()
@@ -193,7 +193,7 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
     }
     // The hint on adding a test group, said once per run on standard error, which nextest
     // shows for failing tests only.
-    match gpu_test_permit::nextest::recorded_hint(&dir) {
+    match gpu_test_permit_cli::records::recorded_hint(&dir) {
         Ok(Some(hint)) => println!(
             "outside a test group (recorded {} ago): {}",
             report::ago(hint.recorded_unix_ms),
@@ -208,9 +208,9 @@ pub(crate) fn config(_: &Args) -> Result<ExitCode, String> {
 /// What `auto` would choose for a run starting now in slot directory `dir`, in one line.
 pub(crate) fn auto_now(cfg: &Config, dir: &std::path::Path) -> String {
     let gpus = cfg.gpus.map(|g| g.get()).unwrap_or_else(|| {
-        gpu_test_permit::tune::read_history(dir)
+        gpu_test_permit::__private::tune::read_history(dir)
             .last()
             .map_or(1, |e| e.gpus)
     });
-    gpu_test_permit::tune::choose_now(dir, gpus, None).to_string()
+    gpu_test_permit::__private::tune::choose_now(dir, gpus, None).to_string()
 }

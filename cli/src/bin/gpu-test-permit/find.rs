@@ -7,7 +7,7 @@
 //! - **loads** — with the drivers present, every test runs under `gpu-test-permit run
 //!   --watch` (cargo's target runner for the run), which holds a permit while the test runs
 //!   and watches which libraries its process maps (glibc's loader log, see
-//!   `gpu_test_permit::drivers`): a test whose process maps a GPU driver (libcuda, a Vulkan
+//!   `gpu_test_permit::__private::drivers`): a test whose process maps a GPU driver (libcuda, a Vulkan
 //!   driver, libnvidia-*) is a GPU test, and so is one that skips with this crate's skip line
 //!   (no device of its backend). This finds the tests that fall back to the CPU when no GPU
 //!   is found, which hiding the drivers cannot. Linux with glibc.
@@ -33,9 +33,9 @@ use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 
+use gpu_test_permit::__private::drivers::library_name;
+use gpu_test_permit::__private::nextest::{GROUP, TOOL};
 use gpu_test_permit::config::{Config, RECORDS_VAR, REQUIRE_VAR, SKIP_LOG_VAR, TRACE_VAR};
-use gpu_test_permit::drivers::library_name;
-use gpu_test_permit::nextest::{GROUP, TOOL};
 
 use crate::args::Args;
 use crate::private_dir::PrivateDir;
@@ -321,8 +321,10 @@ fn present_run(
     keep_apart(&mut run, dir);
     let cases = run_and_read(&mut run, dir, &[])?;
     let loaded: Vec<((String, String), Vec<String>)> =
-        match gpu_test_permit::runs::last_run(&records_dir(dir)).map_err(|e| e.to_string())? {
-            Some(records) => gpu_test_permit::runs::summarize(&records)
+        match gpu_test_permit_cli::records::last_run(&records_dir(dir))
+            .map_err(|e| e.to_string())?
+        {
+            Some(records) => gpu_test_permit::__private::runs::summarize(&records)
                 .loaded_drivers
                 .into_iter()
                 .map(|(key, drivers)| {

@@ -5,10 +5,13 @@
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use gpu_test_permit::__private::hangs::{forget_hangs, recorded_hangs};
+use gpu_test_permit::__private::runs::{forget_casualties, recorded_casualties};
+use gpu_test_permit::__private::tune::{
+    HISTORY_KEPT, forget_history, learned_memory, measured_history,
+};
 use gpu_test_permit::config::Config;
-use gpu_test_permit::hangs::{advice, forget_hangs, recorded_hangs};
-use gpu_test_permit::runs::{forget_casualties, recorded_casualties};
-use gpu_test_permit::tune::{HISTORY_KEPT, forget_history, learned_memory, measured_history};
+use gpu_test_permit_cli::records::advice;
 
 use crate::args::Args;
 use crate::report::{printable, printable_path};
@@ -104,7 +107,7 @@ pub(crate) fn history(args: &Args) -> Result<ExitCode, String> {
     match (a.hung_at, a.too_old) {
         (Some(n), _) => println!(
             "\nthe trace advises no N of {n} or more (a permit hung there within {} days)",
-            gpu_test_permit::hangs::TRUSTED_FOR.as_secs() / 86_400
+            gpu_test_permit::__private::hangs::TRUSTED_FOR.as_secs() / 86_400
         ),
         (None, Some(old)) => println!(
             "\nno N is ruled out: the hang at N = {} on {} is too old to rule it out",

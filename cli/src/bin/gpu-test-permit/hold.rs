@@ -24,7 +24,8 @@ impl Ask {
     /// A value that is not a whole number of units or a size (a percentage is a budget, not a
     /// request), and `--exclusive` with either of the others.
     pub(crate) fn from_args(args: &Args) -> Result<Ask, String> {
-        use gpu_test_permit::config::{MemoryBudget, ValueError, parse_concurrency, parse_memory};
+        use gpu_test_permit::__private::config::{parse_concurrency, parse_memory};
+        use gpu_test_permit::config::{MemoryBudget, ValueError};
         let units = args.parsed_value("--units", |v| parse_concurrency(&v.into()))?;
         let memory = args.parsed_value("--memory", |v| match parse_memory(&v.into()) {
             Ok(MemoryBudget::Bytes(b)) => Ok(b),
@@ -88,7 +89,7 @@ pub(crate) fn take(ask: Ask) -> Result<gpu_test_permit::GpuTestPermit, String> {
 pub(crate) fn hold(args: &Args) -> Result<ExitCode, String> {
     let ask = Ask::from_args(args)?;
     let duration = args.parsed_value("--for", |v| {
-        gpu_test_permit::config::parse_duration(&v.into())
+        gpu_test_permit::__private::config::parse_duration(&v.into())
     })?;
     if duration.is_some() {
         // A hold of a set length is what was asked for, not a hang: it ends on time whatever

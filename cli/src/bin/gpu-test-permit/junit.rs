@@ -3,10 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use gpu_test_permit::__private::runs::{RunRecords, read_run, summarize};
 use gpu_test_permit::config::{Config, REQUIRE_VAR};
 use gpu_test_permit::probe::Backend;
-use gpu_test_permit::runs::{RunRecords, last_run, read_run, summarize};
 use gpu_test_permit_cli::junit::{Left, Marked, Skip, mark_skipped, report_run_id};
+use gpu_test_permit_cli::records::last_run;
 
 use crate::args::Args;
 use crate::report::{printable, printable_path};

@@ -4,9 +4,11 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use gpu_test_permit::__private::host::{
+    HolderRecord, SlotStatus, recorded_hangs, status as host_status,
+};
+use gpu_test_permit::__private::runs::{CasualtyRecord, casualties_in_trace, recorded_casualties};
 use gpu_test_permit::config::Config;
-use gpu_test_permit::host::{HolderRecord, SlotStatus, recorded_hangs, status as host_status};
-use gpu_test_permit::runs::{CasualtyRecord, casualties_in_trace, recorded_casualties};
 use gpu_test_permit_cli::trace::{
     Disagreement, SkippedLine, Slowdown, SlowdownBasis, Summary, check_estimates, read_trace,
     split_runs, summarize_with, timeline,
@@ -61,7 +63,7 @@ fn who(r: &HolderRecord) -> String {
     if let Some(bytes) = r.memory {
         text.push_str(&format!(
             ", declared {}",
-            gpu_test_permit::config::format_bytes(bytes)
+            gpu_test_permit::__private::config::format_bytes(bytes)
         ));
     }
     text
@@ -182,7 +184,7 @@ pub(crate) fn status(args: &Args) -> Result<ExitCode, String> {
             let memory = if declared > 0 {
                 format!(
                     ", {} declared",
-                    gpu_test_permit::config::format_bytes(declared)
+                    gpu_test_permit::__private::config::format_bytes(declared)
                 )
             } else {
                 String::new()
@@ -250,8 +252,11 @@ fn gpus_of(slots: &[usize], gpus: usize) -> Vec<usize> {
 /// Each GPU's memory as NVML reports it, where it does (`libnvidia-ml.so.1`): free of total,
 /// and the processes that use memory there without a permit (a permit holder's descendants,
 /// such as `run`'s command, count as the holder).
-fn print_gpu_memory(s: &gpu_test_permit::host::HostStatus, layout: gpu_test_permit::host::Layout) {
-    use gpu_test_permit::config::format_bytes;
+fn print_gpu_memory(
+    s: &gpu_test_permit::__private::host::HostStatus,
+    layout: gpu_test_permit::host::Layout,
+) {
+    use gpu_test_permit::__private::config::format_bytes;
     let ids = gpu_test_permit::config::Config::global().gpu_ids(layout.gpus);
     for gpu in 0..layout.gpus {
         let holders: Vec<u32> = s
@@ -261,7 +266,7 @@ fn print_gpu_memory(s: &gpu_test_permit::host::HostStatus, layout: gpu_test_perm
             .filter_map(|slot| slot.holder.as_ref().map(|r| r.pid))
             .collect();
         let ordinal = ids.get(gpu).copied().unwrap_or(gpu);
-        let Some(memory) = gpu_test_permit::host::gpu_memory(ordinal, &holders) else {
+        let Some(memory) = gpu_test_permit::__private::host::gpu_memory(ordinal, &holders) else {
             // No NVML here: nothing to say for any GPU.
             return;
         };
@@ -441,7 +446,7 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         .slot_dir_path()
         .map(|dir| recorded_hangs(&dir))
         .unwrap_or_default();
-    let advice = gpu_test_permit::hangs::advice(
+    let advice = gpu_test_permit_cli::records::advice(
         &hangs,
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -477,7 +482,7 @@ pub(crate) fn trace(args: &Args) -> Result<ExitCode, String> {
         .unwrap_or_default();
     for c in recorded {
         let recent = now_ms.saturating_sub(c.unix_ms)
-            <= gpu_test_permit::hangs::TRUSTED_FOR.as_millis() as u64;
+            <= gpu_test_permit::__private::hangs::TRUSTED_FOR.as_millis() as u64;
         let known = casualties.iter().any(|m| m.test == c.test && m.n == c.n());
         if recent && !known && s.tests.iter().any(|t| t.test == c.test) {
             casualties.push(Marked {

@@ -89,7 +89,10 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     }
     let ended = signals.run(&mut cmd).map_err(cannot_run)?;
     // The run's records say how the command ended (a test's failure, for `report`).
-    gpu_test_permit::runs::set_command_outcome(ended.status.code(), signal_of(&ended.status));
+    gpu_test_permit::__private::runs::set_command_outcome(
+        ended.status.code(),
+        signal_of(&ended.status),
+    );
     drop(permit);
     // Read once the permit is back: the log may be long, and its slots are not held for it.
     if let Some(w) = &watch {
@@ -134,7 +137,7 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
 
 /// `watch [--] COMMAND [ARGS...]`: run a command with no permit of its own, watching which GPU
 /// drivers its process loads and whether it held a permit then (see
-/// [`gpu_test_permit::drivers`]), and end the way it ended. Under nextest the run's records get
+/// [`gpu_test_permit::__private::drivers`]), and end the way it ended. Under nextest the run's records get
 /// what was seen, for `report`; otherwise a command that loaded a driver without a permit is
 /// named on standard error.
 pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
@@ -157,7 +160,7 @@ pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
         let names: Vec<&str> = seen
             .unpermitted
             .iter()
-            .map(|d| gpu_test_permit::drivers::library_name(d))
+            .map(|d| gpu_test_permit::__private::drivers::library_name(d))
             .collect();
         eprintln!(
             "gpu-test-permit: `{}` loaded a GPU driver while it held no permit{}: {}",
@@ -179,7 +182,7 @@ struct Watch(crate::private_dir::PrivateDir);
 
 /// The name every log in the directory starts with; the loader adds `.<pid>`. Those of
 /// processes that work inside a permit passed on to them start with
-/// [`gpu_test_permit::drivers::INSIDE_PERMIT_LOG`] instead.
+/// [`gpu_test_permit::__private::drivers::INSIDE_PERMIT_LOG`] instead.
 const LOG_PREFIX: &str = "ld";
 
 impl Watch {
@@ -207,7 +210,7 @@ impl Watch {
         let log = self.0.path().join(LOG_PREFIX);
         cmd.env("LD_DEBUG", "files")
             .env("LD_DEBUG_OUTPUT", &log)
-            .env(gpu_test_permit::drivers::WATCH_VAR, &log);
+            .env(gpu_test_permit::__private::drivers::WATCH_VAR, &log);
     }
 
     /// What the logs of the command (process `pid`) and of every process it started say,
@@ -223,7 +226,7 @@ impl Watch {
                 let (prefix, of) = n.split_once('.')?;
                 let inside = match prefix {
                     LOG_PREFIX => false,
-                    gpu_test_permit::drivers::INSIDE_PERMIT_LOG => true,
+                    gpu_test_permit::__private::drivers::INSIDE_PERMIT_LOG => true,
                     _ => return None,
                 };
                 Some((inside, of.parse::<u32>().ok()?))

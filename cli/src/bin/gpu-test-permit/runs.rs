@@ -4,10 +4,11 @@
 
 use std::process::ExitCode;
 
-use gpu_test_permit::host::recorded_hangs;
-use gpu_test_permit::runs::{
-    JustEnded, RunRecords, RunSummary, TestKey, just_ended, read_run, recorded_runs, summarize,
+use gpu_test_permit::__private::host::recorded_hangs;
+use gpu_test_permit::__private::runs::{
+    RunRecords, RunSummary, TestKey, read_run, recorded_runs, summarize,
 };
+use gpu_test_permit_cli::records::{JustEnded, just_ended};
 
 use crate::args::Args;
 use crate::report::{printable, printable_path};
@@ -101,7 +102,7 @@ const UNWATCHED_UNSEEN: &str = "a driver loaded and unloaded again before a test
     by a process a test started, or any in a test binary that does not link gpu-test-permit";
 
 /// Without `--run-id`: the one run of this user that may have just ended, or why there is
-/// none to choose (see `runs::just_ended`).
+/// none to choose (see `records::just_ended`).
 fn the_run_that_just_ended(dir: &std::path::Path) -> Result<RunRecords, String> {
     let how = "name the run with --run-id ID: cargo nextest prints it as it starts (`Nextest run \
                ID <uuid> with nextest profile: ...`) and writes it as the `uuid` of its JUnit \
@@ -145,7 +146,7 @@ fn the_run_that_just_ended(dir: &std::path::Path) -> Result<RunRecords, String> 
                 plural(runs.len(), "run", "runs"),
                 printable_path(dir),
                 named.join(", "),
-                gpu_test_permit::runs::BESIDE.as_secs()
+                gpu_test_permit_cli::records::BESIDE.as_secs()
             ));
         }
     };
@@ -186,7 +187,7 @@ fn render_drivers(s: &RunSummary, out: &mut String) {
             let (_, names, tests) = &mut binaries[at];
             *tests += 1;
             for d in drivers {
-                let d = gpu_test_permit::drivers::library_name(d);
+                let d = gpu_test_permit::__private::drivers::library_name(d);
                 if !names.contains(&d) {
                     names.push(d);
                 }
@@ -264,7 +265,7 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
         );
     }
     // Said on standard error when it happened, which nextest shows for failing tests only.
-    if let Ok(Some(hint)) = gpu_test_permit::nextest::recorded_hint(dir)
+    if let Ok(Some(hint)) = gpu_test_permit_cli::records::recorded_hint(dir)
         && hint.run_id == s.run_id
     {
         let _ = writeln!(out, "outside a test group: {}", printable(&hint.line()));
@@ -306,7 +307,7 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
                 printable(
                     &e.drivers
                         .iter()
-                        .map(|d| gpu_test_permit::drivers::library_name(d))
+                        .map(|d| gpu_test_permit::__private::drivers::library_name(d))
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),

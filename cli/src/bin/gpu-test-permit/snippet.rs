@@ -18,7 +18,7 @@ pub(crate) fn nextest_snippet(args: &Args) -> Result<ExitCode, String> {
     let mut auto = String::new();
     let per_gpu = match cfg.slot_dir_path() {
         Ok(dir) if cfg.auto_concurrency => {
-            let choice = gpu_test_permit::tune::choose_now(&dir, gpus, None);
+            let choice = gpu_test_permit::__private::tune::choose_now(&dir, gpus, None);
             auto = format!(
                 "# {}=auto: sized for the N a run starting now gets,\n\
                  # {}.\n\
@@ -78,7 +78,7 @@ fn longest_first(cfg: &Config) -> String {
         Ok(dir) if dir.is_dir() => dir,
         _ => return String::new(),
     };
-    let times = gpu_test_permit::tune::hold_times(&dir);
+    let times = gpu_test_permit::__private::tune::hold_times(&dir);
     let tests: Vec<(&str, &str, std::time::Duration)> = times
         .iter()
         .map(|t| (t.binary.as_str(), t.test.as_str(), t.hold))
@@ -132,7 +132,7 @@ fn weights_snippet(per_gpu: usize, wrapper: bool) -> String {
 # test-group = '{group}'
 # threads-required = {k}
 {how}",
-        group = gpu_test_permit::nextest::GROUP
+        group = gpu_test_permit::__private::nextest::GROUP
     )
 }
 
