@@ -51,11 +51,13 @@
 //! exits. Other platforms see nothing: [`loaded_drivers`] returns `None` there.
 //!
 //! ```
+//! # #[cfg(feature = "__cli")] { // only the command's build has `__private`
 //! use gpu_test_permit::__private::drivers::driver_library;
 //!
 //! assert!(driver_library("/usr/lib/x86_64-linux-gnu/libvulkan_lvp.so"));
 //! assert!(driver_library("libcuda.so.1"));
 //! assert!(!driver_library("libvulkan.so.1")); // the loader, not a driver
+//! # }
 //! ```
 //!
 //! [`DriversRecord`]: crate::runs::DriversRecord
@@ -100,11 +102,13 @@ pub fn driver_library(path: &str) -> bool {
 ///   `libOpenCL`).
 ///
 /// ```
+/// # #[cfg(feature = "__cli")] { // only the command's build has `__private`
 /// use gpu_test_permit::__private::drivers::driver_by_name;
 ///
 /// assert!(driver_by_name("/usr/lib/x86_64-linux-gnu/libvk_swiftshader.so"));
 /// assert!(driver_by_name("libze_intel_gpu.so.1"));
 /// assert!(!driver_by_name("libOpenCL.so.1"));
+/// # }
 /// ```
 pub fn driver_by_name(path: &str) -> bool {
     let name = library_name(path);
@@ -173,10 +177,12 @@ fn may_be_a_driver_or_loader(path: &[u8]) -> bool {
 /// libraries by path, or by name alone).
 ///
 /// ```
+/// # #[cfg(feature = "__cli")] { // only the command's build has `__private`
 /// use gpu_test_permit::__private::drivers::library_name;
 ///
 /// assert_eq!(library_name("/usr/lib/libvulkan_lvp.so"), "libvulkan_lvp.so");
 /// assert_eq!(library_name("libcuda.so.1"), "libcuda.so.1");
+/// # }
 /// ```
 pub fn library_name(path: &str) -> &str {
     path.rsplit(['/', '\\']).next().unwrap_or(path)
@@ -186,6 +192,7 @@ pub fn library_name(path: &str) -> &str {
 /// be seen (not Linux, or `/proc` unreadable). The driver manifests ([`driver_library`]) are
 /// read only where the process has a loader that reads them mapped (Vulkan's, OpenCL's, Level
 /// Zero's): a process without one pays for the list of names alone.
+#[cfg(any(test, feature = "__cli"))]
 pub fn loaded_drivers() -> Option<Vec<String>> {
     let mapped = crate::sys::mapped_files()?;
     let driver = mapped_driver(&mapped);
@@ -365,12 +372,14 @@ fn may_hold_a_driver() -> bool {
 /// bears, the sonames of the mapped files): a few small reads per library.
 ///
 /// ```
+/// # #[cfg(feature = "__cli")] { // only the command's build has `__private`
 /// use gpu_test_permit::__private::drivers::linked_at_build_time;
 ///
 /// // No test binary links a GPU driver; it links the C library.
 /// let exe = std::env::current_exe().unwrap();
 /// let mapped = vec!["/lib/x86_64-linux-gnu/libc.so.6".to_string()];
 /// assert!(linked_at_build_time(&exe, &mapped).is_empty());
+/// # }
 /// ```
 pub fn linked_at_build_time(exe: &std::path::Path, mapped: &[String]) -> Vec<String> {
     if !mapped.iter().any(|p| driver_library(p)) {

@@ -90,6 +90,7 @@ impl HangRecord {
     }
 
     /// The N it hung at: permits per GPU times GPUs.
+    #[cfg(any(test, feature = "__cli"))]
     pub fn n(&self) -> usize {
         self.per_gpu.saturating_mul(self.gpus)
     }
@@ -207,6 +208,7 @@ pub(crate) fn read_kept<T: Record>(dir: &Path, name: &str) -> Vec<T> {
 /// # Errors
 ///
 /// A record file that exists but cannot be emptied (permissions, another user's file).
+#[cfg(any(test, feature = "__cli"))]
 pub fn forget_hangs(dir: &Path) -> std::io::Result<usize> {
     let count = recorded_hangs(dir).len();
     forget_kept(dir, HANGS_FILE)?;
@@ -214,6 +216,7 @@ pub fn forget_hangs(dir: &Path) -> std::io::Result<usize> {
 }
 
 /// Empties file `name` in the state directory of slot directory `dir` and in `dir`.
+#[cfg(any(test, feature = "__cli"))]
 pub(crate) fn forget_kept(dir: &Path, name: &str) -> std::io::Result<()> {
     for d in kept_dirs(dir) {
         let path = d.join(name);

@@ -71,6 +71,12 @@
 //! only if they see the same directory (mount it and set `GPU_TEST_PERMIT_DIR`).
 
 #![warn(missing_docs)]
+// The items `__private` re-exports for the command are `pub` in crate-private modules; without
+// the command's feature nothing re-exports them.
+#![cfg_attr(not(feature = "__cli"), allow(unreachable_pub))]
+// The unit tests build what only the command uses, to test it, whether or not the command's
+// feature is on; without it, nothing else uses that code.
+#![cfg_attr(all(test, not(feature = "__cli")), allow(dead_code, unused_imports))]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
@@ -147,6 +153,7 @@ pub mod wgpu {
 /// Not public API: entry points for this crate's own integration tests and for the
 /// command-line tool (`gpu-test-permit-cli`, released with it), which cannot reach the crate's
 /// internal modules. May change or go away in any release.
+#[cfg(feature = "__cli")]
 #[doc(hidden)]
 pub mod __private {
     /// A process on a GPU as NVML lists it: its pid, and the memory it uses (`None`: NVML cannot

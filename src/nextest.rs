@@ -38,6 +38,7 @@ pub(crate) mod tool {
     /// `cargo nextest run --tool-config-file gpu-test-permit:/absolute/path.toml`. A tool config
     /// file adds to the suite's own `.config/nextest.toml` (whose settings win), where
     /// `--config-file` would replace it.
+    #[cfg(any(test, feature = "__cli"))]
     pub const TOOL: &str = "gpu-test-permit";
 
     /// The test group of GPU tests in the snippets. nextest requires the names a tool config file
@@ -82,10 +83,12 @@ test-group = '{GROUP}'
     /// # Example
     ///
     /// ```
+    /// # #[cfg(feature = "__cli")] { // only the command's build has `__private`
     /// use gpu_test_permit::__private::nextest::{group_snippet, GROUP};
     ///
     /// let snippet = group_snippet(2);
     /// assert!(snippet.contains(&format!("'{GROUP}' = {{ max-threads = 2 }}")));
+    /// # }
     /// ```
     pub fn group_snippet(max_threads: usize) -> String {
         format!("{TOOL_FILE_HEADER}{}", group_block(max_threads))

@@ -132,6 +132,7 @@ impl<K: Ord, V> SortedMap<K, V> {
     }
 
     /// Takes the value of `key` out of the map.
+    #[cfg(any(test, feature = "__cli"))]
     pub(crate) fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
     where
         K: Borrow<Q>,
@@ -165,6 +166,7 @@ impl<K: Ord, V> SortedMap<K, V> {
     }
 
     /// The values, in their keys' order.
+    #[cfg(any(test, feature = "__cli"))]
     pub(crate) fn into_values(self) -> Vec<V> {
         self.0.into_iter().map(|(_, v)| v).collect()
     }

@@ -155,6 +155,7 @@ pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, ValueError> {
 /// whitespace is ignored, in entries too.
 ///
 /// ```
+/// # #[cfg(feature = "__cli")] { // only the command's build has `__private`
 /// use gpu_test_permit::__private::config::parse_gpus;
 /// use gpu_test_permit::__private::config::Gpus;
 ///
@@ -168,6 +169,7 @@ pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, ValueError> {
 /// );
 /// assert!(parse_gpus(&"0,0".into()).is_err());
 /// assert!(parse_gpus(&"0,1;1,2".into()).is_err());
+/// # }
 /// ```
 ///
 /// # Errors
@@ -219,12 +221,14 @@ pub fn parse_gpus(raw: &OsString) -> Result<Gpus, ValueError> {
 /// surrounding whitespace ignored; `_` for `-`).
 ///
 /// ```
+/// # #[cfg(feature = "__cli")] { // only the command's build has `__private`
 /// use gpu_test_permit::__private::config::parse_placement;
 /// use gpu_test_permit::config::Placement;
 ///
 /// assert_eq!(parse_placement(&"best-fit".into()), Ok(Placement::BestFit));
 /// assert_eq!(parse_placement(&" Spread ".into()), Ok(Placement::Spread));
 /// assert!(parse_placement(&"first".into()).is_err());
+/// # }
 /// ```
 ///
 /// # Errors
@@ -286,12 +290,14 @@ pub fn parse_duration(raw: &OsString) -> Result<Duration, ValueError> {
 /// The [`ValueError`] that says what is wrong with `raw`.
 ///
 /// ```
+/// # #[cfg(feature = "__cli")] { // only the command's build has `__private`
 /// use gpu_test_permit::__private::config::parse_memory;
 /// use gpu_test_permit::config::MemoryBudget;
 /// assert_eq!(parse_memory(&"64GiB".into()), Ok(MemoryBudget::Bytes(64 << 30)));
 /// assert_eq!(parse_memory(&"1.5 GB".into()), Ok(MemoryBudget::Bytes(1_500_000_000)));
 /// assert_eq!(parse_memory(&" 90% ".into()), Ok(MemoryBudget::Percent(90.0)));
 /// assert!(parse_memory(&"lots".into()).is_err());
+/// # }
 /// ```
 pub fn parse_memory(raw: &OsString) -> Result<MemoryBudget, ValueError> {
     let s = utf8(raw)?.trim();

@@ -27,6 +27,7 @@ const RECORD_HEADER: &str = "# gpu-test-permit configuration warnings of nextest
 /// # Errors
 ///
 /// Reading the file failed (other than its not existing), or it is not such a record.
+#[cfg(any(test, feature = "__cli"))]
 #[doc(hidden)] // the `config` command's
 pub fn recorded_warnings(dir: &Path) -> io::Result<Option<RecordedWarnings>> {
     let text = match std::fs::read_to_string(dir.join(WARNINGS_FILE)) {

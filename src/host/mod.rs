@@ -84,6 +84,7 @@ mod lock;
 mod queue;
 pub(crate) mod record;
 mod slot;
+#[cfg(any(test, feature = "__cli"))]
 pub(crate) mod status;
 pub(crate) mod tests_file;
 pub(crate) mod threads;
@@ -121,6 +122,7 @@ pub use layout::Layout;
 pub(crate) use queue::GRACE;
 pub use queue::Liveness;
 pub(crate) use record::HolderRecord;
+#[cfg(any(test, feature = "__cli"))]
 pub(crate) use record::escape_controls;
 #[cfg(test)]
 pub(crate) use status::status;

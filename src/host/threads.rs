@@ -20,11 +20,18 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+#[cfg(any(test, feature = "__cli"))]
+use std::time::Duration;
+use std::time::Instant;
 
+#[cfg(any(test, feature = "__cli"))]
 use super::lock::is_locked;
-use super::queue::{LIST_RETRY, THREADS_PREFIX, THREADS_STAGING_PREFIX, beat_age_ms};
-use super::record::{padded, padded_text, read_start};
+#[cfg(any(test, feature = "__cli"))]
+use super::queue::beat_age_ms;
+use super::queue::{LIST_RETRY, THREADS_PREFIX, THREADS_STAGING_PREFIX};
+use super::record::padded;
+#[cfg(any(test, feature = "__cli"))]
+use super::record::{padded_text, read_start};
 use crate::sys;
 
 /// Size of the file's text: the count and the oldest wait's start.
@@ -34,6 +41,7 @@ const THREADS_LEN: usize = 48;
 /// them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg(any(test, feature = "__cli"))]
 pub struct ThreadsWaiting {
     /// The process.
     pub pid: u32,
@@ -134,6 +142,7 @@ impl Drop for ThreadsFile {
 }
 
 /// The process a threads file of name `name` belongs to.
+#[cfg(any(test, feature = "__cli"))]
 fn pid_of(name: &str) -> Option<u32> {
     name.strip_prefix(THREADS_PREFIX)?
         .split('.')
@@ -145,6 +154,7 @@ fn pid_of(name: &str) -> Option<u32> {
 /// Reads threads file `path` (named `name`): `Ok(None)` for one whose process waits for nothing
 /// now; `Err(())` for an unlocked one, a killed process's leftover (removed here where it is
 /// this user's: another user's file is theirs).
+#[cfg(any(test, feature = "__cli"))]
 pub(super) fn read_threads(path: &Path, name: &str) -> Result<Option<ThreadsWaiting>, ()> {
     let Some(pid) = pid_of(name) else {
         return Ok(None);

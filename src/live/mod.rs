@@ -47,7 +47,10 @@ mod nvml;
 mod query;
 
 pub(crate) use admit::{Admission, MARGIN, admit};
+#[cfg(any(test, feature = "__cli"))]
 pub(crate) use nvml::memory;
 #[cfg(feature = "cuda")] // the CUDA fixture's
 pub(crate) use nvml::{GpuProcess, available, device_by_uuid, device_processes};
-pub(crate) use query::{ANSWER_WITHIN, memory_within, process_name, stuck};
+#[cfg(any(test, feature = "__cli"))]
+pub(crate) use query::process_name;
+pub(crate) use query::{ANSWER_WITHIN, memory_within, stuck};

@@ -92,6 +92,7 @@ impl CasualtyRecord {
 /// # Errors
 ///
 /// A record file that exists but cannot be emptied.
+#[cfg(any(test, feature = "__cli"))]
 pub fn forget_casualties(dir: &Path) -> std::io::Result<usize> {
     let count = recorded_casualties(dir).len();
     crate::hangs::forget_kept(dir, CASUALTIES_FILE)?;

@@ -35,6 +35,7 @@
 //! says so in one line at exit instead ([`tally`]).
 //!
 //! ```
+//! # #[cfg(feature = "__cli")] { // only the command's build has `__private`
 //! use gpu_test_permit::__private::runs::{read_run, recorded_runs, summarize};
 //!
 //! # fn main() -> Result<(), gpu_test_permit::__private::runs::RunsError> {
@@ -54,6 +55,7 @@
 //! }
 //! # Ok(())
 //! # }
+//! # }
 //! ```
 
 mod casualty;
@@ -61,6 +63,7 @@ mod read;
 mod record;
 mod summary;
 pub mod tally;
+#[cfg(any(test, feature = "__cli"))]
 mod trace;
 mod write;
 
@@ -69,17 +72,25 @@ use std::time::SystemTime;
 
 /// The test a record names: [`nextest::current_test`](crate::nextest::current_test).
 pub(crate) use crate::nextest::current_test;
-pub use casualty::{CasualtyRecord, forget_casualties, recorded_casualties};
-pub use read::{RecordedRun, RunRecords, RunsError, first_record_time, read_run, recorded_runs};
-pub use record::{
-    ChoiceRecord, DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord,
-};
+#[cfg(any(test, feature = "__cli"))]
+pub use casualty::forget_casualties;
+pub use casualty::{CasualtyRecord, recorded_casualties};
+#[cfg(any(test, feature = "__cli"))]
+pub use read::{RecordedRun, RunsError, first_record_time};
+pub use read::{RunRecords, read_run, recorded_runs};
+pub use record::{ChoiceRecord, ReleaseRecord, RunRecord};
+#[cfg(any(test, feature = "__cli"))]
+pub use record::{DriversRecord, GrantRecord, Outcome, SkipRecord};
 pub(crate) use summary::casualties_of;
+#[cfg(any(test, feature = "__cli"))]
 pub use summary::{
     Casualty, Escaped, LearnedWeight, RunSummary, SkippedTest, TestKey, UnreleasedGrant, summarize,
 };
+#[cfg(any(test, feature = "__cli"))]
 pub use trace::casualties_in_trace;
+#[cfg(any(test, feature = "__cli"))]
 pub(crate) use write::record_watched;
+#[cfg(any(test, feature = "__cli"))]
 #[doc(hidden)]
 pub use write::set_command_outcome;
 pub(crate) use write::{

@@ -2,7 +2,9 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+#[cfg(any(test, feature = "__cli"))]
+use std::time::Duration;
+use std::time::SystemTime;
 
 use super::record::RunRecord;
 use super::{file_name, run_files};
@@ -20,7 +22,8 @@ const LONGEST_LINE: usize = 64 << 10;
 pub struct RunRecords {
     /// The run id.
     pub run_id: String,
-    /// The file they were read from.
+    /// The file they were read from (the command names it).
+    #[cfg_attr(not(feature = "__cli"), allow(dead_code))]
     pub path: PathBuf,
     /// The records, in the order they were written.
     pub records: Vec<RunRecord>,
@@ -159,6 +162,7 @@ pub fn recorded_runs(dir: &Path) -> Vec<RecordedRun> {
 
 /// When the first record of run `run_id` in `dir` was written (its own time), where its
 /// first line is a record.
+#[cfg(any(test, feature = "__cli"))]
 pub fn first_record_time(dir: &Path, run_id: &str) -> Option<SystemTime> {
     let file = sys::open_regular_for_reading(&dir.join(file_name(run_id))).ok()?;
     let mut line = Vec::new();

@@ -382,6 +382,7 @@ pub struct DriversRecord {
 
 impl DriversRecord {
     /// Whether the process reached a GPU driver without a permit.
+    #[cfg(any(test, feature = "__cli"))]
     pub fn escaped(&self) -> bool {
         !self.unpermitted.is_empty()
     }

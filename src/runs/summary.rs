@@ -24,6 +24,7 @@ impl std::fmt::Display for TestKey {
 /// A test whose last attempt skipped.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg(any(test, feature = "__cli"))]
 pub struct SkippedTest {
     /// The test.
     pub key: TestKey,
@@ -35,6 +36,7 @@ pub struct SkippedTest {
     pub attempt: u32,
 }
 
+#[cfg(any(test, feature = "__cli"))]
 impl SkippedTest {
     /// The skip as one line: `backend=<backend>: <reason>`.
     pub fn message(&self) -> String {
@@ -64,6 +66,7 @@ pub struct Casualty {
 
 impl Casualty {
     /// The N it failed at: permits per GPU times GPUs.
+    #[cfg(any(test, feature = "__cli"))]
     pub fn n(&self) -> usize {
         self.per_gpu.saturating_mul(self.gpus)
     }
@@ -73,6 +76,7 @@ impl Casualty {
 /// died holding it (a crash, an abort, a hold deadline, a kill), or still holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg(any(test, feature = "__cli"))]
 pub struct UnreleasedGrant {
     /// The test.
     pub key: TestKey,
@@ -88,6 +92,7 @@ pub struct UnreleasedGrant {
 /// and its units came from the most memory it was measured to use in earlier runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg(any(test, feature = "__cli"))]
 pub struct LearnedWeight {
     /// The test.
     pub key: TestKey,
@@ -100,6 +105,7 @@ pub struct LearnedWeight {
 /// A test whose process reached a GPU driver without a permit: it escaped the cap.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg(any(test, feature = "__cli"))]
 pub struct Escaped {
     /// The test.
     pub key: TestKey,
@@ -117,6 +123,7 @@ pub struct Escaped {
 /// What a run's records say ([`summarize`]).
 #[derive(Clone, Debug, Default)]
 #[non_exhaustive]
+#[cfg(any(test, feature = "__cli"))]
 pub struct RunSummary {
     /// The run id.
     pub run_id: String,
@@ -178,6 +185,7 @@ struct Lives<'a> {
     /// Every grant, in the records' order.
     holds: Vec<Hold<'a>>,
     /// The grants never returned, in the records' order.
+    #[cfg(any(test, feature = "__cli"))]
     unreleased: Vec<UnreleasedGrant>,
 }
 
@@ -206,6 +214,7 @@ fn lives(records: &[RunRecord]) -> Lives<'_> {
         *start = (*start).min(at);
     }
     let mut holds: Vec<Hold<'_>> = Vec::new();
+    #[cfg(any(test, feature = "__cli"))]
     let mut unreleased = Vec::new();
     for r in records {
         let RunRecord::Grant(g) = r else { continue };
@@ -225,6 +234,7 @@ fn lives(records: &[RunRecord]) -> Lives<'_> {
                     .get(&(key.clone(), g.attempt + 1))
                     .copied()
                     .unwrap_or(last_us);
+                #[cfg(any(test, feature = "__cli"))]
                 unreleased.push(UnreleasedGrant {
                     key,
                     attempt: g.attempt,
@@ -243,6 +253,7 @@ fn lives(records: &[RunRecord]) -> Lives<'_> {
     Lives {
         last_attempt,
         holds,
+        #[cfg(any(test, feature = "__cli"))]
         unreleased,
     }
 }
@@ -255,6 +266,7 @@ pub(crate) fn casualties_of(run: &RunRecords) -> Vec<Casualty> {
 }
 
 /// Summarizes a run's records.
+#[cfg(any(test, feature = "__cli"))]
 pub fn summarize(run: &RunRecords) -> RunSummary {
     let mut s = RunSummary {
         run_id: run.run_id.clone(),
@@ -392,6 +404,7 @@ fn key_of(binary: &str, test: &str) -> TestKey {
 }
 
 /// The most units held at once.
+#[cfg(any(test, feature = "__cli"))]
 fn peak(holds: &[Hold<'_>]) -> usize {
     most_at_once(
         holds

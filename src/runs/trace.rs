@@ -33,6 +33,7 @@ use crate::trace::TraceEvent;
 /// assert_eq!((c[0].key.test.as_str(), c[0].n()), ("uploads", 2));
 /// assert_eq!(c[0].beside[0].test, "draws");
 /// ```
+#[cfg(any(test, feature = "__cli"))]
 pub fn casualties_in_trace(events: &[TraceEvent]) -> Vec<Casualty> {
     let mut records = Vec::new();
     for (i, e) in events.iter().filter(|e| e.name == "hold").enumerate() {

@@ -272,6 +272,7 @@ pub(crate) fn record_drivers(drivers: Vec<String>, linked: Vec<String>, at_first
 /// under nextest: a record for every watched test, one that loaded no driver too, so that
 /// `report` knows the run was watched. The run, the test, the time and `seen` are filled in
 /// here. Returns whether a record was written.
+#[cfg(any(test, feature = "__cli"))]
 pub(crate) fn record_watched(mut record: DriversRecord) -> bool {
     for list in [
         &mut record.drivers,
@@ -390,6 +391,7 @@ pub(crate) fn traced_attempt() -> Option<u32> {
 /// Tells the records how `gpu-test-permit run`'s command ended: its exit code, or the signal
 /// that ended it. The permit's release record then carries it.
 #[doc(hidden)]
+#[cfg(any(test, feature = "__cli"))]
 pub fn set_command_outcome(code: Option<i32>, signal: Option<i32>) {
     let value = match (code, signal) {
         (Some(code), _) => EXITED | u64::from(code as u32),

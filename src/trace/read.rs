@@ -58,6 +58,7 @@ pub struct SkippedLine {
 /// When the file cannot be read at all.
 ///
 /// ```
+/// # #[cfg(feature = "__cli")] { // only the command's build has `__private`
 /// use gpu_test_permit::__private::trace::read_trace;
 /// let dir = std::env::temp_dir().join(format!("read-trace-doc-{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
@@ -71,6 +72,7 @@ pub struct SkippedLine {
 /// assert_eq!(trace.skipped.len(), 1);
 /// assert_eq!(trace.skipped[0].line, 3);
 /// # std::fs::remove_dir_all(&dir).unwrap();
+/// # }
 /// ```
 pub fn read_trace(path: &Path) -> io::Result<TraceFile> {
     let bytes = std::fs::read(path)?;

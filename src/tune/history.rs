@@ -153,6 +153,7 @@ impl HistoryEntry {
     /// assert_eq!((e.per_gpu, e.effective()), (2, 2.0));
     /// # Ok::<(), String>(())
     /// ```
+    #[cfg(any(test, feature = "__cli"))]
     pub fn from_json(text: &str) -> Result<HistoryEntry, String> {
         HistoryEntry::from_text(text)
     }
@@ -330,6 +331,7 @@ pub fn learned_memory(dir: &Path) -> Vec<(String, u64)> {
 /// A test's reference hold time: the shortest mean hold it had in one run on record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
+#[cfg(any(test, feature = "__cli"))]
 pub struct HoldTime {
     /// The test binary (nextest's binary id).
     pub binary: String,
@@ -343,6 +345,7 @@ pub struct HoldTime {
 /// state directory), the longest first, with the runs recorded since the history was last
 /// brought up to date measured first. Tests recorded before binaries and names were kept
 /// apart are left out until they run again.
+#[cfg(any(test, feature = "__cli"))]
 pub fn hold_times(dir: &Path) -> Vec<HoldTime> {
     update_history(dir, None);
     let refs = read_records(
@@ -529,6 +532,7 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
 /// # Errors
 ///
 /// A history file that exists but cannot be emptied (permissions, a lock held).
+#[cfg(any(test, feature = "__cli"))]
 pub fn forget_history(dir: &Path) -> std::io::Result<usize> {
     let count = read_history(dir).len();
     for name in [HISTORY_FILE, TESTS_FILE] {

@@ -71,6 +71,7 @@
 //! weights, and `history` lists the measured peaks ([`learned_memory`]).
 //!
 //! ```
+//! # #[cfg(feature = "__cli")] { // only the command's build has `__private`
 //! use gpu_test_permit::__private::tune::{choose, Inputs, Step};
 //!
 //! // No history: the seed.
@@ -79,6 +80,7 @@
 //! });
 //! assert_eq!((c.per_gpu, c.step), (2, Step::Seed));
 //! assert_eq!(c.to_string(), "N = 2 (auto: no run on record; starting at 2; ceiling 8)");
+//! # }
 //! ```
 
 mod choose;
@@ -87,7 +89,10 @@ mod measure;
 
 use std::path::Path;
 
-pub use choose::{CAP_LIMITS, Choice, Inputs, SEED, Step, WITHIN, WORTH_A_RUN, choose};
+#[cfg(any(test, feature = "__cli"))]
+pub use choose::{CAP_LIMITS, SEED, Step, WITHIN, WORTH_A_RUN};
+pub use choose::{Choice, Inputs, choose};
+#[cfg(any(test, feature = "__cli"))]
 pub use history::{
     HISTORY_KEPT, HistoryEntry, HoldTime, TESTS_KEPT, forget_history, hold_times, learned_memory,
     read_history,
@@ -97,6 +102,7 @@ pub(crate) use history::{learn_before_run, learned_peaks};
 /// The history of slot directory `dir`, oldest first, with the runs recorded since it was
 /// last brought up to date measured and added (as the first process of a run does before it
 /// chooses).
+#[cfg(any(test, feature = "__cli"))]
 pub fn measured_history(dir: &Path) -> Vec<HistoryEntry> {
     history::update_history(dir, None)
 }
