@@ -212,12 +212,12 @@ fn check(ev: &TraceEvent) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads the events of a trace file written by this crate, strictly: [`read_trace`], with
-/// every line it would skip an error instead (the first, naming its line).
+/// Reads the events of a trace file written by this crate, strictly: as the command reads
+/// them, with every line it would skip an error instead (the first, naming its line).
 ///
 /// # Errors
 ///
-/// When the file cannot be read, or a line is not an event [`read_trace`] accepts.
+/// When the file cannot be read, or a line is not an event.
 ///
 /// ```
 /// use gpu_test_permit::trace::{peak_concurrency, read_events};
