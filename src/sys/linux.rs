@@ -330,7 +330,11 @@ mod tests {
         let id = boot_id().expect("a boot id");
         assert_eq!(id, text.trim());
         assert_eq!(id.len(), 36, "{id:?}");
-        assert_eq!(boot_id().as_deref(), Some(id.as_str()), "the same each time");
+        assert_eq!(
+            boot_id().as_deref(),
+            Some(id.as_str()),
+            "the same each time"
+        );
     }
 
     #[test]
