@@ -92,7 +92,23 @@ impl<K: Ord, V> SortedMap<K, V> {
         self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
     }
 
-    /// The value of `key`, made by `make` where the map has none.
+    /// The map of `pairs`: where a key comes more than once, its later values are folded into
+    /// its first by `fold`, in the order `pairs` gives them. One stable sort: `O(n log n)`,
+    /// where inserting one at a time moves `O(n)` entries each.
+    pub(crate) fn from_pairs(mut pairs: Vec<(K, V)>, mut fold: impl FnMut(&mut V, V)) -> Self {
+        sort_by(&mut pairs, |a, b| a.0.cmp(&b.0));
+        let mut out: Vec<(K, V)> = Vec::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            match out.last_mut() {
+                Some(last) if last.0 == k => fold(&mut last.1, v),
+                _ => out.push((k, v)),
+            }
+        }
+        Self(out)
+    }
+
+    /// The value of `key`, made by `make` where the map has none. Each new key moves the
+    /// entries after it: for the small maps that are built a key at a time.
     pub(crate) fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> &mut V {
         let at = match self.find(&key) {
             Ok(at) => at,
@@ -129,15 +145,6 @@ impl<K: Ord, V> SortedMap<K, V> {
         K: Borrow<Q>,
     {
         self.find(key).is_ok()
-    }
-
-    /// Takes the value of `key` out of the map.
-    #[cfg(any(test, feature = "__cli"))]
-    pub(crate) fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
-    where
-        K: Borrow<Q>,
-    {
-        self.find(key).ok().map(|at| self.0.remove(at).1)
     }
 
     /// How many keys the map has.
@@ -246,13 +253,40 @@ mod tests {
         let counted: usize = m.iter().filter(|(k, _)| **k < 1000).map(|(_, v)| *v).sum();
         assert_eq!(counted, 200, "every count landed on its key");
         let first = keys[0];
-        assert!(m.contains_key(&first));
-        let v = m.remove(&first).unwrap();
-        assert!(v > 0 && !m.contains_key(&first) && m.get(&first).is_none());
+        assert!(m.contains_key(&first) && m.get(&first).is_some_and(|v| *v > 0));
+        assert!(!m.contains_key(&u64::MAX) && m.get(&u64::MAX).is_none());
         assert_eq!(m.insert(5000, 1), None);
         assert_eq!(m.insert(5000, 2), Some(1));
         assert_eq!(m.iter().next_back(), Some((&5000, &2)));
         assert_eq!(m.len(), m.values().count());
         assert_eq!(m.clone().into_values().len(), m.into_vec().len());
+    }
+
+    #[test]
+    fn a_map_from_pairs_folds_each_keys_values_in_the_order_given() {
+        // Values remember where they came from: the fold must see them in that order.
+        let keys = numbers(11, 3000, 97);
+        let pairs: Vec<(u64, Vec<usize>)> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, &k)| (k, vec![i]))
+            .collect();
+        let m = SortedMap::from_pairs(pairs, |a, b| a.extend(b));
+        let mut one_at_a_time: SortedMap<u64, Vec<usize>> = SortedMap::new();
+        for (i, &k) in keys.iter().enumerate() {
+            one_at_a_time.get_or_insert_with(k, Vec::new).push(i);
+        }
+        assert_eq!(m.len(), one_at_a_time.len());
+        let (a, b) = (m.into_vec(), one_at_a_time.into_vec());
+        assert_eq!(a, b);
+        assert!(
+            a.windows(2).all(|w| w[0].0 < w[1].0),
+            "keys in order, once each"
+        );
+        assert!(
+            a.iter().all(|(_, v)| v.windows(2).all(|w| w[0] < w[1])),
+            "values in order"
+        );
+        assert!(SortedMap::<u8, u8>::from_pairs(Vec::new(), |_, _| {}).is_empty());
     }
 }

@@ -192,27 +192,30 @@ struct Lives<'a> {
 fn lives(records: &[RunRecord]) -> Lives<'_> {
     let last_us = records.iter().map(RunRecord::unix_us).max().unwrap_or(0);
     // Releases by (pid, hold); a pid reused later in the run releases after its own grant.
-    let mut releases: SortedMap<(u32, u64), Vec<(u64, Outcome)>> = SortedMap::new();
-    // Each test's attempts: the last one, and when each began (its first record).
-    let mut last_attempt: SortedMap<TestKey, u32> = SortedMap::new();
-    let mut attempt_start: SortedMap<(TestKey, u32), u64> = SortedMap::new();
+    // Each test's attempts: the last one, and when each began (its first record). Each map is
+    // made from its pairs at once (one sort), not a key at a time.
+    let mut releases = Vec::new();
+    let mut attempts = Vec::new();
+    let mut starts = Vec::new();
     for r in records {
         let (key, attempt, at) = match r {
             RunRecord::Release(rel) => {
-                releases
-                    .get_or_insert_with((rel.pid, rel.hold), Vec::new)
-                    .push((rel.unix_us, rel.outcome));
+                releases.push(((rel.pid, rel.hold), vec![(rel.unix_us, rel.outcome)]));
                 continue;
             }
             RunRecord::Grant(g) => (key_of(&g.binary, &g.test), g.attempt, g.unix_us),
             RunRecord::Skip(k) => (key_of(&k.binary, &k.test), k.attempt, k.unix_us),
             RunRecord::Drivers(_) | RunRecord::Choice(_) => continue,
         };
-        let e = last_attempt.get_or_insert_with(key.clone(), || attempt);
-        *e = (*e).max(attempt);
-        let start = attempt_start.get_or_insert_with((key, attempt), || at);
-        *start = (*start).min(at);
+        attempts.push((key.clone(), attempt));
+        starts.push(((key, attempt), at));
     }
+    let releases: SortedMap<(u32, u64), Vec<(u64, Outcome)>> =
+        SortedMap::from_pairs(releases, |all, more| all.extend(more));
+    let last_attempt: SortedMap<TestKey, u32> =
+        SortedMap::from_pairs(attempts, |last, a| *last = (*last).max(a));
+    let attempt_start: SortedMap<(TestKey, u32), u64> =
+        SortedMap::from_pairs(starts, |first, at| *first = (*first).min(at));
     let mut holds: Vec<Hold<'_>> = Vec::new();
     #[cfg(any(test, feature = "__cli"))]
     let mut unreleased = Vec::new();
@@ -282,12 +285,6 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
         holds,
         unreleased,
     } = lives(records);
-    let mut skips: SortedMap<TestKey, SkippedTest> = SortedMap::new();
-    let mut skip_order: Vec<TestKey> = Vec::new();
-    let mut escaped: SortedMap<TestKey, Escaped> = SortedMap::new();
-    let mut loaded: SortedMap<TestKey, Vec<String>> = SortedMap::new();
-    let mut linked: SortedMap<TestKey, Vec<String>> = SortedMap::new();
-    let mut watched: SortedMap<TestKey, ()> = SortedMap::new();
     // Each driver once, in the order first seen.
     let add = |to: &mut Vec<String>, from: &[String]| {
         for lib in from {
@@ -296,71 +293,84 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
             }
         }
     };
-    for r in records {
+    let once = |from: &[String]| {
+        let mut out = Vec::new();
+        add(&mut out, from);
+        out
+    };
+    // Per test, made from their pairs at once (one sort), each folded in the records' order.
+    let mut watched = Vec::new();
+    let mut loaded = Vec::new();
+    let mut linked = Vec::new();
+    let mut escaped = Vec::new();
+    // A test's skips: where its first came in the records, and its last.
+    let mut skips = Vec::new();
+    for (at, r) in records.iter().enumerate() {
         match r {
             RunRecord::Drivers(d) => {
                 let key = key_of(&d.binary, &d.test);
                 if d.seen == "watched" {
-                    watched.insert(key.clone(), ());
+                    watched.push((key.clone(), ()));
                     if !d.drivers.is_empty() {
-                        add(loaded.get_or_insert_with(key.clone(), Vec::new), &d.drivers);
+                        loaded.push((key.clone(), once(&d.drivers)));
                     }
                 }
                 if !d.linked.is_empty() {
-                    add(linked.get_or_insert_with(key.clone(), Vec::new), &d.linked);
+                    linked.push((key.clone(), once(&d.linked)));
                 }
                 if d.escaped() {
-                    let e = escaped.get_or_insert_with(key.clone(), || Escaped {
-                        key,
-                        drivers: Vec::new(),
+                    let e = Escaped {
+                        key: key.clone(),
+                        drivers: once(&d.unpermitted),
                         held: d.held,
                         seen: d.seen.clone(),
-                        started_process: false,
-                    });
-                    e.started_process |= d.started_process;
-                    add(&mut e.drivers, &d.unpermitted);
-                    if d.seen == "watched" {
-                        e.seen = d.seen.clone();
-                    }
+                        started_process: d.started_process,
+                    };
+                    escaped.push((key, e));
                 }
             }
             RunRecord::Choice(c) => s.choice = Some(c.clone()),
             RunRecord::Skip(k) => {
                 let key = key_of(&k.binary, &k.test);
-                if !skips.contains_key(&key) {
-                    skip_order.push(key.clone());
-                }
-                skips.insert(
-                    key.clone(),
-                    SkippedTest {
-                        key,
-                        backend: k.backend.clone(),
-                        reason: k.reason.clone(),
-                        attempt: k.attempt,
-                    },
-                );
+                let skip = SkippedTest {
+                    key: key.clone(),
+                    backend: k.backend.clone(),
+                    reason: k.reason.clone(),
+                    attempt: k.attempt,
+                };
+                skips.push((key, (at, skip)));
             }
             RunRecord::Grant(_) | RunRecord::Release(_) => {}
         }
     }
+    let merge = |all: &mut Vec<String>, more: Vec<String>| add(all, &more);
+    let escaped = SortedMap::from_pairs(escaped, |e: &mut Escaped, more: Escaped| {
+        e.started_process |= more.started_process;
+        add(&mut e.drivers, &more.drivers);
+        if more.seen == "watched" {
+            e.seen = more.seen;
+        }
+    });
     s.escaped = escaped.into_values();
-    s.loaded_drivers = loaded.into_vec();
-    s.linked_drivers = linked.into_vec();
-    s.watched_tests = watched.len();
+    s.loaded_drivers = SortedMap::from_pairs(loaded, merge).into_vec();
+    s.linked_drivers = SortedMap::from_pairs(linked, merge).into_vec();
+    s.watched_tests = SortedMap::from_pairs(watched, |_, _| {}).len();
     s.gpu_tests = last_attempt.len();
     s.retried = last_attempt
         .iter()
         .filter(|(_, a)| **a > 1)
         .map(|(k, a)| (k.clone(), *a))
         .collect();
-    // A skip counts where it was the test's last attempt.
-    s.skipped = skip_order
+    // A test's last skip counts where it was the test's last attempt, in the order the tests
+    // first skipped.
+    let skips = SortedMap::from_pairs(skips, |(_, last), (_, later)| *last = later);
+    let mut skipped: Vec<(usize, SkippedTest)> = skips
+        .into_values()
         .into_iter()
-        .filter_map(|k| {
-            let skip = skips.remove(&k)?;
-            (last_attempt.get(&k) == Some(&skip.attempt)).then_some(skip)
-        })
+        .filter(|(_, skip)| last_attempt.get(&skip.key) == Some(&skip.attempt))
         .collect();
+    crate::order::sort_by_key(&mut skipped, |(first, _)| *first);
+    s.skipped = skipped.into_iter().map(|(_, skip)| skip).collect();
     s.unreleased = unreleased;
 
     let mut layouts = Vec::new();
@@ -369,19 +379,23 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
         layouts.push((h.grant.per_gpu, h.grant.gpus));
         with_permits.push(key_of(&h.grant.binary, &h.grant.test));
     }
-    let mut learned: SortedMap<TestKey, LearnedWeight> = SortedMap::new();
+    // Each test's largest learned permit (the first of the largest).
+    let mut learned = Vec::new();
     for g in holds.iter().map(|h| h.grant) {
         let Some(bytes) = g.learned else { continue };
         let key = key_of(&g.binary, &g.test);
-        let w = learned.get_or_insert_with(key.clone(), || LearnedWeight {
-            key,
-            units: 0,
+        let w = LearnedWeight {
+            key: key.clone(),
+            units: g.units,
             learned: bytes,
-        });
-        if g.units > w.units {
-            (w.units, w.learned) = (g.units, bytes);
-        }
+        };
+        learned.push((key, w));
     }
+    let learned = SortedMap::from_pairs(learned, |w: &mut LearnedWeight, more: LearnedWeight| {
+        if more.units > w.units {
+            (w.units, w.learned) = (more.units, more.learned);
+        }
+    });
     s.learned = learned.into_values();
     crate::order::sort_by(&mut s.learned, |a, b| {
         b.units.cmp(&a.units).then_with(|| a.key.cmp(&b.key))
@@ -448,12 +462,13 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64, usize)>) -> usize {
 }
 
 fn casualties(holds: &[Hold<'_>], last_attempt: &SortedMap<TestKey, u32>) -> Vec<Casualty> {
-    let mut by_test: SortedMap<TestKey, Vec<&Hold<'_>>> = SortedMap::new();
-    for h in holds {
-        by_test
-            .get_or_insert_with(key_of(&h.grant.binary, &h.grant.test), Vec::new)
-            .push(h);
-    }
+    let by_test: SortedMap<TestKey, Vec<&Hold<'_>>> = SortedMap::from_pairs(
+        holds
+            .iter()
+            .map(|h| (key_of(&h.grant.binary, &h.grant.test), vec![h]))
+            .collect(),
+        |all, more| all.extend(more),
+    );
     let mut out = Vec::new();
     for (key, mine) in by_test.iter() {
         let Some(&last) = last_attempt.get(key) else {
