@@ -9,8 +9,8 @@ use super::summary::{Casualty, casualties_of};
 use crate::trace::TraceEvent;
 
 /// The tests of `events` that failed while other tests held permits and passed alone on a
-/// later attempt (see [`summarize`]). Only traces of runs with retries can show any: without
-/// an attempt, every hold is the test's first.
+/// later attempt (see [`summarize`](super::summarize)). Only traces of runs with retries can
+/// show any: without an attempt, every hold is the test's first.
 ///
 /// ```
 /// use gpu_test_permit::__private::runs::casualties_in_trace;
