@@ -844,7 +844,8 @@ mod suite_run;
 /// directory and nothing in between: the first run has no hold time on record and backfills
 /// nothing; the second run's first process learns the first run's hold times before any
 /// permit, so light tests take units beside a heavy one waiting at the head. No command runs
-/// between the two (no `history`, no `nextest-snippet`).
+/// between the two (no `history`, no `nextest-snippet`). Where the scheduler started the
+/// second run's processes too far apart for any head to wait, it runs again, at most twice.
 #[test]
 fn the_second_run_of_a_mixed_suite_backfills_with_no_command_between() {
     if !crate::recipes::have_nextest() {
@@ -880,12 +881,25 @@ fn the_second_run_of_a_mixed_suite_backfills_with_no_command_between() {
         !state.join("gpu0.tests").exists(),
         "the first run learned from no earlier run"
     );
-    let backfilled = run();
+    // Whether a light test comes while a heavy one waits at the head is up to the scheduler:
+    // on a loaded machine the processes may start so far apart that no head waits. A run that
+    // had no such moment is run again (each again with no command before it); a run that
+    // learned nothing never backfills, however often it runs.
+    let mut backfilled = Vec::new();
+    for _ in 0..3 {
+        backfilled.push(run());
+        assert!(
+            state.join("gpu0.tests").exists(),
+            "the second run learned the first run's hold times"
+        );
+        if backfilled.last() > Some(&0) {
+            break;
+        }
+    }
     assert!(
-        state.join("gpu0.tests").exists(),
-        "the second run learned the first run's hold times"
+        backfilled.iter().any(|&n| n > 0),
+        "no run after the first backfilled a permit: {backfilled:?}"
     );
-    assert!(backfilled > 0, "the second run backfilled no permit");
 }
 
 /// The first process of a nextest run learns the runs before it, but never waits for another
