@@ -310,7 +310,7 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
             RunRecord::Drivers(d) => {
                 let key = key_of(&d.binary, &d.test);
                 if d.seen == "watched" {
-                    watched.push((key.clone(), ()));
+                    watched.push(key.clone());
                     if !d.drivers.is_empty() {
                         loaded.push((key.clone(), once(&d.drivers)));
                     }
@@ -354,7 +354,8 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
     s.escaped = escaped.into_values();
     s.loaded_drivers = SortedMap::from_pairs(loaded, merge).into_vec();
     s.linked_drivers = SortedMap::from_pairs(linked, merge).into_vec();
-    s.watched_tests = SortedMap::from_pairs(watched, |_, _| {}).len();
+    crate::order::sort_dedup(&mut watched);
+    s.watched_tests = watched.len();
     s.gpu_tests = last_attempt.len();
     s.retried = last_attempt
         .iter()
@@ -451,14 +452,8 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64, usize)>) -> usize {
         edges.push((from, units as i64));
         edges.push((to, -(units as i64)));
     }
-    // Releases before grants at the same moment.
-    crate::order::sort(&mut edges);
-    let (mut now, mut most) = (0i64, 0i64);
-    for (_, d) in edges {
-        now += d;
-        most = most.max(now);
-    }
-    most as usize
+    // Releases before grants at the same moment, as in a trace.
+    crate::trace::peak_of(edges)
 }
 
 fn casualties(holds: &[Hold<'_>], last_attempt: &SortedMap<TestKey, u32>) -> Vec<Casualty> {

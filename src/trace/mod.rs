@@ -34,5 +34,6 @@ pub(crate) mod read;
 
 pub(crate) use event::Tracer;
 pub use event::{TraceArgs, TraceEvent};
+pub(crate) use peak::peak_of;
 pub use peak::{peak_concurrency, peak_per_gpu};
 pub use read::read_events;

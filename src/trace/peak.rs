@@ -27,8 +27,9 @@ pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     peak_of(edges)
 }
 
-/// The most held at once by `edges`, `(time, units taken or, negative, given back)`.
-fn peak_of(mut edges: Vec<(u64, i64)>) -> usize {
+/// The most held at once by `edges`, `(time, units taken or, negative, given back)`: also the
+/// run summary's, over its grants and releases.
+pub(crate) fn peak_of(mut edges: Vec<(u64, i64)>) -> usize {
     // At equal timestamps, count releases before acquisitions.
     crate::order::sort(&mut edges);
     let (mut cur, mut peak) = (0i64, 0i64);
