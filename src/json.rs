@@ -301,7 +301,14 @@ impl Value {
     /// twice).
     pub(crate) fn get(&self, key: &str) -> Option<&Value> {
         match self {
-            Value::Object(fields) => fields.iter().find(|(k, _)| k == key).map(|(_, v)| v),
+            Value::Object(fields) => {
+                for (k, v) in fields {
+                    if k == key {
+                        return Some(v);
+                    }
+                }
+                None
+            }
             _ => None,
         }
     }
@@ -375,7 +382,10 @@ macro_rules! read_unsigned {
         impl Read for $t {
             const EXPECTED: &'static str = concat!("an integer that fits in ", stringify!($t));
             fn read(v: &Value) -> Option<Self> {
-                v.as_u64().and_then(|n| <$t>::try_from(n).ok())
+                match v.as_u64() {
+                    Some(n) => <$t>::try_from(n).ok(),
+                    None => None,
+                }
             }
         }
     )*};
@@ -392,7 +402,10 @@ impl Read for i64 {
 impl Read for i32 {
     const EXPECTED: &'static str = "an integer that fits in i32";
     fn read(v: &Value) -> Option<Self> {
-        v.as_i64().and_then(|n| i32::try_from(n).ok())
+        match v.as_i64() {
+            Some(n) => i32::try_from(n).ok(),
+            None => None,
+        }
     }
 }
 
@@ -413,14 +426,22 @@ impl Read for bool {
 impl Read for String {
     const EXPECTED: &'static str = "a string";
     fn read(v: &Value) -> Option<Self> {
-        v.as_str().map(str::to_owned)
+        match v {
+            Value::String(s) => Some(s.clone()),
+            _ => None,
+        }
     }
 }
 
 impl<T: Read> Read for Vec<T> {
     const EXPECTED: &'static str = "an array";
     fn read(v: &Value) -> Option<Self> {
-        v.as_array()?.iter().map(T::read).collect()
+        let items = v.as_array()?;
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            out.push(T::read(item)?);
+        }
+        Some(out)
     }
 }
 
@@ -445,42 +466,73 @@ impl<'a> Fields<'a> {
 
     /// The raw value of `key`, where present (the first, where it appears twice).
     pub(crate) fn raw(&self, key: &str) -> Option<&'a Value> {
-        self.fields.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+        for (k, v) in self.fields {
+            if k == key {
+                return Some(v);
+            }
+        }
+        None
     }
 
-    fn wrong<T: Read>(&self, key: &str, v: &Value) -> String {
+    /// The value of `key`, `None` where absent or null.
+    fn present(&self, key: &str) -> Option<&'a Value> {
+        match self.raw(key) {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(v),
+        }
+    }
+
+    fn missing(&self, key: &str) -> String {
+        format!("{}: missing field `{key}`", self.record)
+    }
+
+    fn wrong(&self, key: &str, expected: &str, v: &Value) -> String {
         format!(
-            "{}: field `{key}`: expected {}, found {}",
+            "{}: field `{key}`: expected {expected}, found {}",
             self.record,
-            T::EXPECTED,
             v.kind()
         )
     }
 
+    // The getters below are generic only where they read the value: what they find and the
+    // errors they write are the non-generic functions above, compiled once.
+
     /// Field `key`, which must be present and not null.
     pub(crate) fn req<T: Read>(&self, key: &str) -> Result<T, String> {
-        match self.raw(key) {
-            None | Some(Value::Null) => Err(format!("{}: missing field `{key}`", self.record)),
-            Some(v) => T::read(v).ok_or_else(|| self.wrong::<T>(key, v)),
+        let Some(v) = self.present(key) else {
+            return Err(self.missing(key));
+        };
+        match T::read(v) {
+            Some(t) => Ok(t),
+            None => Err(self.wrong(key, T::EXPECTED, v)),
         }
     }
 
     /// Field `key`: `None` where absent or null.
     pub(crate) fn opt<T: Read>(&self, key: &str) -> Result<Option<T>, String> {
-        match self.raw(key) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => T::read(v).map(Some).ok_or_else(|| self.wrong::<T>(key, v)),
+        let Some(v) = self.present(key) else {
+            return Ok(None);
+        };
+        match T::read(v) {
+            Some(t) => Ok(Some(t)),
+            None => Err(self.wrong(key, T::EXPECTED, v)),
         }
     }
 
     /// Field `key`, or `default` where absent or null.
     pub(crate) fn or<T: Read>(&self, key: &str, default: T) -> Result<T, String> {
-        Ok(self.opt(key)?.unwrap_or(default))
+        match self.opt(key)? {
+            Some(t) => Ok(t),
+            None => Ok(default),
+        }
     }
 
     /// Field `key`, or the type's default where absent or null.
     pub(crate) fn or_default<T: Read + Default>(&self, key: &str) -> Result<T, String> {
-        Ok(self.opt(key)?.unwrap_or_default())
+        match self.opt(key)? {
+            Some(t) => Ok(t),
+            None => Ok(T::default()),
+        }
     }
 
     /// Field `key` as one of `names`, by its string (`None` where absent or null).
@@ -492,38 +544,54 @@ impl<'a> Fields<'a> {
         let Some(s) = self.opt::<String>(key)? else {
             return Ok(None);
         };
-        match names.iter().find(|(n, _)| *n == s) {
-            Some((_, t)) => Ok(Some(*t)),
-            None => {
-                let known: Vec<String> = names.iter().map(|(n, _)| format!("`{n}`")).collect();
-                Err(format!(
-                    "{}: field `{key}`: unknown variant `{s}`, expected one of {}",
-                    self.record,
-                    known.join(", ")
-                ))
+        for (n, t) in names {
+            if *n == s {
+                return Ok(Some(*t));
             }
         }
+        let mut known = String::new();
+        for (i, (n, _)) in names.iter().enumerate() {
+            if i > 0 {
+                known.push_str(", ");
+            }
+            known.push('`');
+            known.push_str(n);
+            known.push('`');
+        }
+        Err(format!(
+            "{}: field `{key}`: unknown variant `{s}`, expected one of {known}",
+            self.record
+        ))
     }
 }
 
 impl<'a> Fields<'a> {
     /// Field `key`, which must be present and not null, as it is.
     pub(crate) fn value(&self, key: &str) -> Result<&'a Value, String> {
-        match self.raw(key) {
-            None | Some(Value::Null) => Err(format!("{}: missing field `{key}`", self.record)),
+        match self.present(key) {
             Some(v) => Ok(v),
+            None => Err(self.missing(key)),
         }
     }
 
     /// Field `key` as one of `names`, which must be present.
     pub(crate) fn req_one_of<T: Copy>(&self, key: &str, names: &[(&str, T)]) -> Result<T, String> {
-        self.one_of(key, names)?
-            .ok_or_else(|| format!("{}: missing field `{key}`", self.record))
+        match self.one_of(key, names)? {
+            Some(t) => Ok(t),
+            None => Err(self.missing(key)),
+        }
+    }
+
+    fn in_field(&self, key: &str, error: &str) -> String {
+        format!("{}: field `{key}`: {error}", self.record)
     }
 
     /// Field `key`, a record of type `T`, which must be present.
     pub(crate) fn record<T: Record>(&self, key: &str) -> Result<T, String> {
-        T::read_json(self.value(key)?).map_err(|e| format!("{}: field `{key}`: {e}", self.record))
+        match T::read_json(self.value(key)?) {
+            Ok(t) => Ok(t),
+            Err(e) => Err(self.in_field(key, &e)),
+        }
     }
 
     /// Field `key`, an array of records of type `T`, which must be present.
@@ -536,10 +604,14 @@ impl<'a> Fields<'a> {
                 v.kind()
             ));
         };
-        items
-            .iter()
-            .map(|i| T::read_json(i).map_err(|e| format!("{}: field `{key}`: {e}", self.record)))
-            .collect()
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            match T::read_json(item) {
+                Ok(t) => out.push(t),
+                Err(e) => return Err(self.in_field(key, &e)),
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -551,12 +623,18 @@ pub(crate) trait Record: Write + Sized {
 
     /// The record from its text.
     fn from_text(text: &str) -> Result<Self, String> {
-        Self::read_json(&parse(text).map_err(|e| e.to_string())?)
+        match parse(text) {
+            Ok(v) => Self::read_json(&v),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// The record from its text as bytes, which must be UTF-8.
     fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
-        Self::read_json(&parse_bytes(bytes).map_err(|e| e.to_string())?)
+        match parse_bytes(bytes) {
+            Ok(v) => Self::read_json(&v),
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// The record's text: compact JSON, one line.
@@ -600,11 +678,11 @@ impl Write for f64 {
         if (-5..=15).contains(&exp) {
             if exp < 0 {
                 out.push_str("0.");
-                out.extend(std::iter::repeat_n('0', (-exp - 1) as usize));
+                push_zeros(out, (-exp - 1) as usize);
                 out.push_str(&digits);
             } else if exp + 1 >= n {
                 out.push_str(&digits);
-                out.extend(std::iter::repeat_n('0', (exp + 1 - n) as usize));
+                push_zeros(out, (exp + 1 - n) as usize);
                 out.push_str(".0");
             } else {
                 let (int, frac) = digits.split_at(exp as usize + 1);
@@ -623,6 +701,23 @@ impl Write for f64 {
     }
 }
 
+fn push_zeros(out: &mut String, n: usize) {
+    for _ in 0..n {
+        out.push('0');
+    }
+}
+
+/// The decimal digits of `text`, in order.
+fn digits_of(text: &str) -> String {
+    let mut digits = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+        }
+    }
+    digits
+}
+
 /// The shortest significant digits of `|f|` that read back as it, and the decimal exponent of
 /// the first (`0.0125` is `("125", -2)`). Where the shortest digits could end either way at
 /// the same distance (an exact tie), the even one, as ryu (and so serde_json) chooses; Rust's
@@ -632,24 +727,20 @@ fn shortest_digits(f: f64) -> (String, i32) {
     let sci = format!("{f:e}");
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i32 = exp.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
+    let digits = digits_of(mantissa);
     let n = digits.len();
     // A tie: the exact value has exactly one digit more than the shortest, a 5.
     let one_more = format!("{f:.n$e}");
-    if !one_more
-        .split_once('e')
-        .is_some_and(|(m, _)| m.ends_with('5'))
-    {
-        return (digits, exp);
+    match one_more.split_once('e') {
+        Some((m, _)) if m.ends_with('5') => {}
+        _ => return (digits, exp),
     }
     // An f64's exact decimal expansion has at most 767 significant digits.
     let exact = format!("{f:.800e}");
-    let exact_digits: String = exact
-        .split_once('e')
-        .map_or("", |(m, _)| m)
-        .chars()
-        .filter(char::is_ascii_digit)
-        .collect();
+    let exact_digits = match exact.split_once('e') {
+        Some((m, _)) => digits_of(m),
+        None => String::new(),
+    };
     let tie = exact_digits.as_bytes().get(n) == Some(&b'5')
         && exact_digits[n + 1..].bytes().all(|b| b == b'0');
     let floor = &exact_digits[..n];
@@ -756,6 +847,11 @@ impl Object {
 
     /// Adds field `key` (a key needs no escaping: the crate's keys are plain words).
     pub(crate) fn field(&mut self, key: &str, value: impl Write) -> &mut Object {
+        self.put(key, &value)
+    }
+
+    /// [`Object::field`], compiled once: the value is written through its vtable.
+    fn put(&mut self, key: &str, value: &dyn Write) -> &mut Object {
         if !self.empty {
             self.out.push(',');
         }
@@ -769,7 +865,7 @@ impl Object {
     /// Adds field `key` where `value` is `Some`; leaves it out where `None`.
     pub(crate) fn some<T: Write>(&mut self, key: &str, value: &Option<T>) -> &mut Object {
         if let Some(v) = value {
-            self.field(key, v);
+            self.put(key, v);
         }
         self
     }
@@ -777,7 +873,7 @@ impl Object {
     /// Adds field `key` where `yes`.
     pub(crate) fn when(&mut self, yes: bool, key: &str, value: impl Write) -> &mut Object {
         if yes {
-            self.field(key, value);
+            self.put(key, &value);
         }
         self
     }
