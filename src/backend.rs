@@ -78,9 +78,14 @@ impl Backend {
         self as usize
     }
 
-    /// Each backend by its name in the files (as [`name`](Self::name) gives it).
-    pub(crate) const NAMES: [(&'static str, Backend); 2] =
-        [("cuda", Backend::Cuda), ("wgpu", Backend::Wgpu)];
+    /// Each backend by its name in the files (as [`name`](Self::name) gives it), as its
+    /// position in [`ALL`](Self::ALL).
+    const NAMES: [(&'static str, u8); 2] = [("cuda", 0), ("wgpu", 1)];
+
+    /// The backend that field `key` of `f` names (see [`NAMES`](Self::NAMES)).
+    pub(crate) fn read_field(f: &crate::json::Fields<'_>, key: &str) -> Result<Backend, String> {
+        Ok(Backend::ALL[usize::from(f.req_one_of(key, &Backend::NAMES)?)])
+    }
 }
 
 impl crate::json::Write for Backend {
