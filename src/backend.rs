@@ -228,12 +228,11 @@ impl fmt::Display for Policy {
         if self.any {
             words.push("any");
         }
-        words.extend(
-            Backend::ALL
-                .iter()
-                .filter(|b| self.requires(**b))
-                .map(|b| b.name()),
-        );
+        for b in Backend::ALL {
+            if self.requires(b) {
+                words.push(b.name());
+            }
+        }
         if words.is_empty() {
             words.push("none");
         }
@@ -249,8 +248,14 @@ impl std::str::FromStr for Policy {
     fn from_str(s: &str) -> Result<Policy, PolicyError> {
         let mut p = Policy::none();
         let mut saw_none = false;
-        let words: Vec<&str> = s.split(',').map(str::trim).collect();
-        if words.iter().all(|w| w.is_empty()) {
+        let mut words = Vec::new();
+        let mut all_empty = true;
+        for w in s.split(',') {
+            let w = w.trim();
+            all_empty &= w.is_empty();
+            words.push(w);
+        }
+        if all_empty {
             return Err(PolicyError::Empty);
         }
         for w in &words {
