@@ -294,7 +294,7 @@ impl Output {
         let m = MARKER.as_bytes();
         // Only the new bytes (and a marker cut by the previous read) need a look.
         let from = old.saturating_sub(m.len() - 1);
-        if let Some(i) = last_position(&self.stdout[from..], m) {
+        if let Some(i) = super::protocol::last_position(&self.stdout[from..], m) {
             self.marker = Some(from + i);
         }
         if let Some(at) = self.marker {
@@ -372,18 +372,6 @@ fn spawn_reader(
             shared.changed.notify_all();
         })?;
     Ok(())
-}
-
-/// Where the last whole `needle` in `haystack` starts.
-fn last_position(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    let mut end = haystack.len();
-    while end >= needle.len() {
-        if haystack[end - needle.len()..end] == *needle {
-            return Some(end - needle.len());
-        }
-        end -= 1;
-    }
-    None
 }
 
 fn tail_text(bytes: &[u8]) -> String {
