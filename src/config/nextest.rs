@@ -62,7 +62,7 @@ impl NextestEnv {
     /// assert!(retry.nextest.is_some_and(|n| n.is_retry()));
     /// ```
     pub fn is_retry(&self) -> bool {
-        self.attempt.is_some_and(|a| a > 1)
+        matches!(self.attempt, Some(a) if a > 1)
     }
 }
 
