@@ -229,10 +229,13 @@ impl InheritedPermit {
             if slots.len() != total {
                 return false;
             }
-            for (i, s) in slots.iter().enumerate() {
-                if s.index != i || self.gpu_of(s) != s.index % self.gpus {
+            // Slots 0, 1, 2, ... in order, each on the GPU its index gives.
+            let mut next = 0;
+            for s in slots {
+                if s.index != next || self.gpu_of(s) != s.index % self.gpus {
                     return false;
                 }
+                next = s.index + 1;
             }
             return true;
         }
@@ -332,8 +335,8 @@ impl InheritedPermit {
     /// ```
     pub fn to_os_string(&self) -> OsString {
         let mut slots = String::new();
-        for (i, s) in self.slots.iter().enumerate() {
-            if i > 0 {
+        for s in &self.slots {
+            if !slots.is_empty() {
                 slots.push(',');
             }
             let gpu = match s.gpu {

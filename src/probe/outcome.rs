@@ -403,8 +403,10 @@ impl fmt::Display for ProbeOutcome {
             ProbeOutcome::Devices { devices } => {
                 let n = devices.len();
                 write!(f, "{n} device{}", if n == 1 { "" } else { "s" })?;
-                for (i, d) in devices.iter().enumerate() {
-                    f.write_str(if i == 0 { ": " } else { "; " })?;
+                let mut separator = ": ";
+                for d in devices {
+                    f.write_str(separator)?;
+                    separator = "; ";
                     write!(f, "{} [{}, {}", d.name, d.api, d.kind)?;
                     if let Some(drv) = &d.driver {
                         write!(f, ", driver {drv}")?;
