@@ -78,9 +78,14 @@ impl Backend {
         self as usize
     }
 
-    /// Each backend by its name in the files (as [`name`](Self::name) gives it).
-    pub(crate) const NAMES: [(&'static str, Backend); 2] =
-        [("cuda", Backend::Cuda), ("wgpu", Backend::Wgpu)];
+    /// Each backend by its name in the files (as [`name`](Self::name) gives it), as its
+    /// position in [`ALL`](Self::ALL).
+    const NAMES: [(&'static str, u8); 2] = [("cuda", 0), ("wgpu", 1)];
+
+    /// The backend that field `key` of `f` names (see [`NAMES`](Self::NAMES)).
+    pub(crate) fn read_field(f: &crate::json::Fields<'_>, key: &str) -> Result<Backend, String> {
+        Ok(Backend::ALL[usize::from(f.req_one_of(key, &Backend::NAMES)?)])
+    }
 }
 
 impl crate::json::Write for Backend {
@@ -223,12 +228,11 @@ impl fmt::Display for Policy {
         if self.any {
             words.push("any");
         }
-        words.extend(
-            Backend::ALL
-                .iter()
-                .filter(|b| self.requires(**b))
-                .map(|b| b.name()),
-        );
+        for b in Backend::ALL {
+            if self.requires(b) {
+                words.push(b.name());
+            }
+        }
         if words.is_empty() {
             words.push("none");
         }
@@ -244,8 +248,14 @@ impl std::str::FromStr for Policy {
     fn from_str(s: &str) -> Result<Policy, PolicyError> {
         let mut p = Policy::none();
         let mut saw_none = false;
-        let words: Vec<&str> = s.split(',').map(str::trim).collect();
-        if words.iter().all(|w| w.is_empty()) {
+        let mut words = Vec::new();
+        let mut all_empty = true;
+        for w in s.split(',') {
+            let w = w.trim();
+            all_empty &= w.is_empty();
+            words.push(w);
+        }
+        if all_empty {
             return Err(PolicyError::Empty);
         }
         for w in &words {

@@ -98,10 +98,10 @@ pub fn decide(report: &ProbeReport, policy: &Policy) -> Decision {
         _ => String::new(),
     };
     // A broken answer another test process found and the run cache kept: say so.
-    let cached = report
-        .run_cache_note()
-        .map(|note| format!(" ({note})"))
-        .unwrap_or_default();
+    let cached = match report.run_cache_note() {
+        Some(note) => format!(" ({note})"),
+        None => String::new(),
+    };
     if required {
         Decision::Fail(format!(
             "{REQUIRE_VAR}={policy} requires {b}, but {outcome}{hint}{cached}"
@@ -141,33 +141,40 @@ pub fn decide(report: &ProbeReport, policy: &Policy) -> Decision {
 /// # Ok::<(), String>(())
 /// ```
 pub fn decide_any(report: &ProbeReport, others: &[ProbeReport], policy: &Policy) -> Decision {
-    decide_with_others(report, policy, || others.to_vec())
+    decide_with_others(report, policy, &|| others.to_vec())
 }
 
 /// The one place of the `any` rule; `others` is asked for only where the rule needs them.
 fn decide_with_others(
     report: &ProbeReport,
     policy: &Policy,
-    others: impl FnOnce() -> Vec<ProbeReport>,
+    others: &dyn Fn() -> Vec<ProbeReport>,
 ) -> Decision {
     let d = decide(report, policy);
     if !(policy.requires_any() && matches!(d, Decision::Skip(_))) {
         return d;
     }
     let others = others();
-    if others.iter().any(|r| r.outcome.has_devices()) {
-        return d;
+    for r in &others {
+        if r.outcome.has_devices() {
+            return d;
+        }
     }
     let mut why = format!("{REQUIRE_VAR}={policy} requires some GPU backend, but ");
-    let all = std::iter::once(report).chain(&others);
-    let parts: Vec<String> = all
-        .map(|r| match r.run_cache_note() {
-            Some(note) => format!("{r} ({note})"),
-            None => r.to_string(),
-        })
-        .collect();
-    why.push_str(&parts.join("; "));
+    why.push_str(&with_cache_note(report));
+    for r in &others {
+        why.push_str("; ");
+        why.push_str(&with_cache_note(r));
+    }
     Decision::Fail(why)
+}
+
+/// `report` as text, with its [run cache note](ProbeReport::run_cache_note) where it has one.
+fn with_cache_note(report: &ProbeReport) -> String {
+    match report.run_cache_note() {
+        Some(note) => format!("{report} ({note})"),
+        None => report.to_string(),
+    }
 }
 
 /// What a test of `backend` should do on this machine: the cached [`probe`] under the
@@ -188,12 +195,14 @@ pub fn check(backend: Backend) -> Decision {
         Ok(p) => p,
         Err(e) => return Decision::Fail(e.to_string()),
     };
-    decide_with_others(&probe(backend), policy, || {
-        Backend::ALL
-            .into_iter()
-            .filter(|b| *b != backend)
-            .map(probe)
-            .collect()
+    decide_with_others(&probe(backend), policy, &|| {
+        let mut others = Vec::new();
+        for b in Backend::ALL {
+            if b != backend {
+                others.push(probe(b));
+            }
+        }
+        others
     })
 }
 
@@ -245,11 +254,14 @@ pub fn report_skip(backend: Backend, reason: &str) {
     crate::runs::record_skip(&backend.to_string(), reason);
     crate::notice::text(&format!("{line}\n"));
     if let Some(path) = &Config::global().skip_log {
-        let appended = std::fs::OpenOptions::new()
+        let appended = match std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
-            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+        {
+            Ok(mut f) => f.write_all(format!("{line}\n").as_bytes()),
+            Err(e) => Err(e),
+        };
         if let Err(e) = appended {
             crate::notice::line(&format!(
                 "cannot append to {SKIP_LOG_VAR}={}: {e}",

@@ -118,13 +118,19 @@ impl VisibleDevices {
     /// # let _ = mine;
     /// ```
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> VisibleDevices {
-        let text = |name: &str| lookup(name).map(|v| v.to_string_lossy().into_owned());
+        let lookup: &dyn Fn(&str) -> Option<OsString> = &lookup;
         VisibleDevices {
-            cuda: text(CUDA_VISIBLE_DEVICES),
-            hip: text(HIP_VISIBLE_DEVICES),
-            rocr: text(ROCR_VISIBLE_DEVICES),
+            cuda: text_of(lookup, CUDA_VISIBLE_DEVICES),
+            hip: text_of(lookup, HIP_VISIBLE_DEVICES),
+            rocr: text_of(lookup, ROCR_VISIBLE_DEVICES),
         }
     }
+}
+
+/// The value `lookup` gives variable `name`, lossily as text.
+fn text_of(lookup: &dyn Fn(&str) -> Option<OsString>, name: &str) -> Option<String> {
+    let value = lookup(name)?;
+    Some(value.to_string_lossy().into_owned())
 }
 
 /// Why [`export`] found no devices to export.
@@ -253,30 +259,60 @@ pub fn export_devices(
     gpu_ids: &[usize],
     caller: &VisibleDevices,
 ) -> Result<Vec<(&'static str, String)>, ExportError> {
-    let chosen: Vec<usize> = devices
-        .iter()
-        .map(|&k| {
-            gpu_ids.get(k).copied().ok_or(ExportError::NoSuchDevice {
+    let mut chosen = Vec::with_capacity(devices.len());
+    for &k in devices {
+        let Some(&id) = gpu_ids.get(k) else {
+            return Err(ExportError::NoSuchDevice {
                 device: k,
                 gpus: gpu_ids.len(),
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    let cuda = through(CUDA_VISIBLE_DEVICES, caller.cuda.as_deref(), &chosen)?
-        .unwrap_or_else(|| chosen.iter().map(usize::to_string).collect());
+            });
+        };
+        chosen.push(id);
+    }
+    let cuda = match through(CUDA_VISIBLE_DEVICES, caller.cuda.as_deref(), &chosen)? {
+        Some(cuda) => cuda,
+        None => numbered(&chosen),
+    };
     let mut hip = through(HIP_VISIBLE_DEVICES, caller.hip.as_deref(), &chosen)?;
     let mut rocr = None;
     // ROCr narrows first; HIP numbers what ROCr left, from its own list or CUDA's.
     let hip_level = hip.as_ref().unwrap_or(&cuda);
-    let positions: Option<Vec<usize>> = hip_level.iter().map(|e| e.parse().ok()).collect();
-    if let (Some(_), Some(positions)) = (&caller.rocr, positions) {
+    if caller.rocr.is_some()
+        && let Some(positions) = positions(hip_level)
+    {
         rocr = through(ROCR_VISIBLE_DEVICES, caller.rocr.as_deref(), &positions)?;
-        hip = Some((0..positions.len()).map(|i| i.to_string()).collect());
+        let mut renumbered = Vec::with_capacity(positions.len());
+        for i in 0..positions.len() {
+            renumbered.push(i.to_string());
+        }
+        hip = Some(renumbered);
     }
     let mut out = vec![(CUDA_VISIBLE_DEVICES, cuda.join(","))];
-    out.extend(hip.map(|h| (HIP_VISIBLE_DEVICES, h.join(","))));
-    out.extend(rocr.map(|r| (ROCR_VISIBLE_DEVICES, r.join(","))));
+    if let Some(h) = hip {
+        out.push((HIP_VISIBLE_DEVICES, h.join(",")));
+    }
+    if let Some(r) = rocr {
+        out.push((ROCR_VISIBLE_DEVICES, r.join(",")));
+    }
     Ok(out)
+}
+
+/// `numbers` as text.
+fn numbered(numbers: &[usize]) -> Vec<String> {
+    let mut out = Vec::with_capacity(numbers.len());
+    for n in numbers {
+        out.push(n.to_string());
+    }
+    out
+}
+
+/// The positions `entries` name, where each is a whole number.
+fn positions(entries: &[String]) -> Option<Vec<usize>> {
+    let mut out = Vec::with_capacity(entries.len());
+    for e in entries {
+        out.push(e.parse().ok()?);
+    }
+    Some(out)
 }
 
 /// The entries of the caller's list `value` of `var` at `positions`; `None` when unset.
@@ -289,28 +325,30 @@ fn through(
         return Ok(None);
     };
     let listed = entries(value);
-    positions
-        .iter()
-        .map(|&index| {
-            listed
-                .get(index)
-                .map(|e| e.to_string())
-                .ok_or_else(|| ExportError::NotListed {
-                    var,
-                    value: value.to_string(),
-                    index,
-                    listed: listed.len(),
-                })
-        })
-        .collect::<Result<_, _>>()
-        .map(Some)
+    let mut out = Vec::with_capacity(positions.len());
+    for &index in positions {
+        let Some(e) = listed.get(index) else {
+            return Err(ExportError::NotListed {
+                var,
+                value: value.to_string(),
+                index,
+                listed: listed.len(),
+            });
+        };
+        out.push(e.to_string());
+    }
+    Ok(Some(out))
 }
 
 /// A visibility list as the drivers read it: up to the first empty or negative entry.
 fn entries(value: &str) -> Vec<&str> {
-    value
-        .split(',')
-        .map(str::trim)
-        .take_while(|e| !e.is_empty() && !e.starts_with('-'))
-        .collect()
+    let mut listed = Vec::new();
+    for e in value.split(',') {
+        let e = e.trim();
+        if e.is_empty() || e.starts_with('-') {
+            break;
+        }
+        listed.push(e);
+    }
+    listed
 }

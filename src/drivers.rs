@@ -117,8 +117,17 @@ pub fn driver_by_name(path: &str) -> bool {
         return true;
     }
     (stem == "libcuda" || name.eq_ignore_ascii_case("nvcuda.dll"))
-        || (DRIVER_PREFIXES.iter().any(|p| stem.starts_with(p))
-            && !stem.starts_with("libnvidia-ml"))
+        || (starts_with_any(stem, &DRIVER_PREFIXES) && !stem.starts_with("libnvidia-ml"))
+}
+
+/// Whether `name` starts with one of `prefixes`.
+fn starts_with_any(name: &str, prefixes: &[&str]) -> bool {
+    for p in prefixes {
+        if name.starts_with(p) {
+            return true;
+        }
+    }
+    false
 }
 
 /// The starts of drivers' file names ([`driver_by_name`]).
@@ -195,16 +204,32 @@ pub fn library_name(path: &str) -> &str {
 #[cfg(any(test, feature = "__cli"))]
 pub fn loaded_drivers() -> Option<Vec<String>> {
     let mapped = crate::sys::mapped_files()?;
-    let driver = mapped_driver(&mapped);
-    Some(mapped.iter().filter(|p| driver(p)).cloned().collect())
+    let through_manifests = reads_manifests(&mapped);
+    Some(
+        mapped
+            .iter()
+            .filter(|p| mapped_driver(p, through_manifests))
+            .cloned()
+            .collect(),
+    )
 }
 
-/// [`driver_library`] for the files of one process's maps, `mapped`: the driver manifests are
-/// asked only where a loader that reads them (Vulkan's, OpenCL's, Level Zero's) is among them,
-/// so a process that loaded none pays for the list of names alone.
-fn mapped_driver(mapped: &[String]) -> impl Fn(&str) -> bool + use<> {
-    let through_manifests = mapped.iter().any(|p| crate::icd::is_loader(p));
-    move |p| driver_by_name(p) || (through_manifests && crate::icd::named_by_manifest(p))
+/// Whether a loader that reads the driver manifests (Vulkan's, OpenCL's, Level Zero's) is
+/// among `mapped`, the files of one process's maps.
+fn reads_manifests(mapped: &[String]) -> bool {
+    for p in mapped {
+        if crate::icd::is_loader(p) {
+            return true;
+        }
+    }
+    false
+}
+
+/// [`driver_library`] for a file `p` of one process's maps: the driver manifests are asked
+/// only where `through_manifests` ([`reads_manifests`] of the maps), so a process that loaded
+/// none pays for the list of names alone.
+fn mapped_driver(p: &str, through_manifests: bool) -> bool {
+    driver_by_name(p) || (through_manifests && crate::icd::named_by_manifest(p))
 }
 
 /// Whether this process has held a permit.
@@ -336,18 +361,27 @@ fn unpermitted_now() -> Option<MappedNow> {
         return None;
     }
     let mapped = crate::sys::mapped_files()?;
-    let driver = mapped_driver(&mapped);
-    if !mapped.iter().any(|p| driver(p)) {
+    let through_manifests = reads_manifests(&mapped);
+    let mut any = false;
+    for p in &mapped {
+        if mapped_driver(p, through_manifests) {
+            any = true;
+            break;
+        }
+    }
+    if !any {
         return None;
     }
     if crate::config::Config::global().probe_mode == crate::backend::ProbeMode::InProcess {
         return None;
     }
     let linked = linked_at_build_time(std::path::Path::new("/proc/self/exe"), &mapped);
-    let unpermitted = mapped
-        .into_iter()
-        .filter(|p| driver(p) && !linked.contains(p))
-        .collect();
+    let mut unpermitted = Vec::new();
+    for p in mapped {
+        if mapped_driver(&p, through_manifests) && !linked.contains(&p) {
+            unpermitted.push(p);
+        }
+    }
     Some(MappedNow {
         unpermitted,
         linked,
@@ -382,13 +416,23 @@ fn may_hold_a_driver() -> bool {
 /// # }
 /// ```
 pub fn linked_at_build_time(exe: &std::path::Path, mapped: &[String]) -> Vec<String> {
-    if !mapped.iter().any(|p| driver_library(p)) {
+    let mut any = false;
+    for p in mapped {
+        if driver_library(p) {
+            any = true;
+            break;
+        }
+    }
+    if !any {
         return Vec::new();
     }
-    elf::needed_closure(exe, mapped)
-        .into_iter()
-        .filter(|p| driver_library(p))
-        .collect()
+    let mut drivers = Vec::new();
+    for p in elf::needed_closure(exe, mapped) {
+        if driver_library(&p) {
+            drivers.push(p);
+        }
+    }
+    drivers
 }
 
 /// Under `cargo test`: the drivers this process had loaded at its first permit.
@@ -397,12 +441,17 @@ static FIRST_PERMIT_LATE: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock
 /// The line a test binary prints as it exits when it had `drivers` loaded before its first
 /// permit.
 pub fn exit_line(binary: &str, drivers: &[String]) -> String {
-    let names: Vec<&str> = drivers.iter().map(|d| library_name(d)).collect();
+    let mut names = String::new();
+    for (i, d) in drivers.iter().enumerate() {
+        if i > 0 {
+            names.push_str(", ");
+        }
+        names.push_str(library_name(d));
+    }
     format!(
         "gpu-test-permit: test binary {binary} had a GPU driver loaded before its first permit \
-         ({}): a test of it used the GPU without a permit (watch it with `gpu-test-permit \
-         watch` as the target runner to see more)",
-        names.join(", ")
+         ({names}): a test of it used the GPU without a permit (watch it with `gpu-test-permit \
+         watch` as the target runner to see more)"
     )
 }
 

@@ -24,7 +24,7 @@
 //! name up to `.so` (`libfoo.so.1` and `libfoo.so` are one driver), and, where the manifest
 //! names it by path, by the name of the file that path leads to as well.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -62,18 +62,26 @@ enum Kind {
     OpenCl,
 }
 
+/// The environment's variables, as [`installed`] and [`search`] read them.
+type Lookup<'a> = dyn Fn(&str) -> Option<OsString> + 'a;
+
 /// The stems of the libraries the manifests that `lookup` (the environment) points to name.
 fn installed(lookup: impl Fn(&str) -> Option<OsString>) -> Stems {
+    installed_with(&lookup)
+}
+
+/// [`installed`], for any lookup.
+fn installed_with(lookup: &Lookup<'_>) -> Stems {
     let mut out = Vec::new();
-    let (places, libraries) = search(&lookup);
+    let (places, libraries) = search(lookup);
     for library in libraries {
         add(&mut out, &library, None);
     }
     for (place, kind) in places {
         // ocl-icd reads a file in OCL_ICD_VENDORS that is not a `.icd` as the library itself.
         if kind == Kind::OpenCl
-            && place.extension().is_none_or(|x| x != "icd")
-            && std::fs::metadata(&place).is_ok_and(|m| m.is_file())
+            && place.extension() != Some(OsStr::new("icd"))
+            && matches!(std::fs::metadata(&place), Ok(m) if m.is_file())
         {
             add(&mut out, &place.to_string_lossy(), None);
             continue;
@@ -107,67 +115,87 @@ impl Stems {
 
 /// Where the loaders look for manifests (files or directories, each with its kind), and the
 /// libraries named directly by variables.
-fn search(lookup: &impl Fn(&str) -> Option<OsString>) -> (Vec<(PathBuf, Kind)>, Vec<String>) {
-    let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
-    let list = |name: &str| -> Vec<PathBuf> {
-        var(name)
-            .map(|v| {
-                std::env::split_paths(&v)
-                    .filter(|p| !p.as_os_str().is_empty())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let home = var("HOME").map(PathBuf::from);
-    let or_home = |name: &str, under: &str| -> Vec<PathBuf> {
-        match var(name) {
-            Some(v) => vec![PathBuf::from(v)],
-            None => home.iter().map(|h| h.join(under)).collect(),
-        }
-    };
-    let or_default = |name: &str, default: &[&str]| -> Vec<PathBuf> {
-        let named = list(name);
-        if named.is_empty() {
-            default.iter().map(PathBuf::from).collect()
-        } else {
-            named
-        }
-    };
+fn search(lookup: &Lookup<'_>) -> (Vec<(PathBuf, Kind)>, Vec<String>) {
+    let home = var(lookup, "HOME").map(PathBuf::from);
     let mut places: Vec<(PathBuf, Kind)> = Vec::new();
     for name in ["VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"] {
-        places.extend(list(name).into_iter().map(|p| (p, Kind::Vulkan)));
+        for p in list(lookup, name) {
+            places.push((p, Kind::Vulkan));
+        }
     }
-    let mut roots = or_home("XDG_CONFIG_HOME", ".config");
-    roots.extend(or_default("XDG_CONFIG_DIRS", &["/etc/xdg"]));
-    roots.extend(["/etc", "/usr/local/etc"].map(PathBuf::from));
-    roots.extend(or_home("XDG_DATA_HOME", ".local/share"));
+    let mut roots = or_home(lookup, "XDG_CONFIG_HOME", &home, ".config");
+    roots.extend(or_default(lookup, "XDG_CONFIG_DIRS", &["/etc/xdg"]));
+    roots.push(PathBuf::from("/etc"));
+    roots.push(PathBuf::from("/usr/local/etc"));
+    roots.extend(or_home(lookup, "XDG_DATA_HOME", &home, ".local/share"));
     roots.extend(or_default(
+        lookup,
         "XDG_DATA_DIRS",
         &["/usr/local/share", "/usr/share"],
     ));
-    places.extend(
-        roots
-            .into_iter()
-            .map(|r| (r.join("vulkan/icd.d"), Kind::Vulkan)),
-    );
+    for r in roots {
+        places.push((r.join("vulkan/icd.d"), Kind::Vulkan));
+    }
     for name in ["OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH"] {
-        places.extend(var(name).map(|v| (PathBuf::from(v), Kind::OpenCl)));
+        if let Some(v) = var(lookup, name) {
+            places.push((PathBuf::from(v), Kind::OpenCl));
+        }
     }
     places.push((PathBuf::from("/etc/OpenCL/vendors"), Kind::OpenCl));
-    let mut libraries: Vec<String> = list("OCL_ICD_FILENAMES")
-        .into_iter()
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect();
-    if let Some(alt) = var("ZE_ENABLE_ALT_DRIVERS") {
-        libraries.extend(
-            alt.to_string_lossy()
-                .split(',')
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(str::to_string),
-        );
+    let mut libraries = Vec::new();
+    for p in list(lookup, "OCL_ICD_FILENAMES") {
+        libraries.push(p.to_string_lossy().into_owned());
+    }
+    if let Some(alt) = var(lookup, "ZE_ENABLE_ALT_DRIVERS") {
+        for l in alt.to_string_lossy().split(',') {
+            let l = l.trim();
+            if !l.is_empty() {
+                libraries.push(l.to_string());
+            }
+        }
     }
     (places, libraries)
+}
+
+/// The value of variable `name`, where it is set and not empty.
+fn var(lookup: &Lookup<'_>, name: &str) -> Option<OsString> {
+    let v = lookup(name)?;
+    if v.is_empty() { None } else { Some(v) }
+}
+
+/// The paths of the `:`-separated list in variable `name` (none where it is unset).
+fn list(lookup: &Lookup<'_>, name: &str) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    if let Some(v) = var(lookup, name) {
+        for p in std::env::split_paths(&v) {
+            if !p.as_os_str().is_empty() {
+                paths.push(p);
+            }
+        }
+    }
+    paths
+}
+
+/// The directory variable `name` names, else `under` in `home` (none without either).
+fn or_home(lookup: &Lookup<'_>, name: &str, home: &Option<PathBuf>, under: &str) -> Vec<PathBuf> {
+    match (var(lookup, name), home) {
+        (Some(v), _) => vec![PathBuf::from(v)],
+        (None, Some(h)) => vec![h.join(under)],
+        (None, None) => Vec::new(),
+    }
+}
+
+/// The directories the list in variable `name` names, else `default`.
+fn or_default(lookup: &Lookup<'_>, name: &str, default: &[&str]) -> Vec<PathBuf> {
+    let named = list(lookup, name);
+    if !named.is_empty() {
+        return named;
+    }
+    let mut paths = Vec::with_capacity(default.len());
+    for d in default {
+        paths.push(PathBuf::from(d));
+    }
+    paths
 }
 
 /// The manifests at `place`: the file itself, or a directory's files of the kind's extension
@@ -186,12 +214,16 @@ fn manifests_at(place: &Path, kind: Kind) -> Vec<PathBuf> {
         Kind::Vulkan => "json",
         Kind::OpenCl => "icd",
     };
-    let mut files: Vec<PathBuf> = entries
-        .take(MOST_ENTRIES)
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == extension))
-        .collect();
+    let mut files = Vec::new();
+    for entry in entries.take(MOST_ENTRIES) {
+        let Ok(entry) = entry else {
+            continue;
+        };
+        let path = entry.path();
+        if path.extension() == Some(OsStr::new(extension)) {
+            files.push(path);
+        }
+    }
     crate::order::sort(&mut files);
     files
 }
@@ -207,7 +239,11 @@ fn read_small(path: &Path) -> Option<String> {
     file.take(LARGEST_MANIFEST + 1)
         .read_to_string(&mut text)
         .ok()?;
-    (text.len() as u64 <= LARGEST_MANIFEST).then_some(text)
+    if text.len() as u64 <= LARGEST_MANIFEST {
+        Some(text)
+    } else {
+        None
+    }
 }
 
 /// The library a Vulkan ICD manifest names (`ICD.library_path`), as written; `None` where it
@@ -215,13 +251,22 @@ fn read_small(path: &Path) -> Option<String> {
 fn vulkan_library(text: &str) -> Option<String> {
     let v = crate::json::parse(text).ok()?;
     let path = v.get("ICD")?.get("library_path")?.as_str()?;
-    (!path.trim().is_empty()).then(|| path.to_string())
+    if path.trim().is_empty() {
+        None
+    } else {
+        Some(path.to_string())
+    }
 }
 
 /// The library an OpenCL vendor file names: its first line that is not blank.
 fn opencl_library(text: &str) -> Option<String> {
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
-    Some(line.to_string())
+    for line in text.lines() {
+        let line = line.trim();
+        if !line.is_empty() {
+            return Some(line.to_string());
+        }
+    }
+    None
 }
 
 /// Adds the stem of `library` (named in a manifest in directory `manifest_dir`, or by a
@@ -233,9 +278,10 @@ fn add(out: &mut Vec<String>, library: &str, manifest_dir: Option<&Path>) {
             Some(dir) if Path::new(library).is_relative() => dir.join(library),
             _ => PathBuf::from(library),
         };
-        if let Ok(real) = std::fs::canonicalize(&path) {
-            let name = real.file_name().map(|n| n.to_string_lossy().into_owned());
-            stems.extend(name.map(|n| driver_stem(&n).to_string()));
+        if let Ok(real) = std::fs::canonicalize(&path)
+            && let Some(name) = real.file_name()
+        {
+            stems.push(driver_stem(&name.to_string_lossy()).to_string());
         }
     }
     for stem in stems {

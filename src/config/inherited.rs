@@ -161,16 +161,23 @@ impl InheritedPermit {
     pub fn parse(raw: &std::ffi::OsStr) -> Result<InheritedPermit, String> {
         let bytes = raw.as_encoded_bytes();
         // The directory follows the fourth `:` and may contain more of them.
-        let Some(split) = bytes
-            .iter()
-            .enumerate()
-            .filter(|(_, b)| **b == b':')
-            .nth(3)
-            .map(|(i, _)| i)
-        else {
+        let mut colons = 0;
+        let mut fourth = None;
+        for (i, &b) in bytes.iter().enumerate() {
+            if b == b':' {
+                colons += 1;
+                if colons == 4 {
+                    fourth = Some(i);
+                    break;
+                }
+            }
+        }
+        let Some(split) = fourth else {
             return Err("has fewer than five `:`-separated fields".into());
         };
-        let head = std::str::from_utf8(&bytes[..split]).map_err(|_| "is not valid UTF-8")?;
+        let Ok(head) = std::str::from_utf8(&bytes[..split]) else {
+            return Err("is not valid UTF-8".into());
+        };
         // SAFETY: the tail comes from `as_encoded_bytes` of one `OsStr`, split right after an
         // ASCII `:`, as `from_encoded_bytes_unchecked` requires.
         let dir = unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(&bytes[split + 1..]) };
@@ -181,74 +188,86 @@ impl InheritedPermit {
         if version != "1" {
             return Err(format!("has format version {version}, not 1"));
         }
-        let count = |s: &str| {
-            s.parse::<usize>()
-                .ok()
-                .filter(|n| (1..=MAX_CONCURRENCY).contains(n))
+        let Some((per_gpu, gpus)) = parse_layout(layout) else {
+            return Err(format!("has layout `{layout}`, not <per_gpu>x<gpus>"));
         };
-        let (per_gpu, gpus) = layout
-            .split_once('x')
-            .and_then(|(n, g)| Some((count(n)?, count(g)?)))
-            .ok_or_else(|| format!("has layout `{layout}`, not <per_gpu>x<gpus>"))?;
         let exclusive = match kind {
             "shared" => false,
             "exclusive" => true,
             _ => return Err(format!("has kind `{kind}`, not shared or exclusive")),
         };
-        let slot = |s: &str| -> Option<InheritedSlot> {
-            let (index, rest) = s.split_once('=')?;
-            let (rest, gpu) = match rest.split_once('@') {
-                Some((rest, gpu)) => (rest, Some(gpu.parse::<usize>().ok()?)),
-                None => (rest, None),
-            };
-            let mut ids = rest.split('/').map(|n| n.parse::<u64>().ok());
-            let (fd, dev, ino) = (ids.next()??, ids.next()??, ids.next()??);
-            if ids.next().is_some() {
-                return None;
+        let mut held = Vec::new();
+        for s in slots.split(',') {
+            match parse_slot(s) {
+                Some(slot) => held.push(slot),
+                None => {
+                    return Err(format!(
+                        "has slot `{s}`, not <slot>=<fd>/<dev>/<ino>[@<gpu>]"
+                    ));
+                }
             }
-            let slot = InheritedSlot::new(index.parse().ok()?, fd, dev, ino);
-            Some(match gpu {
-                Some(g) => slot.on_gpu(g),
-                None => slot,
-            })
-        };
-        let slots = slots
-            .split(',')
-            .map(|s| {
-                slot(s)
-                    .ok_or_else(|| format!("has slot `{s}`, not <slot>=<fd>/<dev>/<ino>[@<gpu>]"))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let total = per_gpu.saturating_mul(gpus);
-        let gpu_of = |s: &InheritedSlot| s.gpu.unwrap_or(s.index % gpus);
-        let fits = if exclusive {
-            slots.iter().map(|s| s.index).eq(0..total)
-                && slots.iter().all(|s| gpu_of(s) == s.index % gpus)
-        } else {
-            // A weighted permit: 1 to N distinct slots on each of its GPUs, as many on each.
-            let mut indices: Vec<usize> = slots.iter().map(|s| s.index).collect();
-            crate::order::sort_dedup(&mut indices);
-            let mut on: Vec<usize> = slots.iter().map(gpu_of).collect();
-            crate::order::sort_dedup(&mut on);
-            let each = slots.len() / on.len().max(1);
-            indices.len() == slots.len()
-                && each <= per_gpu
-                && each * on.len() == slots.len()
-                && on
-                    .iter()
-                    .all(|&g| slots.iter().filter(|s| gpu_of(s) == g).count() == each)
-                && slots.iter().all(|s| s.index < total)
-        };
-        if !fits {
+        }
+        let permit = InheritedPermit::new(per_gpu, gpus, exclusive, held, PathBuf::from(dir));
+        if !permit.slots_fit() {
             return Err(format!(
                 "holds slots that do not fit a {kind} permit of {per_gpu}x{gpus}"
             ));
         }
-        let dir = PathBuf::from(dir);
-        if !dir.is_absolute() {
+        if !permit.dir.is_absolute() {
             return Err("names a slot directory that is not an absolute path".into());
         }
-        Ok(InheritedPermit::new(per_gpu, gpus, exclusive, slots, dir))
+        Ok(permit)
+    }
+
+    /// Whether the slots are those of a permit of this layout and kind: every slot, in order,
+    /// for an exclusive one; for a shared (weighted) one, 1 to N distinct slots on each of its
+    /// GPUs, as many on each.
+    fn slots_fit(&self) -> bool {
+        let slots = &self.slots;
+        let total = self.per_gpu.saturating_mul(self.gpus);
+        if self.exclusive {
+            if slots.len() != total {
+                return false;
+            }
+            // Slots 0, 1, 2, ... in order, each on the GPU its index gives.
+            let mut next = 0;
+            for s in slots {
+                if s.index != next || self.gpu_of(s) != s.index % self.gpus {
+                    return false;
+                }
+                next = s.index + 1;
+            }
+            return true;
+        }
+        let mut indices = Vec::with_capacity(slots.len());
+        let mut on = Vec::with_capacity(slots.len());
+        for s in slots {
+            indices.push(s.index);
+            on.push(self.gpu_of(s));
+        }
+        crate::order::sort_dedup(&mut indices);
+        crate::order::sort_dedup(&mut on);
+        let each = slots.len() / on.len().max(1);
+        if indices.len() != slots.len() || each > self.per_gpu || each * on.len() != slots.len() {
+            return false;
+        }
+        for &g in &on {
+            let mut on_g = 0;
+            for s in slots {
+                if self.gpu_of(s) == g {
+                    on_g += 1;
+                }
+            }
+            if on_g != each {
+                return false;
+            }
+        }
+        for s in slots {
+            if s.index >= total {
+                return false;
+            }
+        }
+        true
     }
 
     /// The GPU slot `slot` of this permit is for.
@@ -277,7 +296,10 @@ impl InheritedPermit {
         if self.exclusive {
             return (0..self.gpus.max(1)).collect();
         }
-        let mut on: Vec<usize> = self.slots.iter().map(|s| self.gpu_of(s)).collect();
+        let mut on = Vec::with_capacity(self.slots.len());
+        for s in &self.slots {
+            on.push(self.gpu_of(s));
+        }
         crate::order::sort_dedup(&mut on);
         on
     }
@@ -292,12 +314,12 @@ impl InheritedPermit {
     /// assert!(p.slots_on(0).is_empty());
     /// ```
     pub fn slots_on(&self, gpu: usize) -> Vec<InheritedSlot> {
-        let mut on: Vec<InheritedSlot> = self
-            .slots
-            .iter()
-            .filter(|s| self.gpu_of(s) == gpu)
-            .copied()
-            .collect();
+        let mut on = Vec::new();
+        for s in &self.slots {
+            if self.gpu_of(s) == gpu {
+                on.push(*s);
+            }
+        }
         crate::order::sort_by_key(&mut on, |s| s.index);
         on
     }
@@ -312,17 +334,17 @@ impl InheritedPermit {
     /// assert_eq!(InheritedPermit::parse(&value).unwrap(), p);
     /// ```
     pub fn to_os_string(&self) -> OsString {
-        let slots: Vec<String> = self
-            .slots
-            .iter()
-            .map(|s| {
-                let gpu = match s.gpu {
-                    Some(g) if g != s.index % self.gpus.max(1) => format!("@{g}"),
-                    _ => String::new(),
-                };
-                format!("{}={}/{}/{}{gpu}", s.index, s.fd, s.dev, s.ino)
-            })
-            .collect();
+        let mut slots = String::new();
+        for s in &self.slots {
+            if !slots.is_empty() {
+                slots.push(',');
+            }
+            let gpu = match s.gpu {
+                Some(g) if g != s.index % self.gpus.max(1) => format!("@{g}"),
+                _ => String::new(),
+            };
+            slots.push_str(&format!("{}={}/{}/{}{gpu}", s.index, s.fd, s.dev, s.ino));
+        }
         let kind = if self.exclusive {
             "exclusive"
         } else {
@@ -330,11 +352,47 @@ impl InheritedPermit {
         };
         let mut out = OsString::from(format!(
             "1:{}x{}:{kind}:{}:",
-            self.per_gpu,
-            self.gpus,
-            slots.join(",")
+            self.per_gpu, self.gpus, slots
         ));
         out.push(&self.dir);
         out
     }
+}
+
+/// The permits per GPU and the GPUs of a layout `<per_gpu>x<gpus>`, each 1 to
+/// [`MAX_CONCURRENCY`].
+fn parse_layout(layout: &str) -> Option<(usize, usize)> {
+    let (n, g) = layout.split_once('x')?;
+    Some((parse_count(n)?, parse_count(g)?))
+}
+
+/// A count of 1 to [`MAX_CONCURRENCY`].
+fn parse_count(s: &str) -> Option<usize> {
+    let n = s.parse::<usize>().ok()?;
+    if (1..=MAX_CONCURRENCY).contains(&n) {
+        Some(n)
+    } else {
+        None
+    }
+}
+
+/// One slot, `<slot>=<fd>/<dev>/<ino>[@<gpu>]`.
+fn parse_slot(s: &str) -> Option<InheritedSlot> {
+    let (index, rest) = s.split_once('=')?;
+    let (rest, gpu) = match rest.split_once('@') {
+        Some((rest, gpu)) => (rest, Some(gpu.parse::<usize>().ok()?)),
+        None => (rest, None),
+    };
+    let mut ids = rest.split('/');
+    let fd = ids.next()?.parse::<u64>().ok()?;
+    let dev = ids.next()?.parse::<u64>().ok()?;
+    let ino = ids.next()?.parse::<u64>().ok()?;
+    if ids.next().is_some() {
+        return None;
+    }
+    let slot = InheritedSlot::new(index.parse().ok()?, fd, dev, ino);
+    Some(match gpu {
+        Some(g) => slot.on_gpu(g),
+        None => slot,
+    })
 }

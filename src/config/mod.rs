@@ -211,7 +211,7 @@ impl Config {
     /// }
     /// ```
     pub fn from_env() -> Config {
-        Config::from_lookup(|name| std::env::var_os(name))
+        Config::from_dyn_lookup(&env_var)
     }
 
     /// The configuration of this process, read from the environment on first use. Its warnings
@@ -326,9 +326,10 @@ impl Config {
     /// assert_eq!(apart.records_dir_for(slots), PathBuf::from("/tmp/find"));
     /// ```
     pub fn records_dir_for(&self, slot_dir: &std::path::Path) -> PathBuf {
-        self.records_dir
-            .clone()
-            .unwrap_or_else(|| slot_dir.to_path_buf())
+        match &self.records_dir {
+            Some(dir) => dir.clone(),
+            None => slot_dir.to_path_buf(),
+        }
     }
 
     /// The GPU ids of a pool spanning `gpus` GPUs, in permit-device order: permit device k is
@@ -345,7 +346,10 @@ impl Config {
     /// assert_eq!(Config::from_lookup(|_| None).gpu_ids(2), [0, 1]);
     /// ```
     pub fn gpu_ids(&self, gpus: usize) -> Vec<usize> {
-        self.gpu_list.clone().unwrap_or_else(|| (0..gpus).collect())
+        match &self.gpu_list {
+            Some(ids) => ids.clone(),
+            None => (0..gpus).collect(),
+        }
     }
 
     /// The GPU id of permit device `device`: its entry in the list [`GPUS_VAR`] names (taken
@@ -369,13 +373,16 @@ impl Config {
         if self.warnings.is_empty() {
             return;
         }
-        let text: String = self
-            .warnings
-            .iter()
-            .map(|w| format!("gpu-test-permit: {w}\n"))
-            .collect();
+        let mut text = String::new();
+        for w in &self.warnings {
+            text.push_str(&format!("gpu-test-permit: {w}\n"));
+        }
         crate::notice::text(&text);
-        let Some(run_id) = self.nextest.as_ref().and_then(|n| n.run_id.as_deref()) else {
+        let Some(NextestEnv {
+            run_id: Some(run_id),
+            ..
+        }) = &self.nextest
+        else {
             return;
         };
         let Ok(dir) = self.slot_dir_path() else {
@@ -401,7 +408,11 @@ impl Config {
     /// assert_eq!(cfg.concurrency.get(), 3);
     /// ```
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Config {
-        let lookup = &lookup;
+        Config::from_dyn_lookup(&lookup)
+    }
+
+    /// [`Config::from_lookup`], for any lookup.
+    fn from_dyn_lookup(lookup: &read::Lookup<'_>) -> Config {
         let mut warnings = Vec::new();
         let w = &mut warnings;
         // In this order: the warnings are said in it.
@@ -416,7 +427,7 @@ impl Config {
         let slots = read::slot_policy(lookup, w);
         let nextest = NextestEnv::from_lookup(lookup, w);
         let strict = read::strict(lookup, w);
-        let inherited = lookup(INHERITED_VAR).map(|raw| InheritedPermit::parse(&raw));
+        let inherited = read::inherited(lookup);
         let (wgpu_adapter, wgpu_power) = read::wgpu(lookup, w);
         let (gpu_memory, weights) = read::memory(lookup, w);
         Config {
@@ -452,6 +463,11 @@ impl Config {
             warnings,
         }
     }
+}
+
+/// The value of variable `name` in this process.
+fn env_var(name: &str) -> Option<OsString> {
+    std::env::var_os(name)
 }
 
 /// Environment that changes what a probe finds, beside the machine itself: where drivers are
@@ -563,7 +579,8 @@ pub(crate) fn wgpu_backend_set() -> bool {
 /// child without the `wgpu` feature: it asks before `main`.
 #[cfg(not(feature = "wgpu"))]
 pub(crate) fn wgpu_backend() -> Option<String> {
-    std::env::var_os(WGPU_BACKEND_VAR).map(|v| v.to_string_lossy().into_owned())
+    let value = std::env::var_os(WGPU_BACKEND_VAR)?;
+    Some(value.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

@@ -1,7 +1,6 @@
 //! The variables `cargo nextest` sets for each test process.
 
-use std::ffi::OsString;
-
+use super::read::Lookup;
 use super::values::{ConfigWarning, warning};
 
 /// The variables `cargo nextest` sets for each test process.
@@ -63,16 +62,19 @@ impl NextestEnv {
     /// assert!(retry.nextest.is_some_and(|n| n.is_retry()));
     /// ```
     pub fn is_retry(&self) -> bool {
-        self.attempt.is_some_and(|a| a > 1)
+        matches!(self.attempt, Some(a) if a > 1)
     }
 }
 
 impl NextestEnv {
     pub(super) fn from_lookup(
-        lookup: &impl Fn(&str) -> Option<OsString>,
+        lookup: &Lookup<'_>,
         warnings: &mut Vec<ConfigWarning>,
     ) -> Option<NextestEnv> {
-        let text = |name: &str| lookup(name).map(|v| v.to_string_lossy().into_owned());
+        let text = |name: &str| -> Option<String> {
+            let value = lookup(name)?;
+            Some(value.to_string_lossy().into_owned())
+        };
         let mode = text("NEXTEST_EXECUTION_MODE");
         let run_id = text("NEXTEST_RUN_ID");
         if mode.is_none() && run_id.is_none() {
@@ -88,7 +90,7 @@ impl NextestEnv {
             match s.parse() {
                 Ok(n) => Some(n),
                 Err(_) => {
-                    warnings.push(warning(var, &raw, "is not a slot number", "no slot"));
+                    warnings.push(warning(var, &raw, &"is not a slot number", &"no slot"));
                     None
                 }
             }
@@ -100,23 +102,36 @@ impl NextestEnv {
             match raw.to_string_lossy().trim().parse() {
                 Ok(n) if n >= 1 => Some(n),
                 _ => {
-                    warnings.push(warning(var, &raw, "is not an attempt number", "attempt 1"));
+                    let problem = "is not an attempt number";
+                    warnings.push(warning(var, &raw, &problem, &"attempt 1"));
                     None
                 }
             }
         };
         let attempt = count("NEXTEST_ATTEMPT");
         let total_attempts = count("NEXTEST_TOTAL_ATTEMPTS");
+        let test_group = match text("NEXTEST_TEST_GROUP") {
+            Some(g) if g != "@global" && !g.is_empty() => Some(g),
+            _ => None,
+        };
         Some(NextestEnv {
             process_per_test: mode.as_deref() == Some("process-per-test"),
             run_id,
-            test_group: text("NEXTEST_TEST_GROUP").filter(|g| g != "@global" && !g.is_empty()),
+            test_group,
             group_slot,
             global_slot,
-            test_name: text("NEXTEST_TEST_NAME").filter(|n| !n.is_empty()),
-            binary_id: text("NEXTEST_BINARY_ID").filter(|n| !n.is_empty()),
+            test_name: non_empty(text("NEXTEST_TEST_NAME")),
+            binary_id: non_empty(text("NEXTEST_BINARY_ID")),
             attempt,
             total_attempts,
         })
+    }
+}
+
+/// `text`, unless it is empty.
+fn non_empty(text: Option<String>) -> Option<String> {
+    match text {
+        Some(t) if t.is_empty() => None,
+        t => t,
     }
 }

@@ -138,10 +138,12 @@ pub fn parse_concurrency(raw: &OsString) -> Result<NonZeroUsize, ValueError> {
     if s.is_empty() {
         return Err(ValueError::Empty);
     }
-    if !s.bytes().all(|b| b.is_ascii_digit()) {
+    if !all_digits(s) {
         return Err(ValueError::NotWholeNumber);
     }
-    let n: usize = s.parse().map_err(|_| ValueError::TooLarge)?;
+    let Ok(n) = s.parse::<usize>() else {
+        return Err(ValueError::TooLarge);
+    };
     if n > MAX_CONCURRENCY {
         return Err(ValueError::TooLarge);
     }
@@ -195,10 +197,12 @@ pub fn parse_gpus(raw: &OsString) -> Result<Gpus, ValueError> {
         let entries = group.strip_suffix(',').unwrap_or(group);
         let mut members = Vec::new();
         for entry in entries.split(',').map(str::trim) {
-            if entry.is_empty() || !entry.bytes().all(|b| b.is_ascii_digit()) {
+            if entry.is_empty() || !all_digits(entry) {
                 return Err(ValueError::NotGpuList);
             }
-            let id: usize = entry.parse().map_err(|_| ValueError::NotGpuList)?;
+            let Ok(id) = entry.parse::<usize>() else {
+                return Err(ValueError::NotGpuList);
+            };
             if ids.contains(&id) {
                 return Err(ValueError::RepeatedGpu(id));
             }
@@ -259,21 +263,24 @@ pub fn parse_duration(raw: &OsString) -> Result<Duration, ValueError> {
     if s.is_empty() {
         return Err(ValueError::Empty);
     }
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
+    let (digits, unit) = s.split_at(number_len(s, false));
     if digits.is_empty() {
         return Err(ValueError::NotDuration);
     }
-    let n: u64 = digits.parse().map_err(|_| ValueError::DurationTooLong)?;
-    let d = match unit {
+    let Ok(n) = digits.parse::<u64>() else {
+        return Err(ValueError::DurationTooLong);
+    };
+    let ms = match unit {
         "" | "s" => n.checked_mul(1000),
         "ms" => Some(n),
         "m" => n.checked_mul(60_000),
         "h" => n.checked_mul(3_600_000),
         _ => return Err(ValueError::NotDuration),
-    }
-    .map(Duration::from_millis)
-    .ok_or(ValueError::DurationTooLong)?;
+    };
+    let Some(ms) = ms else {
+        return Err(ValueError::DurationTooLong);
+    };
+    let d = Duration::from_millis(ms);
     if d.is_zero() {
         return Err(ValueError::ZeroDuration);
     }
@@ -305,20 +312,21 @@ pub fn parse_memory(raw: &OsString) -> Result<MemoryBudget, ValueError> {
         return Err(ValueError::Empty);
     }
     if let Some(p) = s.strip_suffix('%') {
-        let p: f64 = p.trim().parse().map_err(|_| ValueError::NotMemory)?;
+        let Ok(p) = p.trim().parse::<f64>() else {
+            return Err(ValueError::NotMemory);
+        };
         if !(p > 0.0 && p <= 100.0) {
             return Err(ValueError::MemoryOutOfRange);
         }
         return Ok(MemoryBudget::Percent(p));
     }
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
+    let (number, unit) = s.split_at(number_len(s, true));
     if number.is_empty() || number.starts_with('.') || number.ends_with('.') {
         return Err(ValueError::NotMemory);
     }
-    let value: f64 = number.parse().map_err(|_| ValueError::NotMemory)?;
+    let Ok(value) = number.parse::<f64>() else {
+        return Err(ValueError::NotMemory);
+    };
     let scale: f64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1.0,
         "k" | "kb" => 1e3,
@@ -353,4 +361,24 @@ pub(super) fn parse_dir(raw: &OsString) -> Result<PathBuf, &'static str> {
         return Err("is not an absolute path");
     }
     Ok(p)
+}
+
+/// Whether `s` is made of ASCII digits only (true when empty).
+fn all_digits(s: &str) -> bool {
+    for b in s.bytes() {
+        if !b.is_ascii_digit() {
+            return false;
+        }
+    }
+    true
+}
+
+/// The length in bytes of the ASCII digits (and, with `dots`, dots) that `s` starts with.
+fn number_len(s: &str, dots: bool) -> usize {
+    for (i, c) in s.char_indices() {
+        if !(c.is_ascii_digit() || dots && c == '.') {
+            return i;
+        }
+    }
+    s.len()
 }

@@ -5,6 +5,7 @@
 use std::ffi::OsString;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
+use std::str::FromStr;
 use std::time::Duration;
 
 use super::parse::{
@@ -18,8 +19,7 @@ use super::values::{
 use super::vars::*;
 
 /// The lookup of [`Config::from_lookup`](super::Config::from_lookup).
-pub(super) trait Lookup: Fn(&str) -> Option<OsString> {}
-impl<L: Fn(&str) -> Option<OsString>> Lookup for L {}
+pub(super) type Lookup<'a> = dyn Fn(&str) -> Option<OsString> + 'a;
 
 /// The warnings of the values rejected so far.
 type Warnings = Vec<ConfigWarning>;
@@ -35,14 +35,17 @@ pub(super) struct Concurrency {
     pub(super) auto: bool,
 }
 
-pub(super) fn concurrency(lookup: &impl Lookup, warnings: &mut Warnings) -> Concurrency {
+pub(super) fn concurrency(lookup: &Lookup<'_>, warnings: &mut Warnings) -> Concurrency {
     let max = match lookup(MAX_CONCURRENCY_VAR) {
         None => NonZeroUsize::new(DEFAULT_MAX_CONCURRENCY).unwrap(),
-        Some(raw) => parse_concurrency(&raw).unwrap_or_else(|problem| {
-            let using = DEFAULT_MAX_CONCURRENCY;
-            warnings.push(warning(MAX_CONCURRENCY_VAR, &raw, problem, using));
-            NonZeroUsize::new(DEFAULT_MAX_CONCURRENCY).unwrap()
-        }),
+        Some(raw) => match parse_concurrency(&raw) {
+            Ok(n) => n,
+            Err(problem) => {
+                let using = DEFAULT_MAX_CONCURRENCY;
+                warnings.push(warning(MAX_CONCURRENCY_VAR, &raw, &problem, &using));
+                NonZeroUsize::new(DEFAULT_MAX_CONCURRENCY).unwrap()
+            }
+        },
     };
     let mut auto = false;
     // The crate's own name wins; the other, when it says something else, is ignored with
@@ -51,8 +54,7 @@ pub(super) fn concurrency(lookup: &impl Lookup, warnings: &mut Warnings) -> Conc
     // alone, it is a bad value like any other.
     let own = lookup(CONCURRENCY_ALIAS_VAR);
     let other = lookup(CONCURRENCY_VAR);
-    let blank = |v: &Option<OsString>| v.as_ref().is_none_or(is_blank);
-    let (own, other) = match (blank(&own), blank(&other)) {
+    let (own, other) = match (unset_or_blank(&own), unset_or_blank(&other)) {
         (true, false) => (None, other),
         (false, true) => (own, None),
         _ => (own, other),
@@ -65,11 +67,11 @@ pub(super) fn concurrency(lookup: &impl Lookup, warnings: &mut Warnings) -> Conc
                 warnings.push(warning(
                     CONCURRENCY_VAR,
                     &other,
-                    format!(
+                    &format!(
                         "differs from {CONCURRENCY_ALIAS_VAR}='{}', which wins",
                         own.to_string_lossy()
                     ),
-                    own.to_string_lossy().trim(),
+                    &own.to_string_lossy().trim(),
                 ));
             }
             (CONCURRENCY_ALIAS_VAR, Some(own))
@@ -78,18 +80,17 @@ pub(super) fn concurrency(lookup: &impl Lookup, warnings: &mut Warnings) -> Conc
     };
     let n = match raw_concurrency {
         None => NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap(),
-        Some(raw)
-            if raw
-                .to_str()
-                .is_some_and(|s| s.trim().eq_ignore_ascii_case("auto")) =>
-        {
+        Some(raw) if matches!(raw.to_str(), Some(s) if s.trim().eq_ignore_ascii_case("auto")) => {
             auto = true;
             NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap().min(max)
         }
-        Some(raw) => parse_concurrency(&raw).unwrap_or_else(|problem| {
-            warnings.push(warning(var, &raw, problem, DEFAULT_CONCURRENCY));
-            NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap()
-        }),
+        Some(raw) => match parse_concurrency(&raw) {
+            Ok(n) => n,
+            Err(problem) => {
+                warnings.push(warning(var, &raw, &problem, &DEFAULT_CONCURRENCY));
+                NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap()
+            }
+        },
     };
     Concurrency { max, n, var, auto }
 }
@@ -98,6 +99,24 @@ pub(super) fn concurrency(lookup: &impl Lookup, warnings: &mut Warnings) -> Conc
 /// where the other name has a value.
 fn is_blank(raw: &OsString) -> bool {
     raw.to_string_lossy().trim().is_empty()
+}
+
+/// Whether `raw` is unset, or set [blank](is_blank).
+fn unset_or_blank(raw: &Option<OsString>) -> bool {
+    match raw {
+        None => true,
+        Some(raw) => is_blank(raw),
+    }
+}
+
+/// `raw` without surrounding whitespace, when it is UTF-8.
+fn trimmed(raw: &OsString) -> Option<&str> {
+    Some(raw.to_str()?.trim())
+}
+
+/// `raw` without surrounding whitespace and in lower case, when it is UTF-8.
+fn lower_word(raw: &OsString) -> Option<String> {
+    Some(raw.to_str()?.trim().to_ascii_lowercase())
 }
 
 /// What a value of [`CONCURRENCY_VAR`] means, for telling whether two values agree: `auto`, a
@@ -113,34 +132,41 @@ fn concurrency_meaning(raw: &OsString) -> String {
 /// How long a request waits ([`TIMEOUT_VAR`]) and a permit may be held
 /// ([`HOLD_TIMEOUT_VAR`]).
 pub(super) fn deadlines(
-    lookup: &impl Lookup,
+    lookup: &Lookup<'_>,
     warnings: &mut Warnings,
 ) -> (Duration, Option<Duration>) {
     let timeout = duration_or(lookup, TIMEOUT_VAR, DEFAULT_TIMEOUT, warnings);
     let hold_timeout = match lookup(HOLD_TIMEOUT_VAR) {
         None => None,
-        Some(raw) if raw.to_str().map(str::trim) == Some("off") => None,
-        Some(raw) => parse_duration(&raw)
-            .map_err(|problem| warnings.push(warning(HOLD_TIMEOUT_VAR, &raw, problem, "off")))
-            .ok(),
+        Some(raw) if trimmed(&raw) == Some("off") => None,
+        Some(raw) => match parse_duration(&raw) {
+            Ok(d) => Some(d),
+            Err(problem) => {
+                warnings.push(warning(HOLD_TIMEOUT_VAR, &raw, &problem, &"off"));
+                None
+            }
+        },
     };
     (timeout, hold_timeout)
 }
 
 /// The duration `var` says, else `default` (with a warning where its value is not one).
 fn duration_or(
-    lookup: &impl Lookup,
+    lookup: &Lookup<'_>,
     var: &'static str,
     default: Duration,
     warnings: &mut Warnings,
 ) -> Duration {
     match lookup(var) {
         None => default,
-        Some(raw) => parse_duration(&raw).unwrap_or_else(|problem| {
-            let using = format!("{}s", default.as_secs());
-            warnings.push(warning(var, &raw, problem, using));
-            default
-        }),
+        Some(raw) => match parse_duration(&raw) {
+            Ok(d) => d,
+            Err(problem) => {
+                let using = format!("{}s", default.as_secs());
+                warnings.push(warning(var, &raw, &problem, &using));
+                default
+            }
+        },
     }
 }
 
@@ -154,7 +180,7 @@ pub(super) struct Directories {
 
 /// [`DIR_VAR`], [`STATE_VAR`], [`RECORDS_VAR`] and the user's state home (`XDG_STATE_HOME`,
 /// else `$HOME/.local/state`).
-pub(super) fn directories(lookup: &impl Lookup, warnings: &mut Warnings) -> Directories {
+pub(super) fn directories(lookup: &Lookup<'_>, warnings: &mut Warnings) -> Directories {
     let slot_dir = match lookup(DIR_VAR) {
         None => SlotDir::Default,
         Some(raw) => match parse_dir(&raw) {
@@ -168,15 +194,7 @@ pub(super) fn directories(lookup: &impl Lookup, warnings: &mut Warnings) -> Dire
     };
     let state_dir = absolute_path(lookup, STATE_VAR, "the default state directory", warnings);
     let records_dir = absolute_path(lookup, RECORDS_VAR, "the slot directory", warnings);
-    let user_state_home = lookup("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            lookup("HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .map(|home| home.join(".local").join("state"))
-        });
+    let user_state_home = user_state_home(lookup);
     Directories {
         slot_dir,
         state_dir,
@@ -185,29 +203,43 @@ pub(super) fn directories(lookup: &impl Lookup, warnings: &mut Warnings) -> Dire
     }
 }
 
+/// The user's state home: `XDG_STATE_HOME`, else `$HOME/.local/state`, where absolute.
+fn user_state_home(lookup: &Lookup<'_>) -> Option<PathBuf> {
+    if let Some(state) = absolute(lookup("XDG_STATE_HOME")) {
+        return Some(state);
+    }
+    let home = absolute(lookup("HOME"))?;
+    Some(home.join(".local").join("state"))
+}
+
+/// The path `raw` names, when it is set and absolute.
+fn absolute(raw: Option<OsString>) -> Option<PathBuf> {
+    let path = PathBuf::from(raw?);
+    if path.is_absolute() { Some(path) } else { None }
+}
+
 /// The absolute path `var` names; a relative one is ignored with a warning that `using` is used
 /// instead.
 fn absolute_path(
-    lookup: &impl Lookup,
+    lookup: &Lookup<'_>,
     var: &'static str,
     using: &str,
     warnings: &mut Warnings,
 ) -> Option<PathBuf> {
-    lookup(var).and_then(|raw| {
-        let path = PathBuf::from(&raw);
-        if path.is_absolute() {
-            Some(path)
-        } else {
-            warnings.push(warning(var, &raw, "is not an absolute path", using));
-            None
-        }
-    })
+    let raw = lookup(var)?;
+    let path = PathBuf::from(&raw);
+    if path.is_absolute() {
+        Some(path)
+    } else {
+        warnings.push(warning(var, &raw, &"is not an absolute path", &using));
+        None
+    }
 }
 
 /// The file `var` names to write to ([`TRACE_VAR`], [`SKIP_LOG_VAR`]); an empty value is
 /// ignored with a warning that `using` is used instead.
 pub(super) fn output_file(
-    lookup: &impl Lookup,
+    lookup: &Lookup<'_>,
     var: &'static str,
     using: &str,
     warnings: &mut Warnings,
@@ -215,7 +247,7 @@ pub(super) fn output_file(
     match lookup(var) {
         None => None,
         Some(raw) if raw.is_empty() => {
-            warnings.push(warning(var, &raw, "is empty", using));
+            warnings.push(warning(var, &raw, &"is empty", &using));
             None
         }
         Some(raw) => Some(PathBuf::from(raw)),
@@ -225,7 +257,7 @@ pub(super) fn output_file(
 /// What the probe must find ([`REQUIRE_VAR`]), how long it may take ([`PROBE_TIMEOUT_VAR`])
 /// and where it runs ([`PROBE_VAR`]).
 pub(super) fn probing(
-    lookup: &impl Lookup,
+    lookup: &Lookup<'_>,
     warnings: &mut Warnings,
 ) -> (
     Result<crate::backend::Policy, RequireError>,
@@ -234,25 +266,23 @@ pub(super) fn probing(
 ) {
     let require = match lookup(REQUIRE_VAR) {
         None => Ok(crate::backend::Policy::none()),
-        Some(raw) => utf8(&raw)
-            .and_then(|s| {
-                s.parse::<crate::backend::Policy>()
-                    .map_err(ValueError::Policy)
-            })
-            .map_err(|problem| RequireError {
-                value: raw.to_string_lossy().into_owned(),
-                problem,
-            }),
+        Some(raw) => match utf8(&raw) {
+            Ok(s) => match crate::backend::Policy::from_str(s) {
+                Ok(policy) => Ok(policy),
+                Err(e) => Err(require_error(&raw, ValueError::Policy(e))),
+            },
+            Err(problem) => Err(require_error(&raw, problem)),
+        },
     };
     let probe_timeout = duration_or(lookup, PROBE_TIMEOUT_VAR, DEFAULT_PROBE_TIMEOUT, warnings);
     let probe_mode = match lookup(PROBE_VAR) {
         None => crate::backend::ProbeMode::Child,
-        Some(raw) => match raw.to_str().map(str::trim) {
+        Some(raw) => match trimmed(&raw) {
             Some("child") => crate::backend::ProbeMode::Child,
             Some("in-process") => crate::backend::ProbeMode::InProcess,
             _ => {
                 let problem = "is not child or in-process";
-                warnings.push(warning(PROBE_VAR, &raw, problem, "child"));
+                warnings.push(warning(PROBE_VAR, &raw, &problem, &"child"));
                 crate::backend::ProbeMode::Child
             }
         },
@@ -260,19 +290,23 @@ pub(super) fn probing(
     (require, probe_timeout, probe_mode)
 }
 
+/// The error of [`REQUIRE_VAR`]'s value `raw`.
+fn require_error(raw: &OsString, problem: ValueError) -> RequireError {
+    RequireError {
+        value: raw.to_string_lossy().into_owned(),
+        problem,
+    }
+}
+
 /// How a retried test runs ([`RETRY_VAR`]).
-pub(super) fn retry(lookup: &impl Lookup, warnings: &mut Warnings) -> RetryMode {
+pub(super) fn retry(lookup: &Lookup<'_>, warnings: &mut Warnings) -> RetryMode {
     match lookup(RETRY_VAR) {
         None => RetryMode::Alone,
-        Some(raw) => match raw
-            .to_str()
-            .map(|s| s.trim().to_ascii_lowercase())
-            .as_deref()
-        {
+        Some(raw) => match lower_word(&raw).as_deref() {
             Some("alone") => RetryMode::Alone,
             Some("same") => RetryMode::Same,
             _ => {
-                warnings.push(warning(RETRY_VAR, &raw, "is not alone or same", "alone"));
+                warnings.push(warning(RETRY_VAR, &raw, &"is not alone or same", &"alone"));
                 RetryMode::Alone
             }
         },
@@ -289,28 +323,32 @@ pub(super) struct GpuChoice {
     pub(super) groups: Option<Vec<Vec<usize>>>,
 }
 
-pub(super) fn gpus(lookup: &impl Lookup, warnings: &mut Warnings) -> GpuChoice {
+pub(super) fn gpus(lookup: &Lookup<'_>, warnings: &mut Warnings) -> GpuChoice {
     let mut groups_of = None;
-    let (count, list) = match lookup(GPUS_VAR).map(|raw| (parse_gpus(&raw), raw)) {
-        None | Some((Ok(Gpus::Auto), _)) => (None, None),
-        Some((Ok(Gpus::Count(n)), _)) => (Some(n), None),
-        Some((Ok(Gpus::List(ids)), _)) => (NonZeroUsize::new(ids.len()), Some(ids)),
-        Some((Ok(Gpus::Groups(groups)), _)) => {
+    let Some(raw) = lookup(GPUS_VAR) else {
+        return GpuChoice {
+            count: None,
+            list: None,
+            groups: None,
+        };
+    };
+    let (count, list) = match parse_gpus(&raw) {
+        Ok(Gpus::Auto) => (None, None),
+        Ok(Gpus::Count(n)) => (Some(n), None),
+        Ok(Gpus::List(ids)) => (NonZeroUsize::new(ids.len()), Some(ids)),
+        Ok(Gpus::Groups(groups)) => {
             let ids: Vec<usize> = groups.concat();
+            let mut positions = Vec::with_capacity(groups.len());
             let mut next = 0;
-            groups_of = Some(
-                groups
-                    .iter()
-                    .map(|g| {
-                        next += g.len();
-                        (next - g.len()..next).collect()
-                    })
-                    .collect(),
-            );
+            for g in &groups {
+                positions.push((next..next + g.len()).collect());
+                next += g.len();
+            }
+            groups_of = Some(positions);
             (NonZeroUsize::new(ids.len()), Some(ids))
         }
-        Some((Err(problem), raw)) => {
-            warnings.push(warning(GPUS_VAR, &raw, problem, "auto"));
+        Err(problem) => {
+            warnings.push(warning(GPUS_VAR, &raw, &problem, &"auto"));
             (None, None)
         }
     };
@@ -331,25 +369,24 @@ pub(super) struct SlotPolicy {
     pub(super) placement: Placement,
 }
 
-pub(super) fn slot_policy(lookup: &impl Lookup, warnings: &mut Warnings) -> SlotPolicy {
+pub(super) fn slot_policy(lookup: &Lookup<'_>, warnings: &mut Warnings) -> SlotPolicy {
     let live_memory = one_of(
         LIVE_MEMORY_VAR,
         lookup(LIVE_MEMORY_VAR),
-        &[("auto", true), ("off", false)],
+        &["auto", "off"],
         warnings,
-    );
-    let backfill = one_of(
-        BACKFILL_VAR,
-        lookup(BACKFILL_VAR),
-        &[("on", true), ("off", false)],
-        warnings,
-    );
-    let placement = lookup(PLACEMENT_VAR).map_or(Placement::BestFit, |raw| {
-        parse_placement(&raw).unwrap_or_else(|problem| {
-            warnings.push(warning(PLACEMENT_VAR, &raw, problem, "best-fit"));
-            Placement::BestFit
-        })
-    });
+    ) == 0;
+    let backfill = one_of(BACKFILL_VAR, lookup(BACKFILL_VAR), &["on", "off"], warnings) == 0;
+    let placement = match lookup(PLACEMENT_VAR) {
+        None => Placement::BestFit,
+        Some(raw) => match parse_placement(&raw) {
+            Ok(placement) => placement,
+            Err(problem) => {
+                warnings.push(warning(PLACEMENT_VAR, &raw, &problem, &"best-fit"));
+                Placement::BestFit
+            }
+        },
+    };
     SlotPolicy {
         live_memory,
         backfill,
@@ -358,104 +395,111 @@ pub(super) fn slot_policy(lookup: &impl Lookup, warnings: &mut Warnings) -> Slot
 }
 
 /// [`STRICT_VAR`]: a value that is not a yes or a no counts as yes.
-pub(super) fn strict(lookup: &impl Lookup, warnings: &mut Warnings) -> bool {
+pub(super) fn strict(lookup: &Lookup<'_>, warnings: &mut Warnings) -> bool {
     match lookup(STRICT_VAR) {
         None => false,
-        Some(raw) => match raw
-            .to_str()
-            .map(|s| s.trim().to_ascii_lowercase())
-            .as_deref()
-        {
+        Some(raw) => match lower_word(&raw).as_deref() {
             Some("1" | "true" | "yes" | "on") => true,
             Some("" | "0" | "false" | "no" | "off") => false,
             // Whoever set it meant something: a typo must not turn strictness off.
             _ => {
                 let problem = "is not 1, true, yes, on, 0, false, no or off";
-                warnings.push(warning(STRICT_VAR, &raw, problem, "1"));
+                warnings.push(warning(STRICT_VAR, &raw, &problem, &"1"));
                 true
             }
         },
     }
 }
 
+/// The permit a parent passes on ([`INHERITED_VAR`]), parsed, when it is set.
+pub(super) fn inherited(lookup: &Lookup<'_>) -> Option<Result<super::InheritedPermit, String>> {
+    let raw = lookup(INHERITED_VAR)?;
+    Some(super::InheritedPermit::parse(&raw))
+}
+
 /// The adapter the wgpu fixture picks ([`WGPU_ADAPTER_VAR`], else [`WGPU_ADAPTER_NAME_VAR`])
 /// and its power preference ([`WGPU_POWER_PREF_VAR`]).
 pub(super) fn wgpu(
-    lookup: &impl Lookup,
+    lookup: &Lookup<'_>,
     warnings: &mut Warnings,
 ) -> (Option<AdapterName>, Option<PowerPref>) {
-    let adapter = [WGPU_ADAPTER_VAR, WGPU_ADAPTER_NAME_VAR]
-        .into_iter()
-        .find_map(|var| {
-            let name = lookup(var)?.to_string_lossy().trim().to_string();
-            (!name.is_empty()).then_some(AdapterName { var, name })
-        });
-    let power = lookup(WGPU_POWER_PREF_VAR).and_then(|raw| {
-        match raw
-            .to_str()
-            .map(|s| s.trim().to_ascii_lowercase())
-            .as_deref()
-        {
+    let mut adapter = None;
+    for var in [WGPU_ADAPTER_VAR, WGPU_ADAPTER_NAME_VAR] {
+        let Some(raw) = lookup(var) else {
+            continue;
+        };
+        let name = raw.to_string_lossy().trim().to_string();
+        if !name.is_empty() {
+            adapter = Some(AdapterName { var, name });
+            break;
+        }
+    }
+    let power = match lookup(WGPU_POWER_PREF_VAR) {
+        None => None,
+        Some(raw) => match lower_word(&raw).as_deref() {
             Some("low") => Some(PowerPref::Low),
             Some("high") => Some(PowerPref::High),
             Some("none") => Some(PowerPref::None),
             _ => {
                 let problem = "is not low, high or none";
                 let using = "the fixture's own order";
-                warnings.push(warning(WGPU_POWER_PREF_VAR, &raw, problem, using));
+                warnings.push(warning(WGPU_POWER_PREF_VAR, &raw, &problem, &using));
                 None
             }
-        }
-    });
+        },
+    };
     (adapter, power)
 }
 
 /// The GPU memory budget ([`GPU_MEMORY_VAR`]) and how tests are weighed against it
 /// ([`WEIGHTS_VAR`]).
 pub(super) fn memory(
-    lookup: &impl Lookup,
+    lookup: &Lookup<'_>,
     warnings: &mut Warnings,
 ) -> (Option<MemoryBudget>, Weights) {
-    let gpu_memory = lookup(GPU_MEMORY_VAR).and_then(|raw| {
-        parse_memory(&raw)
-            .map_err(|problem| {
+    let gpu_memory = match lookup(GPU_MEMORY_VAR) {
+        None => None,
+        Some(raw) => match parse_memory(&raw) {
+            Ok(budget) => Some(budget),
+            Err(problem) => {
                 let using = "no memory budget (memory declarations count as one permit)";
-                warnings.push(warning(GPU_MEMORY_VAR, &raw, problem, using));
-            })
-            .ok()
-    });
-    let weights = one_of(
+                warnings.push(warning(GPU_MEMORY_VAR, &raw, &problem, &using));
+                None
+            }
+        },
+    };
+    let weights = match one_of(
         WEIGHTS_VAR,
         lookup(WEIGHTS_VAR),
-        &[
-            ("declared", Weights::Declared),
-            ("learned", Weights::Learned),
-        ],
+        &["declared", "learned"],
         warnings,
-    );
+    ) {
+        0 => Weights::Declared,
+        _ => Weights::Learned,
+    };
     (gpu_memory, weights)
 }
 
-/// The value of the word `raw` of `var` names among `words` (case and surrounding whitespace
-/// ignored); unset, the first word's; another word, the first word's with a warning.
-fn one_of<T: Copy>(
+/// The position among `words` of the word `raw` of `var` names (case and surrounding whitespace
+/// ignored); unset, the first word's (0); another word, the first word's with a warning.
+fn one_of(
     var: &'static str,
     raw: Option<OsString>,
-    words: &[(&str, T)],
+    words: &[&str],
     warnings: &mut Warnings,
-) -> T {
-    let (first, default) = words[0];
+) -> usize {
     let Some(raw) = raw else {
-        return default;
+        return 0;
     };
-    let word = raw.to_str().map(|s| s.trim().to_ascii_lowercase());
-    if let Some(&(_, value)) = words.iter().find(|(w, _)| word.as_deref() == Some(*w)) {
-        return value;
+    let word = lower_word(&raw);
+    for (i, w) in words.iter().enumerate() {
+        if word.as_deref() == Some(*w) {
+            return i;
+        }
     }
-    let names: Vec<&str> = words.iter().map(|(w, _)| *w).collect();
-    let problem = format!("is not {}", names.join(" or "));
-    warnings.push(warning(var, &raw, problem, first));
-    default
+    let problem = format!("is not {}", words.join(" or "));
+    warnings.push(warning(var, &raw, &problem, &words[0]));
+    0
 }
 
 #[cfg(test)]

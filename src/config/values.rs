@@ -239,16 +239,17 @@ pub enum Weights {
     Learned,
 }
 
+/// The warning that `var`'s value `raw` has `problem` and `using` is used instead.
 pub(super) fn warning(
     var: &'static str,
     raw: &OsString,
-    problem: impl Into<String>,
-    using: impl ToString,
+    problem: &dyn fmt::Display,
+    using: &dyn fmt::Display,
 ) -> ConfigWarning {
     ConfigWarning {
         var,
         value: raw.to_string_lossy().into_owned(),
-        problem: problem.into(),
+        problem: problem.to_string(),
         using: using.to_string(),
     }
 }

@@ -42,13 +42,17 @@ fn parse_record(text: &str) -> Option<RecordedWarnings> {
     let mut lines = text.lines();
     let header = lines.next()?.strip_prefix(RECORD_HEADER)?;
     let (run_id, ms) = header.trim().rsplit_once(" at ")?;
+    let recorded_unix_ms = ms.trim_end_matches(" ms").parse().ok()?;
+    let mut warnings = Vec::new();
+    for line in lines {
+        if !line.is_empty() {
+            warnings.push(line.to_string());
+        }
+    }
     Some(RecordedWarnings {
         run_id: run_id.to_string(),
-        recorded_unix_ms: ms.trim_end_matches(" ms").parse().ok()?,
-        lines: lines
-            .filter(|l| !l.is_empty())
-            .map(str::to_string)
-            .collect(),
+        recorded_unix_ms,
+        lines: warnings,
     })
 }
 

@@ -92,23 +92,46 @@ pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
     }
     // DT_STRTAB is an address: the file offset is that of the segment holding it.
     let strtab = strtab?;
-    let (vaddr, seg_offset, _) = loads
-        .iter()
-        .find(|(vaddr, _, filesz)| strtab >= *vaddr && strtab - vaddr < *filesz)?;
+    let mut segment = None;
+    for &(vaddr, seg_offset, filesz) in &loads {
+        if strtab >= vaddr && strtab - vaddr < filesz {
+            segment = Some((vaddr, seg_offset));
+            break;
+        }
+    }
+    let (vaddr, seg_offset) = segment?;
     let strings = read_at(
         &mut file,
         seg_offset + (strtab - vaddr),
         strsz.unwrap_or(MOST).min(MOST),
     )?;
-    let string = |at: u64| -> Option<String> {
-        let rest = strings.get(usize::try_from(at).ok()?..)?;
-        let end = rest.iter().position(|&b| b == 0)?;
-        Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+    let mut names = Vec::new();
+    for at in needed {
+        if let Some(name) = string_at(&strings, at) {
+            names.push(name);
+        }
+    }
+    let soname = match soname {
+        Some(at) => string_at(&strings, at),
+        None => None,
     };
     Some(Dynamic {
-        needed: needed.into_iter().filter_map(string).collect(),
-        soname: soname.and_then(string),
+        needed: names,
+        soname,
     })
+}
+
+/// The NUL-terminated string at offset `at` of string table `strings`.
+fn string_at(strings: &[u8], at: u64) -> Option<String> {
+    let rest = strings.get(usize::try_from(at).ok()?..)?;
+    let mut end = None;
+    for (i, &b) in rest.iter().enumerate() {
+        if b == 0 {
+            end = Some(i);
+            break;
+        }
+    }
+    Some(String::from_utf8_lossy(&rest[..end?]).into_owned())
 }
 
 /// Up to `len` bytes of `file` from `offset` (fewer where it ends first).
@@ -162,25 +185,26 @@ impl Reader {
 pub(super) fn needed_closure(exe: &Path, mapped: &[String]) -> Vec<String> {
     let mut sonames: Option<Vec<Option<String>>> = None;
     let mut reached: Vec<usize> = Vec::new();
-    let mut queue: Vec<String> = dynamic(exe).map(|d| d.needed).unwrap_or_default();
+    let mut queue: Vec<String> = match dynamic(exe) {
+        Some(d) => d.needed,
+        None => Vec::new(),
+    };
     let mut asked: Vec<String> = Vec::new();
     while let Some(name) = queue.pop() {
         if asked.contains(&name) {
             continue;
         }
         let file = super::library_name(&name);
-        let found = mapped
-            .iter()
-            .position(|m| super::library_name(m) == file)
-            .or_else(|| {
-                let sonames = sonames.get_or_insert_with(|| {
-                    mapped
-                        .iter()
-                        .map(|m| dynamic(Path::new(m)).and_then(|d| d.soname))
-                        .collect()
-                });
-                sonames.iter().position(|s| s.as_deref() == Some(file))
-            });
+        let mut found = None;
+        for (at, m) in mapped.iter().enumerate() {
+            if super::library_name(m) == file {
+                found = Some(at);
+                break;
+            }
+        }
+        if found.is_none() {
+            found = soname_position(mapped, &mut sonames, file);
+        }
         asked.push(name);
         let Some(at) = found else { continue };
         if reached.contains(&at) {
@@ -192,7 +216,37 @@ pub(super) fn needed_closure(exe: &Path, mapped: &[String]) -> Vec<String> {
         }
     }
     crate::order::sort(&mut reached);
-    reached.into_iter().map(|at| mapped[at].clone()).collect()
+    let mut files = Vec::with_capacity(reached.len());
+    for at in reached {
+        files.push(mapped[at].clone());
+    }
+    files
+}
+
+/// The position among `mapped` of the file whose `DT_SONAME` is `name`; `sonames` holds the
+/// sonames of `mapped`, read the first time they are asked for.
+fn soname_position(
+    mapped: &[String],
+    sonames: &mut Option<Vec<Option<String>>>,
+    name: &str,
+) -> Option<usize> {
+    if sonames.is_none() {
+        let mut read = Vec::with_capacity(mapped.len());
+        for m in mapped {
+            read.push(match dynamic(Path::new(m)) {
+                Some(d) => d.soname,
+                None => None,
+            });
+        }
+        *sonames = Some(read);
+    }
+    let sonames = sonames.as_ref()?;
+    for (at, s) in sonames.iter().enumerate() {
+        if s.as_deref() == Some(name) {
+            return Some(at);
+        }
+    }
+    None
 }
 
 #[cfg(test)]

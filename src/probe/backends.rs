@@ -7,16 +7,20 @@ use crate::backend::Backend;
 
 /// Probes `backend` in this process, turning a panic into [`ProbeOutcome::Error`].
 pub(super) fn probe_here_catching(backend: Backend) -> ProbeOutcome {
-    std::panic::catch_unwind(|| probe_here(backend)).unwrap_or_else(|panic| {
-        let msg = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-text panic".into());
-        ProbeOutcome::Error {
-            detail: format!("the {backend} probe panicked: {msg}"),
-        }
-    })
+    let panic = match std::panic::catch_unwind(|| probe_here(backend)) {
+        Ok(outcome) => return outcome,
+        Err(panic) => panic,
+    };
+    let msg = if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-text panic".into()
+    };
+    ProbeOutcome::Error {
+        detail: format!("the {backend} probe panicked: {msg}"),
+    }
 }
 
 fn probe_here(backend: Backend) -> ProbeOutcome {
@@ -66,13 +70,15 @@ mod wgpu_probe {
                 break;
             }
         }
-        let devices: Vec<Device> = adapters
-            .iter()
-            .map(|a| a.get_info())
-            .filter(|info| info.backend != wgpu::Backend::Noop)
-            .enumerate()
-            .map(|(i, info)| Device {
-                index: i as u32,
+        let mut devices = Vec::new();
+        for a in &adapters {
+            let info = a.get_info();
+            if info.backend == wgpu::Backend::Noop {
+                continue;
+            }
+            let index = devices.len() as u32;
+            devices.push(Device {
+                index,
                 kind: match info.device_type {
                     wgpu::DeviceType::DiscreteGpu => DeviceKind::Discrete,
                     wgpu::DeviceType::IntegratedGpu => DeviceKind::Integrated,
@@ -88,8 +94,8 @@ mod wgpu_probe {
                 },
                 name: info.name,
                 memory_bytes: None,
-            })
-            .collect();
+            });
+        }
         if devices.is_empty() {
             ProbeOutcome::NoDevices {
                 detail: "wgpu enumerated no adapter: no Vulkan, Metal, DX12 or GL driver \

@@ -79,7 +79,7 @@ impl Record for CacheFile {
             format: f.req("format")?,
             version: f.req("version")?,
             run_id: f.req("run_id")?,
-            backend: f.req_one_of("backend", &Backend::NAMES)?,
+            backend: Backend::read_field(&f, "backend")?,
             key: f.req("key")?,
             written_unix_ms: f.req("written_unix_ms")?,
             timeouts: f.req("timeouts")?,
@@ -115,10 +115,6 @@ fn is_transient(outcome: &ProbeOutcome) -> bool {
 /// The key of the answers `opts` gets in this environment: a hash of the deadline, the mode
 /// and [`PROBE_KEY_VARS`](crate::config::PROBE_KEY_VARS) as the probe child would see them.
 fn key(opts: &ProbeOptions) -> String {
-    let lookup = |name: &str| match opts.env.iter().rev().find(|(k, _)| k == name) {
-        Some((_, v)) => v.clone(),
-        None => crate::config::probe_key_var(name),
-    };
     // FNV-1a: stable across builds and processes, unlike std's hashers.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
@@ -130,11 +126,25 @@ fn key(opts: &ProbeOptions) -> String {
     eat(&[matches!(opts.mode, ProbeMode::InProcess) as u8]);
     for name in crate::config::PROBE_KEY_VARS {
         eat(name.as_bytes());
-        let value = lookup(name);
+        let value = key_var(opts, name);
         eat(&[u8::from(value.is_some())]);
-        eat(value.as_deref().map_or(&[], |v| v.as_encoded_bytes()));
+        eat(match &value {
+            Some(v) => v.as_encoded_bytes(),
+            None => &[],
+        });
     }
     format!("{h:016x}")
+}
+
+/// The value variable `name` has in the probe `opts` describe: the last that `opts` set (or
+/// removed), else this process's.
+fn key_var(opts: &ProbeOptions, name: &str) -> Option<std::ffi::OsString> {
+    for (k, v) in opts.env.iter().rev() {
+        if k == name {
+            return v.clone();
+        }
+    }
+    crate::config::probe_key_var(name)
 }
 
 /// Probes through the run cache when running under `cargo nextest`, else directly.
@@ -143,7 +153,11 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
     if !backend.is_built() || inside_probe_child() {
         return probe_with(backend, opts);
     }
-    let Some(run_id) = cfg.nextest.as_ref().and_then(|n| n.run_id.as_deref()) else {
+    let Some(crate::config::NextestEnv {
+        run_id: Some(run_id),
+        ..
+    }) = &cfg.nextest
+    else {
         return probe_with(backend, opts);
     };
     let key = key(opts);
@@ -161,8 +175,9 @@ pub(super) fn probe_shared(backend: Backend, opts: &ProbeOptions, cfg: &Config) 
         }
     };
     let path = dir.join(name);
-    let previous = read_valid(&path, run_id, backend, &key);
-    if let Some(file) = previous.filter(CacheFile::is_final) {
+    if let Some(file) = read_valid(&path, run_id, backend, &key)
+        && file.is_final()
+    {
         return file.into_report(&path);
     }
     // Concurrent first probes of one run: one probes, the others wait here and read its answer.
@@ -221,10 +236,14 @@ fn lock_until(path: &Path, patience: Duration) -> std::io::Result<Option<File>> 
         .name("gpu-test-permit probe cache lock".into())
         .spawn(move || {
             // If nobody waits any more, the file and its lock drop with the message.
-            tx.send(file.lock().map(|()| file));
+            tx.send(match file.lock() {
+                Ok(()) => Ok(file),
+                Err(e) => Err(e),
+            });
         })?;
     match answer.recv_within(patience) {
-        Some(locked) => locked.map(Some),
+        Some(Ok(file)) => Ok(Some(file)),
+        Some(Err(e)) => Err(e),
         None => Ok(None),
     }
 }
@@ -263,22 +282,23 @@ fn read_fast(
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).ok()?;
     let file = validate(&bytes, run_id, backend, key, crate::clock::now_unix_ms()).ok()?;
-    file.is_final().then(|| file.into_report(&dir.join(name)))
+    if file.is_final() {
+        Some(file.into_report(&dir.join(name)))
+    } else {
+        None
+    }
 }
 
 /// A file-name-safe form of the run id (nextest's are UUIDs, but the variable is user input).
 fn file_stem(run_id: &str) -> String {
-    let mut s: String = run_id
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(80)
-        .collect();
+    let mut s = String::new();
+    for c in run_id.chars().take(80) {
+        if c.is_ascii_alphanumeric() || c == '-' {
+            s.push(c);
+        } else {
+            s.push('_');
+        }
+    }
     if s.is_empty() {
         s.push('_');
     }
@@ -318,8 +338,10 @@ fn validate(
     key: &str,
     now: u64,
 ) -> Result<CacheFile, String> {
-    let file =
-        CacheFile::from_bytes(bytes).map_err(|e| format!("it is not a valid cache file ({e})"))?;
+    let file = match CacheFile::from_bytes(bytes) {
+        Ok(file) => file,
+        Err(e) => return Err(format!("it is not a valid cache file ({e})")),
+    };
     if file.format != FORMAT || file.version != VERSION {
         return Err(format!(
             "it has format {} version {}, expected {FORMAT} version {VERSION}",
@@ -386,10 +408,10 @@ fn remove_old_files(dir: &Path) {
     };
     let cutoff = SystemTime::now() - MAX_AGE;
     for entry in entries.flatten() {
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| t < cutoff);
+        let old = match entry.metadata() {
+            Ok(m) => matches!(m.modified(), Ok(t) if t < cutoff),
+            Err(_) => false,
+        };
         if old {
             let _ = std::fs::remove_file(entry.path());
         }

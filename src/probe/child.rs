@@ -45,7 +45,10 @@ fn take_request() -> Option<Request> {
     // SAFETY: runs once, normally in a constructor before `main`, when the process has no
     // other threads that could read the environment at the same time.
     let raw = unsafe { crate::config::take_probe_request() }?;
-    let verified = raw.to_str().and_then(verify);
+    let verified = match raw.to_str() {
+        Some(value) => verify(value),
+        None => None,
+    };
     if verified.is_none() {
         crate::notice::line(&format!(
             "ignoring {PROBE_REQUEST_VAR}={:?}: this process was not started as a probe child \
@@ -61,7 +64,11 @@ fn take_request() -> Option<Request> {
 /// [`crate::sys::stdin_carries_token`]).
 fn verify(value: &str) -> Option<Request> {
     let (kind, pipe, token) = parse_request(value)?;
-    crate::sys::stdin_carries_token(pipe, token).then(|| Request { kind: kind.into() })
+    if crate::sys::stdin_carries_token(pipe, token) {
+        Some(Request { kind: kind.into() })
+    } else {
+        None
+    }
 }
 
 // Runs in every process that links this crate, before `main`. Outside a probe child it reads

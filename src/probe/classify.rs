@@ -31,7 +31,10 @@ pub(super) fn classify(run: &ChildRun, timeout: Duration) -> ProbeOutcome {
     match parse_answer(&run.stdout) {
         // A complete, valid answer counts even if the child then had to be killed.
         Ok(Some(Answer::Probe { outcome })) => {
-            return validate(outcome).unwrap_or_else(malformed);
+            return match validate(outcome) {
+                Ok(outcome) => outcome,
+                Err(e) => malformed(e),
+            };
         }
         Ok(Some(Answer::Pong { .. })) => {
             return malformed("the child answered a ping instead of a probe".into());

@@ -96,12 +96,18 @@ fn probe_library(lib: &crate::sys::Library, name: &CStr) -> Result<ProbeOutcome,
             });
         }
     }
-    let driver = get_version.and_then(|f| {
-        let mut version: c_int = 0;
-        // SAFETY: writes one int through a valid pointer; the driver is initialised.
-        (unsafe { f(&mut version) } == CUDA_SUCCESS)
-            .then(|| format!("CUDA {}.{}", version / 1000, (version % 1000) / 10))
-    });
+    let driver = match get_version {
+        Some(f) => {
+            let mut version: c_int = 0;
+            // SAFETY: writes one int through a valid pointer; the driver is initialised.
+            if unsafe { f(&mut version) } == CUDA_SUCCESS {
+                Some(format!("CUDA {}.{}", version / 1000, (version % 1000) / 10))
+            } else {
+                None
+            }
+        }
+        None => None,
+    };
     let mut count: c_int = 0;
     // SAFETY: writes one int through a valid pointer; the driver is initialised.
     let r = unsafe { get_count(&mut count) };
@@ -133,17 +139,22 @@ fn probe_library(lib: &crate::sys::Library, name: &CStr) -> Result<ProbeOutcome,
         if r != CUDA_SUCCESS {
             return Err(fail("cuDeviceGetName", r));
         }
-        let memory = total_mem.and_then(|f| {
+        let mut memory = None;
+        if let Some(f) = total_mem {
             let mut bytes: usize = 0;
             // SAFETY: writes one size_t through a valid pointer; `dev` came from cuDeviceGet.
-            (unsafe { f(&mut bytes, dev) } == CUDA_SUCCESS).then_some(bytes as u64)
-        });
-        let integrated = get_attribute.and_then(|f| {
+            if unsafe { f(&mut bytes, dev) } == CUDA_SUCCESS {
+                memory = Some(bytes as u64);
+            }
+        }
+        let mut integrated = None;
+        if let Some(f) = get_attribute {
             let mut value: c_int = 0;
             // SAFETY: writes one int through a valid pointer; `dev` came from cuDeviceGet.
-            (unsafe { f(&mut value, CU_DEVICE_ATTRIBUTE_INTEGRATED, dev) } == CUDA_SUCCESS)
-                .then_some(value)
-        });
+            if unsafe { f(&mut value, CU_DEVICE_ATTRIBUTE_INTEGRATED, dev) } == CUDA_SUCCESS {
+                integrated = Some(value);
+            }
+        }
         devices.push(Device {
             index: i as u32,
             name: text(&buffer),

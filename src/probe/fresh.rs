@@ -70,7 +70,10 @@ pub fn probe_with(backend: Backend, opts: &ProbeOptions) -> ProbeReport {
 /// ```
 pub fn self_test(opts: &ProbeOptions) -> Result<Duration, String> {
     let start = Instant::now();
-    let run = run("ping", opts).map_err(|e| format!("could not start a child: {e}"))?;
+    let run = match run("ping", opts) {
+        Ok(run) => run,
+        Err(e) => return Err(format!("could not start a child: {e}")),
+    };
     check_pong(&run, opts.timeout)?;
     Ok(start.elapsed())
 }

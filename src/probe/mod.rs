@@ -151,11 +151,14 @@ pub fn probe(backend: Backend) -> ProbeReport {
         fresh = Some(report.clone());
         report
     });
-    fresh.unwrap_or_else(|| ProbeReport {
-        backend,
-        outcome: cached.outcome.clone(),
-        duration: cached.duration,
-        source: ProbeSource::ProcessCache,
-        run_cache: cached.run_cache.clone(),
-    })
+    match fresh {
+        Some(report) => report,
+        None => ProbeReport {
+            backend,
+            outcome: cached.outcome.clone(),
+            duration: cached.duration,
+            source: ProbeSource::ProcessCache,
+            run_cache: cached.run_cache.clone(),
+        },
+    }
 }

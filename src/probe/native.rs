@@ -9,18 +9,24 @@ use crate::sys::Library;
 
 /// The first of `names` that loads, with the name it loaded under.
 pub(super) fn open_first(names: &[&'static CStr]) -> Option<(Library, &'static CStr)> {
-    names
-        .iter()
-        .find_map(|name| Library::open(name).map(|lib| (lib, *name)))
+    for &name in names {
+        if let Some(lib) = Library::open(name) {
+            return Some((lib, name));
+        }
+    }
+    None
 }
 
 /// The names, for messages: `libcuda.so.1, libcuda.so`.
 pub(super) fn listed(names: &[&CStr]) -> String {
-    names
-        .iter()
-        .map(|n| n.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(", ")
+    let mut list = String::new();
+    for (i, n) in names.iter().enumerate() {
+        if i > 0 {
+            list.push_str(", ");
+        }
+        list.push_str(&n.to_string_lossy());
+    }
+    list
 }
 
 /// `symbol` of `library` as the function pointer type `F`; `None` when the library lacks it.
@@ -48,13 +54,21 @@ pub(super) unsafe fn required<F: Copy>(
     symbol: &CStr,
 ) -> Result<F, ProbeOutcome> {
     // SAFETY: passed on from the caller.
-    unsafe { function(library, symbol) }.ok_or_else(|| ProbeOutcome::Error {
+    match unsafe { function(library, symbol) } {
+        Some(f) => Ok(f),
+        None => Err(missing(library_name, symbol)),
+    }
+}
+
+/// The probe's error for entry point `symbol` missing from `library_name`.
+fn missing(library_name: &CStr, symbol: &CStr) -> ProbeOutcome {
+    ProbeOutcome::Error {
         detail: format!(
             "{} has no entry point {}: not a driver library this probe understands",
             library_name.to_string_lossy(),
             symbol.to_string_lossy()
         ),
-    })
+    }
 }
 
 /// The text of a NUL-terminated C string in `buffer`, or of all of it when it has no NUL.

@@ -141,12 +141,22 @@ pub enum ProbeOutcome {
     },
 }
 
-const DEVICE_KINDS: [(&str, DeviceKind); 5] = [
-    ("discrete", DeviceKind::Discrete),
-    ("integrated", DeviceKind::Integrated),
-    ("cpu", DeviceKind::Cpu),
-    ("virtual", DeviceKind::Virtual),
-    ("other", DeviceKind::Other),
+/// The device kinds that [`DEVICE_KIND_NAMES`] name.
+const DEVICE_KINDS: [DeviceKind; 5] = [
+    DeviceKind::Discrete,
+    DeviceKind::Integrated,
+    DeviceKind::Cpu,
+    DeviceKind::Virtual,
+    DeviceKind::Other,
+];
+
+/// The name of each of [`DEVICE_KINDS`] in JSON, with its position there.
+const DEVICE_KIND_NAMES: [(&str, u8); 5] = [
+    ("discrete", 0),
+    ("integrated", 1),
+    ("cpu", 2),
+    ("virtual", 3),
+    ("other", 4),
 ];
 
 impl json::Write for DeviceKind {
@@ -179,7 +189,7 @@ impl Record for Device {
             index: f.req("index")?,
             name: f.req("name")?,
             api: f.req("api")?,
-            kind: f.req_one_of("kind", &DEVICE_KINDS)?,
+            kind: DEVICE_KINDS[usize::from(f.req_one_of("kind", &DEVICE_KIND_NAMES)?)],
             driver: f.opt("driver")?,
             memory_bytes: f.opt("memory_bytes")?,
         })
@@ -268,7 +278,10 @@ impl Record for ProbeOutcome {
                 stderr_tail: f.req("stderr_tail")?,
             },
             6 => ProbeOutcome::TimedOut {
-                after: millis::read(&f, "after_ms").map_err(|e| format!("probe outcome: {e}"))?,
+                after: match millis::read(&f, "after_ms") {
+                    Ok(d) => d,
+                    Err(e) => return Err(format!("probe outcome: {e}")),
+                },
                 stderr_tail: f.req("stderr_tail")?,
             },
             _ => ProbeOutcome::Malformed {
@@ -347,7 +360,7 @@ impl ProbeOutcome {
     /// # Ok::<(), String>(())
     /// ```
     pub fn has_devices(&self) -> bool {
-        self.devices().is_some_and(|d| !d.is_empty())
+        matches!(self.devices(), Some(d) if !d.is_empty())
     }
 
     /// Whether the probe itself went wrong (crash, hang, error, malformed answer), as opposed
@@ -390,8 +403,10 @@ impl fmt::Display for ProbeOutcome {
             ProbeOutcome::Devices { devices } => {
                 let n = devices.len();
                 write!(f, "{n} device{}", if n == 1 { "" } else { "s" })?;
-                for (i, d) in devices.iter().enumerate() {
-                    f.write_str(if i == 0 { ": " } else { "; " })?;
+                let mut separator = ": ";
+                for d in devices {
+                    f.write_str(separator)?;
+                    separator = "; ";
                     write!(f, "{} [{}, {}", d.name, d.api, d.kind)?;
                     if let Some(drv) = &d.driver {
                         write!(f, ", driver {drv}")?;
@@ -418,9 +433,10 @@ impl fmt::Display for ProbeOutcome {
                     (Some(s), _) => write!(
                         f,
                         "the probe child crashed with signal {s}{}",
-                        signal_name(*s)
-                            .map(|n| format!(" ({n})"))
-                            .unwrap_or_default()
+                        match signal_name(*s) {
+                            Some(n) => format!(" ({n})"),
+                            None => String::new(),
+                        }
                     )?,
                     (None, Some(c)) => {
                         write!(f, "the probe child exited with status {c} before answering")?
@@ -478,10 +494,11 @@ pub(super) mod millis {
         key: &str,
     ) -> Result<Duration, String> {
         let ms: f64 = f.req(key)?;
-        Duration::try_from_secs_f64(ms / 1000.0).map_err(|_| {
-            format!(
+        match Duration::try_from_secs_f64(ms / 1000.0) {
+            Ok(d) => Ok(d),
+            Err(_) => Err(format!(
                 "field `{key}`: {ms} ms is not a duration (a non-negative number of milliseconds)"
-            )
-        })
+            )),
+        }
     }
 }

@@ -101,8 +101,7 @@ pub(super) fn parse_request(value: &str) -> Option<(&str, (u64, u64), &str)> {
     let kind = words.next()?;
     let (dev, ino) = words.next()?.split_once(':')?;
     let token = words.next()?;
-    if words.next().is_some() || token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit())
-    {
+    if words.next().is_some() || token.len() != 32 || !is_hex(token) {
         return None;
     }
     Some((kind, (dev.parse().ok()?, ino.parse().ok()?), token))
@@ -111,12 +110,36 @@ pub(super) fn parse_request(value: &str) -> Option<(&str, (u64, u64), &str)> {
 /// The last answer line, if one has been completed (ends in a newline).
 pub(super) fn answer_line(stdout: &[u8]) -> Option<(&[u8], bool)> {
     let marker = MARKER.as_bytes();
-    let at = stdout.windows(marker.len()).rposition(|w| w == marker)?;
+    let at = last_position(stdout, marker)?;
     let rest = &stdout[at + marker.len()..];
-    match rest.iter().position(|&b| b == b'\n') {
-        Some(nl) => Some((&rest[..nl], true)),
-        None => Some((rest, false)),
+    for (nl, &b) in rest.iter().enumerate() {
+        if b == b'\n' {
+            return Some((&rest[..nl], true));
+        }
     }
+    Some((rest, false))
+}
+
+/// Whether `s` is made of hexadecimal digits only.
+fn is_hex(s: &str) -> bool {
+    for b in s.bytes() {
+        if !b.is_ascii_hexdigit() {
+            return false;
+        }
+    }
+    true
+}
+
+/// Where the last whole `needle` (not empty) in `haystack` starts.
+pub(super) fn last_position(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let mut end = haystack.len();
+    while end >= needle.len() {
+        if haystack[end - needle.len()..end] == *needle {
+            return Some(end - needle.len());
+        }
+        end -= 1;
+    }
+    None
 }
 
 pub(super) fn parse_answer(stdout: &[u8]) -> Result<Option<Answer>, String> {
@@ -128,15 +151,25 @@ pub(super) fn parse_answer(stdout: &[u8]) -> Result<Option<Answer>, String> {
     if !complete {
         return Err(format!("the answer was cut off: {shown:?}"));
     }
-    let not_json = |e: String| format!("the answer is not valid JSON ({e}): {shown:?}");
-    let value = json::parse_bytes(line).map_err(|e| not_json(e.to_string()))?;
-    let v = Envelope::version(&value).map_err(not_json)?;
+    let not_json =
+        |e: &dyn std::fmt::Display| format!("the answer is not valid JSON ({e}): {shown:?}");
+    let value = match json::parse_bytes(line) {
+        Ok(value) => value,
+        Err(e) => return Err(not_json(&e)),
+    };
+    let v = match Envelope::version(&value) {
+        Ok(v) => v,
+        Err(e) => return Err(not_json(&e)),
+    };
     if v != VERSION {
         return Err(format!(
             "the answer has format version {v} but this build reads version {VERSION}"
         ));
     }
-    Ok(Some(Envelope::read_json(&value).map_err(not_json)?.answer))
+    match Envelope::read_json(&value) {
+        Ok(envelope) => Ok(Some(envelope.answer)),
+        Err(e) => Err(not_json(&e)),
+    }
 }
 
 #[cfg(test)]

@@ -68,19 +68,31 @@ pub struct ProbeReport {
     pub run_cache: Option<PathBuf>,
 }
 
-const SOURCES: [(&str, ProbeSource); 4] = [
-    ("child", ProbeSource::Child),
-    ("in-process", ProbeSource::InProcess),
-    ("process-cache", ProbeSource::ProcessCache),
-    ("run-cache", ProbeSource::RunCache),
+/// The sources that [`SOURCE_NAMES`] name.
+const SOURCES: [ProbeSource; 4] = [
+    ProbeSource::Child,
+    ProbeSource::InProcess,
+    ProbeSource::ProcessCache,
+    ProbeSource::RunCache,
+];
+
+/// The name of each of [`SOURCES`] in JSON, with its position there.
+const SOURCE_NAMES: [(&str, u8); 4] = [
+    ("child", 0),
+    ("in-process", 1),
+    ("process-cache", 2),
+    ("run-cache", 3),
 ];
 
 impl json::Write for ProbeSource {
     fn write(&self, out: &mut String) {
-        let name = SOURCES
-            .iter()
-            .find(|(_, s)| s == self)
-            .map_or("child", |(n, _)| n);
+        let mut name = "child";
+        for (n, at) in SOURCE_NAMES {
+            if SOURCES[usize::from(at)] == *self {
+                name = n;
+                break;
+            }
+        }
         json::Write::write(name, out);
     }
 }
@@ -96,26 +108,29 @@ impl json::Write for ProbeReport {
                 .field("outcome", &self.outcome)
                 .field("duration_ms", millis::of(self.duration))
                 .field("source", self.source)
-                .some(
-                    "run_cache",
-                    &self
-                        .run_cache
-                        .as_ref()
-                        .map(|p| p.to_string_lossy().into_owned()),
-                )
+                .some("run_cache", &run_cache_text(&self.run_cache))
                 .finish(),
         );
     }
+}
+
+/// The run cache's path as text, where there is one.
+fn run_cache_text(run_cache: &Option<PathBuf>) -> Option<String> {
+    let path = run_cache.as_ref()?;
+    Some(path.to_string_lossy().into_owned())
 }
 
 impl Record for ProbeReport {
     fn read_json(v: &Value) -> Result<ProbeReport, String> {
         let f = Fields::of(v, "probe report")?;
         Ok(ProbeReport {
-            backend: f.req_one_of("backend", &Backend::NAMES)?,
+            backend: Backend::read_field(&f, "backend")?,
             outcome: f.record("outcome")?,
-            duration: millis::read(&f, "duration_ms").map_err(|e| format!("probe report: {e}"))?,
-            source: f.req_one_of("source", &SOURCES)?,
+            duration: match millis::read(&f, "duration_ms") {
+                Ok(d) => d,
+                Err(e) => return Err(format!("probe report: {e}")),
+            },
+            source: SOURCES[usize::from(f.req_one_of("source", &SOURCE_NAMES)?)],
             run_cache: f.opt::<String>("run_cache")?.map(PathBuf::from),
         })
     }

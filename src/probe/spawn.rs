@@ -107,13 +107,13 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
     let err = child.child.stderr.take().expect("stderr is piped");
     spawn_reader(
         "gpu-test-permit probe stdout",
-        out,
+        Box::new(out),
         &shared,
         Output::push_stdout,
     )?;
     spawn_reader(
         "gpu-test-permit probe stderr",
-        err,
+        Box::new(err),
         &shared,
         Output::push_stderr,
     )?;
@@ -140,9 +140,10 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
             }
             Some(at) => at + DRAIN_GRACE,
             None => {
-                let limit = out
-                    .answered
-                    .map_or(deadline, |at| deadline.min(at + EXIT_GRACE));
+                let limit = match out.answered {
+                    Some(at) => deadline.min(at + EXIT_GRACE),
+                    None => deadline,
+                };
                 if now >= limit {
                     drop(out);
                     child.kill()?;
@@ -163,11 +164,10 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
         if now >= drained {
             break;
         }
-        out = shared
-            .changed
-            .wait_timeout(out, drained - now)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
+        out = match shared.changed.wait_timeout(out, drained - now) {
+            Ok((out, _)) => out,
+            Err(poisoned) => poisoned.into_inner().0,
+        };
     }
     let run = ChildRun {
         pid,
@@ -294,7 +294,7 @@ impl Output {
         let m = MARKER.as_bytes();
         // Only the new bytes (and a marker cut by the previous read) need a look.
         let from = old.saturating_sub(m.len() - 1);
-        if let Some(i) = self.stdout[from..].windows(m.len()).rposition(|w| w == m) {
+        if let Some(i) = super::protocol::last_position(&self.stdout[from..], m) {
             self.marker = Some(from + i);
         }
         if let Some(at) = self.marker {
@@ -307,7 +307,10 @@ impl Output {
         if self.stdout.len() > 2 * STDOUT_KEEP {
             let cut = self.stdout.len() - STDOUT_KEEP;
             self.stdout.drain(..cut);
-            self.marker = self.marker.and_then(|at| at.checked_sub(cut));
+            self.marker = match self.marker {
+                Some(at) => at.checked_sub(cut),
+                None => None,
+            };
         }
     }
 
@@ -328,7 +331,10 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Output> {
-        self.output.lock().unwrap_or_else(|e| e.into_inner())
+        match self.output.lock() {
+            Ok(out) => out,
+            Err(poisoned) => poisoned.into_inner(),
+        }
     }
 }
 
@@ -337,7 +343,7 @@ impl Shared {
 /// thread alive until that process closes it; it holds nothing but those buffers.
 fn spawn_reader(
     name: &str,
-    mut pipe: impl Read + Send + 'static,
+    mut pipe: Box<dyn Read + Send>,
     shared: &Arc<Shared>,
     push: fn(&mut Output, &[u8]),
 ) -> io::Result<()> {
@@ -364,8 +370,8 @@ fn spawn_reader(
             out.changes += 1;
             drop(out);
             shared.changed.notify_all();
-        })
-        .map(drop)
+        })?;
+    Ok(())
 }
 
 fn tail_text(bytes: &[u8]) -> String {

@@ -157,11 +157,16 @@ fn kind(device_type: i32) -> DeviceKind {
 /// Whether wgpu, as the environment sets it, would use Vulkan: `WGPU_BACKEND` unset, or a list
 /// that names it (`vulkan` or `vk`, as wgpu reads it).
 pub(super) fn vulkan_selected(wgpu_backend: Option<&str>) -> bool {
-    wgpu_backend.is_none_or(|list| {
-        list.split(',')
-            .map(|w| w.trim().to_ascii_lowercase())
-            .any(|w| w == "vulkan" || w == "vk")
-    })
+    let Some(list) = wgpu_backend else {
+        return true;
+    };
+    for w in list.split(',') {
+        let w = w.trim().to_ascii_lowercase();
+        if w == "vulkan" || w == "vk" {
+            return true;
+        }
+    }
+    false
 }
 
 /// Probes the Vulkan loader and its drivers in this process.
@@ -209,6 +214,23 @@ unsafe fn command<F: Copy>(
     name: &CStr,
 ) -> Result<F, ProbeOutcome> {
     const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
+    // SAFETY: passed on from the caller.
+    let address = unsafe { command_address(get, instance, name) }?;
+    // SAFETY: non-null, the entry point of `name`, whose type the caller promises `F` is (a
+    // function pointer, the size of a pointer: checked above).
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
+}
+
+/// The address of command `name` of `instance`, not null.
+///
+/// # Safety
+///
+/// `instance` is null or a live instance that `get` made.
+unsafe fn command_address(
+    get: GetInstanceProcAddr,
+    instance: VkInstance,
+    name: &CStr,
+) -> Result<*mut c_void, ProbeOutcome> {
     // SAFETY: `name` is a valid C string; the caller vouches for `instance`.
     let address = unsafe { get(instance, name.as_ptr()) };
     if address.is_null() {
@@ -219,9 +241,7 @@ unsafe fn command<F: Copy>(
             ),
         });
     }
-    // SAFETY: non-null, the entry point of `name`, whose type the caller promises `F` is (a
-    // function pointer, the size of a pointer: checked above).
-    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
+    Ok(address)
 }
 
 fn probe_loader(lib: &crate::sys::Library, name: &CStr) -> Result<ProbeOutcome, ProbeOutcome> {
@@ -309,8 +329,13 @@ fn probe_loader(lib: &crate::sys::Library, name: &CStr) -> Result<ProbeOutcome, 
         }
         handles.truncate(count as usize);
     }
-    handles.retain(|h| !h.is_null());
-    if handles.is_empty() {
+    let mut found = Vec::with_capacity(handles.len());
+    for h in handles {
+        if !h.is_null() {
+            found.push(h);
+        }
+    }
+    if found.is_empty() {
         return Ok(ProbeOutcome::NoDevices {
             detail: "the Vulkan loader's drivers report no physical device (for a CPU device \
                      install Mesa's lavapipe)"
@@ -318,25 +343,18 @@ fn probe_loader(lib: &crate::sys::Library, name: &CStr) -> Result<ProbeOutcome, 
         });
     }
     let mut devices = Vec::new();
-    for (i, &device) in handles.iter().enumerate() {
+    for (i, &device) in found.iter().enumerate() {
         // SAFETY: all-zero bytes are a valid value of this plain-data struct.
         let mut p: VkPhysicalDeviceProperties = unsafe { std::mem::zeroed() };
         // SAFETY: `device` came from vkEnumeratePhysicalDevices of the live instance; `p` is
         // larger than the driver's VkPhysicalDeviceProperties and aligned for it.
         unsafe { properties(device, &mut p) };
-        let memory_bytes = memory.and_then(|f| {
-            // SAFETY: all-zero bytes are a valid value of this plain-data struct.
-            let mut m: VkPhysicalDeviceMemoryProperties = unsafe { std::mem::zeroed() };
-            // SAFETY: as above; `m` is the exact struct.
-            unsafe { f(device, &mut m) };
-            let heaps = &m.memory_heaps[..(m.memory_heap_count as usize).min(16)];
-            let local: u64 = heaps
-                .iter()
-                .filter(|h| h.flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT != 0)
-                .map(|h| h.size)
-                .fold(0, u64::saturating_add);
-            (local > 0).then_some(local)
-        });
+        let memory_bytes = match memory {
+            // SAFETY: `device` came from vkEnumeratePhysicalDevices of the live instance, and
+            // `f` is its instance's vkGetPhysicalDeviceMemoryProperties.
+            Some(f) => unsafe { device_local_bytes(f, device) },
+            None => None,
+        };
         devices.push(Device {
             index: i as u32,
             name: text(&p.device_name),
@@ -352,6 +370,31 @@ fn probe_loader(lib: &crate::sys::Library, name: &CStr) -> Result<ProbeOutcome, 
     }
     drop(instance);
     Ok(ProbeOutcome::Devices { devices })
+}
+
+/// The sum of the device-local heaps of `device`, as `memory` reports them; `None` where it
+/// reports none.
+///
+/// # Safety
+///
+/// `device` is a physical device of a live instance, and `memory` that instance's
+/// vkGetPhysicalDeviceMemoryProperties.
+unsafe fn device_local_bytes(
+    memory: GetPhysicalDeviceMemoryProperties,
+    device: VkPhysicalDevice,
+) -> Option<u64> {
+    // SAFETY: all-zero bytes are a valid value of this plain-data struct.
+    let mut m: VkPhysicalDeviceMemoryProperties = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller vouches for `device` and `memory`; `m` is the exact struct.
+    unsafe { memory(device, &mut m) };
+    let heaps = &m.memory_heaps[..(m.memory_heap_count as usize).min(16)];
+    let mut local: u64 = 0;
+    for h in heaps {
+        if h.flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT != 0 {
+            local = local.saturating_add(h.size);
+        }
+    }
+    if local > 0 { Some(local) } else { None }
 }
 
 #[cfg(test)]
