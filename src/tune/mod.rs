@@ -121,21 +121,23 @@ pub fn gpu_identity() -> String {
                     continue;
                 }
                 let report = crate::probe::probe(backend);
-                if let Some(devices) = report.outcome.devices().filter(|d| !d.is_empty()) {
-                    let listed: Vec<String> = devices
-                        .iter()
-                        .map(|d| {
-                            let mut s = d.name.clone();
-                            if let Some(bytes) = d.memory_bytes {
-                                s.push_str(&format!(" {}", crate::config::format_bytes(bytes)));
-                            }
-                            if let Some(driver) = &d.driver {
-                                s.push_str(&format!(", {driver}"));
-                            }
-                            s
-                        })
-                        .collect();
-                    return format!("{}: {}", backend, listed.join("; "));
+                if let Some(devices) = report.outcome.devices()
+                    && !devices.is_empty()
+                {
+                    let mut listed = String::new();
+                    let mut sep = "";
+                    for d in devices {
+                        listed.push_str(sep);
+                        sep = "; ";
+                        listed.push_str(&d.name);
+                        if let Some(bytes) = d.memory_bytes {
+                            listed.push_str(&format!(" {}", crate::config::format_bytes(bytes)));
+                        }
+                        if let Some(driver) = &d.driver {
+                            listed.push_str(&format!(", {driver}"));
+                        }
+                    }
+                    return format!("{}: {}", backend, listed);
                 }
             }
             String::new()
