@@ -41,12 +41,11 @@ pub(crate) fn run_id() -> Option<&'static str> {
 }
 
 fn attempts() -> (u32, u32) {
-    let n = Config::global().nextest.as_ref();
-    let attempt = n.and_then(|n| n.attempt).unwrap_or(1);
-    let total = n
-        .and_then(|n| n.total_attempts)
-        .unwrap_or(attempt)
-        .max(attempt);
+    let Some(n) = &Config::global().nextest else {
+        return (1, 1);
+    };
+    let attempt = n.attempt.unwrap_or(1);
+    let total = n.total_attempts.unwrap_or(attempt).max(attempt);
     (attempt, total)
 }
 
@@ -60,11 +59,13 @@ const PENDING_MOST: usize = 8192;
 
 /// nextest's `NEXTEST_RUN_ID`, when this process runs under nextest.
 pub(crate) fn nextest_run() -> Option<&'static str> {
-    Config::global()
-        .nextest
-        .as_ref()
-        .and_then(|n| n.run_id.as_deref())
-        .filter(|r| !r.is_empty())
+    let Some(n) = &Config::global().nextest else {
+        return None;
+    };
+    match n.run_id.as_deref() {
+        Some(r) if !r.is_empty() => Some(r),
+        _ => None,
+    }
 }
 
 /// Whether `auto` or learned weights learn from this process's records.
@@ -94,7 +95,11 @@ pub(crate) fn append(dir: &Path, record: RunRecord) {
                 Some((d, records)) if d == dir => records.push(record),
                 _ => pending.push((dir.to_path_buf(), vec![record])),
             }
-            pending.iter().map(|(_, r)| r.len()).sum::<usize>() >= PENDING_MOST
+            let mut held = 0;
+            for (_, records) in pending.iter() {
+                held += records.len();
+            }
+            held >= PENDING_MOST
         };
         if full {
             flush();
@@ -137,7 +142,7 @@ fn flush_at_exit() {
 fn write_now(dir: &Path, run: &str, lines: &str) {
     let line = lines;
     let mut open = OPEN.lock();
-    let index = match open.iter().position(|(d, _)| d == dir) {
+    let index = match opened(&open, dir) {
         Some(i) => i,
         None => match open_run_file(dir, run) {
             Ok(file) => {
@@ -156,19 +161,28 @@ fn write_now(dir: &Path, run: &str, lines: &str) {
             &std::io::Error::other("another process has held the run file's lock for over 200 ms"),
         );
     }
-    let written = file.metadata().and_then(|meta| {
-        if meta.len() > MAX_FILE {
-            return Err(std::io::Error::other(format!(
-                "the run's file has grown past {} MiB",
-                MAX_FILE >> 20
-            )));
-        }
-        sys::write_at(file, line.as_bytes(), meta.len())
-    });
+    let written = match file.metadata() {
+        Ok(meta) if meta.len() > MAX_FILE => Err(std::io::Error::other(format!(
+            "the run's file has grown past {} MiB",
+            MAX_FILE >> 20
+        ))),
+        Ok(meta) => sys::write_at(file, line.as_bytes(), meta.len()),
+        Err(e) => Err(e),
+    };
     let _ = file.unlock();
     if let Err(e) = written {
         warn(dir, &e);
     }
+}
+
+/// Where `open` holds the run file of directory `dir`.
+fn opened(open: &[(PathBuf, File)], dir: &Path) -> Option<usize> {
+    for (i, (d, _)) in open.iter().enumerate() {
+        if d == dir {
+            return Some(i);
+        }
+    }
+    None
 }
 
 /// The longest a record waits for the run file's lock.
@@ -214,11 +228,10 @@ fn prune(dir: &Path, keep: &Path) {
     }
     // Newest first.
     crate::order::sort_by_key(&mut files, |f| std::cmp::Reverse(f.1));
-    for (path, _, _) in files.into_iter().skip(RUNS_KEPT) {
+    for (path, _, _) in files.split_off(RUNS_KEPT) {
         if path != keep
-            && path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(FILE_PREFIX))
+            && let Some(name) = path.file_name()
+            && name.to_string_lossy().starts_with(FILE_PREFIX)
         {
             let _ = std::fs::remove_file(path);
         }
