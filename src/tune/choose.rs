@@ -188,14 +188,17 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
         None => format!("; ceiling {ceiling}"),
     };
 
-    let mut by_n: SortedMap<usize, Vec<&HistoryEntry>> = SortedMap::new();
+    let mut measured_runs: Vec<&HistoryEntry> = Vec::new();
     for e in &mine {
         if e.measurable() && 1 <= e.per_gpu && e.per_gpu <= limit {
-            by_n.get_or_insert_with(e.per_gpu, Vec::new).push(e);
+            measured_runs.push(e);
         }
     }
+    // By N, each N's runs oldest first (the sort is stable).
+    crate::order::sort_by_key(&mut measured_runs, |e| e.per_gpu);
     let mut stats: SortedMap<usize, AtN> = SortedMap::new();
-    for (n, runs) in by_n.into_vec() {
+    for runs in measured_runs.chunk_by(|a, b| a.per_gpu == b.per_gpu) {
+        let n = runs[0].per_gpu;
         // The newest runs at this N (in whichever order: only their medians count).
         let newest = &runs[runs.len().saturating_sub(RUNS_PER_N)..];
         let (mut effective, mut concurrency, mut waited) = (Vec::new(), Vec::new(), Vec::new());

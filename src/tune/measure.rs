@@ -1,9 +1,6 @@
 //! What one run's records measure: how busy the GPU was, how much work it did in that time,
 //! and how long tests waited for permits.
 
-use std::collections::HashMap;
-use std::collections::hash_map::Entry;
-
 use crate::order::SortedMap;
 
 use crate::runs::{ChoiceRecord, RunRecord, RunRecords};
@@ -50,8 +47,8 @@ pub(crate) struct RunMeasure {
     pub(crate) failed: usize,
     /// Tests that failed beside others and passed alone.
     pub(crate) casualties: usize,
-    /// Holds by test (binary and name).
-    pub(crate) tests: HashMap<String, TestHolds>,
+    /// Holds by test (binary and name), each test once, in the order of their keys.
+    pub(crate) tests: Vec<(String, TestHolds)>,
     /// The choice `auto` recorded for the run.
     pub(crate) choice: Option<ChoiceRecord>,
 }
@@ -78,6 +75,8 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
     // (time, +units / -units) for holds, (time, +1 / -1) for waits.
     let mut held: Vec<(u64, i64)> = Vec::new();
     let mut waits: Vec<(u64, i64)> = Vec::new();
+    // Each returned hold's test, and the hold (summed by test below).
+    let mut tests: Vec<(String, TestHolds)> = Vec::new();
     let mut first = u64::MAX;
     let mut last = 0u64;
     for r in &run.records {
@@ -108,28 +107,21 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
         if rel.outcome.failed() {
             m.failed += 1;
         }
-        let t = match m.tests.entry(crate::nextest::test_key(&g.binary, &g.test)) {
-            Entry::Occupied(seen) => seen.into_mut(),
-            Entry::Vacant(new) => new.insert(TestHolds {
+        tests.push((
+            crate::nextest::test_key(&g.binary, &g.test),
+            TestHolds {
                 binary: g.binary.clone(),
                 name: g.test.clone(),
-                count: 0,
-                hold_us: 0,
-                memory_used: None,
-            }),
-        };
-        t.count += 1;
-        t.hold_us = t.hold_us.saturating_add(end - g.unix_us);
-        if let Some(bytes) = rel.memory_used {
-            t.memory_used = Some(match t.memory_used {
-                Some(b) => b.max(bytes),
-                None => bytes,
-            });
-        }
+                count: 1,
+                hold_us: end - g.unix_us,
+                memory_used: rel.memory_used,
+            },
+        ));
     }
     if first == u64::MAX {
         return None;
     }
+    m.tests = SortedMap::from_pairs(tests, add_holds).into_vec();
     // The layout of the most grants; of layouts as common, the largest.
     let mut most: Option<(usize, (usize, usize))> = None;
     for (layout, count) in layouts {
@@ -149,6 +141,18 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
     m.queued_us = sweep(&mut waits).0;
     m.casualties = crate::runs::casualties_of(run).len();
     Some(m)
+}
+
+/// Adds a test's `later` holds to its first (whose binary and name stay).
+fn add_holds(t: &mut TestHolds, later: TestHolds) {
+    t.count += later.count;
+    t.hold_us = t.hold_us.saturating_add(later.hold_us);
+    if let Some(bytes) = later.memory_used {
+        t.memory_used = Some(match t.memory_used {
+            Some(b) => b.max(bytes),
+            None => bytes,
+        });
+    }
 }
 
 /// Counts one grant of `layout` in `layouts`.
