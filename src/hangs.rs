@@ -139,9 +139,17 @@ where
     for text in kept_texts(dir, name) {
         // Unreadable lines are skipped.
         for l in text.lines() {
-            if let Ok(r) = T::from_text(l)
-                && !all.contains(&r)
-            {
+            let Ok(r) = T::from_text(l) else {
+                continue;
+            };
+            let mut seen = false;
+            for known in &all {
+                if *known == r {
+                    seen = true;
+                    break;
+                }
+            }
+            if !seen {
                 all.push(r);
             }
         }

@@ -34,10 +34,13 @@ pub(crate) fn run_id() -> Option<&'static str> {
         return nextest;
     }
     static PROCESS_RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    Some(
-        PROCESS_RUN
-            .get_or_init(|| format!("p{}-{}", std::process::id(), crate::clock::now_unix_ms())),
-    )
+    // As a function pointer, as the GPU identity is made: one instantiation for both.
+    Some(PROCESS_RUN.get_or_init(process_run as fn() -> String))
+}
+
+/// The run id of a process that is its own run: `p<pid>-<start, ms>`.
+fn process_run() -> String {
+    format!("p{}-{}", std::process::id(), crate::clock::now_unix_ms())
 }
 
 fn attempts() -> (u32, u32) {

@@ -61,12 +61,10 @@ pub(crate) fn peak_of(mut edges: Vec<(u64, i64)>) -> usize {
 /// assert_eq!(peak_per_gpu(&events), [0, 2, 1, 0]);
 /// ```
 pub fn peak_per_gpu(events: &[TraceEvent]) -> Vec<usize> {
-    let mut holds: Vec<&TraceEvent> = Vec::new();
     // The most GPUs a hold says (as one GPU where none does).
     let mut gpus = 0;
     for e in events {
-        if e.name == "hold" && !e.args.slots.is_empty() {
-            holds.push(e);
+        if placed_hold(e) {
             gpus = gpus.max(e.args.gpus);
         }
     }
@@ -74,7 +72,10 @@ pub fn peak_per_gpu(events: &[TraceEvent]) -> Vec<usize> {
         return Vec::new();
     }
     let mut edges: Vec<Vec<(u64, i64)>> = vec![Vec::new(); gpus];
-    for e in holds {
+    for e in events {
+        if !placed_hold(e) {
+            continue;
+        }
         let g = e.args.gpus.max(1);
         for slot in &e.args.slots {
             edges[slot % g].push((e.ts, 1));
@@ -86,4 +87,9 @@ pub fn peak_per_gpu(events: &[TraceEvent]) -> Vec<usize> {
         peaks.push(peak_of(gpu));
     }
     peaks
+}
+
+/// A hold that names the host slots it took.
+fn placed_hold(e: &TraceEvent) -> bool {
+    e.name == "hold" && !e.args.slots.is_empty()
 }

@@ -194,11 +194,21 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
             measured_runs.push(e);
         }
     }
-    // By N, each N's runs oldest first (the sort is stable).
-    crate::order::sort_by_key(&mut measured_runs, |e| e.per_gpu);
+    // The Ns measured, each once.
+    let mut ns: Vec<usize> = Vec::new();
+    for e in &measured_runs {
+        ns.push(e.per_gpu);
+    }
+    crate::order::sort_dedup(&mut ns);
     let mut stats: SortedMap<usize, AtN> = SortedMap::new();
-    for runs in measured_runs.chunk_by(|a, b| a.per_gpu == b.per_gpu) {
-        let n = runs[0].per_gpu;
+    for n in ns {
+        // The runs at this N, oldest first.
+        let mut runs: Vec<&HistoryEntry> = Vec::new();
+        for e in &measured_runs {
+            if e.per_gpu == n {
+                runs.push(e);
+            }
+        }
         // The newest runs at this N (in whichever order: only their medians count).
         let newest = &runs[runs.len().saturating_sub(RUNS_PER_N)..];
         let (mut effective, mut concurrency, mut waited) = (Vec::new(), Vec::new(), Vec::new());
