@@ -154,7 +154,7 @@ where
             }
         }
     }
-    crate::order::sort_by_key(&mut all, when);
+    crate::order::sort_by(&mut all, |a, b| when(a).cmp(&when(b)));
     all
 }
 

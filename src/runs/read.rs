@@ -167,7 +167,7 @@ pub fn recorded_runs(dir: &Path) -> Vec<RecordedRun> {
             mine,
         });
     }
-    crate::order::sort_by_key(&mut runs, |r| r.modified);
+    crate::order::sort_by(&mut runs, |a, b| a.modified.cmp(&b.modified));
     runs
 }
 

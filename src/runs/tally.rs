@@ -57,7 +57,8 @@ pub fn tally() -> Tally {
         skipped += 1;
         count_reason(&mut reasons, reason);
     }
-    crate::order::sort_by_key(&mut reasons, |r| std::cmp::Reverse(r.1));
+    // The most common first.
+    crate::order::sort_by(&mut reasons, |a, b| b.1.cmp(&a.1));
     Tally {
         gpu_tests: tests.len(),
         skipped,
@@ -106,12 +107,16 @@ pub fn exit_line(t: &Tally) -> Option<String> {
 /// Registers the exit line's printer, once; not under nextest, whose run records the skips.
 fn at_exit() {
     static REGISTER: Once = Once::new();
-    REGISTER.call_once(|| {
-        if crate::config::Config::global().nextest.is_some() {
-            return;
-        }
-        crate::sys::at_exit(print_at_exit);
-    });
+    // As a function pointer, as the records' flush at exit is registered: one instantiation.
+    REGISTER.call_once(register_print as fn());
+}
+
+/// Registers the exit line's printer, unless under nextest.
+fn register_print() {
+    if crate::config::Config::global().nextest.is_some() {
+        return;
+    }
+    crate::sys::at_exit(print_at_exit);
 }
 
 extern "C" fn print_at_exit() {

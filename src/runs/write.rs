@@ -132,13 +132,17 @@ pub(crate) fn flush() {
 
 fn flush_at_exit() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        extern "C" fn at_exit() {
-            // After `main`; nothing here may unwind into C.
-            let _ = std::panic::catch_unwind(flush);
-        }
-        crate::sys::at_exit(at_exit);
-    });
+    // As a function pointer, as the exit line's printer is registered: one instantiation.
+    ONCE.call_once(register_flush as fn());
+}
+
+/// Flushes the pending records at exit.
+fn register_flush() {
+    extern "C" fn at_exit() {
+        // After `main`; nothing here may unwind into C.
+        let _ = std::panic::catch_unwind(flush);
+    }
+    crate::sys::at_exit(at_exit);
 }
 
 /// Appends `lines` (whole lines) to run `run`'s file in `dir` in one write.
@@ -230,7 +234,7 @@ fn prune(dir: &Path, keep: &Path) {
         return;
     }
     // Newest first.
-    crate::order::sort_by_key(&mut files, |f| std::cmp::Reverse(f.1));
+    crate::order::sort_by(&mut files, |a, b| b.1.cmp(&a.1));
     for (path, _, _) in files.split_off(RUNS_KEPT) {
         if path != keep
             && let Some(name) = path.file_name()

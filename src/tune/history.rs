@@ -241,9 +241,9 @@ fn is_current(e: &HistoryEntry) -> bool {
     e.v == VERSION
 }
 
-/// When an entry's run began: the history's order.
-fn start_of(e: &HistoryEntry) -> u64 {
-    e.unix_ms
+/// The history's order: by when the runs began.
+fn by_start(a: &HistoryEntry, b: &HistoryEntry) -> std::cmp::Ordering {
+    a.unix_ms.cmp(&b.unix_ms)
 }
 
 /// Keeps the entries for which `keep` holds, in order.
@@ -347,7 +347,7 @@ fn read_for_records(path: &Path) -> Option<String> {
 pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
     let mut entries = read_records(&crate::hangs::record_dir(dir), HISTORY_FILE, history_lines);
     keep_entries(&mut entries, &is_current);
-    crate::order::sort_by_key(&mut entries, start_of);
+    crate::order::sort_by(&mut entries, by_start);
     entries
 }
 
@@ -479,7 +479,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
         }
     }
     if fresh.is_empty() {
-        crate::order::sort_by_key(&mut entries, start_of);
+        crate::order::sort_by(&mut entries, by_start);
         return entries;
     }
     let refs = update_refs(&state, &fresh);
@@ -522,7 +522,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
             entries.push(entry);
         }
     }
-    crate::order::sort_by_key(&mut entries, start_of);
+    crate::order::sort_by(&mut entries, by_start);
     let start = entries.len().saturating_sub(HISTORY_KEPT);
     let entries = entries.split_off(start);
     let mut text = String::new();
