@@ -131,20 +131,45 @@ pub(crate) fn record_dir(dir: &Path) -> PathBuf {
 /// The records in file `name` of slot directory `dir`: those of its state directory, and
 /// those in `dir` itself (written by earlier versions, or where the state directory could not
 /// be made), oldest first, each once.
-pub(crate) fn read_kept_for<T>(dir: &Path, name: &str, when: impl Fn(&T) -> u64) -> Vec<T>
+pub(crate) fn read_kept_for<T>(dir: &Path, name: &str, when: fn(&T) -> u64) -> Vec<T>
 where
     T: Record + PartialEq,
 {
     let mut all: Vec<T> = Vec::new();
-    for d in kept_dirs(dir) {
-        for r in read_kept::<T>(&d, name) {
-            if !all.contains(&r) {
+    for text in kept_texts(dir, name) {
+        // Unreadable lines are skipped.
+        for l in text.lines() {
+            let Ok(r) = T::from_text(l) else {
+                continue;
+            };
+            let mut seen = false;
+            for known in &all {
+                if *known == r {
+                    seen = true;
+                    break;
+                }
+            }
+            if !seen {
                 all.push(r);
             }
         }
     }
-    crate::order::sort_by_key(&mut all, |r| when(r));
+    crate::order::sort_by(&mut all, |a, b| when(a).cmp(&when(b)));
     all
+}
+
+/// The text of file `name` in each directory of [`kept_dirs`] that has one, in their order.
+fn kept_texts(dir: &Path, name: &str) -> Vec<String> {
+    let mut texts = Vec::new();
+    for d in kept_dirs(dir) {
+        let Ok(file) = sys::open_regular_for_reading(&d.join(name)) else {
+            continue;
+        };
+        if let Some(text) = read(&file) {
+            texts.push(text);
+        }
+    }
+    texts
 }
 
 /// The directories the records of slot directory `dir` are kept in: its state directory, then
@@ -161,7 +186,11 @@ fn kept_dirs(dir: &Path) -> Vec<PathBuf> {
 /// Appends `record` as a JSON line to `dir/name` under the file's lock, keeping the newest
 /// `kept` lines (best effort).
 pub(crate) fn append_kept(dir: &Path, name: &str, record: &impl Record, kept: usize) {
-    let line = record.to_text();
+    append_kept_line(dir, name, record.to_text(), kept);
+}
+
+/// [`append_kept`] with the record's line.
+fn append_kept_line(dir: &Path, name: &str, line: String, kept: usize) {
     let path = dir.join(name);
     let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(dir)) else {
         return;
@@ -171,12 +200,19 @@ pub(crate) fn append_kept(dir: &Path, name: &str, record: &impl Record, kept: us
     if !sys::lock_within(&file, std::time::Duration::from_millis(500)) {
         return;
     }
-    let mut lines: Vec<String> = read(&file)
-        .map(|text| text.lines().map(str::to_string).collect())
-        .unwrap_or_default();
+    let mut lines: Vec<String> = Vec::new();
+    if let Some(text) = read(&file) {
+        for l in text.lines() {
+            lines.push(l.to_string());
+        }
+    }
     lines.push(line);
     let start = lines.len().saturating_sub(kept);
-    let text: String = lines[start..].iter().map(|l| format!("{l}\n")).collect();
+    let mut text = String::new();
+    for l in &lines[start..] {
+        text.push_str(l);
+        text.push('\n');
+    }
     if sys::write_at(&file, text.as_bytes(), 0).is_ok() {
         let _ = file.set_len(text.len() as u64);
     }
@@ -187,17 +223,6 @@ fn read(file: &File) -> Option<String> {
     let n = sys::read_at_start(file, &mut buf).ok()?;
     buf.truncate(n);
     Some(String::from_utf8_lossy(&buf).into_owned())
-}
-
-/// The records of `dir/name`, oldest first (none when there is no file; unreadable lines are
-/// skipped).
-pub(crate) fn read_kept<T: Record>(dir: &Path, name: &str) -> Vec<T> {
-    let Ok(file) = sys::open_regular_for_reading(&dir.join(name)) else {
-        return Vec::new();
-    };
-    read(&file)
-        .map(|text| text.lines().filter_map(|l| T::from_text(l).ok()).collect())
-        .unwrap_or_default()
 }
 
 /// Forgets the hang records of slot directory `dir` (in its state directory, and any in `dir`

@@ -117,10 +117,9 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
     // A test process reads the run's records only while they are of a size a run of tens of
     // thousands of tests writes: a file grown past it (by a test in a loop, or by anyone who
     // can write the directory) must not cost a passing test its memory.
-    let small = std::fs::symlink_metadata(dir.join(super::file_name(run)))
-        .is_ok_and(|m| m.len() <= CASUALTY_READ_LIMIT);
-    if !small {
-        return;
+    match std::fs::symlink_metadata(dir.join(super::file_name(run))) {
+        Ok(m) if m.len() <= CASUALTY_READ_LIMIT => {}
+        _ => return,
     }
     let Ok(Some(records)) = read_run(dir, run) else {
         return;
@@ -128,22 +127,26 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
     let (binary, test) = crate::nextest::current_test();
     let pid = std::process::id();
     // Only this process's own grant makes it the retry that passed.
-    let mine = records
-        .records
-        .iter()
-        .any(|r| matches!(r, super::RunRecord::Grant(g) if g.pid == pid && g.hold == hold));
-    if !mine {
+    if !granted(&records.records, pid, hold) {
         return;
     }
     let casualties = casualties_of(&records);
-    let Some(c) = casualties
-        .iter()
-        .find(|c| c.key.binary == binary && c.key.test == test)
-    else {
+    let mut found = None;
+    for c in &casualties {
+        if c.key.binary == binary && c.key.test == test {
+            found = Some(c);
+            break;
+        }
+    }
+    let Some(c) = found else {
         return;
     };
     if DONE.swap(true, Ordering::Relaxed) {
         return;
+    }
+    let mut beside = Vec::new();
+    for b in &c.beside[..c.beside.len().min(8)] {
+        beside.push(b.to_string());
     }
     let record = CasualtyRecord {
         unix_ms: crate::clock::now_unix_ms(),
@@ -153,7 +156,7 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
         per_gpu: c.per_gpu,
         gpus: c.gpus,
         units_beside: c.units_beside,
-        beside: c.beside.iter().take(8).map(ToString::to_string).collect(),
+        beside,
     };
     crate::hangs::append_kept(
         &crate::hangs::record_dir(dir),
@@ -168,6 +171,19 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
         record.n(),
         record.beside.join(", ")
     ));
+}
+
+/// Whether `records` hold the grant of hold `hold` to process `pid`.
+fn granted(records: &[super::RunRecord], pid: u32, hold: u64) -> bool {
+    for r in records {
+        if let super::RunRecord::Grant(g) = r
+            && g.pid == pid
+            && g.hold == hold
+        {
+            return true;
+        }
+    }
+    false
 }
 
 #[cfg(test)]

@@ -112,12 +112,7 @@ pub(crate) fn file_name(run: &str) -> String {
 /// the layout and the history name it: the run id where it is a safe file name (nextest's are
 /// UUIDs), else a hash of it.
 pub(crate) fn run_key(run: &str) -> String {
-    let safe = !run.is_empty()
-        && run.len() <= 100
-        && run
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && !run.starts_with('.');
+    let safe = !run.is_empty() && run.len() <= 100 && safe_bytes(run) && !run.starts_with('.');
     if safe {
         run.to_string()
     } else {
@@ -130,22 +125,38 @@ pub(crate) fn run_key(run: &str) -> String {
     }
 }
 
+/// Whether every byte of `run` is an ASCII letter or digit, `-`, `_` or `.`.
+fn safe_bytes(run: &str) -> bool {
+    for b in run.bytes() {
+        if !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+            return false;
+        }
+    }
+    true
+}
+
 /// The run files in `dir`, when each was last written, and their lengths.
 pub(crate) fn run_files(dir: &Path) -> Vec<(PathBuf, SystemTime, u64)> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    entries
-        .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with(FILE_PREFIX))
-        .filter_map(|e| {
-            let meta = e.metadata().ok()?;
-            meta.is_file().then(|| {
-                let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-                (e.path(), modified, meta.len())
-            })
-        })
-        .collect()
+    let mut files = Vec::new();
+    for e in entries {
+        let Ok(e) = e else {
+            continue;
+        };
+        if !e.file_name().to_string_lossy().starts_with(FILE_PREFIX) {
+            continue;
+        }
+        let Ok(meta) = e.metadata() else {
+            continue;
+        };
+        if meta.is_file() {
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            files.push((e.path(), modified, meta.len()));
+        }
+    }
+    files
 }
 
 #[cfg(test)]

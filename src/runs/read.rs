@@ -83,14 +83,19 @@ pub fn read_run(dir: &Path, run_id: &str) -> Result<Option<RunRecords>, RunsErro
     let mut read_bytes: u64 = 0;
     loop {
         line.clear();
-        let n = reader
+        let n = match reader
             .by_ref()
             .take(LONGEST_LINE as u64 + 1)
             .read_until(b'\n', &mut line)
-            .map_err(|e| RunsError {
-                path: path.clone(),
-                message: e.to_string(),
-            })?;
+        {
+            Ok(n) => n,
+            Err(e) => {
+                return Err(RunsError {
+                    path,
+                    message: e.to_string(),
+                });
+            }
+        };
         if n == 0 {
             break;
         }
@@ -142,21 +147,27 @@ pub struct RecordedRun {
 /// The runs recorded in `dir`, the most recently written last. A run whose id could not be a
 /// file name is listed under the name its file has.
 pub fn recorded_runs(dir: &Path) -> Vec<RecordedRun> {
-    let mut runs: Vec<RecordedRun> = run_files(dir)
-        .into_iter()
-        .filter_map(|(path, modified, len)| {
-            let name = path.file_name()?.to_string_lossy().into_owned();
-            let key = name.strip_prefix(super::FILE_PREFIX)?.to_string();
-            let mine = std::fs::symlink_metadata(&path).is_ok_and(|m| sys::owned_by_this_user(&m));
-            Some(RecordedRun {
-                run_id: key,
-                modified,
-                len,
-                mine,
-            })
-        })
-        .collect();
-    crate::order::sort_by_key(&mut runs, |r| r.modified);
+    let mut runs: Vec<RecordedRun> = Vec::new();
+    for (path, modified, len) in run_files(dir) {
+        let Some(name) = path.file_name() else {
+            continue;
+        };
+        let name = name.to_string_lossy();
+        let Some(key) = name.strip_prefix(super::FILE_PREFIX) else {
+            continue;
+        };
+        let mine = match std::fs::symlink_metadata(&path) {
+            Ok(m) => sys::owned_by_this_user(&m),
+            Err(_) => false,
+        };
+        runs.push(RecordedRun {
+            run_id: key.to_string(),
+            modified,
+            len,
+            mine,
+        });
+    }
+    crate::order::sort_by(&mut runs, |a, b| a.modified.cmp(&b.modified));
     runs
 }
 

@@ -137,8 +137,7 @@ impl Record for RunRecord {
                 unix_us: f.req("unix_us")?,
                 pid: f.req("pid")?,
                 hold: f.req("hold")?,
-                outcome: Outcome::read_json(f.value("outcome")?)
-                    .map_err(|e| format!("run record: field `outcome`: {e}"))?,
+                outcome: Outcome::read_field(f.value("outcome")?)?,
                 memory_used: f.opt("memory_used")?,
             }),
             3 => RunRecord::Choice(ChoiceRecord {
@@ -183,6 +182,14 @@ impl json::Write for Outcome {
 }
 
 impl Outcome {
+    /// [`Outcome::read_json`], its error named as a run record's field.
+    fn read_field(v: &Value) -> Result<Outcome, String> {
+        match Outcome::read_json(v) {
+            Ok(outcome) => Ok(outcome),
+            Err(e) => Err(format!("run record: field `outcome`: {e}")),
+        }
+    }
+
     fn read_json(v: &Value) -> Result<Outcome, String> {
         const EXPECTED: &str =
             "expected `passed`, `panicked`, `{\"exited\":CODE}` or `{\"signal\":NUMBER}`";
@@ -191,8 +198,9 @@ impl Outcome {
             Value::String(s) if s == "panicked" => Ok(Outcome::Panicked),
             Value::Object(fields) if fields.len() == 1 => {
                 let (key, value) = &fields[0];
-                let n = <i32 as json::Read>::read(value)
-                    .ok_or_else(|| format!("`{key}`: expected an integer that fits in i32"))?;
+                let Some(n) = <i32 as json::Read>::read(value) else {
+                    return Err(format!("`{key}`: expected an integer that fits in i32"));
+                };
                 match key.as_str() {
                     "exited" => Ok(Outcome::Exited(n)),
                     "signal" => Ok(Outcome::Signal(n)),

@@ -49,18 +49,32 @@ pub(crate) fn skipped(test: &str, reason: String) {
 pub fn tally() -> Tally {
     let tests = TESTS.lock();
     let mut reasons: Vec<(String, usize)> = Vec::new();
-    for reason in tests.values().flatten() {
-        match reasons.iter_mut().find(|(r, _)| r == reason) {
-            Some((_, n)) => *n += 1,
-            None => reasons.push((reason.clone(), 1)),
-        }
+    let mut skipped = 0;
+    for reason in tests.values() {
+        let Some(reason) = reason else {
+            continue;
+        };
+        skipped += 1;
+        count_reason(&mut reasons, reason);
     }
-    crate::order::sort_by_key(&mut reasons, |r| std::cmp::Reverse(r.1));
+    // The most common first.
+    crate::order::sort_by(&mut reasons, |a, b| b.1.cmp(&a.1));
     Tally {
         gpu_tests: tests.len(),
-        skipped: tests.values().filter(|r| r.is_some()).count(),
+        skipped,
         reasons,
     }
+}
+
+/// Counts one skip for `reason` in `reasons`.
+fn count_reason(reasons: &mut Vec<(String, usize)>, reason: &str) {
+    for (r, n) in reasons.iter_mut() {
+        if r == reason {
+            *n += 1;
+            return;
+        }
+    }
+    reasons.push((reason.to_string(), 1));
 }
 
 /// The exit line for `t`, or `None` when nothing skipped.
@@ -69,19 +83,15 @@ pub fn exit_line(t: &Tally) -> Option<String> {
         return None;
     }
     const SHOWN: usize = 3;
-    let mut why: Vec<String> = t
-        .reasons
-        .iter()
-        .take(SHOWN)
-        .map(|(r, n)| {
-            let r = r.replace(['\r', '\n'], " | ");
-            if t.reasons.len() == 1 {
-                r
-            } else {
-                format!("{n} x {r}")
-            }
-        })
-        .collect();
+    let mut why: Vec<String> = Vec::new();
+    for (r, n) in &t.reasons[..t.reasons.len().min(SHOWN)] {
+        let r = r.replace(['\r', '\n'], " | ");
+        if t.reasons.len() == 1 {
+            why.push(r);
+        } else {
+            why.push(format!("{n} x {r}"));
+        }
+    }
     if t.reasons.len() > SHOWN {
         why.push(format!("{} other reasons", t.reasons.len() - SHOWN));
     }
@@ -97,12 +107,16 @@ pub fn exit_line(t: &Tally) -> Option<String> {
 /// Registers the exit line's printer, once; not under nextest, whose run records the skips.
 fn at_exit() {
     static REGISTER: Once = Once::new();
-    REGISTER.call_once(|| {
-        if crate::config::Config::global().nextest.is_some() {
-            return;
-        }
-        crate::sys::at_exit(print_at_exit);
-    });
+    // As a function pointer, as the records' flush at exit is registered: one instantiation.
+    REGISTER.call_once(register_print as fn());
+}
+
+/// Registers the exit line's printer, unless under nextest.
+fn register_print() {
+    if crate::config::Config::global().nextest.is_some() {
+        return;
+    }
+    crate::sys::at_exit(print_at_exit);
 }
 
 extern "C" fn print_at_exit() {

@@ -34,19 +34,21 @@ pub(crate) fn run_id() -> Option<&'static str> {
         return nextest;
     }
     static PROCESS_RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    Some(
-        PROCESS_RUN
-            .get_or_init(|| format!("p{}-{}", std::process::id(), crate::clock::now_unix_ms())),
-    )
+    // As a function pointer, as the GPU identity is made: one instantiation for both.
+    Some(PROCESS_RUN.get_or_init(process_run as fn() -> String))
+}
+
+/// The run id of a process that is its own run: `p<pid>-<start, ms>`.
+fn process_run() -> String {
+    format!("p{}-{}", std::process::id(), crate::clock::now_unix_ms())
 }
 
 fn attempts() -> (u32, u32) {
-    let n = Config::global().nextest.as_ref();
-    let attempt = n.and_then(|n| n.attempt).unwrap_or(1);
-    let total = n
-        .and_then(|n| n.total_attempts)
-        .unwrap_or(attempt)
-        .max(attempt);
+    let Some(n) = &Config::global().nextest else {
+        return (1, 1);
+    };
+    let attempt = n.attempt.unwrap_or(1);
+    let total = n.total_attempts.unwrap_or(attempt).max(attempt);
     (attempt, total)
 }
 
@@ -60,11 +62,13 @@ const PENDING_MOST: usize = 8192;
 
 /// nextest's `NEXTEST_RUN_ID`, when this process runs under nextest.
 pub(crate) fn nextest_run() -> Option<&'static str> {
-    Config::global()
-        .nextest
-        .as_ref()
-        .and_then(|n| n.run_id.as_deref())
-        .filter(|r| !r.is_empty())
+    let Some(n) = &Config::global().nextest else {
+        return None;
+    };
+    match n.run_id.as_deref() {
+        Some(r) if !r.is_empty() => Some(r),
+        _ => None,
+    }
 }
 
 /// Whether `auto` or learned weights learn from this process's records.
@@ -94,7 +98,11 @@ pub(crate) fn append(dir: &Path, record: RunRecord) {
                 Some((d, records)) if d == dir => records.push(record),
                 _ => pending.push((dir.to_path_buf(), vec![record])),
             }
-            pending.iter().map(|(_, r)| r.len()).sum::<usize>() >= PENDING_MOST
+            let mut held = 0;
+            for (_, records) in pending.iter() {
+                held += records.len();
+            }
+            held >= PENDING_MOST
         };
         if full {
             flush();
@@ -124,20 +132,24 @@ pub(crate) fn flush() {
 
 fn flush_at_exit() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        extern "C" fn at_exit() {
-            // After `main`; nothing here may unwind into C.
-            let _ = std::panic::catch_unwind(flush);
-        }
-        crate::sys::at_exit(at_exit);
-    });
+    // As a function pointer, as the exit line's printer is registered: one instantiation.
+    ONCE.call_once(register_flush as fn());
+}
+
+/// Flushes the pending records at exit.
+fn register_flush() {
+    extern "C" fn at_exit() {
+        // After `main`; nothing here may unwind into C.
+        let _ = std::panic::catch_unwind(flush);
+    }
+    crate::sys::at_exit(at_exit);
 }
 
 /// Appends `lines` (whole lines) to run `run`'s file in `dir` in one write.
 fn write_now(dir: &Path, run: &str, lines: &str) {
     let line = lines;
     let mut open = OPEN.lock();
-    let index = match open.iter().position(|(d, _)| d == dir) {
+    let index = match opened(&open, dir) {
         Some(i) => i,
         None => match open_run_file(dir, run) {
             Ok(file) => {
@@ -156,19 +168,28 @@ fn write_now(dir: &Path, run: &str, lines: &str) {
             &std::io::Error::other("another process has held the run file's lock for over 200 ms"),
         );
     }
-    let written = file.metadata().and_then(|meta| {
-        if meta.len() > MAX_FILE {
-            return Err(std::io::Error::other(format!(
-                "the run's file has grown past {} MiB",
-                MAX_FILE >> 20
-            )));
-        }
-        sys::write_at(file, line.as_bytes(), meta.len())
-    });
+    let written = match file.metadata() {
+        Ok(meta) if meta.len() > MAX_FILE => Err(std::io::Error::other(format!(
+            "the run's file has grown past {} MiB",
+            MAX_FILE >> 20
+        ))),
+        Ok(meta) => sys::write_at(file, line.as_bytes(), meta.len()),
+        Err(e) => Err(e),
+    };
     let _ = file.unlock();
     if let Err(e) = written {
         warn(dir, &e);
     }
+}
+
+/// Where `open` holds the run file of directory `dir`.
+fn opened(open: &[(PathBuf, File)], dir: &Path) -> Option<usize> {
+    for (i, (d, _)) in open.iter().enumerate() {
+        if d == dir {
+            return Some(i);
+        }
+    }
+    None
 }
 
 /// The longest a record waits for the run file's lock.
@@ -213,12 +234,11 @@ fn prune(dir: &Path, keep: &Path) {
         return;
     }
     // Newest first.
-    crate::order::sort_by_key(&mut files, |f| std::cmp::Reverse(f.1));
-    for (path, _, _) in files.into_iter().skip(RUNS_KEPT) {
+    crate::order::sort_by(&mut files, |a, b| b.1.cmp(&a.1));
+    for (path, _, _) in files.split_off(RUNS_KEPT) {
         if path != keep
-            && path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(FILE_PREFIX))
+            && let Some(name) = path.file_name()
+            && name.to_string_lossy().starts_with(FILE_PREFIX)
         {
             let _ = std::fs::remove_file(path);
         }

@@ -292,12 +292,15 @@ impl Tracer {
         if !path.exists() {
             create_with_header(path)?;
         }
-        let file = crate::sys::open_regular_for_append(path).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("{e}; a trace is appended only to a regular file"),
-            )
-        })?;
+        let file = match crate::sys::open_regular_for_append(path) {
+            Ok(file) => file,
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("{e}; a trace is appended only to a regular file"),
+                ));
+            }
+        };
         Ok(Tracer {
             path: path.to_path_buf(),
             file,
@@ -351,7 +354,10 @@ fn create_with_header(path: &Path) -> io::Result<()> {
     };
     let written = file.write_all(b"[\n");
     drop(file);
-    let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+    let linked = match written {
+        Ok(()) => std::fs::hard_link(&tmp, path),
+        Err(e) => Err(e),
+    };
     let _ = std::fs::remove_file(&tmp);
     match linked {
         Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e),

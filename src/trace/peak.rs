@@ -19,7 +19,10 @@ use super::event::TraceEvent;
 /// ```
 pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
     let mut edges: Vec<(u64, i64)> = Vec::new();
-    for e in events.iter().filter(|e| e.name == "hold") {
+    for e in events {
+        if e.name != "hold" {
+            continue;
+        }
         let units = e.args.held_units() as i64;
         edges.push((e.ts, units));
         edges.push((e.end(), -units));
@@ -58,21 +61,35 @@ pub(crate) fn peak_of(mut edges: Vec<(u64, i64)>) -> usize {
 /// assert_eq!(peak_per_gpu(&events), [0, 2, 1, 0]);
 /// ```
 pub fn peak_per_gpu(events: &[TraceEvent]) -> Vec<usize> {
-    let holds: Vec<&TraceEvent> = events
-        .iter()
-        .filter(|e| e.name == "hold" && !e.args.slots.is_empty())
-        .collect();
-    let gpus = holds.iter().map(|e| e.args.gpus).max().unwrap_or(1);
+    // The most GPUs a hold says (as one GPU where none does).
+    let mut gpus = 0;
+    for e in events {
+        if placed_hold(e) {
+            gpus = gpus.max(e.args.gpus);
+        }
+    }
     if gpus <= 1 {
         return Vec::new();
     }
     let mut edges: Vec<Vec<(u64, i64)>> = vec![Vec::new(); gpus];
-    for e in holds {
+    for e in events {
+        if !placed_hold(e) {
+            continue;
+        }
         let g = e.args.gpus.max(1);
         for slot in &e.args.slots {
             edges[slot % g].push((e.ts, 1));
             edges[slot % g].push((e.end(), -1));
         }
     }
-    edges.into_iter().map(peak_of).collect()
+    let mut peaks = Vec::with_capacity(gpus);
+    for gpu in edges {
+        peaks.push(peak_of(gpu));
+    }
+    peaks
+}
+
+/// A hold that names the host slots it took.
+fn placed_hold(e: &TraceEvent) -> bool {
+    e.name == "hold" && !e.args.slots.is_empty()
 }

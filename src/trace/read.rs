@@ -90,11 +90,13 @@ pub fn read_trace(path: &Path) -> io::Result<TraceFile> {
             });
         }
     }
-    let (choices, spans) = std::mem::take(&mut out.events)
-        .into_iter()
-        .partition(|e| e.name == "auto");
-    out.events = spans;
-    out.choices = choices;
+    for e in std::mem::take(&mut out.events) {
+        if e.name == "auto" {
+            out.choices.push(e);
+        } else {
+            out.events.push(e);
+        }
+    }
     Ok(out)
 }
 
@@ -111,24 +113,28 @@ fn parse_line(line: &str, events: &mut Vec<TraceEvent>) -> Result<(), String> {
     };
     // This crate writes each event as one object that starts with its name, and inside a
     // JSON string a quote is escaped: every `{"name":` past the start begins another event.
-    let mut bounds: Vec<usize> = line
-        .match_indices("{\"name\":")
-        .map(|(i, _)| i)
-        .filter(|&i| i > 0)
-        .collect();
+    let mut bounds: Vec<usize> = Vec::new();
+    for (i, _) in line.match_indices("{\"name\":") {
+        if i > 0 {
+            bounds.push(i);
+        }
+    }
     if bounds.is_empty() {
         return Err(not_json);
     }
     bounds.insert(0, 0);
     bounds.push(line.len());
-    let parts: Vec<&str> = bounds
-        .windows(2)
-        .map(|w| line[w[0]..w[1]].trim().trim_end_matches(','))
-        .collect();
+    let mut parts: Vec<&str> = Vec::new();
+    for w in bounds.windows(2) {
+        parts.push(line[w[0]..w[1]].trim().trim_end_matches(','));
+    }
     let (mut read, mut bad) = (0, None);
     for (k, part) in parts.iter().enumerate() {
         let result = match parse_event(part) {
-            Ok(ev) => check(&ev).map(|()| ev),
+            Ok(ev) => match check(&ev) {
+                Ok(()) => Ok(ev),
+                Err(e) => Err(e),
+            },
             // Followed by another event: a write cut short.
             Err(_) if k + 1 < parts.len() => Err("an event cut short (a write stopped part way, \
                  as a full disk leaves it)"
@@ -157,10 +163,20 @@ fn parse_line(line: &str, events: &mut Vec<TraceEvent>) -> Result<(), String> {
 /// One event, normalised (see [`TraceArgs`]), or why `text` is none.
 fn parse_event(text: &str) -> Result<TraceEvent, String> {
     // The text is one line of the file: its column is what locates a syntax error.
-    let value = crate::json::parse(text)
-        .map_err(|e| format!("not a trace event ({} at column {})", e.what, e.at + 1))?;
-    let mut ev = <TraceEvent as crate::json::Record>::read_json(&value)
-        .map_err(|e| format!("not a trace event ({e})"))?;
+    let value = match crate::json::parse(text) {
+        Ok(value) => value,
+        Err(e) => {
+            return Err(format!(
+                "not a trace event ({} at column {})",
+                e.what,
+                e.at + 1
+            ));
+        }
+    };
+    let mut ev = match <TraceEvent as crate::json::Record>::read_json(&value) {
+        Ok(ev) => ev,
+        Err(e) => return Err(format!("not a trace event ({e})")),
+    };
     ev.args.normalise();
     Ok(ev)
 }
@@ -169,11 +185,11 @@ fn parse_event(text: &str) -> Result<TraceEvent, String> {
 fn check(ev: &TraceEvent) -> Result<(), String> {
     use crate::config::MAX_CONCURRENCY;
     let a = &ev.args;
-    if ev
-        .ts
-        .checked_add(ev.dur)
-        .is_none_or(|end| end > MAX_TIME_US)
-    {
+    let past = match ev.ts.checked_add(ev.dur) {
+        Some(end) => end > MAX_TIME_US,
+        None => true,
+    };
+    if past {
         return Err(format!(
             "its end, ts {} + dur {} microseconds, is past the year 2255 (2^53 microseconds \
              after 1970)",
@@ -203,7 +219,9 @@ fn check(ev: &TraceEvent) -> Result<(), String> {
         ("memory_used", a.memory_used),
         ("memory_budget", a.memory_budget),
     ] {
-        if let Some(bytes) = bytes.filter(|&b| b > MAX_MEMORY) {
+        if let Some(bytes) = bytes
+            && bytes > MAX_MEMORY
+        {
             return Err(format!(
                 "{name} {bytes} bytes is more than 1 PiB, more than any GPU has"
             ));

@@ -108,15 +108,7 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
         now_ms,
     } = *inputs;
     let ceiling = ceiling.max(1);
-    // Which GPU each run on record used.
-    let gpu_of = |run: &str| {
-        history
-            .iter()
-            .find(|e| e.run == run || e.run == crate::runs::run_key(run))
-            .map(|e| e.gpu.as_str())
-    };
-    // A record counts against this GPU unless it is known to be of another.
-    let applies = |run: Option<&str>| run.and_then(gpu_of).is_none_or(|g| g == gpu);
+    let applies = |run: Option<&str>| applies(history, gpu, run);
     let trusted = |unix_ms: u64| crate::hangs::trusted_at(unix_ms, now_ms);
     let mut limit = ceiling;
     let mut limit_why: Option<String> = None;
@@ -131,10 +123,10 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
     } else {
         format!(" with {gpu}")
     };
-    for h in hangs
-        .iter()
-        .filter(|h| trusted(h.unix_ms) && applies(h.run.as_deref()))
-    {
+    for h in hangs {
+        if !(trusted(h.unix_ms) && applies(h.run.as_deref())) {
+            continue;
+        }
         rule_out(
             per_gpu(h.per_gpu, h.gpus, gpus),
             format!(
@@ -144,10 +136,10 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
             ),
         );
     }
-    for c in casualties
-        .iter()
-        .filter(|c| trusted(c.unix_ms) && applies(Some(&c.run)))
-    {
+    for c in casualties {
+        if !(trusted(c.unix_ms) && applies(Some(&c.run))) {
+            continue;
+        }
         let n = per_gpu(c.per_gpu, c.gpus, gpus);
         rule_out(
             n,
@@ -158,14 +150,18 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
             ),
         );
     }
-    let mine: Vec<&HistoryEntry> = history
-        .iter()
-        .filter(|e| e.gpu == gpu && e.gpus == gpus && trusted(e.unix_ms))
-        .collect();
+    let mut mine: Vec<&HistoryEntry> = Vec::new();
+    for e in history {
+        if e.gpu == gpu && e.gpus == gpus && trusted(e.unix_ms) {
+            mine.push(e);
+        }
+    }
     // An N whose processes died holding permits twice is ruled out as a hang is.
     let mut lost: SortedMap<usize, usize> = SortedMap::new();
-    for e in mine.iter().filter(|e| e.unreturned > 0) {
-        *lost.get_or_insert_with(e.per_gpu, || 0) += 1;
+    for e in &mine {
+        if e.unreturned > 0 {
+            *lost.get_or_insert_with(e.per_gpu, || 0) += 1;
+        }
     }
     for (&n, &times) in lost.iter() {
         if times >= 2 {
@@ -176,7 +172,9 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
         }
     }
     // The newest run lost permits: step below it at once.
-    if let Some(last) = mine.last().filter(|e| e.unreturned > 0) {
+    if let Some(last) = mine.last()
+        && last.unreturned > 0
+    {
         rule_out(
             last.per_gpu,
             format!(
@@ -190,21 +188,40 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
         None => format!("; ceiling {ceiling}"),
     };
 
-    let mut by_n: SortedMap<usize, Vec<&HistoryEntry>> = SortedMap::new();
-    for e in mine
-        .iter()
-        .filter(|e| e.measurable() && (1..=limit).contains(&e.per_gpu))
-    {
-        by_n.get_or_insert_with(e.per_gpu, Vec::new).push(e);
+    let mut measured_runs: Vec<&HistoryEntry> = Vec::new();
+    for e in &mine {
+        if e.measurable() && 1 <= e.per_gpu && e.per_gpu <= limit {
+            measured_runs.push(e);
+        }
     }
+    // The Ns measured, each once.
+    let mut ns: Vec<usize> = Vec::new();
+    for e in &measured_runs {
+        ns.push(e.per_gpu);
+    }
+    crate::order::sort_dedup(&mut ns);
     let mut stats: SortedMap<usize, AtN> = SortedMap::new();
-    for (n, runs) in by_n.into_vec() {
-        let newest: Vec<&&HistoryEntry> = runs.iter().rev().take(RUNS_PER_N).collect();
+    for n in ns {
+        // The runs at this N, oldest first.
+        let mut runs: Vec<&HistoryEntry> = Vec::new();
+        for e in &measured_runs {
+            if e.per_gpu == n {
+                runs.push(e);
+            }
+        }
+        // The newest runs at this N (in whichever order: only their medians count).
+        let newest = &runs[runs.len().saturating_sub(RUNS_PER_N)..];
+        let (mut effective, mut concurrency, mut waited) = (Vec::new(), Vec::new(), Vec::new());
+        for e in newest {
+            effective.push(e.effective());
+            concurrency.push(e.concurrency());
+            waited.push(e.waited());
+        }
         let at = AtN {
             runs: newest.len(),
-            effective: median(newest.iter().map(|e| e.effective()).collect()),
-            concurrency: median(newest.iter().map(|e| e.concurrency()).collect()),
-            waited: median(newest.iter().map(|e| e.waited()).collect()),
+            effective: median(effective),
+            concurrency: median(concurrency),
+            waited: median(waited),
         };
         stats.insert(n, at);
     }
@@ -212,9 +229,18 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
     if stats.is_empty() {
         // Nothing measured on this GPU: the last N that ran clean on this host with another
         // GPU or driver, else the seed.
-        let elsewhere = history.iter().rev().find(|e| {
-            e.gpu != gpu && e.gpus == gpus && e.per_gpu >= 1 && e.measurable() && trusted(e.unix_ms)
-        });
+        let mut elsewhere = None;
+        for e in history.iter().rev() {
+            if e.gpu != gpu
+                && e.gpus == gpus
+                && e.per_gpu >= 1
+                && e.measurable()
+                && trusted(e.unix_ms)
+            {
+                elsewhere = Some(e);
+                break;
+            }
+        }
         return match elsewhere {
             Some(e) => {
                 let n = e.per_gpu.min(limit);
@@ -248,44 +274,46 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
         };
     }
 
-    let best = stats.values().map(|s| s.effective).fold(0.0, f64::max);
-    let settle = stats
-        .iter()
-        .find(|(_, s)| s.effective >= (1.0 - WITHIN) * best)
-        .map(|(n, _)| *n)
-        .unwrap_or(SEED);
+    let mut best = 0.0;
+    for s in stats.values() {
+        best = f64::max(best, s.effective);
+    }
+    let mut settle = SEED;
+    for (&n, s) in stats.iter() {
+        if s.effective >= (1.0 - WITHIN) * best {
+            settle = n;
+            break;
+        }
+    }
     let (&top, top_at) = stats.iter().next_back().expect("not empty");
-    let measured: String = stats
-        .iter()
-        .rev()
-        .enumerate()
-        .map(|(i, (n, s))| {
-            if i == 0 {
-                format!(
-                    "{} run(s) at {n} did {:.2} tests' work at once (waited {:.0}% of the time)",
-                    s.runs,
-                    s.effective,
-                    s.waited * 100.0
-                )
-            } else {
-                format!(
-                    "{} at {n} did {:.2} ({:.0}%)",
-                    s.runs,
-                    s.effective,
-                    s.waited * 100.0
-                )
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    // The largest N first.
+    let mut measured = String::new();
+    for (n, s) in stats.iter().rev() {
+        if measured.is_empty() {
+            measured.push_str(&format!(
+                "{} run(s) at {n} did {:.2} tests' work at once (waited {:.0}% of the time)",
+                s.runs,
+                s.effective,
+                s.waited * 100.0
+            ));
+        } else {
+            measured.push_str(&format!(
+                ", {} at {n} did {:.2} ({:.0}%)",
+                s.runs,
+                s.effective,
+                s.waited * 100.0
+            ));
+        }
+    }
 
     // One step up: only from the frontier, while tests wait for permits, the throughput kept
     // growing and the model predicts a gain worth a run.
     let next = top + 1;
     let frontier = top_at.effective >= (1.0 - WITHIN) * best;
-    let growing = stats
-        .get(&(top - 1))
-        .is_none_or(|below| top_at.effective >= (1.0 + WITHIN) * below.effective);
+    let growing = match stats.get(&(top - 1)) {
+        Some(below) => top_at.effective >= (1.0 + WITHIN) * below.effective,
+        None => true,
+    };
     let predicted = predict(&stats, top, next);
     let gain = predicted / top_at.effective.max(f64::MIN_POSITIVE) - 1.0;
     if next <= limit && frontier && growing && top_at.waited >= CAP_LIMITS && gain >= WORTH_A_RUN {
@@ -349,6 +377,28 @@ fn predict(stats: &SortedMap<usize, AtN>, top: usize, next: usize) -> f64 {
         * next as f64
         / top as f64;
     c / (1.0 + a * (c - 1.0).max(0.0))
+}
+
+/// The GPUs and driver run `run` used, as the history has it.
+fn gpu_of<'h>(history: &'h [HistoryEntry], run: &str) -> Option<&'h str> {
+    for e in history {
+        if e.run == run || e.run == crate::runs::run_key(run) {
+            return Some(&e.gpu);
+        }
+    }
+    None
+}
+
+/// Whether a record of run `run` counts against GPU `gpu`: unless it is known to be of
+/// another.
+fn applies(history: &[HistoryEntry], gpu: &str, run: Option<&str>) -> bool {
+    let Some(run) = run else {
+        return true;
+    };
+    match gpu_of(history, run) {
+        Some(g) => g == gpu,
+        None => true,
+    }
 }
 
 /// Permits per GPU of a record made with `gpus_then` GPUs, on a pool of `gpus`.

@@ -5,6 +5,7 @@
 //! written by another version or another program) is ignored and said once.
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -197,31 +198,57 @@ impl HistoryEntry {
 
 static WARNED: AtomicBool = AtomicBool::new(false);
 
-/// The lines of `file` that `parse` reads as records, and how many it did not.
-fn read_lines<T>(file: &File, parse: fn(&str) -> (Vec<T>, usize)) -> (Vec<T>, usize) {
+/// The text of `file` (its first [`READ_LIMIT`] bytes, invalid UTF-8 replaced); `None` when
+/// it cannot be read.
+fn read_text(file: &File) -> Option<String> {
     let mut buf = vec![0u8; READ_LIMIT];
     let Ok(n) = sys::read_at_start(file, &mut buf) else {
-        return (Vec::new(), 0);
+        return None;
     };
     buf.truncate(n);
-    parse(&String::from_utf8_lossy(&buf))
+    Some(match String::from_utf8(buf) {
+        Ok(text) => text,
+        Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+    })
+}
+
+/// The lines of `file` that `parse` reads as records, and how many it did not.
+fn read_lines<T>(file: &File, parse: fn(&str) -> (Vec<T>, usize)) -> (Vec<T>, usize) {
+    match read_text(file) {
+        Some(text) => parse(&text),
+        None => (Vec::new(), 0),
+    }
 }
 
 /// The history's lines in `text` that parse, and how many did not.
 fn history_lines(text: &str) -> (Vec<HistoryEntry>, usize) {
     let mut bad = 0;
-    let records = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| match HistoryEntry::from_text(l) {
-            Ok(r) => Some(r),
-            Err(_) => {
-                bad += 1;
-                None
-            }
-        })
-        .collect();
+    let mut records = Vec::new();
+    for l in text.lines() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        match HistoryEntry::from_text(l) {
+            Ok(r) => records.push(r),
+            Err(_) => bad += 1,
+        }
+    }
     (records, bad)
+}
+
+/// An entry of this version of the history's lines.
+fn is_current(e: &HistoryEntry) -> bool {
+    e.v == VERSION
+}
+
+/// The history's order: by when the runs began.
+fn by_start(a: &HistoryEntry, b: &HistoryEntry) -> std::cmp::Ordering {
+    a.unix_ms.cmp(&b.unix_ms)
+}
+
+/// Keeps the entries for which `keep` holds, in order.
+fn keep_entries(entries: &mut Vec<HistoryEntry>, keep: &dyn Fn(&HistoryEntry) -> bool) {
+    entries.retain(|e| keep(e));
 }
 
 fn say_ignored(path: &Path, bad: usize) {
@@ -251,12 +278,10 @@ pub(crate) fn learn_before_run(dir: &Path, run: &str) {
     let state = crate::hangs::record_dir(dir);
     let path = state.join(LEARNED_FILE);
     let key = format!("{}\n", crate::runs::run_key(run));
-    let learned = |file: &File| {
-        let mut buf = [0u8; 160];
-        sys::read_at_start(file, &mut buf).is_ok_and(|n| buf[..n] == *key.as_bytes())
-    };
     // The common case, without the lock: this run learned already.
-    if sys::open_regular_for_reading(&path).is_ok_and(|f| learned(&f)) {
+    if let Ok(f) = sys::open_regular_for_reading(&path)
+        && learned(&f, &key)
+    {
         return;
     }
     let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(&state)) else {
@@ -266,11 +291,20 @@ pub(crate) fn learn_before_run(dir: &Path, run: &str) {
         return;
     }
     // Another process of the run may have learned between the look above and the lock.
-    if learned(&file) {
+    if learned(&file, &key) {
         return;
     }
     update_history(dir, Some(run));
     replace(&file, &key);
+}
+
+/// Whether `file` (a [`LEARNED_FILE`]) holds `key`, the line of the run that learned.
+fn learned(file: &File, key: &str) -> bool {
+    let mut buf = [0u8; 160];
+    match sys::read_at_start(file, &mut buf) {
+        Ok(n) => buf[..n] == *key.as_bytes(),
+        Err(_) => false,
+    }
 }
 
 /// Replaces the content of `file` with `text`, one write.
@@ -292,21 +326,28 @@ fn open_locked(dir: &Path, name: &str) -> Option<File> {
 /// so past the patience the file is read without it (lines cut short are ignored).
 fn read_records<T>(state: &Path, name: &str, parse: fn(&str) -> (Vec<T>, usize)) -> Vec<T> {
     let path = state.join(name);
-    let Ok(file) = sys::open_regular_for_reading(&path) else {
+    let Some(text) = read_for_records(&path) else {
         return Vec::new();
     };
-    let _locked = sys::lock_within(&file, LOCK_PATIENCE);
-    let (records, bad) = read_lines(&file, parse);
+    let (records, bad) = parse(&text);
     say_ignored(&path, bad);
     records
+}
+
+/// The text of the file at `path` as [`read_records`] reads it; `None` when it cannot be
+/// opened or read.
+fn read_for_records(path: &Path) -> Option<String> {
+    let file = sys::open_regular_for_reading(path).ok()?;
+    let _locked = sys::lock_within(&file, LOCK_PATIENCE);
+    read_text(&file)
 }
 
 /// The history of slot directory `dir` as recorded (without measuring new runs), oldest
 /// first.
 pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
     let mut entries = read_records(&crate::hangs::record_dir(dir), HISTORY_FILE, history_lines);
-    entries.retain(|e| e.v == VERSION);
-    crate::order::sort_by_key(&mut entries, |e| e.unix_ms);
+    keep_entries(&mut entries, &is_current);
+    crate::order::sort_by(&mut entries, by_start);
     entries
 }
 
@@ -320,11 +361,18 @@ pub fn learned_memory(dir: &Path) -> Vec<(String, u64)> {
         TESTS_FILE,
         tests_file::parse,
     );
-    let mut out: Vec<(String, u64)> = refs
-        .into_iter()
-        .filter_map(|r| Some((r.test, r.mem.filter(|&m| m > 0)?)))
-        .collect();
-    crate::order::sort_by(&mut out, |a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut out: Vec<(String, u64)> = Vec::new();
+    for r in refs {
+        if let Some(m) = r.mem
+            && m > 0
+        {
+            out.push((r.test, m));
+        }
+    }
+    crate::order::sort_by(&mut out, |a, b| match b.1.cmp(&a.1) {
+        std::cmp::Ordering::Equal => a.0.cmp(&b.0),
+        by_bytes => by_bytes,
+    });
     out
 }
 
@@ -375,7 +423,11 @@ pub fn hold_times(dir: &Path) -> Vec<HoldTime> {
 /// was last brought up to date (all but run `current`, under way) measured first.
 pub(crate) fn learned_peaks(dir: &Path, current: Option<&str>) -> HashMap<String, u64> {
     update_history(dir, current);
-    learned_memory(dir).into_iter().collect()
+    let mut peaks = HashMap::new();
+    for (test, bytes) in learned_memory(dir) {
+        peaks.insert(test, bytes);
+    }
+    peaks
 }
 
 /// Measures the runs recorded in slot directory `dir` that the history lacks, or that grew
@@ -403,64 +455,53 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
     if !sys::lock_within(&file, LOCK_PATIENCE) {
         return read_history(dir);
     }
-    let (entries, bad) = read_lines(&file, history_lines);
+    let (mut entries, bad) = read_lines(&file, history_lines);
     say_ignored(&state.join(HISTORY_FILE), bad);
-    let mut entries: Vec<HistoryEntry> = entries.into_iter().filter(|e| e.v == VERSION).collect();
+    keep_entries(&mut entries, &is_current);
     let current_key = current.map(crate::runs::run_key);
-    // Never through a link, nor from a FIFO planted at the name.
-    let since: u64 = sys::open_regular_for_reading(&state.join(SINCE_FILE))
-        .ok()
-        .and_then(|f| {
-            let mut buf = [0u8; 32];
-            let n = sys::read_at_start(&f, &mut buf).ok()?;
-            std::str::from_utf8(&buf[..n]).ok()?.trim().parse().ok()
-        })
-        // A time to come (a clock set wrong when it was written) would forget every run.
-        .filter(|&t: &u64| t <= crate::clock::now_unix_ms().saturating_add(86_400_000))
-        .unwrap_or(0);
+    let since = forgotten_since(&state);
     let mut fresh: Vec<(String, u64, RunMeasure)> = Vec::new();
     for run in crate::runs::recorded_runs(dir) {
         if Some(&run.run_id) == current_key.as_ref() {
             continue;
         }
         let len = run.len;
-        if len > MEASURE_LIMIT
-            || entries
-                .iter()
-                .any(|e| e.run == run.run_id && e.source_len == len)
-        {
+        if len > MEASURE_LIMIT || measured_at(&entries, &run.run_id, len) {
             continue;
         }
         let Ok(Some(records)) = crate::runs::read_run(dir, &run.run_id) else {
             continue;
         };
-        if let Some(m) = measure(&records).filter(|m| m.start_ms >= since) {
+        if let Some(m) = measure(&records)
+            && m.start_ms >= since
+        {
             fresh.push((run.run_id, len, m));
         }
     }
     if fresh.is_empty() {
-        crate::order::sort_by_key(&mut entries, |e| e.unix_ms);
+        crate::order::sort_by(&mut entries, by_start);
         return entries;
     }
     let refs = update_refs(&state, &fresh);
     for (run, len, m) in fresh {
-        let work_us = m
-            .tests
-            .iter()
-            .map(|(test, t)| {
-                let mean = t.hold_us / t.count.max(1);
-                let r = refs.get(test).copied().unwrap_or(mean).min(mean);
-                r.saturating_mul(t.count)
-            })
-            .sum();
+        let mut work_us: u64 = 0;
+        for (test, t) in &m.tests {
+            let mean = t.hold_us / t.count.max(1);
+            let r = refs.get(test).copied().unwrap_or(mean).min(mean);
+            work_us += r.saturating_mul(t.count);
+        }
+        let (auto, gpu, why) = match m.choice {
+            Some(c) => (true, c.gpu, Some(c.why)),
+            None => (false, String::new(), None),
+        };
         let entry = HistoryEntry {
             v: VERSION,
             run: run.clone(),
             unix_ms: m.start_ms,
             per_gpu: m.per_gpu,
             gpus: m.gpus,
-            auto: m.choice.is_some(),
-            gpu: m.choice.as_ref().map(|c| c.gpu.clone()).unwrap_or_default(),
+            auto,
+            gpu,
             holds: m.holds,
             span_us: m.span_us,
             busy_us: m.busy_us,
@@ -471,59 +512,117 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
             unreturned: m.unreturned,
             failed: m.failed,
             casualties: m.casualties,
-            why: m.choice.map(|c| c.why),
+            why,
             source_len: len,
         };
-        entries.retain(|e| e.run != run);
+        keep_entries(&mut entries, &|e| e.run != run);
         // A run too small to measure that lost nothing (a doctest's process, a filtered run of
         // one test) teaches nothing: it is not kept, so it pushes no real run out.
         if entry.measurable() || !entry.clean() {
             entries.push(entry);
         }
     }
-    crate::order::sort_by_key(&mut entries, |e| e.unix_ms);
+    crate::order::sort_by(&mut entries, by_start);
     let start = entries.len().saturating_sub(HISTORY_KEPT);
     let entries = entries.split_off(start);
-    let text: String = entries.iter().map(|e| e.to_text() + "\n").collect();
+    let mut text = String::new();
+    for e in &entries {
+        text.push_str(&e.to_text());
+        text.push('\n');
+    }
     replace(&file, &text);
     entries
+}
+
+/// When the history was last forgotten ([`SINCE_FILE`] in state directory `state`),
+/// milliseconds since the Unix epoch; 0 where it never was, or the file says nothing usable.
+fn forgotten_since(state: &Path) -> u64 {
+    // Never through a link, nor from a FIFO planted at the name.
+    let Ok(f) = sys::open_regular_for_reading(&state.join(SINCE_FILE)) else {
+        return 0;
+    };
+    let mut buf = [0u8; 32];
+    let Ok(n) = sys::read_at_start(&f, &mut buf) else {
+        return 0;
+    };
+    let Ok(text) = std::str::from_utf8(&buf[..n]) else {
+        return 0;
+    };
+    let Ok(t) = text.trim().parse::<u64>() else {
+        return 0;
+    };
+    // A time to come (a clock set wrong when it was written) would forget every run.
+    if t <= crate::clock::now_unix_ms().saturating_add(86_400_000) {
+        t
+    } else {
+        0
+    }
+}
+
+/// Whether `entries` hold run `run` measured when its record file was `len` bytes long.
+fn measured_at(entries: &[HistoryEntry], run: &str, len: u64) -> bool {
+    for e in entries {
+        if e.run == run && e.source_len == len {
+            return true;
+        }
+    }
+    false
 }
 
 /// Updates the tests' reference hold times with `fresh` runs; returns them.
 fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<String, u64> {
     let file = open_locked(state, TESTS_FILE);
-    let (old, bad) = file
-        .as_ref()
-        .map(|f| read_lines(f, tests_file::parse))
-        .unwrap_or_default();
+    let (old, bad) = match &file {
+        Some(f) => read_lines(f, tests_file::parse),
+        None => (Vec::new(), 0),
+    };
     say_ignored(&state.join(TESTS_FILE), bad);
-    let mut refs: HashMap<String, TestLine> =
-        old.into_iter().map(|r| (r.test.clone(), r)).collect();
+    let mut refs: HashMap<String, TestLine> = HashMap::new();
+    for r in old {
+        refs.insert(r.test.clone(), r);
+    }
     for (_, _, m) in fresh {
         for (test, t) in &m.tests {
             let mean = t.hold_us / t.count.max(1);
-            let r = refs.entry(test.clone()).or_insert_with(|| {
-                TestLine::new(t.binary.clone(), t.name.clone(), mean, m.start_ms)
-            });
+            let r = match refs.entry(test.clone()) {
+                Entry::Occupied(known) => known.into_mut(),
+                Entry::Vacant(new) => new.insert(TestLine::new(
+                    t.binary.clone(),
+                    t.name.clone(),
+                    mean,
+                    m.start_ms,
+                )),
+            };
             if r.binary.is_none() {
                 (r.binary, r.name) = (Some(t.binary.clone()), Some(t.name.clone()));
             }
             r.us = r.us.min(mean);
             r.seen = r.seen.max(m.start_ms);
             if let Some(bytes) = t.memory_used {
-                r.mem = Some(r.mem.map_or(bytes, |b| b.max(bytes)));
+                r.mem = Some(match r.mem {
+                    Some(b) => b.max(bytes),
+                    None => bytes,
+                });
             }
         }
     }
-    let mut kept: Vec<TestLine> = refs.into_values().collect();
-    crate::order::sort_by(&mut kept, |a, b| {
-        b.seen.cmp(&a.seen).then_with(|| a.test.cmp(&b.test))
+    let mut kept: Vec<TestLine> = Vec::with_capacity(refs.len());
+    for r in refs.into_values() {
+        kept.push(r);
+    }
+    crate::order::sort_by(&mut kept, |a, b| match b.seen.cmp(&a.seen) {
+        std::cmp::Ordering::Equal => a.test.cmp(&b.test),
+        by_seen => by_seen,
     });
     kept.truncate(TESTS_KEPT);
     if let Some(file) = &file {
         replace(file, &tests_file::encode(&kept));
     }
-    kept.into_iter().map(|r| (r.test, r.us)).collect()
+    let mut times = HashMap::new();
+    for r in kept {
+        times.insert(r.test, r.us);
+    }
+    times
 }
 
 /// Forgets the run history of slot directory `dir` and its tests' reference times; the runs

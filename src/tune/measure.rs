@@ -1,7 +1,7 @@
 //! What one run's records measure: how busy the GPU was, how much work it did in that time,
 //! and how long tests waited for permits.
 
-use std::collections::HashMap;
+use crate::order::SortedMap;
 
 use crate::runs::{ChoiceRecord, RunRecord, RunRecords};
 
@@ -47,38 +47,41 @@ pub(crate) struct RunMeasure {
     pub(crate) failed: usize,
     /// Tests that failed beside others and passed alone.
     pub(crate) casualties: usize,
-    /// Holds by test (binary and name).
-    pub(crate) tests: HashMap<String, TestHolds>,
+    /// Holds by test (binary and name), each test once, in the order of their keys.
+    pub(crate) tests: Vec<(String, TestHolds)>,
     /// The choice `auto` recorded for the run.
     pub(crate) choice: Option<ChoiceRecord>,
 }
 
 /// Measures `run`: `None` when it granted no permit.
 pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
-    let mut releases: HashMap<(u32, u64), &crate::runs::ReleaseRecord> = HashMap::new();
+    let mut releases: Vec<((u32, u64), &crate::runs::ReleaseRecord)> = Vec::new();
     let mut choice = None;
     for r in &run.records {
         match r {
-            RunRecord::Release(rel) => {
-                releases.entry((rel.pid, rel.hold)).or_insert(rel);
-            }
+            RunRecord::Release(rel) => releases.push(((rel.pid, rel.hold), rel)),
             RunRecord::Choice(c) => choice = Some(c.clone()),
             _ => {}
         }
     }
+    // A hold released twice counts its first release.
+    let releases = SortedMap::from_pairs(releases, |_, _| {});
     let mut m = RunMeasure {
         choice,
         ..RunMeasure::default()
     };
-    let mut layouts: HashMap<(usize, usize), usize> = HashMap::new();
+    // How many grants each layout had (few layouts: a list).
+    let mut layouts: Vec<((usize, usize), usize)> = Vec::new();
     // (time, +units / -units) for holds, (time, +1 / -1) for waits.
     let mut held: Vec<(u64, i64)> = Vec::new();
     let mut waits: Vec<(u64, i64)> = Vec::new();
+    // Each returned hold's test, and the hold (summed by test below).
+    let mut tests: Vec<(String, TestHolds)> = Vec::new();
     let mut first = u64::MAX;
     let mut last = 0u64;
     for r in &run.records {
         let RunRecord::Grant(g) = r else { continue };
-        *layouts.entry((g.per_gpu, g.gpus)).or_default() += 1;
+        count_layout(&mut layouts, (g.per_gpu, g.gpus));
         let asked = g.unix_us.saturating_sub(g.waited_us);
         first = first.min(asked);
         if g.waited_us >= WAIT_FLOOR_US {
@@ -104,28 +107,30 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
         if rel.outcome.failed() {
             m.failed += 1;
         }
-        let t = m
-            .tests
-            .entry(crate::nextest::test_key(&g.binary, &g.test))
-            .or_insert_with(|| TestHolds {
+        tests.push((
+            crate::nextest::test_key(&g.binary, &g.test),
+            TestHolds {
                 binary: g.binary.clone(),
                 name: g.test.clone(),
-                count: 0,
-                hold_us: 0,
-                memory_used: None,
-            });
-        t.count += 1;
-        t.hold_us = t.hold_us.saturating_add(end - g.unix_us);
-        if let Some(bytes) = rel.memory_used {
-            t.memory_used = Some(t.memory_used.map_or(bytes, |b| b.max(bytes)));
-        }
+                count: 1,
+                hold_us: end - g.unix_us,
+                memory_used: rel.memory_used,
+            },
+        ));
     }
     if first == u64::MAX {
         return None;
     }
-    let ((per_gpu, gpus), _) = layouts
-        .into_iter()
-        .max_by_key(|(layout, count)| (*count, *layout))?;
+    m.tests = SortedMap::from_pairs(tests, add_holds).into_vec();
+    // The layout of the most grants; of layouts as common, the largest.
+    let mut most: Option<(usize, (usize, usize))> = None;
+    for (layout, count) in layouts {
+        match most {
+            Some(known) if known >= (count, layout) => {}
+            _ => most = Some((count, layout)),
+        }
+    }
+    let (_, (per_gpu, gpus)) = most?;
     m.per_gpu = per_gpu;
     m.gpus = gpus;
     m.start_ms = first / 1000;
@@ -136,6 +141,29 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
     m.queued_us = sweep(&mut waits).0;
     m.casualties = crate::runs::casualties_of(run).len();
     Some(m)
+}
+
+/// Adds a test's `later` holds to its first (whose binary and name stay).
+fn add_holds(t: &mut TestHolds, later: TestHolds) {
+    t.count += later.count;
+    t.hold_us = t.hold_us.saturating_add(later.hold_us);
+    if let Some(bytes) = later.memory_used {
+        t.memory_used = Some(match t.memory_used {
+            Some(b) => b.max(bytes),
+            None => bytes,
+        });
+    }
+}
+
+/// Counts one grant of `layout` in `layouts`.
+fn count_layout(layouts: &mut Vec<((usize, usize), usize)>, layout: (usize, usize)) {
+    for (known, count) in layouts.iter_mut() {
+        if *known == layout {
+            *count += 1;
+            return;
+        }
+    }
+    layouts.push((layout, 1));
 }
 
 /// The time the running sum of `events` is above zero, and its largest value.

@@ -114,33 +114,39 @@ use crate::config::Config;
 /// has neither backend. Probed once per process (and, under nextest, once per run).
 pub fn gpu_identity() -> String {
     static IDENTITY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    // As a function pointer, as the run id is made: one instantiation for both.
     IDENTITY
-        .get_or_init(|| {
-            for backend in crate::probe::Backend::ALL {
-                if !backend.is_built() {
-                    continue;
+        .get_or_init(probe_identity as fn() -> String)
+        .clone()
+}
+
+/// [`gpu_identity`], probed now.
+fn probe_identity() -> String {
+    for backend in crate::probe::Backend::ALL {
+        if !backend.is_built() {
+            continue;
+        }
+        let report = crate::probe::probe(backend);
+        if let Some(devices) = report.outcome.devices()
+            && !devices.is_empty()
+        {
+            let mut listed = String::new();
+            let mut sep = "";
+            for d in devices {
+                listed.push_str(sep);
+                sep = "; ";
+                listed.push_str(&d.name);
+                if let Some(bytes) = d.memory_bytes {
+                    listed.push_str(&format!(" {}", crate::config::format_bytes(bytes)));
                 }
-                let report = crate::probe::probe(backend);
-                if let Some(devices) = report.outcome.devices().filter(|d| !d.is_empty()) {
-                    let listed: Vec<String> = devices
-                        .iter()
-                        .map(|d| {
-                            let mut s = d.name.clone();
-                            if let Some(bytes) = d.memory_bytes {
-                                s.push_str(&format!(" {}", crate::config::format_bytes(bytes)));
-                            }
-                            if let Some(driver) = &d.driver {
-                                s.push_str(&format!(", {driver}"));
-                            }
-                            s
-                        })
-                        .collect();
-                    return format!("{}: {}", backend, listed.join("; "));
+                if let Some(driver) = &d.driver {
+                    listed.push_str(&format!(", {driver}"));
                 }
             }
-            String::new()
-        })
-        .clone()
+            return format!("{}: {}", backend, listed);
+        }
+    }
+    String::new()
 }
 
 /// What `auto` chooses now for a run of slot directory `dir` (not run `current`, which is
