@@ -5,8 +5,8 @@
 //! each in the default dev profile), compiled by every project that builds this crate and linked
 //! into every test binary that takes a permit. These functions sort the positions `0..len` with
 //! one copy of the standard library's stable sort, whose comparison calls back through a `dyn`
-//! reference, and then move the elements into that order; only that small step and the
-//! callback are generic.
+//! reference, and then move the elements into that order with the swaps that code, also
+//! compiled once, chooses; only the comparison and the swap are generic.
 //!
 //! Every sort here is stable: elements that compare equal keep their order.
 
@@ -15,24 +15,20 @@ use std::cmp::Ordering;
 
 /// Sorts `v` by `cmp`, stably.
 pub(crate) fn sort_by<T>(v: &mut [T], mut cmp: impl FnMut(&T, &T) -> Ordering) {
-    if v.len() < 2 {
-        return;
-    }
-    let order = {
-        let all = &*v;
-        sorted_positions(all.len(), &mut |a, b| cmp(&all[a], &all[b]))
-    };
+    let order = sorted_positions(v.len(), &mut |a, b| cmp(&v[a], &v[b]));
     permute(v, order);
 }
 
 /// Sorts `v` by the key `key` gives each element, stably.
 pub(crate) fn sort_by_key<T, K: Ord>(v: &mut [T], mut key: impl FnMut(&T) -> K) {
-    sort_by(v, |a, b| key(a).cmp(&key(b)));
+    let order = sorted_positions(v.len(), &mut |a, b| key(&v[a]).cmp(&key(&v[b])));
+    permute(v, order);
 }
 
 /// Sorts `v` in its elements' order, stably.
 pub(crate) fn sort<T: Ord>(v: &mut [T]) {
-    sort_by(v, T::cmp);
+    let order = sorted_positions(v.len(), &mut |a, b| v[a].cmp(&v[b]));
+    permute(v, order);
 }
 
 /// Sorts `v` and leaves one of each run of equal elements.
@@ -42,17 +38,27 @@ pub(crate) fn sort_dedup<T: Ord>(v: &mut Vec<T>) {
 }
 
 /// The positions `0..len` in the order `cmp` gives them (stable): the one instantiation of
-/// the standard library's sort.
+/// the standard library's sort. Empty where there are fewer than two: nothing to move, and
+/// `cmp` is not called.
 fn sorted_positions(len: usize, cmp: &mut dyn FnMut(usize, usize) -> Ordering) -> Vec<usize> {
+    if len < 2 {
+        return Vec::new();
+    }
     let mut order: Vec<usize> = (0..len).collect();
     order.sort_by(|&a, &b| cmp(a, b));
     order
 }
 
-/// Moves the elements of `v` so that position `i` holds what was at `order[i]`, following
-/// each cycle of the permutation with swaps (`order` is used up as the marks of where it has
+/// Moves the elements of `v` so that position `i` holds what was at `order[i]` (no move
+/// where `order` is empty).
+fn permute<T>(v: &mut [T], order: Vec<usize>) {
+    swaps_of(order, &mut |a, b| v.swap(a, b));
+}
+
+/// The swaps that put position `i` in `order[i]`'s place, given to `swap` in turn: each cycle
+/// of the permutation is followed with swaps (`order` is used up as the marks of where it has
 /// been).
-fn permute<T>(v: &mut [T], mut order: Vec<usize>) {
+fn swaps_of(mut order: Vec<usize>, swap: &mut dyn FnMut(usize, usize)) {
     const DONE: usize = usize::MAX;
     for start in 0..order.len() {
         let mut at = start;
@@ -62,7 +68,7 @@ fn permute<T>(v: &mut [T], mut order: Vec<usize>) {
             if from == start {
                 break;
             }
-            v.swap(at, from);
+            swap(at, from);
             at = from;
         }
     }
@@ -89,7 +95,18 @@ impl<K: Ord, V> SortedMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
+        // A binary search written out: each key is in the map once, so that the position
+        // found is the one `binary_search_by` gives, without its copy for each closure.
+        let (mut low, mut high) = (0, self.0.len());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.0[mid].0.borrow().cmp(key) {
+                Ordering::Less => low = mid + 1,
+                Ordering::Greater => high = mid,
+                Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(low)
     }
 
     /// The map of `pairs`: where a key comes more than once, its later values are folded into
@@ -136,7 +153,10 @@ impl<K: Ord, V> SortedMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.find(key).ok().map(|at| &self.0[at].1)
+        match self.find(key) {
+            Ok(at) => Some(&self.0[at].1),
+            Err(_) => None,
+        }
     }
 
     /// Whether the map has `key`.
