@@ -150,19 +150,22 @@ pub fn current() -> Option<&'static NextestEnv> {
 ///     .unwrap();
 /// ```
 pub fn current_test_name() -> String {
-    if let Some(name) = current().and_then(|n| n.test_name.clone()) {
-        return name;
+    if let Some(n) = current()
+        && let Some(name) = &n.test_name
+    {
+        return name.clone();
     }
     // The executable's name does not change: found once.
     static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     match std::thread::current().name() {
         Some(name) if name != "main" => name.to_string(),
         _ => EXE
-            .get_or_init(|| {
-                std::env::current_exe()
-                    .ok()
-                    .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
-                    .unwrap_or_else(|| "?".into())
+            .get_or_init(|| match std::env::current_exe() {
+                Ok(p) => match p.file_name() {
+                    Some(f) => f.to_string_lossy().into_owned(),
+                    None => "?".into(),
+                },
+                Err(_) => "?".into(),
             })
             .clone(),
     }
@@ -201,34 +204,42 @@ pub(crate) fn current_test_binary() -> String {
     static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     BINARY
         .get_or_init(|| {
-            cut(Config::global()
-                .nextest
-                .as_ref()
-                .and_then(|n| n.binary_id.clone())
-                .unwrap_or_else(binary_from_exe))
+            if let Some(n) = &Config::global().nextest
+                && let Some(id) = &n.binary_id
+            {
+                return cut(id.clone());
+            }
+            cut(binary_from_exe())
         })
         .clone()
 }
 
 fn binary_from_exe() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| {
-            p.file_stem()
-                .map(|s| binary_of_stem(&s.to_string_lossy()).to_string())
-        })
-        .unwrap_or_else(|| "?".into())
+    if let Ok(p) = std::env::current_exe()
+        && let Some(stem) = p.file_stem()
+    {
+        return binary_of_stem(&stem.to_string_lossy()).to_string();
+    }
+    "?".into()
 }
 
 /// The test binary named by executable name `stem` (without its extension): cargo names test
 /// executables `<crate>-<16 hex digits>`.
 fn binary_of_stem(stem: &str) -> &str {
     match stem.rsplit_once('-') {
-        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
-            name
-        }
+        Some((name, hash)) if hash.len() == 16 && is_hex(hash) => name,
         _ => stem,
     }
+}
+
+/// Whether `text` is hex digits only.
+fn is_hex(text: &str) -> bool {
+    for b in text.bytes() {
+        if !b.is_ascii_hexdigit() {
+            return false;
+        }
+    }
+    true
 }
 
 /// The key of test `name` of binary `binary`, `<binary>::<name>`, each cut as records cut it:

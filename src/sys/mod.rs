@@ -794,7 +794,7 @@ impl Library {
     /// Loads `name` (a file name searched as the platform does, e.g. `libnvidia-ml.so.1`);
     /// `None` when it is not there.
     pub(crate) fn open(name: &std::ffi::CStr) -> Option<Library> {
-        os::open_library(name).map(Library)
+        Some(Library(os::open_library(name)?))
     }
 
     /// The address of `symbol`, to be cast to its function type by the caller.
