@@ -37,10 +37,7 @@ pub(crate) struct GpuProcess {
 /// or a call fails.
 pub(crate) fn memory(gpu: usize) -> Option<GpuMemory> {
     let visible = crate::config::probe_key_var("CUDA_VISIBLE_DEVICES");
-    let visible = match &visible {
-        Some(v) => Some(v.to_string_lossy()),
-        None => None,
-    };
+    let visible = visible.as_ref().map(|v| v.to_string_lossy());
     let nvml = nvml()?;
     // Every entry before `gpu` must name a device too: the list ends at one that does not.
     let first = if visible.is_some() { 0 } else { gpu };
@@ -111,7 +108,8 @@ fn visible_entry(visible: Option<&str>, gpu: usize) -> Option<Entry> {
             Err(_) => None,
         };
     };
-    let mut position = 0;
+    // Entries still to pass before the one of `gpu`.
+    let mut before = gpu;
     for entry in visible.split(',') {
         let entry = entry.trim();
         let parsed = if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
@@ -122,10 +120,10 @@ fn visible_entry(visible: Option<&str>, gpu: usize) -> Option<Entry> {
                 Err(_) => return None,
             }
         };
-        if position == gpu {
+        if before == 0 {
             return Some(parsed);
         }
-        position += 1;
+        before -= 1;
     }
     None
 }
@@ -226,20 +224,11 @@ fn load() -> Option<Nvml> {
             count: transmute::<*mut c_void, CountFn>(count),
             handle_by_index: transmute::<*mut c_void, HandleByIndexFn>(handle_by_index),
             handle_by_uuid: transmute::<*mut c_void, HandleByUuidFn>(handle_by_uuid),
-            uuid: match uuid {
-                Some(p) => Some(transmute::<*mut c_void, UuidFn>(p)),
-                None => None,
-            },
+            uuid: uuid.map(|p| transmute::<*mut c_void, UuidFn>(p)),
             memory_info: transmute::<*mut c_void, MemoryInfoFn>(memory_info),
             compute_processes: transmute::<*mut c_void, ProcessesFn>(compute),
-            graphics_processes: match graphics {
-                Some(p) => Some(transmute::<*mut c_void, ProcessesFn>(p)),
-                None => None,
-            },
-            process_name: match process_name {
-                Some(p) => Some(transmute::<*mut c_void, ProcessNameFn>(p)),
-                None => None,
-            },
+            graphics_processes: graphics.map(|p| transmute::<*mut c_void, ProcessesFn>(p)),
+            process_name: process_name.map(|p| transmute::<*mut c_void, ProcessNameFn>(p)),
         }
     };
     // SAFETY: as above, for `nvmlInit_v2`, which takes no arguments.
@@ -254,10 +243,7 @@ fn load() -> Option<Nvml> {
 
 /// The address of `lib`'s symbol `name`.
 fn sym(lib: &Library, name: &CStr) -> Option<*mut c_void> {
-    match lib.symbol(name) {
-        Some(p) => Some(p.as_ptr()),
-        None => None,
-    }
+    Some(lib.symbol(name)?.as_ptr())
 }
 
 /// The address of `lib`'s symbol `a`, else of `b`.
@@ -395,10 +381,7 @@ fn list(call: ProcessesFn, device: Device) -> Option<Vec<ProcessInfo>> {
 fn merge(compute: &[ProcessInfo], graphics: &[ProcessInfo]) -> Vec<GpuProcess> {
     let mut out = summed_by_pid(compute);
     for g in summed_by_pid(graphics) {
-        match entry_of(&mut out, g.pid) {
-            Some(p) => p.used = p.used.max(g.used),
-            None => out.push(g),
-        }
+        add_use(&mut out, g.pid, g.used, Option::max);
     }
     out
 }
@@ -408,30 +391,34 @@ fn summed_by_pid(infos: &[ProcessInfo]) -> Vec<GpuProcess> {
     let mut out: Vec<GpuProcess> = Vec::new();
     for info in infos {
         let used = (info.used_gpu_memory != NOT_AVAILABLE).then_some(info.used_gpu_memory);
-        match entry_of(&mut out, info.pid) {
-            Some(p) => {
-                p.used = match (p.used, used) {
-                    (Some(a), Some(b)) => Some(a.saturating_add(b)),
-                    (a, b) => a.or(b),
-                }
-            }
-            None => out.push(GpuProcess {
-                pid: info.pid,
-                used,
-            }),
-        }
+        add_use(&mut out, info.pid, used, sum_of_uses);
     }
     out
 }
 
-/// The entry of `pid` in `processes`.
-fn entry_of(processes: &mut [GpuProcess], pid: u32) -> Option<&mut GpuProcess> {
-    for p in processes {
+/// Two uses of one pid added up; a use NVML cannot tell adds nothing.
+fn sum_of_uses(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Adds `pid`'s use `used` to `processes`: combined by `combine` with the use of its entry,
+/// or as a new entry where it has none.
+fn add_use(
+    processes: &mut Vec<GpuProcess>,
+    pid: u32,
+    used: Option<u64>,
+    combine: fn(Option<u64>, Option<u64>) -> Option<u64>,
+) {
+    for p in processes.iter_mut() {
         if p.pid == pid {
-            return Some(p);
+            p.used = combine(p.used, used);
+            return;
         }
     }
-    None
+    processes.push(GpuProcess { pid, used });
 }
 
 #[cfg(test)]

@@ -65,15 +65,14 @@ fn send_to_nvml_thread(job: Query) -> bool {
         Ok(started) => started,
         Err(e) => e.into_inner(),
     };
+    /// The NVML thread: runs the queries as they come.
+    fn answer_queries() {
+        loop {
+            (JOBS.recv())();
+        }
+    }
     if !*started {
-        let spawned = std::thread::Builder::new()
-            .name("gpu-test-permit-nvml".into())
-            .spawn(|| {
-                loop {
-                    (JOBS.recv())();
-                }
-            });
-        if spawned.is_err() {
+        if crate::sys::spawn_named("gpu-test-permit-nvml", answer_queries).is_err() {
             return false;
         }
         *started = true;

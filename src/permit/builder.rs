@@ -406,10 +406,9 @@ impl PoolBuilder {
         };
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Threads waiting in this pool are published beside the host's wait files.
-        let published = match &host {
-            Some(h) => Some(crate::host::ThreadsFile::new(h.dir(), id)),
-            None => None,
-        };
+        let published = host
+            .as_ref()
+            .map(|h| crate::host::ThreadsFile::new(h.dir(), id));
         let observers = Observers::new(observe::Pool {
             trace: self.trace.as_deref(),
             records: self.auto || learned.is_some(),
@@ -483,13 +482,7 @@ fn named(
             },
             Some(crate::host::outermost_dir(&inherited.permit.dir)),
         ),
-        None => (
-            layout,
-            match host {
-                Some(h) => Some(h.dir().to_path_buf()),
-                None => None,
-            },
-        ),
+        None => (layout, host.map(|h| h.dir().to_path_buf())),
     }
 }
 

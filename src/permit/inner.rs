@@ -130,10 +130,9 @@ impl PoolInner {
         *self.budget.get_or_init(|| {
             let own = match self.budget_source {
                 Some(crate::config::MemoryBudget::Bytes(b)) => Some(b),
-                Some(crate::config::MemoryBudget::Percent(p)) => match probed_memory(true) {
-                    Some(m) => Some((m as f64 * p / 100.0) as u64),
-                    None => None,
-                },
+                Some(crate::config::MemoryBudget::Percent(p)) => {
+                    probed_memory(true).map(|m| (m as f64 * p / 100.0) as u64)
+                }
                 // The global pool only: a pool from the builder has the budget it was given.
                 None if self.probe_budget => probed_memory(false),
                 None => None,
@@ -148,10 +147,7 @@ impl PoolInner {
                 None => own,
             };
             let (limit, _) = self.unit_limit();
-            match agreed {
-                Some(bytes) => Some(Budget::new(bytes, self.units_per_gpu(), limit)),
-                None => None,
-            }
+            Some(Budget::new(agreed?, self.units_per_gpu(), limit))
         })
     }
 }

@@ -617,10 +617,7 @@ impl PermitPool {
                 at: taken.at,
                 waited: taken.waited,
                 alone: shaped.alone,
-                learned: match &shaped.learned {
-                    Some((_, peak)) => Some(*peak),
-                    None => None,
-                },
+                learned: shaped.learned.as_ref().map(|(_, peak)| *peak),
                 backfilled: taken.backfilled,
             },
         );

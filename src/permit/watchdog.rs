@@ -261,9 +261,7 @@ fn listed(e: &Entry, now: Instant) -> (String, String, Duration, bool) {
 fn list() -> &'static parking_lot::Mutex<Vec<Entry>> {
     static LIST: OnceLock<parking_lot::Mutex<Vec<Entry>>> = OnceLock::new();
     LIST.get_or_init(|| {
-        std::thread::Builder::new()
-            .name("gpu-test-permit-watchdog".into())
-            .spawn(run)
+        crate::sys::spawn_named("gpu-test-permit-watchdog", run)
             .expect("gpu-test-permit: cannot start the hold-deadline watchdog thread");
         parking_lot::Mutex::new(Vec::new())
     })

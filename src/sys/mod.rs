@@ -169,6 +169,15 @@ pub(crate) fn coarse_elapsed(since: u64) -> Duration {
     Duration::from_nanos(coarse_ns().saturating_sub(since))
 }
 
+/// Starts a thread named `name` that runs `body`, and lets it run on its own: every thread the
+/// crate starts this way shares one copy of the standard library's thread start.
+pub(crate) fn spawn_named(name: &str, body: fn()) -> io::Result<()> {
+    match std::thread::Builder::new().name(name.into()).spawn(body) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// A small number that identifies the calling thread in traces and diagnostics (the kernel
 /// thread id on Linux), cached per thread. The first call on a thread also records its name for
 /// [`thread_name`].
