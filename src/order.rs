@@ -4,9 +4,9 @@
 //! `sort_by_key` with its own closure is a copy of the whole sort (about 17 KB of machine code
 //! each in the default dev profile), compiled by every project that builds this crate and linked
 //! into every test binary that takes a permit. These functions sort the positions `0..len` with
-//! one copy of the standard library's stable sort, whose comparison calls back through a `dyn`
-//! reference, and then move the elements into that order with the swaps that code, also
-//! compiled once, chooses; only the comparison and the swap are generic.
+//! one merge sort, compiled once, whose comparison calls back through a `dyn` reference, and
+//! then move the elements into that order with the swaps that code, also compiled once,
+//! chooses; only the comparison and the swap are generic.
 //!
 //! Every sort here is stable: elements that compare equal keep their order.
 
@@ -37,17 +37,63 @@ pub(crate) fn sort_dedup<T: Ord>(v: &mut Vec<T>) {
     v.dedup();
 }
 
-/// The positions `0..len` in the order `cmp` gives them (stable): the one instantiation of
-/// the standard library's sort. Empty where there are fewer than two: nothing to move, and
-/// `cmp` is not called.
+/// The positions `0..len` in the order `cmp` gives them (stable): the crate's one sort. Empty
+/// where there are fewer than two: nothing to move, and `cmp` is not called.
+///
+/// A bottom-up merge sort: runs of [`RUN`] positions sorted by insertion, then merged in
+/// pairs of runs twice as long each round, a run already in order with the next one copied
+/// as it is. Equal positions never pass each other: insertion moves a position only past
+/// greater ones, and a merge takes from the right run only what is less than the left's next.
 fn sorted_positions(len: usize, cmp: &mut dyn FnMut(usize, usize) -> Ordering) -> Vec<usize> {
     if len < 2 {
         return Vec::new();
     }
     let mut order: Vec<usize> = (0..len).collect();
-    order.sort_by(|&a, &b| cmp(a, b));
+    let mut start = 0;
+    while start < len {
+        let end = (start + RUN).min(len);
+        for i in start + 1..end {
+            let mut at = i;
+            while at > start && cmp(order[at - 1], order[at]) == Ordering::Greater {
+                order.swap(at - 1, at);
+                at -= 1;
+            }
+        }
+        start = end;
+    }
+    let mut merged = vec![0; len];
+    let mut width = RUN;
+    while width < len {
+        let mut low = 0;
+        while low < len {
+            let mid = (low + width).min(len);
+            let high = (low + 2 * width).min(len);
+            if mid == high || cmp(order[mid - 1], order[mid]) != Ordering::Greater {
+                merged[low..high].copy_from_slice(&order[low..high]);
+            } else {
+                let (mut left, mut right) = (low, mid);
+                for slot in &mut merged[low..high] {
+                    let take_right = left == mid
+                        || (right < high && cmp(order[right], order[left]) == Ordering::Less);
+                    if take_right {
+                        *slot = order[right];
+                        right += 1;
+                    } else {
+                        *slot = order[left];
+                        left += 1;
+                    }
+                }
+            }
+            low = high;
+        }
+        std::mem::swap(&mut order, &mut merged);
+        width *= 2;
+    }
     order
 }
+
+/// Positions [`sorted_positions`] sorts by insertion before it merges.
+const RUN: usize = 16;
 
 /// Moves the elements of `v` so that position `i` holds what was at `order[i]` (no move
 /// where `order` is empty).
