@@ -159,16 +159,24 @@ pub fn current_test_name() -> String {
     static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     match std::thread::current().name() {
         Some(name) if name != "main" => name.to_string(),
-        _ => EXE
-            .get_or_init(|| match std::env::current_exe() {
-                Ok(p) => match p.file_name() {
-                    Some(f) => f.to_string_lossy().into_owned(),
-                    None => "?".into(),
-                },
-                Err(_) => "?".into(),
-            })
-            .clone(),
+        _ => once(&EXE, exe_name).clone(),
     }
+}
+
+/// The executable's file name; `?` where it cannot be told.
+fn exe_name() -> String {
+    if let Ok(p) = std::env::current_exe()
+        && let Some(f) = p.file_name()
+    {
+        return f.to_string_lossy().into_owned();
+    }
+    "?".into()
+}
+
+/// The text in `cell`, made by `make` the first time: one copy of `OnceLock::get_or_init` for
+/// the texts this module finds once.
+fn once(cell: &'static std::sync::OnceLock<String>, make: fn() -> String) -> &'static String {
+    cell.get_or_init(make)
 }
 
 /// Longest test name, binary id or reason a record keeps; longer ones are cut (at a
@@ -202,16 +210,17 @@ pub(crate) fn current_test() -> (String, String) {
 pub(crate) fn current_test_binary() -> String {
     // The process's binary does not change: found once.
     static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            if let Some(n) = &Config::global().nextest
-                && let Some(id) = &n.binary_id
-            {
-                return cut(id.clone());
-            }
-            cut(binary_from_exe())
-        })
-        .clone()
+    once(&BINARY, binary_of_process).clone()
+}
+
+/// [`current_test_binary`], found: `NEXTEST_BINARY_ID`, else from the executable's name.
+fn binary_of_process() -> String {
+    if let Some(n) = &Config::global().nextest
+        && let Some(id) = &n.binary_id
+    {
+        return cut(id.clone());
+    }
+    cut(binary_from_exe())
 }
 
 fn binary_from_exe() -> String {

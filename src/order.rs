@@ -97,14 +97,26 @@ const RUN: usize = 16;
 
 /// Moves the elements of `v` so that position `i` holds what was at `order[i]` (no move
 /// where `order` is empty).
-fn permute<T>(v: &mut [T], order: Vec<usize>) {
-    swaps_of(order, &mut |a, b| v.swap(a, b));
+fn permute<T>(mut v: &mut [T], order: Vec<usize>) {
+    swap_into_order(order, &mut v);
 }
 
-/// The swaps that put position `i` in `order[i]`'s place, given to `swap` in turn: each cycle
+/// What [`swap_into_order`] moves: a slice, whatever its elements.
+trait Swap {
+    /// Swaps the elements at `a` and `b`.
+    fn swap(&mut self, a: usize, b: usize);
+}
+
+impl<T> Swap for &mut [T] {
+    fn swap(&mut self, a: usize, b: usize) {
+        <[T]>::swap(self, a, b);
+    }
+}
+
+/// Swaps the elements of `v` so that position `i` holds what was at `order[i]`: each cycle
 /// of the permutation is followed with swaps (`order` is used up as the marks of where it has
 /// been).
-fn swaps_of(mut order: Vec<usize>, swap: &mut dyn FnMut(usize, usize)) {
+fn swap_into_order(mut order: Vec<usize>, v: &mut dyn Swap) {
     const DONE: usize = usize::MAX;
     for start in 0..order.len() {
         let mut at = start;
@@ -114,7 +126,7 @@ fn swaps_of(mut order: Vec<usize>, swap: &mut dyn FnMut(usize, usize)) {
             if from == start {
                 break;
             }
-            swap(at, from);
+            v.swap(at, from);
             at = from;
         }
     }
