@@ -117,15 +117,15 @@ impl PermitPool {
                         None => format!("{} is in use", other.display()),
                         Some(why) => format!(
                             "whether {} is in use cannot be told ({why}), so it counts as in use; \
-                         once no process uses it, its owner or root may remove it",
+                             once no process uses it, its owner or root may remove it",
                             other.display()
                         ),
                     };
                     Err(HostError::Inherited(format!(
                         "processes of another user work inside the permit inherited through \
-                     {INHERITED_VAR} now ({seen}), and each user's processes would share its \
-                     units apart from the others': run the processes inside one permit as one \
-                     user"
+                         {INHERITED_VAR} now ({seen}), and each user's processes would share its \
+                         units apart from the others': run the processes inside one permit as one \
+                         user"
                     )))
                 } else if host.layout() == layout {
                     Ok(host)
@@ -134,8 +134,8 @@ impl PermitPool {
                     // than the parent holds.
                     Err(HostError::Inherited(format!(
                         "the directory {} in which the processes inside the permit inherited \
-                     through {INHERITED_VAR} share it serves {}, not the permit's {layout}; \
-                     remove it once no process uses it",
+                         through {INHERITED_VAR} share it serves {}, not the permit's {layout}; \
+                         remove it once no process uses it",
                         dir.display(),
                         host.layout()
                     )))
