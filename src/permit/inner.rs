@@ -308,7 +308,7 @@ impl PoolInner {
 
     /// The resolved per-GPU memory budget in bytes, as the observers show it.
     pub(super) fn budget_bytes(&self) -> Option<u64> {
-        Some(self.budget.get().copied().flatten()?.bytes)
+        self.budget.get().copied().flatten().map(|b| b.bytes)
     }
 }
 
