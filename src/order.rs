@@ -15,19 +15,21 @@ use std::cmp::Ordering;
 
 /// Sorts `v` by `cmp`, stably.
 pub(crate) fn sort_by<T>(v: &mut [T], mut cmp: impl FnMut(&T, &T) -> Ordering) {
-    let order = sorted_positions(v.len(), &mut |a, b| cmp(&v[a], &v[b]));
+    let order = sorted_positions(v.len(), &mut |a: usize, b: usize| cmp(&v[a], &v[b]));
     permute(v, order);
 }
 
 /// Sorts `v` by the key `key` gives each element, stably.
 pub(crate) fn sort_by_key<T, K: Ord>(v: &mut [T], mut key: impl FnMut(&T) -> K) {
-    let order = sorted_positions(v.len(), &mut |a, b| key(&v[a]).cmp(&key(&v[b])));
+    let order = sorted_positions(v.len(), &mut |a: usize, b: usize| {
+        key(&v[a]).cmp(&key(&v[b]))
+    });
     permute(v, order);
 }
 
 /// Sorts `v` in its elements' order, stably.
 pub(crate) fn sort<T: Ord>(v: &mut [T]) {
-    let order = sorted_positions(v.len(), &mut |a, b| v[a].cmp(&v[b]));
+    let order = sorted_positions(v.len(), &mut |a: usize, b: usize| v[a].cmp(&v[b]));
     permute(v, order);
 }
 
@@ -44,7 +46,7 @@ pub(crate) fn sort_dedup<T: Ord>(v: &mut Vec<T>) {
 /// pairs of runs twice as long each round, a run already in order with the next one copied
 /// as it is. Equal positions never pass each other: insertion moves a position only past
 /// greater ones, and a merge takes from the right run only what is less than the left's next.
-fn sorted_positions(len: usize, cmp: &mut dyn FnMut(usize, usize) -> Ordering) -> Vec<usize> {
+fn sorted_positions(len: usize, cmp: &mut dyn Compare) -> Vec<usize> {
     if len < 2 {
         return Vec::new();
     }
@@ -54,7 +56,7 @@ fn sorted_positions(len: usize, cmp: &mut dyn FnMut(usize, usize) -> Ordering) -
         let end = (start + RUN).min(len);
         for i in start + 1..end {
             let mut at = i;
-            while at > start && cmp(order[at - 1], order[at]) == Ordering::Greater {
+            while at > start && cmp.compare(order[at - 1], order[at]) == Ordering::Greater {
                 order.swap(at - 1, at);
                 at -= 1;
             }
@@ -68,13 +70,14 @@ fn sorted_positions(len: usize, cmp: &mut dyn FnMut(usize, usize) -> Ordering) -
         while low < len {
             let mid = (low + width).min(len);
             let high = (low + 2 * width).min(len);
-            if mid == high || cmp(order[mid - 1], order[mid]) != Ordering::Greater {
+            if mid == high || cmp.compare(order[mid - 1], order[mid]) != Ordering::Greater {
                 merged[low..high].copy_from_slice(&order[low..high]);
             } else {
                 let (mut left, mut right) = (low, mid);
                 for slot in &mut merged[low..high] {
                     let take_right = left == mid
-                        || (right < high && cmp(order[right], order[left]) == Ordering::Less);
+                        || (right < high
+                            && cmp.compare(order[right], order[left]) == Ordering::Less);
                     if take_right {
                         *slot = order[right];
                         right += 1;
@@ -90,6 +93,19 @@ fn sorted_positions(len: usize, cmp: &mut dyn FnMut(usize, usize) -> Ordering) -
         width *= 2;
     }
     order
+}
+
+/// How [`sorted_positions`] compares two positions: any `FnMut(usize, usize) -> Ordering`.
+/// A trait of its own, so that each comparison's `dyn` table has the one method it is called
+/// through.
+trait Compare {
+    fn compare(&mut self, a: usize, b: usize) -> Ordering;
+}
+
+impl<F: FnMut(usize, usize) -> Ordering> Compare for F {
+    fn compare(&mut self, a: usize, b: usize) -> Ordering {
+        self(a, b)
+    }
 }
 
 /// Positions [`sorted_positions`] sorts by insertion before it merges.
