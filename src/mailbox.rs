@@ -49,7 +49,10 @@ impl<T> Mailbox<T> {
             match deadline {
                 Some(deadline) => {
                     if self.ready.wait_until(&mut items, deadline).timed_out() {
-                        return (!items.is_empty()).then(|| items.remove(0));
+                        if items.is_empty() {
+                            return None;
+                        }
+                        return Some(items.remove(0));
                     }
                 }
                 None => self.ready.wait(&mut items),

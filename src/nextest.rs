@@ -150,22 +150,33 @@ pub fn current() -> Option<&'static NextestEnv> {
 ///     .unwrap();
 /// ```
 pub fn current_test_name() -> String {
-    if let Some(name) = current().and_then(|n| n.test_name.clone()) {
-        return name;
+    if let Some(n) = current()
+        && let Some(name) = &n.test_name
+    {
+        return name.clone();
     }
     // The executable's name does not change: found once.
     static EXE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     match std::thread::current().name() {
         Some(name) if name != "main" => name.to_string(),
-        _ => EXE
-            .get_or_init(|| {
-                std::env::current_exe()
-                    .ok()
-                    .and_then(|p| p.file_name().map(|f| f.to_string_lossy().into_owned()))
-                    .unwrap_or_else(|| "?".into())
-            })
-            .clone(),
+        _ => once(&EXE, exe_name).clone(),
     }
+}
+
+/// The executable's file name; `?` where it cannot be told.
+fn exe_name() -> String {
+    if let Ok(p) = std::env::current_exe()
+        && let Some(f) = p.file_name()
+    {
+        return f.to_string_lossy().into_owned();
+    }
+    "?".into()
+}
+
+/// The text in `cell`, made by `make` the first time: one copy of `OnceLock::get_or_init` for
+/// the texts this module finds once.
+fn once(cell: &'static std::sync::OnceLock<String>, make: fn() -> String) -> &'static String {
+    cell.get_or_init(make)
 }
 
 /// Longest test name, binary id or reason a record keeps; longer ones are cut (at a
@@ -199,36 +210,45 @@ pub(crate) fn current_test() -> (String, String) {
 pub(crate) fn current_test_binary() -> String {
     // The process's binary does not change: found once.
     static BINARY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            cut(Config::global()
-                .nextest
-                .as_ref()
-                .and_then(|n| n.binary_id.clone())
-                .unwrap_or_else(binary_from_exe))
-        })
-        .clone()
+    once(&BINARY, binary_of_process).clone()
+}
+
+/// [`current_test_binary`], found: `NEXTEST_BINARY_ID`, else from the executable's name.
+fn binary_of_process() -> String {
+    if let Some(n) = &Config::global().nextest
+        && let Some(id) = &n.binary_id
+    {
+        return cut(id.clone());
+    }
+    cut(binary_from_exe())
 }
 
 fn binary_from_exe() -> String {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| {
-            p.file_stem()
-                .map(|s| binary_of_stem(&s.to_string_lossy()).to_string())
-        })
-        .unwrap_or_else(|| "?".into())
+    if let Ok(p) = std::env::current_exe()
+        && let Some(stem) = p.file_stem()
+    {
+        return binary_of_stem(&stem.to_string_lossy()).to_string();
+    }
+    "?".into()
 }
 
 /// The test binary named by executable name `stem` (without its extension): cargo names test
 /// executables `<crate>-<16 hex digits>`.
 fn binary_of_stem(stem: &str) -> &str {
     match stem.rsplit_once('-') {
-        Some((name, hash)) if hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
-            name
-        }
+        Some((name, hash)) if hash.len() == 16 && is_hex(hash) => name,
         _ => stem,
     }
+}
+
+/// Whether `text` is hex digits only.
+fn is_hex(text: &str) -> bool {
+    for b in text.bytes() {
+        if !b.is_ascii_hexdigit() {
+            return false;
+        }
+    }
+    true
 }
 
 /// The key of test `name` of binary `binary`, `<binary>::<name>`, each cut as records cut it:

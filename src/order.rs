@@ -4,9 +4,9 @@
 //! `sort_by_key` with its own closure is a copy of the whole sort (about 17 KB of machine code
 //! each in the default dev profile), compiled by every project that builds this crate and linked
 //! into every test binary that takes a permit. These functions sort the positions `0..len` with
-//! one copy of the standard library's stable sort, whose comparison calls back through a `dyn`
-//! reference, and then move the elements into that order; only that small step and the
-//! callback are generic.
+//! one merge sort, compiled once, whose comparison calls back through a `dyn` reference, and
+//! then move the elements into that order with the swaps that code, also compiled once,
+//! chooses; only the comparison and the swap are generic.
 //!
 //! Every sort here is stable: elements that compare equal keep their order.
 
@@ -15,24 +15,22 @@ use std::cmp::Ordering;
 
 /// Sorts `v` by `cmp`, stably.
 pub(crate) fn sort_by<T>(v: &mut [T], mut cmp: impl FnMut(&T, &T) -> Ordering) {
-    if v.len() < 2 {
-        return;
-    }
-    let order = {
-        let all = &*v;
-        sorted_positions(all.len(), &mut |a, b| cmp(&all[a], &all[b]))
-    };
+    let order = sorted_positions(v.len(), &mut |a: usize, b: usize| cmp(&v[a], &v[b]));
     permute(v, order);
 }
 
 /// Sorts `v` by the key `key` gives each element, stably.
 pub(crate) fn sort_by_key<T, K: Ord>(v: &mut [T], mut key: impl FnMut(&T) -> K) {
-    sort_by(v, |a, b| key(a).cmp(&key(b)));
+    let order = sorted_positions(v.len(), &mut |a: usize, b: usize| {
+        key(&v[a]).cmp(&key(&v[b]))
+    });
+    permute(v, order);
 }
 
 /// Sorts `v` in its elements' order, stably.
 pub(crate) fn sort<T: Ord>(v: &mut [T]) {
-    sort_by(v, T::cmp);
+    let order = sorted_positions(v.len(), &mut |a: usize, b: usize| v[a].cmp(&v[b]));
+    permute(v, order);
 }
 
 /// Sorts `v` and leaves one of each run of equal elements.
@@ -41,18 +39,100 @@ pub(crate) fn sort_dedup<T: Ord>(v: &mut Vec<T>) {
     v.dedup();
 }
 
-/// The positions `0..len` in the order `cmp` gives them (stable): the one instantiation of
-/// the standard library's sort.
-fn sorted_positions(len: usize, cmp: &mut dyn FnMut(usize, usize) -> Ordering) -> Vec<usize> {
+/// The positions `0..len` in the order `cmp` gives them (stable): the crate's one sort. Empty
+/// where there are fewer than two: nothing to move, and `cmp` is not called.
+///
+/// A bottom-up merge sort: runs of [`RUN`] positions sorted by insertion, then merged in
+/// pairs of runs twice as long each round, a run already in order with the next one copied
+/// as it is. Equal positions never pass each other: insertion moves a position only past
+/// greater ones, and a merge takes from the right run only what is less than the left's next.
+fn sorted_positions(len: usize, cmp: &mut dyn Compare) -> Vec<usize> {
+    if len < 2 {
+        return Vec::new();
+    }
     let mut order: Vec<usize> = (0..len).collect();
-    order.sort_by(|&a, &b| cmp(a, b));
+    let mut start = 0;
+    while start < len {
+        let end = (start + RUN).min(len);
+        for i in start + 1..end {
+            let mut at = i;
+            while at > start && cmp.compare(order[at - 1], order[at]) == Ordering::Greater {
+                order.swap(at - 1, at);
+                at -= 1;
+            }
+        }
+        start = end;
+    }
+    let mut merged = vec![0; len];
+    let mut width = RUN;
+    while width < len {
+        let mut low = 0;
+        while low < len {
+            let mid = (low + width).min(len);
+            let high = (low + 2 * width).min(len);
+            if mid == high || cmp.compare(order[mid - 1], order[mid]) != Ordering::Greater {
+                merged[low..high].copy_from_slice(&order[low..high]);
+            } else {
+                let (mut left, mut right) = (low, mid);
+                for slot in &mut merged[low..high] {
+                    let take_right = left == mid
+                        || (right < high
+                            && cmp.compare(order[right], order[left]) == Ordering::Less);
+                    if take_right {
+                        *slot = order[right];
+                        right += 1;
+                    } else {
+                        *slot = order[left];
+                        left += 1;
+                    }
+                }
+            }
+            low = high;
+        }
+        std::mem::swap(&mut order, &mut merged);
+        width *= 2;
+    }
     order
 }
 
-/// Moves the elements of `v` so that position `i` holds what was at `order[i]`, following
-/// each cycle of the permutation with swaps (`order` is used up as the marks of where it has
+/// How [`sorted_positions`] compares two positions: any `FnMut(usize, usize) -> Ordering`.
+/// A trait of its own, so that each comparison's `dyn` table has the one method it is called
+/// through.
+trait Compare {
+    fn compare(&mut self, a: usize, b: usize) -> Ordering;
+}
+
+impl<F: FnMut(usize, usize) -> Ordering> Compare for F {
+    fn compare(&mut self, a: usize, b: usize) -> Ordering {
+        self(a, b)
+    }
+}
+
+/// Positions [`sorted_positions`] sorts by insertion before it merges.
+const RUN: usize = 16;
+
+/// Moves the elements of `v` so that position `i` holds what was at `order[i]` (no move
+/// where `order` is empty).
+fn permute<T>(mut v: &mut [T], order: Vec<usize>) {
+    swap_into_order(order, &mut v);
+}
+
+/// What [`swap_into_order`] moves: a slice, whatever its elements.
+trait Swap {
+    /// Swaps the elements at `a` and `b`.
+    fn swap(&mut self, a: usize, b: usize);
+}
+
+impl<T> Swap for &mut [T] {
+    fn swap(&mut self, a: usize, b: usize) {
+        <[T]>::swap(self, a, b);
+    }
+}
+
+/// Swaps the elements of `v` so that position `i` holds what was at `order[i]`: each cycle
+/// of the permutation is followed with swaps (`order` is used up as the marks of where it has
 /// been).
-fn permute<T>(v: &mut [T], mut order: Vec<usize>) {
+fn swap_into_order(mut order: Vec<usize>, v: &mut dyn Swap) {
     const DONE: usize = usize::MAX;
     for start in 0..order.len() {
         let mut at = start;
@@ -89,7 +169,18 @@ impl<K: Ord, V> SortedMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
+        // A binary search written out: each key is in the map once, so that the position
+        // found is the one `binary_search_by` gives, without its copy for each closure.
+        let (mut low, mut high) = (0, self.0.len());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.0[mid].0.borrow().cmp(key) {
+                Ordering::Less => low = mid + 1,
+                Ordering::Greater => high = mid,
+                Ordering::Equal => return Ok(mid),
+            }
+        }
+        Err(low)
     }
 
     /// The map of `pairs`: where a key comes more than once, its later values are folded into
@@ -136,7 +227,10 @@ impl<K: Ord, V> SortedMap<K, V> {
     where
         K: Borrow<Q>,
     {
-        self.find(key).ok().map(|at| &self.0[at].1)
+        match self.find(key) {
+            Ok(at) => Some(&self.0[at].1),
+            Err(_) => None,
+        }
     }
 
     /// Whether the map has `key`.

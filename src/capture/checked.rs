@@ -38,10 +38,17 @@ fn driver_present() -> bool {
 /// stream's context.
 #[inline]
 pub fn capture_status(stream: &CudaStream) -> Result<CaptureStatus, DriverCode> {
-    stream
-        .capture_status()
-        .map(CaptureStatus::from_raw)
-        .map_err(DriverCode::from)
+    status_of(stream.capture_status())
+}
+
+/// A capture status query's answer, as [`CaptureStatus`] or the driver's code.
+fn status_of(
+    answer: Result<sys::CUstreamCaptureStatus, cudarc::driver::DriverError>,
+) -> Result<CaptureStatus, DriverCode> {
+    match answer {
+        Ok(raw) => Ok(CaptureStatus::from_raw(raw)),
+        Err(e) => Err(DriverCode::from(e)),
+    }
 }
 
 /// The capture status of a raw `CUstream`; [`CaptureStatus::None`] when no CUDA driver is
@@ -72,9 +79,7 @@ pub unsafe fn raw_capture_status(stream: CUstream) -> Result<CaptureStatus, Driv
         return Ok(CaptureStatus::None);
     }
     // SAFETY: the caller vouches for the handle; a driver is present, so cudarc won't panic.
-    unsafe { result::stream::is_capturing(stream) }
-        .map(CaptureStatus::from_raw)
-        .map_err(DriverCode::from)
+    status_of(unsafe { result::stream::is_capturing(stream) })
 }
 
 #[inline]

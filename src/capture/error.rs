@@ -221,8 +221,11 @@ pub(super) fn through<T>(
     call: DriverCall,
     result: Result<T, DriverError>,
 ) -> Result<T, CaptureError> {
-    result.map_err(|e| CaptureError::Driver {
-        call,
-        code: e.into(),
-    })
+    match result {
+        Ok(value) => Ok(value),
+        Err(e) => Err(CaptureError::Driver {
+            call,
+            code: e.into(),
+        }),
+    }
 }

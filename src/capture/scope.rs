@@ -36,7 +36,7 @@ pub struct Captured<R> {
 impl<R: fmt::Debug> fmt::Debug for Captured<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Captured")
-            .field("graph", &self.graph.as_ref().map(|_| "CudaGraph"))
+            .field("graph", &self.graph.is_some().then_some("CudaGraph"))
             .field("value", &self.value)
             .finish()
     }

@@ -81,6 +81,29 @@ impl Shortfall {
     }
 }
 
+/// What NVML says process `pid` uses on the GPU of `mem` (0 where it cannot tell).
+fn used_by(mem: &GpuMemory, pid: u32) -> u64 {
+    let mut used = 0u64;
+    for p in &mem.processes {
+        if p.pid == pid
+            && let Some(bytes) = p.used
+        {
+            used = used.saturating_add(bytes);
+        }
+    }
+    used
+}
+
+/// Whether `pid` is among the holders' pids of `declared`.
+fn declares(declared: &[(u32, u64)], pid: u32) -> bool {
+    for &(holder, _) in declared {
+        if holder == pid {
+            return true;
+        }
+    }
+    false
+}
+
 /// Admission rule, pure: may a permit declaring `want` bytes be admitted on a GPU whose state
 /// is `mem`, given the permit holders now on that GPU as `(pid, declared bytes)` pairs?
 ///
@@ -93,33 +116,29 @@ impl Shortfall {
 /// is asking for one).
 pub(crate) fn admit(want: u64, mem: &GpuMemory, holders: &[(u32, u64)], own_pid: u32) -> Admission {
     let mut declared: Vec<(u32, u64)> = Vec::new();
-    for &(pid, bytes) in holders {
-        match declared.iter_mut().find(|(p, _)| *p == pid) {
-            Some((_, sum)) => *sum = sum.saturating_add(bytes),
-            None => declared.push((pid, bytes)),
+    'holders: for &(pid, bytes) in holders {
+        for (p, sum) in declared.iter_mut() {
+            if *p == pid {
+                *sum = sum.saturating_add(bytes);
+                continue 'holders;
+            }
         }
+        declared.push((pid, bytes));
     }
-    let used = |pid: u32| {
-        mem.processes
-            .iter()
-            .filter(|p| p.pid == pid)
-            .filter_map(|p| p.used)
-            .fold(0u64, u64::saturating_add)
-    };
-    let reserved = declared
-        .iter()
-        .map(|&(pid, bytes)| bytes.saturating_sub(used(pid)))
-        .fold(0u64, u64::saturating_add);
+    let mut reserved = 0u64;
+    for &(pid, bytes) in &declared {
+        reserved = reserved.saturating_add(bytes.saturating_sub(used_by(mem, pid)));
+    }
     let needed = reserved.saturating_add(want).saturating_add(MARGIN);
     if mem.free >= needed {
         return Admission::Admit;
     }
-    let mut foreign: Vec<GpuProcess> = mem
-        .processes
-        .iter()
-        .filter(|p| p.pid != own_pid && !declared.iter().any(|&(pid, _)| pid == p.pid))
-        .cloned()
-        .collect();
+    let mut foreign: Vec<GpuProcess> = Vec::new();
+    for p in &mem.processes {
+        if p.pid != own_pid && !declares(&declared, p.pid) {
+            foreign.push(p.clone());
+        }
+    }
     // Most memory first; unknown use last, then by pid for a stable line.
     crate::order::sort_by(&mut foreign, |a, b| {
         b.used.cmp(&a.used).then(a.pid.cmp(&b.pid))

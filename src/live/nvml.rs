@@ -103,19 +103,29 @@ enum Entry {
 /// entry names a device present is for [`memory`] to find out.)
 fn visible_entry(visible: Option<&str>, gpu: usize) -> Option<Entry> {
     let Some(visible) = visible else {
-        return u32::try_from(gpu).ok().map(Entry::Index);
+        return match u32::try_from(gpu) {
+            Ok(index) => Some(Entry::Index(index)),
+            Err(_) => None,
+        };
     };
-    visible
-        .split(',')
-        .map(str::trim)
-        .map_while(|entry| {
-            if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
-                Some(Entry::Uuid(entry.to_string()))
-            } else {
-                entry.parse::<u32>().ok().map(Entry::Index)
+    // Entries still to pass before the one of `gpu`.
+    let mut before = gpu;
+    for entry in visible.split(',') {
+        let entry = entry.trim();
+        let parsed = if entry.starts_with("GPU-") || entry.starts_with("MIG-") {
+            Entry::Uuid(entry.to_string())
+        } else {
+            match entry.parse::<u32>() {
+                Ok(index) => Entry::Index(index),
+                Err(_) => return None,
             }
-        })
-        .nth(gpu)
+        };
+        if before == 0 {
+            return Some(parsed);
+        }
+        before -= 1;
+    }
+    None
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -188,23 +198,23 @@ pub(super) fn nvml() -> Option<&'static Nvml> {
 
 fn load() -> Option<Nvml> {
     let lib = Library::open(c"libnvidia-ml.so.1")?;
-    let sym = |name: &CStr| lib.symbol(name).map(|p| p.as_ptr());
-    let either = |a: &CStr, b: &CStr| sym(a).or_else(|| sym(b));
-    let init = sym(c"nvmlInit_v2")?;
-    let count = sym(c"nvmlDeviceGetCount_v2")?;
-    let handle_by_index = sym(c"nvmlDeviceGetHandleByIndex_v2")?;
-    let handle_by_uuid = sym(c"nvmlDeviceGetHandleByUUID")?;
-    let uuid = sym(c"nvmlDeviceGetUUID");
-    let memory_info = sym(c"nvmlDeviceGetMemoryInfo")?;
+    let init = sym(&lib, c"nvmlInit_v2")?;
+    let count = sym(&lib, c"nvmlDeviceGetCount_v2")?;
+    let handle_by_index = sym(&lib, c"nvmlDeviceGetHandleByIndex_v2")?;
+    let handle_by_uuid = sym(&lib, c"nvmlDeviceGetHandleByUUID")?;
+    let uuid = sym(&lib, c"nvmlDeviceGetUUID");
+    let memory_info = sym(&lib, c"nvmlDeviceGetMemoryInfo")?;
     let compute = either(
+        &lib,
         c"nvmlDeviceGetComputeRunningProcesses_v3",
         c"nvmlDeviceGetComputeRunningProcesses_v2",
     )?;
     let graphics = either(
+        &lib,
         c"nvmlDeviceGetGraphicsRunningProcesses_v3",
         c"nvmlDeviceGetGraphicsRunningProcesses_v2",
     );
-    let process_name = sym(c"nvmlSystemGetProcessName");
+    let process_name = sym(&lib, c"nvmlSystemGetProcessName");
     // SAFETY: each pointer is NVML's exported function of the name it was looked up by, whose
     // C signature the type it becomes spells out (nvml.h; the `_v2` and `_v3` process calls
     // take the same `nvmlProcessInfo_t`); the library is never unloaded.
@@ -229,6 +239,19 @@ fn load() -> Option<Nvml> {
         return None;
     }
     Some(nvml)
+}
+
+/// The address of `lib`'s symbol `name`.
+fn sym(lib: &Library, name: &CStr) -> Option<*mut c_void> {
+    Some(lib.symbol(name)?.as_ptr())
+}
+
+/// The address of `lib`'s symbol `a`, else of `b`.
+fn either(lib: &Library, a: &CStr, b: &CStr) -> Option<*mut c_void> {
+    match sym(lib, a) {
+        Some(p) => Some(p),
+        None => sym(lib, b),
+    }
 }
 
 impl Nvml {
@@ -300,10 +323,10 @@ impl Nvml {
     fn processes(&self, device: Device) -> Option<Vec<GpuProcess>> {
         let compute = list(self.compute_processes, device)?;
         // A driver that cannot list graphics processes still lists compute ones.
-        let graphics = self
-            .graphics_processes
-            .and_then(|call| list(call, device))
-            .unwrap_or_default();
+        let graphics = match self.graphics_processes {
+            Some(call) => list(call, device).unwrap_or_default(),
+            None => Vec::new(),
+        };
         Some(merge(&compute, &graphics))
     }
 
@@ -319,7 +342,11 @@ impl Nvml {
         let name = unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy();
         // NVML gives the executable's path; the last part names it well enough.
         let name = name.trim().rsplit('/').next().unwrap_or_default();
-        (!name.is_empty()).then(|| name.to_string())
+        if name.is_empty() {
+            None
+        } else {
+            Some(name.to_string())
+        }
     }
 }
 
@@ -352,33 +379,46 @@ fn list(call: ProcessesFn, device: Device) -> Option<Vec<ProcessInfo>> {
 /// counted once, by the larger (NVML reports a process's whole use in each list). A use NVML
 /// cannot tell is `None` unless another entry of the pid tells one. In order of first sight.
 fn merge(compute: &[ProcessInfo], graphics: &[ProcessInfo]) -> Vec<GpuProcess> {
-    let sum = |infos: &[ProcessInfo]| {
-        let mut out: Vec<GpuProcess> = Vec::new();
-        for info in infos {
-            let used = (info.used_gpu_memory != NOT_AVAILABLE).then_some(info.used_gpu_memory);
-            match out.iter_mut().find(|p| p.pid == info.pid) {
-                Some(p) => {
-                    p.used = match (p.used, used) {
-                        (Some(a), Some(b)) => Some(a.saturating_add(b)),
-                        (a, b) => a.or(b),
-                    }
-                }
-                None => out.push(GpuProcess {
-                    pid: info.pid,
-                    used,
-                }),
-            }
-        }
-        out
-    };
-    let mut out = sum(compute);
-    for g in sum(graphics) {
-        match out.iter_mut().find(|p| p.pid == g.pid) {
-            Some(p) => p.used = p.used.max(g.used),
-            None => out.push(g),
-        }
+    let mut out = summed_by_pid(compute);
+    for g in summed_by_pid(graphics) {
+        add_use(&mut out, g.pid, g.used, Option::max);
     }
     out
+}
+
+/// One entry per pid of one NVML list, its entries' uses added up (see [`merge`]).
+fn summed_by_pid(infos: &[ProcessInfo]) -> Vec<GpuProcess> {
+    let mut out: Vec<GpuProcess> = Vec::new();
+    for info in infos {
+        let used = (info.used_gpu_memory != NOT_AVAILABLE).then_some(info.used_gpu_memory);
+        add_use(&mut out, info.pid, used, sum_of_uses);
+    }
+    out
+}
+
+/// Two uses of one pid added up; a use NVML cannot tell adds nothing.
+fn sum_of_uses(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.saturating_add(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Adds `pid`'s use `used` to `processes`: combined by `combine` with the use of its entry,
+/// or as a new entry where it has none.
+fn add_use(
+    processes: &mut Vec<GpuProcess>,
+    pid: u32,
+    used: Option<u64>,
+    combine: fn(Option<u64>, Option<u64>) -> Option<u64>,
+) {
+    for p in processes.iter_mut() {
+        if p.pid == pid {
+            p.used = combine(p.used, used);
+            return;
+        }
+    }
+    processes.push(GpuProcess { pid, used });
 }
 
 #[cfg(test)]

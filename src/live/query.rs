@@ -32,9 +32,6 @@ fn within<T: Send + 'static>(
     use crate::mailbox::Mailbox;
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
-    /// The NVML thread's queries; whether it was started.
-    static JOBS: Mailbox<Query> = Mailbox::new();
-    static STARTED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
     if stuck() {
         return None;
     }
@@ -45,20 +42,8 @@ fn within<T: Send + 'static>(
         STUCK.store(false, Ordering::Release);
         answer.send(value);
     });
-    {
-        let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
-        if !*started {
-            std::thread::Builder::new()
-                .name("gpu-test-permit-nvml".into())
-                .spawn(|| {
-                    loop {
-                        (JOBS.recv())();
-                    }
-                })
-                .ok()?;
-            *started = true;
-        }
-        JOBS.send(job);
+    if !send_to_nvml_thread(job) {
+        return None;
     }
     match answered.recv_within(limit) {
         Some(value) => Some(value),
@@ -69,16 +54,45 @@ fn within<T: Send + 'static>(
     }
 }
 
+/// Hands `job` to the NVML thread, starting it at the first job. Returns whether it could:
+/// `false` where the thread cannot be started.
+fn send_to_nvml_thread(job: Query) -> bool {
+    use crate::mailbox::Mailbox;
+    /// The NVML thread's queries; whether it was started.
+    static JOBS: Mailbox<Query> = Mailbox::new();
+    static STARTED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut started = match STARTED.lock() {
+        Ok(started) => started,
+        Err(e) => e.into_inner(),
+    };
+    /// The NVML thread: runs the queries as they come.
+    fn answer_queries() {
+        loop {
+            (JOBS.recv())();
+        }
+    }
+    if !*started {
+        if crate::sys::spawn_named("gpu-test-permit-nvml", answer_queries).is_err() {
+            return false;
+        }
+        *started = true;
+    }
+    JOBS.send(job);
+    true
+}
+
 /// The name of a process for a message: the system's (`/proc/<pid>/comm` on Linux), else
 /// NVML's (`nvmlSystemGetProcessName`: a process of another pid namespace), asked within
 /// [`ANSWER_WITHIN`], else `None`.
 pub(crate) fn process_name(pid: u32) -> Option<String> {
-    crate::sys::process_name(pid).or_else(|| {
-        within(ANSWER_WITHIN, move || {
-            nvml().and_then(|n| n.process_name(pid))
-        })
-        .flatten()
+    if let Some(name) = crate::sys::process_name(pid) {
+        return Some(name);
+    }
+    within(ANSWER_WITHIN, move || match nvml() {
+        Some(n) => n.process_name(pid),
+        None => None,
     })
+    .flatten()
 }
 
 #[cfg(test)]

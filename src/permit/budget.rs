@@ -90,10 +90,19 @@ pub(super) fn probed_memory(unified_too: bool) -> Option<u64> {
         use crate::probe::{Backend, DeviceKind};
         let outcome = crate::probe::probe(Backend::Cuda).outcome;
         let devices = outcome.devices()?;
-        if !unified_too && devices.iter().any(|d| d.kind == DeviceKind::Integrated) {
-            return None;
+        let mut smallest: Option<u64> = None;
+        for d in devices {
+            if !unified_too && d.kind == DeviceKind::Integrated {
+                return None;
+            }
+            if let Some(bytes) = d.memory_bytes {
+                smallest = Some(match smallest {
+                    Some(s) => s.min(bytes),
+                    None => bytes,
+                });
+            }
         }
-        devices.iter().filter_map(|d| d.memory_bytes).min()
+        smallest
     }
     #[cfg(not(feature = "cuda"))]
     {

@@ -348,7 +348,8 @@ impl PoolBuilder {
             None => None,
             Some(dir) => {
                 let dir = dir.path().map_err(HostError::Directory)?;
-                match self.auto.then(observe::run_id).flatten() {
+                let auto_run = if self.auto { observe::run_id() } else { None };
+                match auto_run {
                     Some(run) => {
                         let (host, choice) = open_auto(&dir, self.gpus, run)?;
                         chosen = choice;
@@ -367,7 +368,8 @@ impl PoolBuilder {
             }
         };
         // Processes sharing a directory share its layout (see `host`).
-        if let Some(layout) = host.as_ref().map(HostSlots::layout) {
+        if let Some(host) = &host {
+            let layout = host.layout();
             self.concurrency = layout.per_gpu;
             self.gpus = layout.gpus;
         }
@@ -431,7 +433,7 @@ impl PoolBuilder {
             inner: NonNull::from(Box::leak(Box::new(PoolInner {
                 id,
                 local: LocalPool::publishing(self.capacity(), published),
-                seats: (0..seats).map(|_| Seat::new()).collect(),
+                seats: new_seats(seats),
                 gpus: self.gpus,
                 per_gpu: self.concurrency,
                 topology: match &inherited {
@@ -441,12 +443,10 @@ impl PoolBuilder {
                 },
                 placement: self.placement,
                 live: match (&host, &inherited) {
-                    (Some(_), None) if self.live_memory => Some(
-                        self.gpu_ids
-                            .clone()
-                            .filter(|ids| ids.len() >= self.gpus)
-                            .unwrap_or_else(|| (0..self.gpus).collect()),
-                    ),
+                    (Some(_), None) if self.live_memory => Some(match &self.gpu_ids {
+                        Some(ids) if ids.len() >= self.gpus => ids.clone(),
+                        _ => (0..self.gpus).collect(),
+                    }),
                     _ => None,
                 },
                 backfill: self.backfill,
@@ -484,6 +484,15 @@ fn named(
         ),
         None => (layout, host.map(|h| h.dir().to_path_buf())),
     }
+}
+
+/// `n` free seats.
+fn new_seats(n: usize) -> Box<[Seat]> {
+    let mut seats = Vec::with_capacity(n);
+    for _ in 0..n {
+        seats.push(Seat::new());
+    }
+    seats.into_boxed_slice()
 }
 
 /// Opens the slots of `dir` with the N `auto` chooses for run `run`, and says the choice when

@@ -16,17 +16,17 @@ impl PoolInner {
         let inner = self;
         // Whether the wait ended in this process's queue or at the host slots, the slots say
         // who is in the way.
-        let blockers = inner
-            .host
-            .as_ref()
-            .map_or_else(Blockers::default, HostSlots::blockers);
+        let blockers = match &inner.host {
+            Some(host) => HostSlots::blockers(host),
+            None => Blockers::default(),
+        };
         let pid = std::process::id();
         // Host records cover every process, this one included; seats add this process's
         // holders without a record (a pool without host slots).
         // A permit of k units wrote its record into each of its k slots: list it once.
-        let mut holders: Vec<Holder> = count_equal(blockers.holders)
-            .into_iter()
-            .map(|(r, slots)| Holder {
+        let mut holders: Vec<Holder> = Vec::new();
+        for (r, slots) in count_equal(blockers.holders) {
+            holders.push(Holder {
                 // On the boot clock where the record allows: a holder whose wall clock is an
                 // hour ahead has not held for 0 s, nor one an hour behind for an hour.
                 held_for: r.age(),
@@ -38,27 +38,31 @@ impl PoolInner {
                 pid: r.pid,
                 exclusive: r.exclusive,
                 recorded: true,
-            })
-            .collect();
+            });
+        }
         // Slots locked without a record, by owner (0: not known here).
-        let unrecorded = count_equal(blockers.unrecorded.into_iter().map(|o| o.unwrap_or(0)));
-        holders.extend(unrecorded.into_iter().map(|(owner, slots)| Holder {
-            test: String::new(),
-            thread: String::new(),
-            pid: owner,
-            held_for: None,
-            exclusive: false,
-            units: slots,
-            stopped: owner != 0 && owner != pid && crate::sys::process_is_stopped(owner),
-            exited: owner != 0 && owner != pid && !crate::sys::process_is_visible(owner),
-            recorded: false,
-        }));
+        let mut owners = Vec::with_capacity(blockers.unrecorded.len());
+        for owner in blockers.unrecorded {
+            owners.push(owner.unwrap_or(0));
+        }
+        for (owner, slots) in count_equal(owners) {
+            holders.push(Holder {
+                test: String::new(),
+                thread: String::new(),
+                pid: owner,
+                held_for: None,
+                exclusive: false,
+                units: slots,
+                stopped: owner != 0 && owner != pid && crate::sys::process_is_stopped(owner),
+                exited: owner != 0 && owner != pid && !crate::sys::process_is_visible(owner),
+                recorded: false,
+            });
+        }
         if inner.host.is_none() {
-            for seat in inner
-                .seats
-                .iter()
-                .filter(|s| s.claimed.load(Ordering::Acquire))
-            {
+            for seat in inner.seats.iter() {
+                if !seat.claimed.load(Ordering::Acquire) {
+                    continue;
+                }
                 let thread = crate::sys::thread_name(seat.thread.load(Ordering::Relaxed));
                 holders.push(Holder {
                     test: thread.clone(),
@@ -75,10 +79,9 @@ impl PoolInner {
                 });
             }
         }
-        let waiters = blockers
-            .waiting
-            .into_iter()
-            .map(|w| Waiter {
+        let mut waiters = Vec::with_capacity(blockers.waiting.len());
+        for w in blockers.waiting {
+            waiters.push(Waiter {
                 waiting_for: w.record.age(),
                 test: w.record.test,
                 thread: w.record.thread,
@@ -88,8 +91,8 @@ impl PoolInner {
                 head: w.head,
                 stopped: w.liveness == crate::host::Liveness::Stopped,
                 liveness: w.liveness,
-            })
-            .collect();
+            });
+        }
         AcquireError::Timeout(Box::new(WaitTimeout {
             waited: asked.elapsed(),
             kind: want.kind(),
@@ -102,21 +105,25 @@ impl PoolInner {
             queued_here: inner.local.queued(),
             // What the host last found short is this request's only where it declared memory
             // the host weighs: another request of this process may have left it.
-            memory: blockers
-                .memory
-                .filter(|_| inner.live_memory(want).is_some()),
+            memory: match blockers.memory {
+                Some(memory) if inner.live_memory(want).is_some() => Some(memory),
+                _ => None,
+            },
         }))
     }
 }
 
 /// The distinct items of `items`, in the order first seen, each with how many times it came.
-fn count_equal<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<(T, usize)> {
+fn count_equal<T: PartialEq>(items: Vec<T>) -> Vec<(T, usize)> {
     let mut out: Vec<(T, usize)> = Vec::new();
-    for item in items {
-        match out.iter_mut().find(|(seen, _)| *seen == item) {
-            Some((_, n)) => *n += 1,
-            None => out.push((item, 1)),
+    'items: for item in items {
+        for (seen, n) in out.iter_mut() {
+            if *seen == item {
+                *n += 1;
+                continue 'items;
+            }
         }
+        out.push((item, 1));
     }
     out
 }

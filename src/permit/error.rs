@@ -448,18 +448,21 @@ impl fmt::Display for WaitTimeout {
             );
         }
         // (Holders without a record have no known hold time.)
-        let running: Vec<&Holder> = self
-            .holders
-            .iter()
-            .filter(|h| !h.stopped && h.recorded)
-            .collect();
         // (Hold times come from millisecond records: allow for their rounding. A hold time
         // that cannot be told is no sign of being stuck.)
-        let whole_wait = |h: &&Holder| {
-            h.held_for
-                .is_some_and(|held| held + Duration::from_millis(50) >= self.waited)
-        };
-        if !running.is_empty() && running.iter().all(whole_wait) {
+        let mut running = 0;
+        let mut all_whole_wait = true;
+        for h in &self.holders {
+            if h.stopped || !h.recorded {
+                continue;
+            }
+            running += 1;
+            match h.held_for {
+                Some(held) if held + Duration::from_millis(50) >= self.waited => {}
+                _ => all_whole_wait = false,
+            }
+        }
+        if running > 0 && all_whole_wait {
             // Nothing changed hands while this test waited: stuck rather than busy.
             write!(
                 f,

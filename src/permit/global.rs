@@ -64,7 +64,10 @@ impl PermitPool {
                     },
                 }
             }
-            let gpus = cfg.gpus.map_or_else(detected_gpus, |g| g.get());
+            let gpus = match cfg.gpus {
+                Some(g) => g.get(),
+                None => detected_gpus(),
+            };
             let mut b = PermitPool::builder()
                 .concurrency(cfg.concurrency.get())
                 .gpus(gpus)
@@ -103,37 +106,42 @@ impl PermitPool {
         b.memory_budget = cfg.gpu_memory;
         b.probe_budget = true;
         b.placement = cfg.placement;
-        let host = HostSlots::open(&dir, layout).and_then(|host| {
-            crate::host::let_other_users_probe(&dir);
-            if let Some((other, unknown)) = crate::host::other_share_dir_in_use(&inherited.permit) {
-                let seen = match unknown {
-                    None => format!("{} is in use", other.display()),
-                    Some(why) => format!(
-                        "whether {} is in use cannot be told ({why}), so it counts as in use; \
-                         once no process uses it, its owner or root may remove it",
-                        other.display()
-                    ),
-                };
-                Err(HostError::Inherited(format!(
-                    "processes of another user work inside the permit inherited through \
-                     {INHERITED_VAR} now ({seen}), and each user's processes would share its \
-                     units apart from the others': run the processes inside one permit as one \
-                     user"
-                )))
-            } else if host.layout() == layout {
-                Ok(host)
-            } else {
-                // Only a process of another tree could have set it: never work in more units
-                // than the parent holds.
-                Err(HostError::Inherited(format!(
-                    "the directory {} in which the processes inside the permit inherited \
-                     through {INHERITED_VAR} share it serves {}, not the permit's {layout}; \
-                     remove it once no process uses it",
-                    dir.display(),
-                    host.layout()
-                )))
+        let host = match HostSlots::open(&dir, layout) {
+            Err(e) => Err(e),
+            Ok(host) => {
+                crate::host::let_other_users_probe(&dir);
+                if let Some((other, unknown)) =
+                    crate::host::other_share_dir_in_use(&inherited.permit)
+                {
+                    let seen = match unknown {
+                        None => format!("{} is in use", other.display()),
+                        Some(why) => format!(
+                            "whether {} is in use cannot be told ({why}), so it counts as in use; \
+                             once no process uses it, its owner or root may remove it",
+                            other.display()
+                        ),
+                    };
+                    Err(HostError::Inherited(format!(
+                        "processes of another user work inside the permit inherited through \
+                         {INHERITED_VAR} now ({seen}), and each user's processes would share its \
+                         units apart from the others': run the processes inside one permit as one \
+                         user"
+                    )))
+                } else if host.layout() == layout {
+                    Ok(host)
+                } else {
+                    // Only a process of another tree could have set it: never work in more units
+                    // than the parent holds.
+                    Err(HostError::Inherited(format!(
+                        "the directory {} in which the processes inside the permit inherited \
+                         through {INHERITED_VAR} share it serves {}, not the permit's {layout}; \
+                         remove it once no process uses it",
+                        dir.display(),
+                        host.layout()
+                    )))
+                }
             }
-        });
+        };
         match host {
             Ok(host) => b.finish(Some(host), None, Some(inherited)),
             Err(e) => b.finish(None, Some(e), Some(inherited)),
@@ -147,10 +155,13 @@ impl PermitPool {
 fn detected_gpus() -> usize {
     #[cfg(feature = "cuda")]
     {
-        crate::probe::probe(crate::probe::Backend::Cuda)
+        match crate::probe::probe(crate::probe::Backend::Cuda)
             .outcome
             .devices()
-            .map_or(1, |d| d.len().max(1))
+        {
+            Some(d) => d.len().max(1),
+            None => 1,
+        }
     }
     #[cfg(not(feature = "cuda"))]
     {

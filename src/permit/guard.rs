@@ -280,16 +280,18 @@ impl GpuTestPermit {
             return (0..gpus).collect();
         }
         if self.seat().gpus.load(Ordering::Relaxed) <= 1 {
-            return self.device().into_iter().collect();
+            return match self.device() {
+                Some(device) => vec![device],
+                None => Vec::new(),
+            };
         }
-        let mut devices: Vec<usize> = pool
-            .held_slots(self.seat)
-            .into_iter()
-            .map(|s| match &pool.inherited {
-                Some(inherited) => inherited.gpu_of(s),
-                None => s % pool.gpus.max(1),
-            })
-            .collect();
+        let mut devices = pool.held_slots(self.seat);
+        for slot in devices.iter_mut() {
+            *slot = match &pool.inherited {
+                Some(inherited) => inherited.gpu_of(*slot),
+                None => *slot % pool.gpus.max(1),
+            };
+        }
         crate::order::sort_dedup(&mut devices);
         devices
     }
@@ -329,7 +331,6 @@ impl GpuTestPermit {
     /// ```
     pub fn pass_to(&self, cmd: &mut std::process::Command) -> std::io::Result<()> {
         use crate::config::{INHERITED_VAR, InheritedPermit, InheritedSlot};
-        let unsupported = |what: &str| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
         let pool = self.pool();
         let Some(host) = &pool.host else {
             return Err(unsupported(
@@ -339,8 +340,9 @@ impl GpuTestPermit {
         let mut slots = Vec::new();
         for index in pool.held_slots(self.seat) {
             let file = host.slot_file(index);
-            let (dev, ino) = crate::sys::file_identity(file)
-                .ok_or_else(|| unsupported("slot files have no identity to check here"))?;
+            let Some((dev, ino)) = crate::sys::file_identity(file) else {
+                return Err(unsupported("slot files have no identity to check here"));
+            };
             let fd = crate::sys::pass_to_child(cmd, file)?;
             let slot = InheritedSlot::new(index, fd, dev, ino);
             // Inside an inherited permit these are the slots its processes share: named with
@@ -500,8 +502,14 @@ impl Drop for EnteredPermit<'_> {
     fn drop(&mut self) {
         let entry = self.entry;
         with_thread_permits(|v| {
-            if let Some(pos) = v.iter().rposition(|e| *e == entry) {
-                v.remove(pos);
+            // Its latest entry (a permit entered twice has two).
+            let mut i = v.len();
+            while i > 0 {
+                i -= 1;
+                if v[i] == entry {
+                    v.remove(i);
+                    break;
+                }
             }
         });
     }
@@ -513,4 +521,9 @@ impl fmt::Debug for EnteredPermit<'_> {
             .field("permit", self.permit)
             .finish()
     }
+}
+
+/// The error of what this system or pool cannot do.
+fn unsupported(what: &str) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::Unsupported, what)
 }

@@ -45,10 +45,12 @@ impl Inherited {
             return index;
         }
         let k = self.devices.len().max(1);
-        self.devices
-            .get(index % k)
-            .and_then(|&g| self.permit.slots_on(g).get(index / k).map(|s| s.index))
-            .unwrap_or(index)
+        if let Some(&g) = self.devices.get(index % k)
+            && let Some(slot) = self.permit.slots_on(g).get(index / k)
+        {
+            return slot.index;
+        }
+        index
     }
 
     /// The GPU shared slot `index` is for, as the parent numbers its GPUs.

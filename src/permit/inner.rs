@@ -2,6 +2,7 @@
 //! all point at, with what the acquisition and release paths read and write in it. Below the
 //! guards and the pool's public face; it knows neither.
 
+use std::path::Path;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -135,20 +136,31 @@ impl PoolInner {
                 // The global pool only: a pool from the builder has the budget it was given.
                 None if self.probe_budget => probed_memory(false),
                 None => None,
-            }
-            .filter(|&b| b > 0);
+            };
+            let own = match own {
+                Some(b) if b > 0 => Some(b),
+                _ => None,
+            };
             // Processes sharing host slots convert with one budget, as they share one N.
             let agreed = match &self.host {
                 Some(host) => host.agree_on_budget(own),
                 None => own,
             };
             let (limit, _) = self.unit_limit();
-            agreed.map(|bytes| Budget::new(bytes, self.units_per_gpu(), limit))
+            Some(Budget::new(agreed?, self.units_per_gpu(), limit))
         })
     }
 }
 
 impl PoolInner {
+    /// The pool's slot directory, where it has host slots.
+    pub(super) fn slot_dir(&self) -> Option<&Path> {
+        match &self.host {
+            Some(host) => Some(host.dir()),
+            None => None,
+        }
+    }
+
     /// The host slots held by the permit in `seat` (see [`GpuTestPermit::slots`]).
     pub(super) fn held_slots(&self, seat: usize) -> Vec<usize> {
         let s = &self.seats[seat];
@@ -226,7 +238,7 @@ impl PoolInner {
         // Before the slots go: the release's run record is stamped now, so that no record
         // shows this permit beside the next holder of its slots.
         let releasing = pool.observers.releasing(returned.held);
-        let slot_dir = pool.host.as_ref().map(|h| h.dir());
+        let slot_dir = pool.slot_dir();
         let went_back = pool.return_slots(&returned.slots);
         pool.observers.released(
             releasing,

@@ -43,7 +43,14 @@ impl Learned {
     /// Notes that test `key` holds a learned permit in `seat`, of `generation`.
     pub(super) fn hold(&self, key: String, seat: usize, generation: u64) {
         let mut held = self.held.lock();
-        held.retain(|(_, s, _)| *s != seat);
+        let mut i = 0;
+        while i < held.len() {
+            if held[i].1 == seat {
+                held.remove(i);
+            } else {
+                i += 1;
+            }
+        }
         held.push((key, seat, generation));
     }
 
@@ -52,19 +59,18 @@ impl Learned {
     /// are forgotten on the way.
     pub(super) fn join_held(&self, key: &str, join: impl Fn(usize, u64) -> bool) -> Option<usize> {
         let mut held = self.held.lock();
-        let mut found = None;
-        held.retain(|(test, seat, generation)| {
-            if test != key || found.is_some() {
-                return true;
-            }
-            if join(*seat, *generation) {
-                found = Some(*seat);
-                true
+        let mut i = 0;
+        while i < held.len() {
+            let (seat, generation) = (held[i].1, held[i].2);
+            if held[i].0 != key {
+                i += 1;
+            } else if join(seat, generation) {
+                return Some(seat);
             } else {
-                false
+                held.remove(i);
             }
-        });
-        found
+        }
+        None
     }
 }
 

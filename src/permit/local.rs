@@ -37,6 +37,14 @@ pub(crate) enum Deadline {
 }
 
 impl Deadline {
+    /// Until `deadline`, or forever where there is none.
+    pub(crate) fn until(deadline: Option<Instant>) -> Deadline {
+        match deadline {
+            Some(t) => Deadline::At(t),
+            None => Deadline::Never,
+        }
+    }
+
     pub(crate) fn resolve(self, start: Instant) -> Option<Instant> {
         match self {
             Deadline::Now => Some(start),

@@ -157,16 +157,19 @@ pub(super) struct Release<'a> {
 impl Observers {
     /// The observers of a pool: opens its trace (saying so where it cannot).
     pub(super) fn new(pool: Pool<'_>) -> Observers {
-        let tracer = pool.trace.and_then(|p| match Tracer::open(p) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                crate::notice::line(&format!(
-                    "cannot open trace file {} ({e}); tracing is off",
-                    p.display()
-                ));
-                None
-            }
-        });
+        let tracer = match pool.trace {
+            None => None,
+            Some(p) => match Tracer::open(p) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    crate::notice::line(&format!(
+                        "cannot open trace file {} ({e}); tracing is off",
+                        p.display()
+                    ));
+                    None
+                }
+            },
+        };
         Observers {
             records: !pool.inherited && (pool.records || crate::runs::nextest_run().is_some()),
             hint: !pool.inherited,
@@ -202,7 +205,11 @@ impl Observers {
         // Only pay for wall clocks where something records them: the uncontended in-process
         // path reads no clock but the coarse one.
         Asking {
-            wall: self.tracer.as_ref().map(|_| SystemTime::now()),
+            wall: if self.tracer.is_some() {
+                Some(SystemTime::now())
+            } else {
+                None
+            },
         }
     }
 
@@ -295,10 +302,14 @@ impl Observers {
         {
             unwatch(h.watch);
         }
-        let stamped = self.tracer.is_some() || held.as_ref().is_some_and(|h| h.run_hold != 0);
+        let stamped = self.tracer.is_some() || matches!(&held, Some(h) if h.run_hold != 0);
         Releasing {
             held,
-            at: stamped.then(SystemTime::now),
+            at: if stamped {
+                Some(SystemTime::now())
+            } else {
+                None
+            },
         }
     }
 

@@ -65,9 +65,12 @@ fn retry_alone() -> bool {
     static ALONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ALONE.get_or_init(|| {
         let cfg = crate::config::Config::global();
-        let Some(n) = cfg.nextest.as_ref().filter(|n| n.is_retry()) else {
+        let Some(n) = &cfg.nextest else {
             return false;
         };
+        if !n.is_retry() {
+            return false;
+        }
         if cfg.retry != crate::config::RetryMode::Alone {
             return false;
         }
@@ -87,7 +90,7 @@ impl fmt::Debug for PermitPool {
         f.debug_struct("PermitPool")
             .field("concurrency", &self.concurrency())
             .field("gpus", &self.gpus())
-            .field("slot_dir", &self.inner().host.as_ref().map(|h| h.dir()))
+            .field("slot_dir", &self.inner().slot_dir())
             .field("timeout", &self.inner().timeout)
             .finish_non_exhaustive()
     }
@@ -184,7 +187,7 @@ impl PermitPool {
     /// # Ok::<(), gpu_test_permit::host::HostError>(())
     /// ```
     pub fn slot_dir(&self) -> Option<&Path> {
-        self.inner().host.as_ref().map(|h| h.dir())
+        self.inner().slot_dir()
     }
 
     /// Takes a shared permit, waiting up to the pool's deadline.
@@ -386,10 +389,7 @@ impl PermitPool {
         kind: PermitKind,
         deadline: Option<Instant>,
     ) -> Result<GpuTestPermit, AcquireError> {
-        self.acquire_inner(
-            Want::of(kind),
-            deadline.map_or(Deadline::Never, Deadline::At),
-        )
+        self.acquire_inner(Want::of(kind), Deadline::until(deadline))
     }
 
     #[inline]
@@ -612,7 +612,7 @@ impl PermitPool {
                     memory: shaped.want.memory,
                     budget: inner.budget_bytes(),
                 },
-                slot_dir: inner.host.as_ref().map(|h| h.dir()),
+                slot_dir: inner.slot_dir(),
                 slots: &taken.slots,
                 at: taken.at,
                 waited: taken.waited,
@@ -673,13 +673,13 @@ impl PermitPool {
     /// arrival order. Returns when its wait began (`None`: it did not wait).
     fn seat_in_process(&self, s: &Shaped, wait: Deadline) -> Result<Option<Instant>, AcquireError> {
         let inner = self.inner();
-        inner
-            .local
-            .acquire(s.units, wait)
-            .map_err(|LocalTimeout { since }| match wait {
+        match inner.local.acquire(s.units, wait) {
+            Ok(waited_since) => Ok(waited_since),
+            Err(LocalTimeout { since }) => Err(match wait {
                 Deadline::Now => AcquireError::WouldBlock,
                 _ => inner.timeout_error(s.want, since),
-            })
+            }),
+        }
     }
 
     /// Step 3, the slots across processes (a pool with host slots): the request's units of the
@@ -696,10 +696,16 @@ impl PermitPool {
         let (Some(host), Some(names)) = (&inner.host, names) else {
             return Ok(Taken::default());
         };
-        let start = waited_since.unwrap_or_else(Instant::now);
+        let start = match waited_since {
+            Some(since) => since,
+            None => Instant::now(),
+        };
         // When the wait began on the boot clock as well: the queue's order reads it
         // (`queue::order_key`); the grant stamps its own (`HostSlots::write_records`).
-        let boot = crate::clock::boot_now();
+        let (since_boot_ms, boot_id) = match crate::clock::boot_now() {
+            Some(boot) => (Some(boot.ms), boot.boot_id),
+            None => (None, None),
+        };
         let record = HolderRecord {
             gpus: s.gpus,
             pid: crate::sys::pid(),
@@ -707,8 +713,8 @@ impl PermitPool {
             binary: Some(names.binary()),
             thread: names.thread.clone(),
             since_unix_ms: unix_ms(names.since_wall),
-            since_boot_ms: boot.map(|b| b.ms),
-            boot_id: boot.and_then(|b| b.boot_id).map(str::to_string),
+            since_boot_ms,
+            boot_id: boot_id.map(str::to_string),
             exclusive: s.want.exclusive,
             concurrency: inner.layout().per_gpu,
             units: s.units,

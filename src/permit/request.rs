@@ -197,7 +197,7 @@ impl PermitRequest<'_> {
     /// ```
     pub fn acquire_until(self, deadline: Option<Instant>) -> Result<GpuTestPermit, AcquireError> {
         self.pool
-            .acquire_inner(self.want, deadline.map_or(Deadline::Never, Deadline::At))
+            .acquire_inner(self.want, Deadline::until(deadline))
     }
 }
 

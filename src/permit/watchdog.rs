@@ -122,16 +122,12 @@ pub struct HoldTimeout {
 impl HoldTimeout {
     fn new(late: &Entry, all: &[Entry], now: Instant) -> HoldTimeout {
         let w = &late.watched;
-        let listed = |e: &Entry| {
-            (
-                e.watched.test.clone(),
-                e.watched.thread.clone(),
-                now.duration_since(e.since),
-                e.watched.exclusive,
-            )
-        };
-        let mut held_here = vec![listed(late)];
-        held_here.extend(all.iter().filter(|e| e.id != late.id).map(listed));
+        let mut held_here = vec![listed(late, now)];
+        for e in all {
+            if e.id != late.id {
+                held_here.push(listed(e, now));
+            }
+        }
         HoldTimeout {
             holder: w.test.clone(),
             thread: w.thread.clone(),
@@ -252,12 +248,20 @@ impl HoldTimeout {
     }
 }
 
+/// A permit as [`HoldTimeout`] lists it: (holder, thread, held, exclusive).
+fn listed(e: &Entry, now: Instant) -> (String, String, Duration, bool) {
+    (
+        e.watched.test.clone(),
+        e.watched.thread.clone(),
+        now.duration_since(e.since),
+        e.watched.exclusive,
+    )
+}
+
 fn list() -> &'static parking_lot::Mutex<Vec<Entry>> {
     static LIST: OnceLock<parking_lot::Mutex<Vec<Entry>>> = OnceLock::new();
     LIST.get_or_init(|| {
-        std::thread::Builder::new()
-            .name("gpu-test-permit-watchdog".into())
-            .spawn(run)
+        crate::sys::spawn_named("gpu-test-permit-watchdog", run)
             .expect("gpu-test-permit: cannot start the hold-deadline watchdog thread");
         parking_lot::Mutex::new(Vec::new())
     })
@@ -277,7 +281,14 @@ pub(super) fn watch(watched: Watched) -> u64 {
 
 /// Stops watching a returned permit (one handed to a handler is no longer watched).
 pub(super) fn unwatch(id: u64) {
-    list().lock().retain(|e| e.id != id);
+    // Ids are never reused: at most one entry has it.
+    let mut list = list().lock();
+    for i in 0..list.len() {
+        if list[i].id == id {
+            list.remove(i);
+            return;
+        }
+    }
 }
 
 fn run() {
@@ -285,10 +296,14 @@ fn run() {
         let step = {
             let mut list = list().lock();
             let now = Instant::now();
-            if let Some(i) = list
-                .iter()
-                .position(|e| now.duration_since(e.since) > e.watched.deadline)
-            {
+            let mut first_late = None;
+            for (i, e) in list.iter().enumerate() {
+                if now.duration_since(e.since) > e.watched.deadline {
+                    first_late = Some(i);
+                    break;
+                }
+            }
+            if let Some(i) = first_late {
                 let late = HoldTimeout::new(&list[i], &list, now);
                 if let Some(handler) = HANDLER.get() {
                     list.swap_remove(i);
@@ -306,11 +321,11 @@ fn run() {
                 std::process::abort();
             }
             // Check a few times per deadline, at most once a second.
-            list.iter()
-                .map(|e| e.watched.deadline / 4)
-                .min()
-                .unwrap_or(Duration::from_secs(1))
-                .clamp(Duration::from_millis(10), Duration::from_secs(1))
+            let mut step = Duration::from_secs(1);
+            for e in list.iter() {
+                step = step.min(e.watched.deadline / 4);
+            }
+            step.max(Duration::from_millis(10))
         };
         std::thread::sleep(step);
     }

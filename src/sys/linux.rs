@@ -25,8 +25,10 @@ pub(super) fn boot_ms() -> Option<u64> {
         tv_nsec: 0,
     };
     // SAFETY: `ts` is a valid timespec to write to.
-    (unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } == 0)
-        .then(|| ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000)
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) } != 0 {
+        return None;
+    }
+    Some(ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000)
 }
 
 /// The id of the boot that `CLOCK_BOOTTIME` counts from (`/proc/sys/kernel/random/boot_id`),
@@ -44,7 +46,11 @@ pub(super) fn boot_id() -> Option<String> {
     }
     let text = String::from_utf8(bytes).ok()?;
     let id = text.trim();
-    (!id.is_empty()).then(|| id.to_string())
+    if id.is_empty() {
+        None
+    } else {
+        Some(id.to_string())
+    }
 }
 
 /// Space for `len` bytes from the start of `file`, allocated now without changing its length
@@ -90,8 +96,9 @@ impl ChangeWatch {
         // SAFETY: `raw` is a fresh descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         for p in paths {
-            let c = std::ffi::CString::new(p.as_os_str().as_bytes())
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
+            let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"));
+            };
             let mask = libc::IN_MODIFY | libc::IN_CLOSE_WRITE | libc::IN_ATTRIB;
             // SAFETY: `c` is a valid NUL-terminated string; `raw` is our inotify descriptor.
             let wd = unsafe { libc::inotify_add_watch(raw, c.as_ptr(), mask) };
@@ -155,15 +162,20 @@ fn parent_of(pid: u32) -> Option<u32> {
 }
 
 pub(super) fn process_is_stopped(pid: u32) -> bool {
-    stat_after_command(pid)
-        .and_then(|rest| rest.chars().next())
-        .is_some_and(|state| matches!(state, 'T' | 't'))
+    match stat_after_command(pid) {
+        Some(rest) => matches!(rest.chars().next(), Some('T' | 't')),
+        None => false,
+    }
 }
 
 pub(super) fn process_name(pid: u32) -> Option<String> {
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
     let name = comm.trim_end_matches('\n');
-    (!name.is_empty()).then(|| name.to_string())
+    if name.is_empty() {
+        None
+    } else {
+        Some(name.to_string())
+    }
 }
 
 /// Whether `pid` is this process or one of its ancestors, from the parent ids in `/proc`;
@@ -211,26 +223,37 @@ pub(super) fn lock_owner(file: &std::fs::File) -> Option<u32> {
 
 /// The owner in `/proc/locks` text of the `flock` lock on device `major:minor`, inode `ino`.
 fn locks_owner(locks: &str, major: u64, minor: u64, ino: u64) -> Option<u32> {
-    locks.lines().find_map(|line| {
-        // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
-        let mut fields = line.split_whitespace().skip(1);
-        if fields.next()? != "FLOCK" {
-            return None;
+    for line in locks.lines() {
+        if let Some(pid) = flock_owner(line, major, minor, ino) {
+            return Some(pid);
         }
-        let pid: u32 = fields.nth(2)?.parse().ok()?;
-        let mut id = fields.next()?.split(':');
-        let same = u64::from_str_radix(id.next()?, 16).ok()? == major
-            && u64::from_str_radix(id.next()?, 16).ok()? == minor
-            && id.next()?.parse::<u64>().ok()? == ino;
-        (same && pid > 0).then_some(pid)
-    })
+    }
+    None
+}
+
+/// The owner on one `/proc/locks` line of the `flock` lock on device `major:minor`, inode
+/// `ino`; `None` where the line is not that lock's.
+fn flock_owner(line: &str, major: u64, minor: u64, ino: u64) -> Option<u32> {
+    // "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+    let mut fields = line.split_whitespace();
+    fields.next()?;
+    if fields.next()? != "FLOCK" {
+        return None;
+    }
+    let pid: u32 = fields.nth(2)?.parse().ok()?;
+    let mut id = fields.next()?.split(':');
+    let same = u64::from_str_radix(id.next()?, 16).ok()? == major
+        && u64::from_str_radix(id.next()?, 16).ok()? == minor
+        && id.next()?.parse::<u64>().ok()? == ino;
+    (same && pid > 0).then_some(pid)
 }
 
 /// Counted in `/proc/self/fd`.
 pub(super) fn open_descriptors() -> u64 {
-    std::fs::read_dir("/proc/self/fd").map_or(super::DESCRIPTORS_ESTIMATE, |entries| {
-        entries.count() as u64
-    })
+    match std::fs::read_dir("/proc/self/fd") {
+        Ok(entries) => entries.count() as u64,
+        Err(_) => super::DESCRIPTORS_ESTIMATE,
+    }
 }
 
 /// `SIGKILL` for the child when the thread that starts it ends.
@@ -279,10 +302,19 @@ pub(super) fn child_has_exited(
 pub(super) fn mapped_files() -> Option<Vec<String>> {
     let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
     let mut out: Vec<String> = Vec::new();
-    for path in maps.lines().filter_map(|l| l.split_whitespace().nth(5)) {
-        if path.starts_with('/') && !out.iter().any(|p| p == path) {
-            out.push(path.to_string());
+    'lines: for line in maps.lines() {
+        let Some(path) = line.split_whitespace().nth(5) else {
+            continue;
+        };
+        if !path.starts_with('/') {
+            continue;
         }
+        for p in &out {
+            if p == path {
+                continue 'lines;
+            }
+        }
+        out.push(path.to_string());
     }
     Some(out)
 }

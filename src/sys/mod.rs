@@ -169,6 +169,15 @@ pub(crate) fn coarse_elapsed(since: u64) -> Duration {
     Duration::from_nanos(coarse_ns().saturating_sub(since))
 }
 
+/// Starts a thread named `name` that runs `body`, and lets it run on its own: every thread the
+/// crate starts this way shares one copy of the standard library's thread start.
+pub(crate) fn spawn_named(name: &str, body: fn()) -> io::Result<()> {
+    match std::thread::Builder::new().name(name.into()).spawn(body) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// A small number that identifies the calling thread in traces and diagnostics (the kernel
 /// thread id on Linux), cached per thread. The first call on a thread also records its name for
 /// [`thread_name`].
@@ -180,9 +189,10 @@ pub(crate) fn thread_number() -> u64 {
         if c.get() == 0 {
             let n = kernel::raw_thread_number();
             let t = std::thread::current();
-            let name = t
-                .name()
-                .map_or_else(|| format!("{:?}", t.id()), str::to_string);
+            let name = match t.name() {
+                Some(name) => name.to_string(),
+                None => format!("{:?}", t.id()),
+            };
             thread_names().lock().push((n, name));
             c.set(n);
         }
@@ -200,12 +210,14 @@ fn thread_names() -> &'static parking_lot::Mutex<Vec<(u64, String)>> {
 
 /// The name recorded for a [`thread_number`].
 pub(crate) fn thread_name(number: u64) -> String {
-    thread_names()
-        .lock()
-        .iter()
-        .rev()
-        .find(|(n, _)| *n == number)
-        .map_or_else(|| format!("thread {number}"), |(_, name)| name.clone())
+    // The latest entry of that number (the system may reuse a thread's number).
+    let names = thread_names().lock();
+    for (n, name) in names.iter().rev() {
+        if *n == number {
+            return name.clone();
+        }
+    }
+    format!("thread {number}")
 }
 
 /// Creates `dir` (mode 0700 on Unix) if it is missing and checks that it is safe to keep lock
@@ -213,7 +225,8 @@ pub(crate) fn thread_name(number: u64) -> String {
 /// set, owned by this user or root or shared with this user through a group (see the module
 /// docs), and writable by this user.
 pub(crate) fn prepare_dir(dir: &Path) -> Result<(), String> {
-    prepare_dir_with(dir, true).map(drop)
+    prepare_dir_with(dir, true)?;
+    Ok(())
 }
 
 /// [`prepare_dir`], with the write test (a file created and removed) only if `write_test`:
@@ -223,26 +236,34 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<(), String> {
 pub(crate) fn prepare_dir_with(dir: &Path, write_test: bool) -> Result<std::fs::Metadata, String> {
     let meta = match std::fs::symlink_metadata(dir) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            if let Some(parent) = dir.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| {
-                    format!(
-                        "cannot create the parent of slot directory {}: {e}",
-                        dir.display()
-                    )
-                })?;
+            if let Some(parent) = dir.parent()
+                && let Err(e) = std::fs::create_dir_all(parent)
+            {
+                return Err(format!(
+                    "cannot create the parent of slot directory {}: {e}",
+                    dir.display()
+                ));
             }
-            os::create_private_dir(dir).or_else(|e| {
-                if e.kind() == io::ErrorKind::AlreadyExists {
-                    Ok(()) // another process won the race; checked below
-                } else {
-                    Err(format!(
+            match os::create_private_dir(dir) {
+                Ok(()) => {}
+                // Another process won the race; checked below.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(format!(
                         "cannot create slot directory {}: {e}",
                         dir.display()
-                    ))
+                    ));
                 }
-            })?;
-            std::fs::symlink_metadata(dir)
-                .map_err(|e| format!("cannot inspect slot directory {}: {e}", dir.display()))?
+            }
+            match std::fs::symlink_metadata(dir) {
+                Ok(meta) => meta,
+                Err(e) => {
+                    return Err(format!(
+                        "cannot inspect slot directory {}: {e}",
+                        dir.display()
+                    ));
+                }
+            }
         }
         Err(e) => {
             return Err(format!(
@@ -318,7 +339,8 @@ pub(crate) const RENAMES_OPEN_FILES: bool = cfg!(unix);
 /// directories; a new one gets the directory's group and the mode the directory is shared with
 /// (group and, in a world-writable directory, others read and write), whatever the umask.
 pub(crate) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<File> {
-    os::open_lock_file(path, shared_dir).map(|(file, _)| file)
+    let (file, _) = os::open_lock_file(path, shared_dir)?;
+    Ok(file)
 }
 
 /// [`open_lock_file`], with the file's length when it was opened.
@@ -347,9 +369,10 @@ pub(crate) fn open_regular_for_reading(path: &Path) -> io::Result<File> {
 /// anything but a regular file.
 fn open_regular_no_follow(mut opts: OpenOptions, path: &Path) -> io::Result<File> {
     os::no_follow_no_block(&mut opts);
-    let file = opts
-        .open(path)
-        .map_err(|e| os::explain_open_error(path, e))?;
+    let file = match opts.open(path) {
+        Ok(file) => file,
+        Err(e) => return Err(os::explain_open_error(path, e)),
+    };
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {
         return Err(not_a_regular_file(&meta));
@@ -389,24 +412,33 @@ pub(crate) fn open_regular_for_append(path: &Path) -> io::Result<File> {
     let mut opts = OpenOptions::new();
     opts.append(true);
     os::no_block(&mut opts);
-    let file = opts.open(path).map_err(|e| {
+    let file = match opts.open(path) {
+        Ok(file) => file,
         // A FIFO without a reader answers ENXIO, a directory EISDIR: say what the name is.
-        match std::fs::metadata(path) {
-            Ok(meta) if !meta.file_type().is_file() => special_file(&meta),
-            Err(_) if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_symlink()) => {
-                io::Error::new(
+        Err(e) => {
+            return Err(match std::fs::metadata(path) {
+                Ok(meta) if !meta.file_type().is_file() => special_file(&meta),
+                Err(_) if is_symlink(path) => io::Error::new(
                     e.kind(),
                     "a symbolic link to nothing (a file is not created at a link's target)",
-                )
-            }
-            _ => e,
+                ),
+                _ => e,
+            });
         }
-    })?;
+    };
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {
         return Err(special_file(&meta));
     }
     Ok(file)
+}
+
+/// Whether `path` names a symbolic link (the link itself, not followed).
+fn is_symlink(path: &Path) -> bool {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => m.is_symlink(),
+        Err(_) => false,
+    }
 }
 
 /// Opens a file for reading without blocking on a FIFO or device at its name (a symbolic link
@@ -462,7 +494,10 @@ fn not_a_regular_file(meta: &std::fs::Metadata) -> io::Error {
 /// Whether a directory is meant to be shared by several users (world- or group-writable);
 /// never where files have no such modes (not on Unix).
 pub(crate) fn is_shared_dir(dir: &Path) -> bool {
-    std::fs::metadata(dir).is_ok_and(|meta| is_shared_dir_meta(&meta))
+    match std::fs::metadata(dir) {
+        Ok(meta) => is_shared_dir_meta(&meta),
+        Err(_) => false,
+    }
 }
 
 /// [`is_shared_dir`] for a directory already inspected.
@@ -553,7 +588,10 @@ pub(crate) fn same_file(path: &Path, file: &File) -> bool {
 /// may remove it as its own leftover. Always true where files have no owners to compare (not on
 /// Unix).
 pub(crate) fn is_own_file(file: &File) -> bool {
-    file.metadata().is_ok_and(|m| owned_by_this_user(&m))
+    match file.metadata() {
+        Ok(m) => owned_by_this_user(&m),
+        Err(_) => false,
+    }
 }
 
 /// Waits for a change to a set of files: a write to any of them, or the last close of a file
@@ -574,7 +612,7 @@ impl std::fmt::Debug for ChangeWatch {
 impl ChangeWatch {
     /// Starts watching `paths`. Changes that happen after this returns are never missed.
     pub(crate) fn new(paths: &[&Path]) -> io::Result<ChangeWatch> {
-        kernel::ChangeWatch::new(paths).map(ChangeWatch)
+        Ok(ChangeWatch(kernel::ChangeWatch::new(paths)?))
     }
 
     /// Blocks until a change is seen or `timeout` passes. Returns whether a change was seen.
@@ -765,7 +803,7 @@ impl Library {
     /// Loads `name` (a file name searched as the platform does, e.g. `libnvidia-ml.so.1`);
     /// `None` when it is not there.
     pub(crate) fn open(name: &std::ffi::CStr) -> Option<Library> {
-        os::open_library(name).map(Library)
+        Some(Library(os::open_library(name)?))
     }
 
     /// The address of `symbol`, to be cast to its function type by the caller.

@@ -41,21 +41,25 @@ const ALTERNATIVES: usize = 16;
 ///
 /// Returns the directory and, when it is not `name`, a line saying why.
 fn choose_private_dir(base: &Path, name: &str, me: u32) -> (PathBuf, Option<String>) {
-    let candidate = |i: usize| match i {
-        0 => base.join(name),
-        i => base.join(format!("{name}-{i}")),
-    };
-    let owner = |p: &Path| std::fs::symlink_metadata(p).map(|m| m.uid());
-    let primary = candidate(0);
-    let ours = (0..=ALTERNATIVES)
-        .map(candidate)
-        .find(|p| matches!(owner(p), Ok(uid) if uid == me || uid == 0));
-    let free = || {
-        (0..=ALTERNATIVES)
-            .map(candidate)
-            .find(|p| matches!(owner(p), Err(e) if e.kind() == io::ErrorKind::NotFound))
-    };
-    let Some(dir) = ours.or_else(free) else {
+    let primary = candidate(base, name, 0);
+    let mut chosen = None;
+    for i in 0..=ALTERNATIVES {
+        let p = candidate(base, name, i);
+        if matches!(owner(&p), Ok(uid) if uid == me || uid == 0) {
+            chosen = Some(p);
+            break;
+        }
+    }
+    if chosen.is_none() {
+        for i in 0..=ALTERNATIVES {
+            let p = candidate(base, name, i);
+            if matches!(owner(&p), Err(e) if e.kind() == io::ErrorKind::NotFound) {
+                chosen = Some(p);
+                break;
+            }
+        }
+    }
+    let Some(dir) = chosen else {
         return (primary, None);
     };
     if dir == primary {
@@ -72,6 +76,19 @@ fn choose_private_dir(base: &Path, name: &str, me: u32) -> (PathBuf, Option<Stri
         dir.display()
     );
     (dir, Some(note))
+}
+
+/// Candidate `i` of [`choose_private_dir`]: `name`, then `name-i`, in `base`.
+fn candidate(base: &Path, name: &str, i: usize) -> PathBuf {
+    match i {
+        0 => base.join(name),
+        i => base.join(format!("{name}-{i}")),
+    }
+}
+
+/// The owner of `p` (a symbolic link's own).
+fn owner(p: &Path) -> io::Result<u32> {
+    Ok(std::fs::symlink_metadata(p)?.uid())
 }
 
 fn effective_uid() -> u32 {
@@ -200,10 +217,10 @@ pub(super) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<(File,
 /// The mode of a lock file in a shared directory: read and write for whoever may write the
 /// directory (its group, and everyone in a world-writable sticky one).
 fn shared_file_mode(path: &Path) -> u32 {
-    let dir_mode = path
-        .parent()
-        .and_then(|d| std::fs::metadata(d).ok())
-        .map_or(0o020, |m| m.mode());
+    let dir_mode = match parent_metadata(path) {
+        Some(m) => m.mode(),
+        None => 0o020,
+    };
     let mut mode = 0o600;
     if dir_mode & 0o020 != 0 {
         mode |= 0o060;
@@ -224,11 +241,16 @@ fn share_with_group(file: &File, meta: &std::fs::Metadata, path: &Path, mode: u3
     if meta.mode() & 0o777 != mode {
         let _ = file.set_permissions(std::fs::Permissions::from_mode(mode));
     }
-    if let Some(dir) = path.parent().and_then(|d| std::fs::metadata(d).ok())
+    if let Some(dir) = parent_metadata(path)
         && dir.gid() != meta.gid()
     {
         let _ = std::os::unix::fs::fchown(file, None, Some(dir.gid()));
     }
+}
+
+/// The metadata of the directory `path` is in.
+fn parent_metadata(path: &Path) -> Option<std::fs::Metadata> {
+    std::fs::metadata(path.parent()?).ok()
 }
 
 pub(super) fn open_private_file(dir: &Path, name: &str) -> Option<File> {
@@ -447,11 +469,13 @@ pub(super) fn stdin_carries_token(pipe: (u64, u64), token: &str) -> bool {
     let mut buf = [0u8; 64];
     // SAFETY: reads into a valid buffer of its length.
     let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-    usize::try_from(n)
-        .ok()
-        .and_then(|n| buf.get(..n))
-        .and_then(|got| got.strip_suffix(b"\n"))
-        == Some(token.as_bytes())
+    let Ok(n) = usize::try_from(n) else {
+        return false;
+    };
+    match buf.get(..n) {
+        Some(got) => got.strip_suffix(b"\n") == Some(token.as_bytes()),
+        None => false,
+    }
 }
 
 /// Straight to fd 1: std's stdout buffer is not flushed by `_exit`.
@@ -511,13 +535,20 @@ pub(super) fn exit_status(code: i32) -> ExitStatus {
 }
 
 pub(super) fn file_identity(file: &File) -> Option<(u64, u64)> {
-    file.metadata().ok().map(|m| (m.dev(), m.ino()))
+    match file.metadata() {
+        Ok(m) => Some((m.dev(), m.ino())),
+        Err(_) => None,
+    }
 }
 
 pub(super) fn inherited_file(fd: u64, identity: (u64, u64)) -> io::Result<File> {
     use std::os::fd::FromRawFd;
-    let fd = libc::c_int::try_from(fd)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "no such descriptor"))?;
+    let Ok(fd) = libc::c_int::try_from(fd) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no such descriptor",
+        ));
+    };
     // SAFETY: `fcntl` with `F_DUPFD_CLOEXEC` takes any number and fails with EBADF for one that
     // is not open; it touches no memory.
     let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
