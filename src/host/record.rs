@@ -237,8 +237,13 @@ fn truncate(s: &mut String, limit: usize) {
 }
 
 pub(super) fn read_record(file: &File) -> Option<HolderRecord> {
+    read_decoded(file)?.ok().flatten()
+}
+
+/// The holder record in slot file `file`, decoded: `None` where it cannot be read.
+pub(super) fn read_decoded(file: &File) -> Option<Result<Option<HolderRecord>, String>> {
     let buf = read_start(file, RECORD_LEN)?;
-    HolderRecord::decode(&buf).ok().flatten()
+    Some(HolderRecord::decode(&buf))
 }
 
 /// The first `len` bytes of `file` (fewer if it is shorter).
