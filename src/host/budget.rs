@@ -68,7 +68,10 @@ pub(super) fn agree_on_budget(dir: &Path, own: Option<u64>) -> Option<u64> {
             }
         }
     };
-    let read = || read_start(&file, BUDGET_LEN).map(|raw| decode_budget(&raw));
+    let read = || match read_start(&file, BUDGET_LEN) {
+        Some(raw) => Some(decode_budget(&raw)),
+        None => None,
+    };
     let mut recorded = read();
     if !locked && matches!(recorded, Some(Ok(Some(_)))) {
         // A budget, once recorded, stays until nobody uses the directory, so it can be
@@ -86,9 +89,10 @@ pub(super) fn agree_on_budget(dir: &Path, own: Option<u64>) -> Option<u64> {
         )),
         None => unshared(format!("cannot read the memory budget record {record}")),
         Some(Ok(None)) if !locked => {
-            let by = sys::lock_owner(&file)
-                .map(|pid| format!(" by pid {pid}"))
-                .unwrap_or_default();
+            let by = match sys::lock_owner(&file) {
+                Some(pid) => format!(" by pid {pid}"),
+                None => String::new(),
+            };
             unshared(format!(
                 "the memory budget record {record} has been kept locked{by} for {}s without \
                      a budget in it (by a process stopped while it agreed on one, or one that \
@@ -123,7 +127,9 @@ pub(super) fn agree_on_budget(dir: &Path, own: Option<u64>) -> Option<u64> {
 
 /// `recorded`, the directory's budget, saying so once when `own` differs.
 fn adopt_budget(dir: &Path, recorded: u64, own: Option<u64>) -> Option<u64> {
-    if let Some(own) = own.filter(|&b| b != recorded) {
+    if let Some(own) = own
+        && own != recorded
+    {
         crate::notice::line(&format!(
             "slot directory {} budgets {} of GPU memory per GPU (set by a process using it \
                  now); this process's {} is not used, so that every process turns declarations \

@@ -555,7 +555,7 @@ impl HostSlots {
                 Ok(()) => turn.gate = true,
                 Err(TryLockError::WouldBlock) => {}
                 Err(TryLockError::Error(e)) => {
-                    return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
+                    return Err(HostWaitError::Failed(io_err(&self.gate_path, e)));
                 }
             }
         }
@@ -684,7 +684,7 @@ impl HostSlots {
                 if let Ok(got) = &result {
                     let _ = self.release(got);
                 }
-                return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
+                return Err(HostWaitError::Failed(io_err(&self.gate_path, e)));
             }
         }
         match &result {
