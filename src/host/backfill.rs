@@ -152,7 +152,8 @@ fn shadow_time(now_ms: u64, head: &HeadNeeds<'_>, gpus: &[GpuUnits]) -> Option<u
     times.push(now_ms);
     crate::order::sort_dedup(&mut times);
     for t in times {
-        if head.fits(&avail(gpus, t, true)) {
+        let at_t = avail(gpus, t, true);
+        if head.fits(&at_t) {
             return Some(t);
         }
     }

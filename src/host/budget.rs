@@ -68,9 +68,9 @@ pub(super) fn agree_on_budget(dir: &Path, own: Option<u64>) -> Option<u64> {
             }
         }
     };
-    let read = || match read_start(&file, BUDGET_LEN) {
-        Some(raw) => Some(decode_budget(&raw)),
-        None => None,
+    let read = || {
+        let raw = read_start(&file, BUDGET_LEN)?;
+        Some(decode_budget(&raw))
     };
     let mut recorded = read();
     if !locked && matches!(recorded, Some(Ok(Some(_)))) {

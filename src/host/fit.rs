@@ -125,10 +125,8 @@ pub(crate) fn place(
             }
         }
     }
-    match best {
-        Some((_, gpus)) => Some(gpus),
-        None => None,
-    }
+    let (_, gpus) = best?;
+    Some(gpus)
 }
 
 #[cfg(test)]

@@ -469,21 +469,22 @@ pub(super) fn fd_budget_counted(
     counted: sys::Counted,
 ) -> Result<(), HostError> {
     let needed = layout.slots().saturating_add(FIXED_FILES);
-    sys::ensure_descriptors(needed, counted).map_err(|limits| {
-        HostError::Descriptors(format!(
-            "{layout} needs {needed} open files in every process using slot directory {}, but \
+    let Err(limits) = sys::ensure_descriptors(needed, counted) else {
+        return Ok(());
+    };
+    Err(HostError::Descriptors(format!(
+        "{layout} needs {needed} open files in every process using slot directory {}, but \
              this process may open only {} more (descriptor limit {}, hard limit {}, of which \
              {} are left free for the program itself); lower {} (or \
              GPU_TEST_PERMIT_GPUS), or raise the limit (`ulimit -n`, or `nofile` in \
              /etc/security/limits.conf)",
-            dir.display(),
-            limits.available,
-            limits.soft,
-            limits.hard,
-            limits.headroom,
-            crate::config::Config::global().concurrency_var,
-        ))
-    })
+        dir.display(),
+        limits.available,
+        limits.soft,
+        limits.hard,
+        limits.headroom,
+        crate::config::Config::global().concurrency_var,
+    )))
 }
 
 #[cfg(test)]

@@ -795,7 +795,10 @@ impl HostSlots {
             // read on the boot clock; one that cannot be placed on it is not known.
             let clock = backfill::Clock::now();
             let now = clock.ms();
-            let mut units = vec![backfill::GpuUnits::default(); gpus];
+            let mut units = Vec::with_capacity(gpus);
+            for _ in 0..gpus {
+                units.push(backfill::GpuUnits::default());
+            }
             let mut blank = Vec::new();
             for i in 0..self.slots.len() {
                 let gpu = &mut units[i % gpus];
@@ -983,10 +986,20 @@ impl HostSlots {
             let Some(file) = self.slots[i].opened() else {
                 continue;
             };
-            if let Some(r) = read_record(file)
-                && r.memory.is_some()
-                && !holders.contains(&r)
-            {
+            let Some(r) = read_record(file) else {
+                continue;
+            };
+            if r.memory.is_none() {
+                continue;
+            }
+            let mut counted = false;
+            for h in &holders {
+                if *h == r {
+                    counted = true;
+                    break;
+                }
+            }
+            if !counted {
                 holders.push(r);
             }
         }
@@ -1161,22 +1174,17 @@ impl HostSlots {
             // that can start now. Let go under `gpu0.backfill`, the slots are free all at once
             // to every count (`docs/protocol.md`, 12). Where no request has backfilled, there
             // is no such file, and no lock to take.
-            _ => {
-                let file = match self.backfill_file_if_made() {
-                    Some(f) => Some(f.lock()),
-                    None => None,
-                };
-                let locked = match &file {
-                    Some(f) => sys::lock_within(f, backfill::RELEASE_WAIT),
-                    None => false,
-                };
-                self.slots.release(slots);
-                if let Some(f) = file
-                    && locked
-                {
-                    let _ = f.unlock();
+            _ => match self.backfill_file_if_made() {
+                Some(file) => {
+                    let file = file.lock();
+                    let locked = sys::lock_within(&file, backfill::RELEASE_WAIT);
+                    self.slots.release(slots);
+                    if locked {
+                        let _ = file.unlock();
+                    }
                 }
-            }
+                None => self.slots.release(slots),
+            },
         }
         self.notify();
         true
@@ -1241,7 +1249,8 @@ impl HostSlots {
         let mut probed = false;
         let mut holders = Vec::new();
         let mut unrecorded = Vec::new();
-        for (i, slot) in self.slots.iter().enumerate() {
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
             // Never probe through the slot's file: its description may hold (or be taking) another
             // thread's lock, which a probe would convert and its unlock drop.
             let locked = slot.held.load(Ordering::Acquire) || {
@@ -1278,19 +1287,19 @@ impl HostSlots {
         if let Some(head) = self.head() {
             waiting.push(head);
         }
-        'entries: for entry in wait_entries(&self.dir) {
-            let record = entry.record;
-            if record.pid == std::process::id() {
+        'entries: for entry in &wait_entries(&self.dir) {
+            let pid = entry.record.pid;
+            if pid == std::process::id() {
                 continue;
             }
             for w in &waiting {
-                if w.record.pid == record.pid {
+                if w.record.pid == pid {
                     continue 'entries;
                 }
             }
             waiting.push(WaitingRequest {
-                liveness: Liveness::judge(record.pid, entry.beat_age_ms),
-                record,
+                liveness: Liveness::judge(pid, entry.beat_age_ms),
+                record: entry.record.clone(),
                 head: false,
             });
         }

@@ -118,26 +118,18 @@ impl HolderRecord {
         boot: Option<crate::clock::BootTime>,
         wall_ms: u64,
     ) -> Option<std::time::Duration> {
-        let on_boot_clock = match boot {
-            Some(now) => match self.boot_ms_in(now) {
-                Some(at) => Some((now.ms, at)),
-                None => None,
-            },
-            None => None,
-        };
-        let ms = match on_boot_clock {
-            Some((now_ms, at)) => now_ms.checked_sub(at)?,
-            None => {
-                let ms = wall_ms.checked_sub(self.since_unix_ms)?;
-                // A process that lives now began to wait or hold in this boot.
-                if let Some(now) = boot
-                    && ms > now.ms
-                {
-                    return None;
-                }
-                ms
-            }
-        };
+        if let Some(now) = boot
+            && let Some(at) = self.boot_ms_in(now)
+        {
+            return Some(std::time::Duration::from_millis(now.ms.checked_sub(at)?));
+        }
+        let ms = wall_ms.checked_sub(self.since_unix_ms)?;
+        // A process that lives now began to wait or hold in this boot.
+        if let Some(now) = boot
+            && ms > now.ms
+        {
+            return None;
+        }
         Some(std::time::Duration::from_millis(ms))
     }
 
