@@ -1203,39 +1203,42 @@ impl HostSlots {
             return None;
         }
         let path = self.dir.join(backfill::BACKFILL_FILE);
-        match slot::open_existing_counted(&self.dir, self.layout, &path) {
+        let kept = match slot::open_existing_counted(&self.dir, self.layout, &path) {
             // A backfilling thread of this process may have opened it meanwhile: that one.
             Ok(file) => {
-                let _ = self.backfill_file.set(Some(parking_lot::Mutex::new(file)));
+                let mut file = Some(file);
+                self.keep_backfill_file(&mut || file.take())
             }
             Err(_) => {
                 *missing = Some(Instant::now());
                 return None;
             }
-        }
+        };
         drop(missing);
-        match self.backfill_file.get() {
-            Some(file) => file.as_ref(),
-            None => None,
-        }
+        kept
     }
 
     /// `gpu0.backfill`, opened (made, should it be missing) at its first use by this process.
     fn backfill_lock_file(&self) -> Option<&parking_lot::Mutex<File>> {
-        self.backfill_file
-            .get_or_init(|| {
-                let path = self.dir.join(backfill::BACKFILL_FILE);
-                match slot::open_counted(
-                    &self.dir,
-                    self.layout,
-                    &path,
-                    sys::is_shared_dir(&self.dir),
-                ) {
-                    Ok(file) => Some(parking_lot::Mutex::new(file)),
-                    Err(_) => None,
-                }
-            })
-            .as_ref()
+        self.keep_backfill_file(&mut || {
+            let path = self.dir.join(backfill::BACKFILL_FILE);
+            let shared = sys::is_shared_dir(&self.dir);
+            slot::open_counted(&self.dir, self.layout, &path, shared).ok()
+        })
+    }
+
+    /// `gpu0.backfill` as this process keeps it: what `open` gives (`None`: it cannot be
+    /// had), called only where no thread of this process has set it yet. The one place that
+    /// sets it.
+    fn keep_backfill_file(
+        &self,
+        open: &mut dyn FnMut() -> Option<File>,
+    ) -> Option<&parking_lot::Mutex<File>> {
+        let kept = self.backfill_file.get_or_init(|| {
+            let file = open()?;
+            Some(parking_lot::Mutex::new(file))
+        });
+        kept.as_ref()
     }
 
     fn notify(&self) {
