@@ -890,25 +890,30 @@ impl HostSlots {
         }
         // GPU by GPU, in the groups' order: for one GPU, best fit stops at a GPU with exactly
         // the units asked for free (none fits more tightly), and probes no further.
-        let mut free: Vec<Vec<usize>> = vec![Vec::new(); gpus];
+        let mut free: Vec<Vec<usize>> = Vec::with_capacity(gpus);
+        for _ in 0..gpus {
+            free.push(Vec::new());
+        }
         let mut perfect = None;
-        'probe: for &gpu in take.topology.groups().iter().flatten() {
-            for i in (gpu..self.slots.len()).step_by(gpus) {
-                if self.slots.lock(i)? {
-                    self.slots.unlock_unrecorded(&[i]);
-                    free[gpu].push(i);
+        'probe: for group in take.topology.groups() {
+            for &gpu in group {
+                for i in (gpu..self.slots.len()).step_by(gpus) {
+                    if self.slots.lock(i)? {
+                        self.slots.unlock_unrecorded(&[i]);
+                        free[gpu].push(i);
+                    }
                 }
-            }
-            // A GPU whose memory is short now counts as full.
-            if free[gpu].len() >= take.units && !self.has_room(gpu, &free[gpu], take) {
-                free[gpu].clear();
-            }
-            if take.gpus == 1
-                && take.placement == Placement::BestFit
-                && free[gpu].len() == take.units
-            {
-                perfect = Some(vec![gpu]);
-                break 'probe;
+                // A GPU whose memory is short now counts as full.
+                if free[gpu].len() >= take.units && !self.has_room(gpu, &free[gpu], take) {
+                    free[gpu].clear();
+                }
+                if take.gpus == 1
+                    && take.placement == Placement::BestFit
+                    && free[gpu].len() == take.units
+                {
+                    perfect = Some(vec![gpu]);
+                    break 'probe;
+                }
             }
         }
         let chosen = match perfect {
@@ -936,12 +941,13 @@ impl HostSlots {
             for &i in &free[gpu][..take.units] {
                 match self.slots.lock(i) {
                     Ok(true) => got.push(i),
-                    taken_or_failed => {
+                    Ok(false) => {
                         self.slots.unlock_unrecorded(&got);
-                        return match taken_or_failed {
-                            Err(e) => Err(e),
-                            Ok(_) => Ok(None),
-                        };
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        self.slots.unlock_unrecorded(&got);
+                        return Err(e);
                     }
                 }
             }
