@@ -174,8 +174,8 @@ pub(crate) fn outermost_dir(dir: &std::path::Path) -> PathBuf {
         && let Some(name) = name.to_str()
         && let Some(parent) = dir.parent()
     {
-        let is_share = match name.split_once(".inside") {
-            Some((slot, _)) => slot_index(slot).is_some(),
+        let is_share = match name.find(".inside") {
+            Some(at) => slot_index(&name[..at]).is_some(),
             None => false,
         };
         if !is_share {
