@@ -474,10 +474,10 @@ pub(super) fn fd_budget_counted(
     };
     Err(HostError::Descriptors(format!(
         "{layout} needs {needed} open files in every process using slot directory {}, but \
-             this process may open only {} more (descriptor limit {}, hard limit {}, of which \
-             {} are left free for the program itself); lower {} (or \
-             GPU_TEST_PERMIT_GPUS), or raise the limit (`ulimit -n`, or `nofile` in \
-             /etc/security/limits.conf)",
+         this process may open only {} more (descriptor limit {}, hard limit {}, of which \
+         {} are left free for the program itself); lower {} (or \
+         GPU_TEST_PERMIT_GPUS), or raise the limit (`ulimit -n`, or `nofile` in \
+         /etc/security/limits.conf)",
         dir.display(),
         limits.available,
         limits.soft,
