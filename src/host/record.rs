@@ -1,6 +1,7 @@
 //! The records processes write into the directory's files: holders, waiters, and the
 //! padded fixed-size format they share.
 
+use std::fmt::Write;
 use std::fs::File;
 
 use crate::json::{self, Fields, Object, Record, Value};
@@ -193,12 +194,18 @@ pub(crate) fn escape_controls(text: &str) -> String {
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if needs_escape(c) {
-            for e in c.escape_default() {
-                out.push(e);
-            }
-        } else {
+        if !needs_escape(c) {
             out.push(c);
+            continue;
+        }
+        // What `char::escape_default` writes for the characters escaped here.
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\n' => out.push_str("\\n"),
+            _ => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
         }
     }
     out
