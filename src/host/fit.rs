@@ -34,12 +34,14 @@ impl Topology {
     /// where it is read; this keeps whatever it is given to a usable shape.)
     pub(crate) fn grouped(gpus: usize, groups: &[Vec<usize>]) -> Topology {
         let gpus = gpus.max(1);
-        let mut seen = vec![false; gpus];
+        // The devices a group has taken already.
+        let mut seen: Vec<usize> = Vec::new();
         let mut out: Vec<Vec<usize>> = Vec::new();
         for group in groups {
             let mut g: Vec<usize> = Vec::new();
             for &d in group {
-                if d < gpus && !std::mem::replace(&mut seen[d], true) {
+                if d < gpus && !seen.contains(&d) {
+                    seen.push(d);
                     g.push(d);
                 }
             }
@@ -48,8 +50,8 @@ impl Topology {
                 out.push(g);
             }
         }
-        for (d, &named) in seen.iter().enumerate() {
-            if !named {
+        for d in 0..gpus {
+            if !seen.contains(&d) {
                 out.push(vec![d]);
             }
         }
