@@ -100,14 +100,64 @@ pub(crate) struct HeadNeeds<'a> {
 impl HeadNeeds<'_> {
     /// Whether the head could start with `avail[g]` units free on each GPU.
     fn fits(&self, avail: &[usize]) -> bool {
-        self.groups.iter().any(|group| {
-            group
-                .iter()
-                .filter(|&&g| avail.get(g).is_some_and(|&a| a >= self.units))
-                .count()
-                >= self.gpus
-        })
+        for group in self.groups {
+            let mut enough = 0;
+            for &g in group {
+                if let Some(&a) = avail.get(g)
+                    && a >= self.units
+                {
+                    enough += 1;
+                }
+            }
+            if enough >= self.gpus {
+                return true;
+            }
+        }
+        false
     }
+}
+
+/// The units free at time `t` on each of `gpus`: holders not on record let go now
+/// (`unknown_now`), or never.
+fn avail(gpus: &[GpuUnits], t: u64, unknown_now: bool) -> Vec<usize> {
+    let mut avail = Vec::with_capacity(gpus.len());
+    for g in gpus {
+        let mut units = g.free;
+        for end in &g.ends {
+            let gone = match end {
+                Some(end) => *end <= t,
+                None => unknown_now,
+            };
+            if gone {
+                units += 1;
+            }
+        }
+        avail.push(units);
+    }
+    avail
+}
+
+/// The shadow time: the earliest moment at or after `now_ms` at which the head could start,
+/// holders not on record letting go now and the others when expected (an end already past
+/// counts as now).
+fn shadow_time(now_ms: u64, head: &HeadNeeds<'_>, gpus: &[GpuUnits]) -> Option<u64> {
+    let mut times: Vec<u64> = Vec::new();
+    for g in gpus {
+        for end in &g.ends {
+            if let Some(end) = *end {
+                times.push(end.max(now_ms));
+            }
+        }
+    }
+    times.push(now_ms);
+    crate::order::sort_dedup(&mut times);
+    for t in times {
+        let at_t = avail(gpus, t, true);
+        if head.fits(&at_t) {
+            return Some(t);
+        }
+    }
+    None
 }
 
 /// Whether a request of `units` units on one GPU whose hold time on record is `hold_ms` may
@@ -119,48 +169,34 @@ pub(crate) fn decide(
     units: usize,
     hold_ms: u64,
 ) -> Option<Backfill> {
-    let free: Vec<usize> = gpus.iter().map(|g| g.free).collect();
+    let mut free = Vec::with_capacity(gpus.len());
+    let mut room = false;
+    for g in gpus {
+        free.push(g.free);
+        room |= g.free >= units;
+    }
     // Where it could go; and nothing goes past a head that can start now.
-    if units == 0 || !free.iter().any(|&f| f >= units) || head.fits(&free) {
+    if units == 0 || !room || head.fits(&free) {
         return None;
     }
-    // Units free at time `t`: holders not on record let go now (`unknown_now`), or never.
-    let avail = |t: u64, unknown_now: bool| -> Vec<usize> {
-        gpus.iter()
-            .map(|g| {
-                g.free
-                    + g.ends
-                        .iter()
-                        .filter(|e| match e {
-                            Some(end) => *end <= t,
-                            None => unknown_now,
-                        })
-                        .count()
-            })
-            .collect()
-    };
-    // The shadow time: the earliest the head could start, holders not on record letting go
-    // now and the others when expected (an end already past counts as now).
-    let mut times: Vec<u64> = gpus
-        .iter()
-        .flat_map(|g| g.ends.iter().flatten())
-        .map(|&end| end.max(now_ms))
-        .collect();
-    times.push(now_ms);
-    crate::order::sort_dedup(&mut times);
-    let shadow = times.into_iter().find(|&t| head.fits(&avail(t, true)))?;
+    let shadow = shadow_time(now_ms, head, gpus)?;
     if shadow > now_ms && now_ms.saturating_add(hold_ms) <= shadow {
         return Some(Backfill::Before);
     }
     // Beside: wherever it lands, the head still fits at the shadow time though holders not on
     // record never let go and this request holds on too.
-    let at_shadow = avail(shadow, false);
-    let fits_beside = (0..gpus.len()).filter(|&g| free[g] >= units).all(|g| {
+    let at_shadow = avail(gpus, shadow, false);
+    for (g, &f) in free.iter().enumerate() {
+        if f < units {
+            continue;
+        }
         let mut left = at_shadow.clone();
         left[g] -= units;
-        head.fits(&left)
-    });
-    fits_beside.then_some(Backfill::Beside)
+        if !head.fits(&left) {
+            return None;
+        }
+    }
+    Some(Backfill::Beside)
 }
 
 /// The clock backfilling's arithmetic reads, as read once per count: the boot clock where the
@@ -198,7 +234,7 @@ impl Clock {
             Clock::Boot(now) => r.boot_ms_in(*now)?,
             Clock::Wall(_) => r.since_unix_ms,
         };
-        (at <= self.ms()).then_some(at)
+        if at <= self.ms() { Some(at) } else { None }
     }
 }
 
@@ -212,7 +248,7 @@ pub(crate) fn expected_end(
     now_ms: u64,
 ) -> Option<u64> {
     let end = granted_ms?.saturating_add(hold_ms?);
-    (end > now_ms).then_some(end)
+    if end > now_ms { Some(end) } else { None }
 }
 
 /// The tests' hold times on record, milliseconds (rounded up), by `<binary>::<test>` (how run
@@ -229,10 +265,14 @@ impl HoldTimes {
     pub(crate) fn read(dir: &Path) -> HoldTimes {
         let state = crate::config::Config::global().state_dir_for(dir);
         // Where the state directory could not be made, the slot directory keeps the file.
-        let Some(file) = [state.as_path(), dir]
-            .into_iter()
-            .find_map(|d| sys::open_regular_for_reading(&d.join(TESTS_FILE)).ok())
-        else {
+        let mut found = None;
+        for d in &[state.as_path(), dir] {
+            if let Ok(file) = sys::open_regular_for_reading(&d.join(TESTS_FILE)) {
+                found = Some(file);
+                break;
+            }
+        }
+        let Some(file) = found else {
             return HoldTimes::default();
         };
         let mut buf = vec![0u8; tests_file::READ_LIMIT];
@@ -245,13 +285,11 @@ impl HoldTimes {
 
     /// The hold times of [`TESTS_FILE`]'s lines in `text`, garbage left out.
     fn parse(text: &str) -> HoldTimes {
-        HoldTimes(
-            tests_file::parse(text)
-                .0
-                .into_iter()
-                .map(|t| (t.test, t.us.div_ceil(1000)))
-                .collect(),
-        )
+        let mut times = HashMap::new();
+        for t in tests_file::parse(text).0 {
+            times.insert(t.test, t.us.div_ceil(1000));
+        }
+        HoldTimes(times)
     }
 
     /// The hold time on record of test `test` of binary `binary`.

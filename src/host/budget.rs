@@ -17,7 +17,7 @@ use crate::sys;
 ///
 /// Where no budget can be agreed on, the process converts with its own and says why, in one
 /// line naming the record: the record is not a regular file (a FIFO, a directory or a
-/// link is refused without blocking), holds no budget (a count outside [`BUDGETS`] is no
+/// link is refused without blocking), holds no budget (a count [`is_budget`] refuses is no
 /// GPU's), or stays locked past [`BUDGET_WAIT`] while blank (a locked record that holds a
 /// budget is read anyway: one is only ever rewritten once nobody uses the directory).
 pub(super) fn agree_on_budget(dir: &Path, own: Option<u64>) -> Option<u64> {
@@ -68,13 +68,17 @@ pub(super) fn agree_on_budget(dir: &Path, own: Option<u64>) -> Option<u64> {
             }
         }
     };
-    let read = || read_start(&file, BUDGET_LEN).map(|raw| decode_budget(&raw));
+    let read = || {
+        let raw = read_start(&file, BUDGET_LEN)?;
+        Some(decode_budget(&raw))
+    };
     let mut recorded = read();
-    if !locked && matches!(recorded, Some(Ok(Some(_)))) {
+    if !locked && let Some(Ok(Some(first))) = recorded {
         // A budget, once recorded, stays until nobody uses the directory, so it can be
         // read without the lock; read twice, in case the holder is writing it right now.
         std::thread::sleep(POLL_FIRST);
-        if read() != recorded {
+        let same = matches!(read(), Some(Ok(Some(again))) if again == first);
+        if !same {
             recorded = Some(Ok(None));
         }
     }
@@ -86,9 +90,10 @@ pub(super) fn agree_on_budget(dir: &Path, own: Option<u64>) -> Option<u64> {
         )),
         None => unshared(format!("cannot read the memory budget record {record}")),
         Some(Ok(None)) if !locked => {
-            let by = sys::lock_owner(&file)
-                .map(|pid| format!(" by pid {pid}"))
-                .unwrap_or_default();
+            let by = match sys::lock_owner(&file) {
+                Some(pid) => format!(" by pid {pid}"),
+                None => String::new(),
+            };
             unshared(format!(
                 "the memory budget record {record} has been kept locked{by} for {}s without \
                      a budget in it (by a process stopped while it agreed on one, or one that \
@@ -98,7 +103,7 @@ pub(super) fn agree_on_budget(dir: &Path, own: Option<u64>) -> Option<u64> {
         }
         // None recorded yet: ours, if it is one, is the directory's from now on.
         Some(Ok(None)) => match own {
-            Some(bytes) if !BUDGETS.contains(&bytes) => unshared(format!(
+            Some(bytes) if !is_budget(bytes) => unshared(format!(
                 "this process's memory budget of {bytes} bytes is not recorded in {record}: \
                      it {}, and such a record is taken for a corrupt one",
                 implausible_budget(bytes)
@@ -123,7 +128,9 @@ pub(super) fn agree_on_budget(dir: &Path, own: Option<u64>) -> Option<u64> {
 
 /// `recorded`, the directory's budget, saying so once when `own` differs.
 fn adopt_budget(dir: &Path, recorded: u64, own: Option<u64>) -> Option<u64> {
-    if let Some(own) = own.filter(|&b| b != recorded) {
+    if let Some(own) = own
+        && own != recorded
+    {
         crate::notice::line(&format!(
             "slot directory {} budgets {} of GPU memory per GPU (set by a process using it \
                  now); this process's {} is not used, so that every process turns declarations \
@@ -141,10 +148,8 @@ fn adopt_budget(dir: &Path, recorded: u64, own: Option<u64>) -> Option<u64> {
 /// [`HostSlots::agree_on_budget`]): bytes per GPU, or blank.
 const BUDGET_FILE: &str = "gpu0.budget";
 const BUDGET_LEN: usize = 64;
-/// The budgets a record may hold: a GPU with less than 1 MiB is none, and a record below it
-/// (a forged `1`) would make every memory declaration fail; one above
-/// [`MAX_MEMORY`](crate::config::MAX_MEMORY), 1 PiB, would count every declaration as one unit.
-const BUDGETS: std::ops::RangeInclusive<u64> = (1 << 20)..=crate::config::MAX_MEMORY;
+/// The least budget a record may hold ([`is_budget`]): 1 MiB.
+const LEAST_BUDGET: u64 = 1 << 20;
 /// How long a process waits for the budget record held locked by another before it converts
 /// with its own budget.
 const BUDGET_WAIT: Duration = Duration::from_secs(1);
@@ -155,15 +160,22 @@ fn decode_budget(raw: &[u8]) -> Result<Option<u64>, String> {
         return Ok(None);
     };
     match text.parse::<u64>() {
-        Ok(b) if BUDGETS.contains(&b) => Ok(Some(b)),
+        Ok(b) if is_budget(b) => Ok(Some(b)),
         Ok(b) => Err(format!("{b} bytes {}", implausible_budget(b))),
         Err(_) => Err(format!("{text:?} is no byte count")),
     }
 }
 
-/// Why `bytes`, outside [`BUDGETS`], is no GPU's budget.
+/// Whether `bytes` is a budget a record may hold: a GPU with less than 1 MiB is none, and a
+/// record below it (a forged `1`) would make every memory declaration fail; one above
+/// [`MAX_MEMORY`](crate::config::MAX_MEMORY), 1 PiB, would count every declaration as one unit.
+fn is_budget(bytes: u64) -> bool {
+    matches!(bytes, LEAST_BUDGET..=crate::config::MAX_MEMORY)
+}
+
+/// Why `bytes`, which [`is_budget`] refuses, is no GPU's budget.
 fn implausible_budget(bytes: u64) -> &'static str {
-    if bytes < *BUDGETS.start() {
+    if bytes < LEAST_BUDGET {
         "is below 1 MiB, no GPU's budget"
     } else {
         "is above 1 PiB, no GPU's budget"

@@ -88,8 +88,9 @@ impl std::error::Error for HostError {
     }
 }
 
-pub(super) fn io_err(path: &Path) -> impl FnOnce(io::Error) -> HostError + '_ {
-    move |error| HostError::Io {
+/// `error`, met using slot file `path`.
+pub(super) fn io_err(path: &Path, error: io::Error) -> HostError {
+    HostError::Io {
         path: path.to_path_buf(),
         error,
     }

@@ -34,20 +34,27 @@ impl Topology {
     /// where it is read; this keeps whatever it is given to a usable shape.)
     pub(crate) fn grouped(gpus: usize, groups: &[Vec<usize>]) -> Topology {
         let gpus = gpus.max(1);
-        let mut seen = vec![false; gpus];
+        // The devices a group has taken already.
+        let mut seen: Vec<usize> = Vec::new();
         let mut out: Vec<Vec<usize>> = Vec::new();
         for group in groups {
-            let mut g: Vec<usize> = group
-                .iter()
-                .copied()
-                .filter(|&d| d < gpus && !std::mem::replace(&mut seen[d], true))
-                .collect();
+            let mut g: Vec<usize> = Vec::new();
+            for &d in group {
+                if d < gpus && !seen.contains(&d) {
+                    seen.push(d);
+                    g.push(d);
+                }
+            }
             crate::order::sort(&mut g);
             if !g.is_empty() {
                 out.push(g);
             }
         }
-        out.extend((0..gpus).filter(|&d| !seen[d]).map(|d| vec![d]));
+        for d in 0..gpus {
+            if !seen.contains(&d) {
+                out.push(vec![d]);
+            }
+        }
         Topology { groups: out }
     }
 
@@ -58,7 +65,14 @@ impl Topology {
 
     /// The most GPUs one request can have: the largest group's size.
     pub(crate) fn widest(&self) -> usize {
-        self.groups.iter().map(Vec::len).max().unwrap_or(1)
+        if self.groups.is_empty() {
+            return 1;
+        }
+        let mut widest = 0;
+        for group in &self.groups {
+            widest = widest.max(group.len());
+        }
+        widest
     }
 
     /// Whether the devices are all one group (no topology named).
@@ -78,11 +92,14 @@ pub(crate) fn place(
 ) -> Option<Vec<usize>> {
     let mut best: Option<(usize, Vec<usize>)> = None;
     for group in topology.groups() {
-        let mut fits: Vec<usize> = group
-            .iter()
-            .copied()
-            .filter(|&g| free.get(g).is_some_and(|&f| f >= units))
-            .collect();
+        let mut fits: Vec<usize> = Vec::new();
+        for &g in group {
+            if let Some(&f) = free.get(g)
+                && f >= units
+            {
+                fits.push(g);
+            }
+        }
         if fits.len() < k {
             continue;
         }
@@ -93,17 +110,25 @@ pub(crate) fn place(
             }
             Placement::BestFit => {
                 // Fewest free first; ties to the lower GPU (the sort is stable).
-                crate::order::sort_by_key(&mut fits, |&g| free[g]);
+                crate::order::sort_by(&mut fits, |&a, &b| free[a].cmp(&free[b]));
                 fits.truncate(k);
-                let left: usize = fits.iter().map(|&g| free[g]).sum();
-                if best.as_ref().is_none_or(|(b, _)| left < *b) {
+                let mut left = 0;
+                for &g in &fits {
+                    left += free[g];
+                }
+                let better = match &best {
+                    Some((b, _)) => left < *b,
+                    None => true,
+                };
+                if better {
                     crate::order::sort(&mut fits);
                     best = Some((left, fits));
                 }
             }
         }
     }
-    best.map(|(_, gpus)| gpus)
+    let (_, gpus) = best?;
+    Some(gpus)
 }
 
 #[cfg(test)]

@@ -45,9 +45,10 @@ pub(crate) fn adopt_inherited(
         }
         let held_elsewhere = |what: String| {
             // Held by a process that is not an ancestor: not this process's permit at all.
-            let owner = sys::open_regular_for_reading(&path)
-                .ok()
-                .and_then(|f| sys::lock_owner(&f));
+            let owner = match sys::open_regular_for_reading(&path) {
+                Ok(f) => sys::lock_owner(&f),
+                Err(_) => None,
+            };
             // (A dead owner's lock is kept by its descendants, which may be this process's
             // ancestors: not a leftover.)
             if let Some(owner) = owner
@@ -71,8 +72,14 @@ pub(crate) fn adopt_inherited(
                 path = path.display()
             ))
         };
-        let file = sys::inherited_file(slot.fd, (slot.dev, slot.ino))
-            .map_err(|e| held_elsewhere(format!("this process does not have it ({e})")))?;
+        let file = match sys::inherited_file(slot.fd, (slot.dev, slot.ino)) {
+            Ok(file) => file,
+            Err(e) => {
+                return Err(held_elsewhere(format!(
+                    "this process does not have it ({e})"
+                )));
+            }
+        };
         if !sys::same_file(&path, &file) {
             return Err(held_elsewhere(
                 "that descriptor is not this slot file (removed or replaced)".into(),
@@ -101,7 +108,13 @@ pub(crate) fn adopt_inherited(
 /// it, so one per user), where `<first>` is the permit's first slot. Only one process tree
 /// holds that slot at a time, so the directory is that tree's alone while it uses it.
 pub(crate) fn share_dir(permit: &crate::config::InheritedPermit) -> PathBuf {
-    let first = permit.slots.iter().map(|s| s.index).min().unwrap_or(0);
+    let mut first = match permit.slots.first() {
+        Some(s) => s.index,
+        None => 0,
+    };
+    for s in &permit.slots {
+        first = first.min(s.index);
+    }
     permit
         .dir
         .join(sys::per_user_name(&format!("{}.inside", slot_name(first))))
@@ -123,22 +136,26 @@ pub(crate) fn other_share_dir_in_use(
         // Nothing known of the others: in use, as far as this process can tell.
         Err(e) => return Some((permit.dir.clone(), Some(format!("cannot list it: {e}")))),
     };
-    entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p != &own
-                && p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with(&prefix))
-        })
-        .find_map(|p| match in_use(&p.join("gpu0.layout")) {
-            Probe::Free => None,
-            Probe::Locked => Some((p, None)),
+    for entry in entries {
+        let Ok(entry) = entry else { continue };
+        let p = entry.path();
+        if p == own {
+            continue;
+        }
+        let Some(name) = p.file_name() else { continue };
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(&prefix) {
+            continue;
+        }
+        match in_use(&p.join("gpu0.layout")) {
+            Probe::Free => {}
+            Probe::Locked => return Some((p, None)),
             // Made empty and never used, by a process that died at once: nobody in it.
-            Probe::Unknown(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Probe::Unknown(e) => Some((p, Some(e.to_string()))),
-        })
+            Probe::Unknown(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Probe::Unknown(e) => return Some((p, Some(e.to_string()))),
+        }
+    }
+    None
 }
 
 /// Lets other users probe whether the processes inside a permit use the share directory
@@ -153,11 +170,14 @@ pub(crate) fn let_other_users_probe(dir: &std::path::Path) {
 /// `run`s inside `run`s go), or `dir` itself: the directory whose N is the host's.
 pub(crate) fn outermost_dir(dir: &std::path::Path) -> PathBuf {
     let mut dir = dir;
-    while let (Some(name), Some(parent)) = (dir.file_name().and_then(|n| n.to_str()), dir.parent())
+    while let Some(name) = dir.file_name()
+        && let Some(name) = name.to_str()
+        && let Some(parent) = dir.parent()
     {
-        let is_share = name
-            .split_once(".inside")
-            .is_some_and(|(slot, _)| slot_index(slot).is_some());
+        let is_share = match name.find(".inside") {
+            Some(at) => slot_index(&name[..at]).is_some(),
+            None => false,
+        };
         if !is_share {
             break;
         }

@@ -112,28 +112,33 @@ impl LayoutRecord {
     /// opens the slots. `None` for anything else (other spacing or order, an
     /// escape, a number out of range), which the parser reads as before.
     fn parse_written(text: &str) -> Option<LayoutRecord> {
-        fn number<T: std::str::FromStr>(s: &str) -> Option<(T, &str)> {
-            let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+        /// The number `s` begins with, and what follows it.
+        fn number(s: &str) -> Option<(u64, &str)> {
+            let digits = leading_digits(s);
             // JSON has no leading zeros.
             if digits == 0 || (digits > 1 && s.starts_with('0')) {
                 return None;
             }
             Some((s[..digits].parse().ok()?, &s[digits..]))
         }
-        let (v, rest) = number::<u32>(text.strip_prefix(r#"{"v":"#)?)?;
-        let (per_gpu, rest) = number::<usize>(rest.strip_prefix(r#","per_gpu":"#)?)?;
-        let (gpus, rest) = number::<usize>(rest.strip_prefix(r#","gpus":"#)?)?;
+        let (v, rest) = number(text.strip_prefix(r#"{"v":"#)?)?;
+        let (per_gpu, rest) = number(rest.strip_prefix(r#","per_gpu":"#)?)?;
+        let (gpus, rest) = number(rest.strip_prefix(r#","gpus":"#)?)?;
         let run = match rest {
             "}" => None,
             _ => {
                 let key = rest.strip_prefix(r#","run":""#)?.strip_suffix(r#""}"#)?;
-                let safe = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.');
-                if !key.bytes().all(safe) {
-                    return None;
+                for b in key.bytes() {
+                    if !(b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
+                        return None;
+                    }
                 }
                 Some(key.to_string())
             }
         };
+        let v = u32::try_from(v).ok()?;
+        let per_gpu = usize::try_from(per_gpu).ok()?;
+        let gpus = usize::try_from(gpus).ok()?;
         Some(LayoutRecord {
             v,
             per_gpu,
@@ -151,10 +156,22 @@ pub(super) fn slot_name(i: usize) -> String {
 /// The index of the slot whose file is named `name` ([`slot_name`] exactly), if it is one.
 pub(super) fn slot_index(name: &str) -> Option<usize> {
     let digits = name.strip_prefix("gpu0.slot")?;
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    if digits.is_empty() || leading_digits(digits) != digits.len() {
         return None;
     }
     digits.parse().ok()
+}
+
+/// How many ASCII digits `s` begins with.
+fn leading_digits(s: &str) -> usize {
+    let mut n = 0;
+    for b in s.bytes() {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        n += 1;
+    }
+    n
 }
 
 /// The layout a process asks for.
@@ -195,7 +212,10 @@ impl Layout {
     }
 
     pub(super) fn decode(raw: &[u8]) -> Result<Option<Layout>, String> {
-        Ok(Layout::decode_tagged(raw)?.map(|(layout, _)| layout))
+        match Layout::decode_tagged(raw)? {
+            Some((layout, _)) => Ok(Some(layout)),
+            None => Ok(None),
+        }
     }
 
     /// The layout and the run whose `auto` choice it is.
@@ -266,9 +286,10 @@ pub(super) fn agree_on_layout(
         match file.try_lock() {
             Ok(()) => {
                 let mut buf = [0u8; LAYOUT_LEN];
-                let recorded = sys::read_at_start(file, &mut buf)
-                    .ok()
-                    .and_then(|n| Layout::decode_tagged(&buf[..n]).ok().flatten());
+                let recorded = match sys::read_at_start(file, &mut buf) {
+                    Ok(n) => Layout::decode_tagged(&buf[..n]).ok().flatten(),
+                    Err(_) => None,
+                };
                 // Nobody holds the layout, but the directory is in use while any of its slots
                 // is locked: by a command that inherited it from a `run` killed since, its
                 // background jobs, a child forked without `exec`. Its layout then stays (it is
@@ -280,7 +301,12 @@ pub(super) fn agree_on_layout(
                     _ => false,
                 };
                 let mut busy = None;
-                let mut in_use = || busy.get_or_insert_with(|| slots_in_use(dir)).is_some();
+                let mut in_use = || {
+                    if busy.is_none() {
+                        busy = Some(slots_in_use(dir));
+                    }
+                    matches!(busy, Some(Some(_)))
+                };
                 // The memory budget of its last users goes with them.
                 forget_budget(dir, &mut in_use);
                 let written = if already {
@@ -303,10 +329,15 @@ pub(super) fn agree_on_layout(
                     }
                     Ok(())
                 } else {
-                    let written = fd_budget(dir, wanted).and_then(|()| {
-                        sys::write_at(file, &wanted.encode_for(run.as_deref()), 0)
-                            .map_err(io_err(path))
-                    });
+                    let written = match fd_budget(dir, wanted) {
+                        Ok(()) => {
+                            match sys::write_at(file, &wanted.encode_for(run.as_deref()), 0) {
+                                Ok(()) => Ok(()),
+                                Err(e) => Err(io_err(path, e)),
+                            }
+                        }
+                        Err(e) => Err(e),
+                    };
                     chose = run.is_some() && written.is_ok();
                     wrote |= written.is_ok();
                     written
@@ -317,12 +348,15 @@ pub(super) fn agree_on_layout(
                 written?;
             }
             Err(TryLockError::WouldBlock) => {}
-            Err(TryLockError::Error(e)) => return Err(io_err(path)(e)),
+            Err(TryLockError::Error(e)) => return Err(io_err(path, e)),
         }
         match file.try_lock_shared() {
             Ok(()) => {
                 let mut buf = vec![0u8; LAYOUT_LEN];
-                let n = sys::read_at_start(file, &mut buf).map_err(io_err(path))?;
+                let n = match sys::read_at_start(file, &mut buf) {
+                    Ok(n) => n,
+                    Err(e) => return Err(io_err(path, e)),
+                };
                 match Layout::decode(&buf[..n]) {
                     Ok(Some(layout)) => {
                         return Ok(Agreed {
@@ -355,7 +389,7 @@ pub(super) fn agree_on_layout(
                 }
             }
             Err(TryLockError::WouldBlock) => {}
-            Err(TryLockError::Error(e)) => return Err(io_err(path)(e)),
+            Err(TryLockError::Error(e)) => return Err(io_err(path, e)),
         }
         if Instant::now() >= give_up {
             return Err(HostError::Directory(format!(
@@ -380,13 +414,19 @@ fn slots_in_use(dir: &Path) -> Option<String> {
         Ok(entries) => entries,
         Err(e) => return Some(format!("its slot files cannot be listed ({e})")),
     };
-    for entry in entries.flatten() {
+    for entry in entries {
+        let Ok(entry) = entry else { continue };
         // Anything but a regular file at a slot's name is no slot anybody holds: every
         // process refuses it (and the acquisition that meets it says so).
-        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if !kind.is_file() {
             continue;
         }
-        if entry.file_name().to_str().and_then(slot_index).is_none() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if slot_index(name).is_none() {
             continue;
         }
         let path = entry.path();
@@ -395,11 +435,13 @@ fn slots_in_use(dir: &Path) -> Option<String> {
             // Removed since it was listed.
             Probe::Unknown(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Probe::Locked => {
-                let by = sys::open_regular_for_reading(&path)
-                    .ok()
-                    .and_then(|f| sys::lock_owner(&f))
-                    .map(|pid| format!(" by pid {pid}"))
-                    .unwrap_or_default();
+                let by = match sys::open_regular_for_reading(&path) {
+                    Ok(f) => match sys::lock_owner(&f) {
+                        Some(pid) => format!(" by pid {pid}"),
+                        None => String::new(),
+                    },
+                    Err(_) => String::new(),
+                };
                 return Some(format!("slot file {} is locked{by}", path.display()));
             }
             Probe::Unknown(e) => {
@@ -427,21 +469,22 @@ pub(super) fn fd_budget_counted(
     counted: sys::Counted,
 ) -> Result<(), HostError> {
     let needed = layout.slots().saturating_add(FIXED_FILES);
-    sys::ensure_descriptors(needed, counted).map_err(|limits| {
-        HostError::Descriptors(format!(
-            "{layout} needs {needed} open files in every process using slot directory {}, but \
-             this process may open only {} more (descriptor limit {}, hard limit {}, of which \
-             {} are left free for the program itself); lower {} (or \
-             GPU_TEST_PERMIT_GPUS), or raise the limit (`ulimit -n`, or `nofile` in \
-             /etc/security/limits.conf)",
-            dir.display(),
-            limits.available,
-            limits.soft,
-            limits.hard,
-            limits.headroom,
-            crate::config::Config::global().concurrency_var,
-        ))
-    })
+    let Err(limits) = sys::ensure_descriptors(needed, counted) else {
+        return Ok(());
+    };
+    Err(HostError::Descriptors(format!(
+        "{layout} needs {needed} open files in every process using slot directory {}, but \
+         this process may open only {} more (descriptor limit {}, hard limit {}, of which \
+         {} are left free for the program itself); lower {} (or \
+         GPU_TEST_PERMIT_GPUS), or raise the limit (`ulimit -n`, or `nofile` in \
+         /etc/security/limits.conf)",
+        dir.display(),
+        limits.available,
+        limits.soft,
+        limits.hard,
+        limits.headroom,
+        crate::config::Config::global().concurrency_var,
+    )))
 }
 
 #[cfg(test)]

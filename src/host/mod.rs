@@ -133,7 +133,7 @@ pub(crate) use layout::WantedLayout;
 use layout::{Agreed, agree_on_layout, fd_budget, peek};
 use lock::is_locked_at;
 use queue::{RECHECK, Waiting, Watch, head_liveness, read_head, wait_entries};
-use record::{RECORD_LEN, read_record, read_start};
+use record::{read_decoded, read_record};
 use slot::Slots;
 
 /// The slot files of one directory, for one process: the gate and notify files opened once,
@@ -171,6 +171,29 @@ pub(crate) struct HostSlots {
     /// open file descriptions, and with them their locks: it neither takes slots nor lets go
     /// of the parent's ([`HostSlots::forked`]).
     pid: u32,
+}
+
+/// A slot directory whose layout file is open, halfway through [`HostSlots::open`].
+struct Opening {
+    layout_path: PathBuf,
+    layout_file: File,
+    /// Whether the directory is shared by several users (the mode new files get).
+    shared: bool,
+}
+
+/// Opens (creating if needed) lock file `name` of `dir`. Out of descriptors (more open than
+/// the budget's uncounted spare), opening counts them, raises the soft limit where the hard one
+/// allows and tries again, or says how many `layout` needs and the limits, as a layout refused
+/// up front would.
+fn open_file(
+    dir: &Path,
+    name: &str,
+    layout: Layout,
+    shared: bool,
+) -> Result<(PathBuf, File), HostError> {
+    let path = dir.join(name);
+    let file = slot::open_counted(dir, layout, &path, shared)?;
+    Ok((path, file))
 }
 
 /// A request waiting for slots, or the head of the queue, as a timed-out wait sees it.
@@ -257,12 +280,19 @@ pub(crate) enum HostWaitError {
     Failed(HostError),
 }
 
+impl From<HostError> for HostWaitError {
+    fn from(e: HostError) -> HostWaitError {
+        HostWaitError::Failed(e)
+    }
+}
+
 impl HostSlots {
     /// Opens (creating if needed) the slots of `dir` for `wanted`, checking the directory
     /// first. The slots opened follow the directory's recorded layout, which is `wanted` unless
     /// another process using the directory set a different one (see [`HostSlots::layout`]).
     pub(crate) fn open(dir: &Path, wanted: Layout) -> Result<HostSlots, HostError> {
-        Ok(HostSlots::open_with(dir, wanted, |_| WantedLayout::Fixed(wanted))?.0)
+        let opening = HostSlots::begin_open(dir, wanted)?;
+        Ok(HostSlots::finish_open(dir, opening, WantedLayout::Fixed(wanted))?.0)
     }
 
     /// Opens the slots of `dir` with the N `auto` chooses for the run whose key (a safe file
@@ -280,44 +310,57 @@ impl HostSlots {
             per_gpu: crate::config::DEFAULT_CONCURRENCY,
             gpus,
         };
-        let (host, chose) = HostSlots::open_with(dir, seed, |file| match peek(file) {
-            Some((layout, Some(theirs))) if theirs == run => WantedLayout::Auto { layout, run },
-            _ => WantedLayout::Auto {
-                layout: Layout {
-                    per_gpu: choose(),
-                    gpus,
-                },
-                run,
+        let opening = HostSlots::begin_open(dir, seed)?;
+        let layout = match peek(&opening.layout_file) {
+            Some((layout, Some(theirs))) if theirs == run => layout,
+            _ => Layout {
+                per_gpu: choose(),
+                gpus,
             },
-        })?;
-        let layout = host.layout;
-        Ok((host, chose.then_some(layout)))
+        };
+        let want = WantedLayout::Auto { layout, run };
+        let (host, chose) = HostSlots::finish_open(dir, opening, want)?;
+        let layout = if chose { Some(host.layout) } else { None };
+        Ok((host, layout))
     }
 
-    /// Opens the slots of `dir` for what `want` asks, given the layout file (to [`peek`] at
-    /// the recorded layout where the answer depends on it); `expected` is what the
-    /// descriptors are counted for until then.
-    fn open_with<'a>(
-        dir: &Path,
-        expected: Layout,
-        want: impl FnOnce(&File) -> WantedLayout<'a>,
-    ) -> Result<(HostSlots, bool), HostError> {
+    /// Checks `dir` and opens its layout file, the first half of opening the slots: the
+    /// caller then decides what it wants, where that depends on the recorded layout (see
+    /// [`peek`]), and [`finish_open`](Self::finish_open) opens the rest. `expected` is what
+    /// the descriptors are counted for until then.
+    fn begin_open(dir: &Path, expected: Layout) -> Result<Opening, HostError> {
         // Where the layout file is there already (a directory used before), opening it
         // read-write below tests what the write test would.
-        let used_before = std::fs::symlink_metadata(dir.join("gpu0.layout"))
-            .is_ok_and(|m| m.file_type().is_file());
-        let meta = sys::prepare_dir_with(dir, !used_before).map_err(HostError::Directory)?;
-        let shared = sys::is_shared_dir_meta(&meta);
-        // Out of descriptors (more open than the budget's uncounted spare), opening counts
-        // them, raises the soft limit where the hard one allows and tries again, or says how
-        // many the layout needs and the limits, as a layout refused up front would.
-        let open = |name: &str, layout: Layout| -> Result<(PathBuf, File), HostError> {
-            let path = dir.join(name);
-            let file = slot::open_counted(dir, layout, &path, shared)?;
-            Ok((path, file))
+        let used_before = match std::fs::symlink_metadata(dir.join("gpu0.layout")) {
+            Ok(m) => m.file_type().is_file(),
+            Err(_) => false,
         };
-        let (layout_path, layout_file) = open("gpu0.layout", expected)?;
-        let want = want(&layout_file);
+        let meta = match sys::prepare_dir_with(dir, !used_before) {
+            Ok(meta) => meta,
+            Err(e) => return Err(HostError::Directory(e)),
+        };
+        let shared = sys::is_shared_dir_meta(&meta);
+        let (layout_path, layout_file) = open_file(dir, "gpu0.layout", expected, shared)?;
+        Ok(Opening {
+            layout_path,
+            layout_file,
+            shared,
+        })
+    }
+
+    /// Opens the slots of `dir` for what `want` asks, once [`begin_open`](Self::begin_open)
+    /// has opened the layout file. Returns the slots, and whether this process wrote `want`'s
+    /// `auto` choice.
+    fn finish_open(
+        dir: &Path,
+        opening: Opening,
+        want: WantedLayout<'_>,
+    ) -> Result<(HostSlots, bool), HostError> {
+        let Opening {
+            layout_path,
+            layout_file,
+            shared,
+        } = opening;
         // The descriptor budget is checked before any slot file is made: a layout that cannot
         // be opened must leave nothing behind.
         let Agreed {
@@ -337,12 +380,12 @@ impl HostSlots {
                 crate::config::Config::global().concurrency_var
             ));
         }
-        let (gate_path, gate) = open("gpu0.gate", layout)?;
+        let (gate_path, gate) = open_file(dir, "gpu0.gate", layout, shared)?;
         if wrote {
             // The head's record and heartbeat, while the disk has room for them.
             let _ = sys::reserve(&gate, queue::RECORD_AND_BEAT);
         }
-        let (notify_path, notify) = open("gpu0.notify", layout)?;
+        let (notify_path, notify) = open_file(dir, "gpu0.notify", layout, shared)?;
         let slots = Slots::new(dir, layout, shared, &layout_file)?;
         if wrote {
             // Whoever lays the directory out makes every slot file of it, so that they are
@@ -458,7 +501,9 @@ impl HostSlots {
                 Ok(None) => {}
                 Err(e) => break Err(e),
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if let Some(d) = deadline
+                && Instant::now() >= d
+            {
                 break Err(HostWaitError::TimedOut);
             }
             if turn.gate {
@@ -510,7 +555,7 @@ impl HostSlots {
                 Ok(()) => turn.gate = true,
                 Err(TryLockError::WouldBlock) => {}
                 Err(TryLockError::Error(e)) => {
-                    return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
+                    return Err(HostWaitError::Failed(io_err(&self.gate_path, e)));
                 }
             }
         }
@@ -536,7 +581,7 @@ impl HostSlots {
         turn: &mut Turn,
         take: &Take<'_>,
     ) -> Result<Option<Vec<usize>>, HostWaitError> {
-        if let Some(got) = self.try_take(take).map_err(HostWaitError::Failed)? {
+        if let Some(got) = self.try_take(take)? {
             return Ok(Some(got));
         }
         if take.live.is_some()
@@ -565,12 +610,18 @@ impl HostSlots {
         if !self.may_backfill(take) {
             return Ok(None);
         }
-        let Some(hold) = *turn.own_hold.get_or_insert_with(|| self.hold_time(record)) else {
+        let own_hold = match turn.own_hold {
+            Some(hold) => hold,
+            None => {
+                let hold = self.hold_time(record);
+                turn.own_hold = Some(hold);
+                hold
+            }
+        };
+        let Some(hold) = own_hold else {
             return Ok(None);
         };
-        let got = self
-            .try_backfill(take, record, hold)
-            .map_err(HostWaitError::Failed)?;
+        let got = self.try_backfill(take, record, hold)?;
         turn.backfilled = got.is_some();
         Ok(got)
     }
@@ -592,10 +643,11 @@ impl HostSlots {
                 turn.gate_beat = Some(Instant::now());
             }
         }
-        if turn
-            .gate_beat
-            .is_none_or(|at| at.elapsed() >= queue::GATE_BEAT)
-        {
+        let beat_due = match turn.gate_beat {
+            Some(at) => at.elapsed() >= queue::GATE_BEAT,
+            None => true,
+        };
+        if beat_due {
             // The head's sign of life, beside its record (its wait file's may not have found
             // space). Now and then only: every waiter watches the gate, the head included,
             // and each write wakes them all.
@@ -632,7 +684,7 @@ impl HostSlots {
                 if let Ok(got) = &result {
                     let _ = self.release(got);
                 }
-                return Err(HostWaitError::Failed(io_err(&self.gate_path)(e)));
+                return Err(HostWaitError::Failed(io_err(&self.gate_path, e)));
             }
         }
         match &result {
@@ -648,26 +700,32 @@ impl HostSlots {
             Err(_) if turn.gate || was_listed => self.notify(),
             Err(_) => {}
         }
-        result.map(|got| (got, turn.backfilled))
+        match result {
+            Ok(got) => Ok((got, turn.backfilled)),
+            Err(e) => Err(e),
+        }
     }
 
     /// Writes the holder's record into each of its slots, stamped with the grant: a holder's
     /// record tells how long it has held its slots, not how long it waited for them.
     fn write_records(&self, got: &[usize], record: &HolderRecord) {
-        let boot = crate::clock::boot_now();
+        let (since_boot_ms, boot_id) = match crate::clock::boot_now() {
+            Some(boot) => (Some(boot.ms), boot.boot_id.map(str::to_string)),
+            None => (None, None),
+        };
         let granted = HolderRecord {
             since_unix_ms: crate::clock::now_unix_ms(),
-            since_boot_ms: boot.map(|b| b.ms),
-            boot_id: boot.and_then(|b| b.boot_id).map(str::to_string),
+            since_boot_ms,
+            boot_id,
             ..record.clone()
         };
         let bytes = granted.encode();
         let mut written = false;
         for &i in got {
             // A record is diagnostics only; failing to write one must not fail the test.
-            written |= self.slots[i]
-                .opened()
-                .is_some_and(|file| sys::write_at(file, &bytes, 0).is_ok());
+            if let Some(file) = self.slots[i].opened() {
+                written |= sys::write_at(file, &bytes, 0).is_ok();
+            }
         }
         if !written {
             // No record, no change to wake the waiters with (a full disk): wake them anyway.
@@ -737,16 +795,18 @@ impl HostSlots {
             // read on the boot clock; one that cannot be placed on it is not known.
             let clock = backfill::Clock::now();
             let now = clock.ms();
-            let mut units = vec![backfill::GpuUnits::default(); gpus];
+            let mut units = Vec::with_capacity(gpus);
+            for _ in 0..gpus {
+                units.push(backfill::GpuUnits::default());
+            }
             let mut blank = Vec::new();
             for i in 0..self.slots.len() {
                 let gpu = &mut units[i % gpus];
-                let raw = self
-                    .slots
-                    .file_now(i)
-                    .ok()
-                    .and_then(|f| read_start(f, RECORD_LEN));
-                match raw.map(|b| HolderRecord::decode(&b)) {
+                let read = match self.slots.file_now(i) {
+                    Ok(file) => read_decoded(file),
+                    Err(_) => None,
+                };
+                match read {
                     Some(Ok(None)) => {
                         gpu.free += 1;
                         blank.push(i);
@@ -830,49 +890,65 @@ impl HostSlots {
         }
         // GPU by GPU, in the groups' order: for one GPU, best fit stops at a GPU with exactly
         // the units asked for free (none fits more tightly), and probes no further.
-        let mut free: Vec<Vec<usize>> = vec![Vec::new(); gpus];
+        let mut free: Vec<Vec<usize>> = Vec::with_capacity(gpus);
+        for _ in 0..gpus {
+            free.push(Vec::new());
+        }
         let mut perfect = None;
-        'probe: for &gpu in take.topology.groups().iter().flatten() {
-            for i in (gpu..self.slots.len()).step_by(gpus) {
-                if self.slots.lock(i)? {
-                    self.slots.unlock_unrecorded(&[i]);
-                    free[gpu].push(i);
+        'probe: for group in take.topology.groups() {
+            for &gpu in group {
+                for i in (gpu..self.slots.len()).step_by(gpus) {
+                    if self.slots.lock(i)? {
+                        self.slots.unlock_unrecorded(&[i]);
+                        free[gpu].push(i);
+                    }
+                }
+                // A GPU whose memory is short now counts as full.
+                if free[gpu].len() >= take.units && !self.has_room(gpu, &free[gpu], take) {
+                    free[gpu].clear();
+                }
+                if take.gpus == 1
+                    && take.placement == Placement::BestFit
+                    && free[gpu].len() == take.units
+                {
+                    perfect = Some(vec![gpu]);
+                    break 'probe;
                 }
             }
-            // A GPU whose memory is short now counts as full.
-            if free[gpu].len() >= take.units && !self.has_room(gpu, &free[gpu], take) {
-                free[gpu].clear();
-            }
-            if take.gpus == 1
-                && take.placement == Placement::BestFit
-                && free[gpu].len() == take.units
-            {
-                perfect = Some(vec![gpu]);
-                break 'probe;
-            }
         }
-        let counts: Vec<usize> = free.iter().map(Vec::len).collect();
-        let Some(chosen) = perfect.or_else(|| {
-            fit::place(
-                &counts,
-                take.units,
-                take.gpus,
-                take.topology,
-                take.placement,
-            )
-        }) else {
-            return Ok(None);
+        let chosen = match perfect {
+            Some(chosen) => chosen,
+            None => {
+                let mut counts = Vec::with_capacity(free.len());
+                for f in &free {
+                    counts.push(f.len());
+                }
+                let placed = fit::place(
+                    &counts,
+                    take.units,
+                    take.gpus,
+                    take.topology,
+                    take.placement,
+                );
+                let Some(chosen) = placed else {
+                    return Ok(None);
+                };
+                chosen
+            }
         };
         let mut got = Vec::with_capacity(take.units * take.gpus);
-        for i in chosen
-            .iter()
-            .flat_map(|&gpu| free[gpu][..take.units].iter().copied())
-        {
-            match self.slots.lock(i) {
-                Ok(true) => got.push(i),
-                taken_or_failed => {
-                    self.slots.unlock_unrecorded(&got);
-                    return taken_or_failed.map(|_| None);
+        for &gpu in &chosen {
+            for &i in &free[gpu][..take.units] {
+                match self.slots.lock(i) {
+                    Ok(true) => got.push(i),
+                    Ok(false) => {
+                        self.slots.unlock_unrecorded(&got);
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        self.slots.unlock_unrecorded(&got);
+                        return Err(e);
+                    }
                 }
             }
         }
@@ -913,24 +989,36 @@ impl HostSlots {
                 continue;
             }
             // Every slot of this GPU was opened to probe it (or is held by this process).
-            if let Some(r) = self.slots[i]
-                .opened()
-                .and_then(read_record)
-                .filter(|r| r.memory.is_some())
-                && !holders.contains(&r)
-            {
+            let Some(file) = self.slots[i].opened() else {
+                continue;
+            };
+            let Some(r) = read_record(file) else {
+                continue;
+            };
+            if r.memory.is_none() {
+                continue;
+            }
+            let mut counted = false;
+            for h in &holders {
+                if *h == r {
+                    counted = true;
+                    break;
+                }
+            }
+            if !counted {
                 holders.push(r);
             }
         }
-        let declared: Vec<(u32, u64)> = holders
-            .iter()
-            .map(|r| (r.pid, r.memory.unwrap_or(0)))
-            .collect();
         // A process started under a holder's permit (`gpu-test-permit run`'s command and what
         // it starts) allocates for that holder, and one this process started for itself.
+        let mut declared: Vec<(u32, u64)> = Vec::with_capacity(holders.len());
+        let mut ours: Vec<u32> = Vec::with_capacity(holders.len() + 1);
+        for r in &holders {
+            declared.push((r.pid, r.memory.unwrap_or(0)));
+            ours.push(r.pid);
+        }
         let mut memory = memory;
         let own = sys::pid();
-        let mut ours: Vec<u32> = declared.iter().map(|&(pid, _)| pid).collect();
         ours.push(own);
         for p in &mut memory.processes {
             if let Some(holder) = sys::ancestor_among(p.pid, &ours) {
@@ -958,12 +1046,16 @@ impl HostSlots {
     fn older_waiter_first(&self, record: &HolderRecord) -> bool {
         let now = crate::clock::boot_now();
         let own = queue::order_key(record, now);
-        wait_entries(&self.dir).iter().any(|w| {
+        for w in &wait_entries(&self.dir) {
             let r = &w.record;
-            r.pid != record.pid
+            if r.pid != record.pid
                 && queue::order_key(r, now) < own
                 && Liveness::judge(r.pid, w.beat_age_ms).keeps_turn()
-        })
+            {
+                return true;
+            }
+        }
+        false
     }
 
     /// Whether another process holds the gate but has lost its turn: stopped, unseen, or
@@ -975,8 +1067,13 @@ impl HostSlots {
             *seen = None;
             return false;
         }
-        let (record, beat) = read_head(&self.gate).map_or((None, None), |(r, b)| (Some(r), b));
-        if record.as_ref().is_some_and(|r| r.pid == std::process::id()) {
+        let (record, beat) = match read_head(&self.gate) {
+            Some((r, b)) => (Some(r), b),
+            None => (None, None),
+        };
+        if let Some(r) = &record
+            && r.pid == std::process::id()
+        {
             return false;
         }
         // First seen (by this process) with this record: the progress clock of a head that has
@@ -1040,8 +1137,12 @@ impl HostSlots {
         }
         // A watch is on a name that exists: the slots nobody used yet are made now.
         self.slots.open_every();
-        let mut paths: Vec<&Path> = vec![&self.gate_path, &self.notify_path];
-        paths.extend(self.slots.iter().map(|s| s.path.as_path()));
+        let mut paths: Vec<&Path> = Vec::with_capacity(self.slots.len() + 2);
+        paths.push(&self.gate_path);
+        paths.push(&self.notify_path);
+        for slot in self.slots.iter() {
+            paths.push(&slot.path);
+        }
         waiting.watch = Some(match ChangeWatch::new(&paths) {
             Ok(w) => Watch::Changes(w),
             Err(e) => {
@@ -1079,16 +1180,17 @@ impl HostSlots {
             // that can start now. Let go under `gpu0.backfill`, the slots are free all at once
             // to every count (`docs/protocol.md`, 12). Where no request has backfilled, there
             // is no such file, and no lock to take.
-            _ => {
-                let file = self.backfill_file_if_made().map(|f| f.lock());
-                let locked = file
-                    .as_ref()
-                    .is_some_and(|f| sys::lock_within(f, backfill::RELEASE_WAIT));
-                self.slots.release(slots);
-                if let Some(f) = file.filter(|_| locked) {
-                    let _ = f.unlock();
+            _ => match self.backfill_file_if_made() {
+                Some(file) => {
+                    let file = file.lock();
+                    let locked = sys::lock_within(&file, backfill::RELEASE_WAIT);
+                    self.slots.release(slots);
+                    if locked {
+                        let _ = file.unlock();
+                    }
                 }
-            }
+                None => self.slots.release(slots),
+            },
         }
         self.notify();
         true
@@ -1101,34 +1203,48 @@ impl HostSlots {
             return file.as_ref();
         }
         let mut missing = self.backfill_missing.lock();
-        if missing.is_some_and(|at| at.elapsed() < backfill::MISSING_RECHECK) {
+        if let Some(at) = *missing
+            && at.elapsed() < backfill::MISSING_RECHECK
+        {
             return None;
         }
         let path = self.dir.join(backfill::BACKFILL_FILE);
-        match slot::open_existing_counted(&self.dir, self.layout, &path) {
+        let kept = match slot::open_existing_counted(&self.dir, self.layout, &path) {
             // A backfilling thread of this process may have opened it meanwhile: that one.
             Ok(file) => {
-                let _ = self.backfill_file.set(Some(parking_lot::Mutex::new(file)));
+                let mut file = Some(file);
+                self.keep_backfill_file(&mut || file.take())
             }
             Err(_) => {
                 *missing = Some(Instant::now());
                 return None;
             }
-        }
+        };
         drop(missing);
-        self.backfill_file.get().and_then(Option::as_ref)
+        kept
     }
 
     /// `gpu0.backfill`, opened (made, should it be missing) at its first use by this process.
     fn backfill_lock_file(&self) -> Option<&parking_lot::Mutex<File>> {
-        self.backfill_file
-            .get_or_init(|| {
-                let path = self.dir.join(backfill::BACKFILL_FILE);
-                slot::open_counted(&self.dir, self.layout, &path, sys::is_shared_dir(&self.dir))
-                    .ok()
-                    .map(parking_lot::Mutex::new)
-            })
-            .as_ref()
+        self.keep_backfill_file(&mut || {
+            let path = self.dir.join(backfill::BACKFILL_FILE);
+            let shared = sys::is_shared_dir(&self.dir);
+            slot::open_counted(&self.dir, self.layout, &path, shared).ok()
+        })
+    }
+
+    /// `gpu0.backfill` as this process keeps it: what `open` gives (`None`: it cannot be
+    /// had), called only where no thread of this process has set it yet. The one place that
+    /// sets it.
+    fn keep_backfill_file(
+        &self,
+        open: &mut dyn FnMut() -> Option<File>,
+    ) -> Option<&parking_lot::Mutex<File>> {
+        let kept = self.backfill_file.get_or_init(|| {
+            let file = open()?;
+            Some(parking_lot::Mutex::new(file))
+        });
+        kept.as_ref()
     }
 
     fn notify(&self) {
@@ -1142,7 +1258,8 @@ impl HostSlots {
         let mut probed = false;
         let mut holders = Vec::new();
         let mut unrecorded = Vec::new();
-        for (i, slot) in self.slots.iter().enumerate() {
+        for i in 0..self.slots.len() {
+            let slot = &self.slots[i];
             // Never probe through the slot's file: its description may hold (or be taking) another
             // thread's lock, which a probe would convert and its unlock drop.
             let locked = slot.held.load(Ordering::Acquire) || {
@@ -1156,7 +1273,7 @@ impl HostSlots {
                 unrecorded.push(None);
                 continue;
             };
-            match read_start(file, RECORD_LEN).map(|b| HolderRecord::decode(&b)) {
+            match read_decoded(file) {
                 Some(Ok(Some(r))) => holders.push(r),
                 Some(Ok(None)) | None => unrecorded.push(sys::lock_owner(file)),
                 Some(Err(e)) => {
@@ -1175,17 +1292,23 @@ impl HostSlots {
             // Probing a free slot's lock may have made another process's attempt fail.
             self.notify();
         }
-        let mut waiting: Vec<WaitingRequest> = self.head().into_iter().collect();
-        for entry in wait_entries(&self.dir) {
-            let record = entry.record;
-            if record.pid == std::process::id()
-                || waiting.iter().any(|w| w.record.pid == record.pid)
-            {
+        let mut waiting: Vec<WaitingRequest> = Vec::new();
+        if let Some(head) = self.head() {
+            waiting.push(head);
+        }
+        'entries: for entry in &wait_entries(&self.dir) {
+            let pid = entry.record.pid;
+            if pid == std::process::id() {
                 continue;
             }
+            for w in &waiting {
+                if w.record.pid == pid {
+                    continue 'entries;
+                }
+            }
             waiting.push(WaitingRequest {
-                liveness: Liveness::judge(record.pid, entry.beat_age_ms),
-                record,
+                liveness: Liveness::judge(pid, entry.beat_age_ms),
+                record: entry.record.clone(),
                 head: false,
             });
         }

@@ -165,7 +165,10 @@ pub(super) fn make_locked_file(dir: &Path, staging: &str, name: &str) -> Option<
             // The record's and heartbeat's space, while the disk has it.
             let _ = sys::reserve(&file, RECORD_AND_BEAT);
             let placed = if file.try_lock().is_ok() && sys::same_file(&staged, &file) {
-                place(&staged, &path).map(|()| file)
+                match place(&staged, &path) {
+                    Ok(()) => Ok(file),
+                    Err(e) => Err(e),
+                }
             } else {
                 Err(Placing::Again)
             };
@@ -242,20 +245,19 @@ pub(super) fn sweep_wait_files(dir: &Path) {
         return;
     };
     let mine = format!("{WAIT_PREFIX}{}", std::process::id());
-    for entry in entries.flatten() {
+    for entry in entries {
+        let Ok(entry) = entry else { continue };
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let ours = [
-            WAIT_PREFIX,
-            STAGING_PREFIX,
-            THREADS_PREFIX,
-            THREADS_STAGING_PREFIX,
-        ];
-        if !ours.iter().any(|p| name.starts_with(p)) || name == mine {
+        let ours = name.starts_with(WAIT_PREFIX)
+            || name.starts_with(STAGING_PREFIX)
+            || name.starts_with(THREADS_PREFIX)
+            || name.starts_with(THREADS_STAGING_PREFIX);
+        if !ours || name == mine {
             continue;
         }
         let path = entry.path();
-        let Some(file) = sys::open_regular_for_reading(&path).ok() else {
+        let Ok(file) = sys::open_regular_for_reading(&path) else {
             continue;
         };
         // Removed while locked: its owner, if it comes back to life under a reused pid,
@@ -277,7 +279,10 @@ pub(super) fn head_liveness(
 ) -> Liveness {
     // The fresher of the two: the gate's is renewed less often, the wait file's may have found
     // no space.
-    let listed = wait_entry_of(dir, record.pid).map(|w| w.beat_age_ms);
+    let listed = match wait_entry_of(dir, record.pid) {
+        Some(w) => Some(w.beat_age_ms),
+        None => None,
+    };
     let beat = match (gate_beat, listed) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -294,7 +299,16 @@ pub(super) fn head_liveness(
 pub(super) fn read_head(gate: &File) -> Option<(HolderRecord, Option<i64>)> {
     let raw = read_start(gate, RECORD_AND_BEAT as usize)?;
     let record = HolderRecord::decode(&raw[..raw.len().min(RECORD_LEN)]).ok()??;
-    Some((record, raw.get(RECORD_LEN..).and_then(beat_age_ms)))
+    Some((record, beat_after_record(&raw)))
+}
+
+/// The age of the heartbeat after the record in `raw`, a wait file's or the gate's start
+/// ([`beat_age_ms`]).
+fn beat_after_record(raw: &[u8]) -> Option<i64> {
+    match raw.get(RECORD_LEN..) {
+        Some(beat) => beat_age_ms(beat),
+        None => None,
+    }
 }
 
 /// A heartbeat to write now: `b` and the milliseconds of the boot clock ([`sys::boot_ms`]),
@@ -319,7 +333,10 @@ pub(super) fn beat_age_ms(raw: &[u8]) -> Option<i64> {
             Some(sys::boot_ms()? as i64 - beat as i64)
         }
         // A wall-clock beat (an earlier version's, or a host without a boot clock).
-        None => text.parse::<u64>().ok().map(wall_age_ms),
+        None => match text.parse::<u64>() {
+            Ok(ms) => Some(wall_age_ms(ms)),
+            Err(_) => None,
+        },
     }
 }
 
@@ -363,10 +380,12 @@ fn wait_age_ms(record: &HolderRecord) -> i64 {
 ///
 /// [`boot_now`]: crate::clock::boot_now
 pub(super) fn order_key(record: &HolderRecord, now: Option<BootTime>) -> (bool, u64, u32) {
-    match now.and_then(|now| record.boot_ms_in(now)) {
-        Some(at) => (false, at, record.pid),
-        None => (true, record.since_unix_ms, record.pid),
+    if let Some(now) = now
+        && let Some(at) = record.boot_ms_in(now)
+    {
+        return (false, at, record.pid);
     }
+    (true, record.since_unix_ms, record.pid)
 }
 
 /// A waiting request as its wait file tells: its record and its last heartbeat.
@@ -384,15 +403,21 @@ pub(super) fn wait_entries(dir: &Path) -> Vec<WaitEntry> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return out;
     };
-    for entry in entries.flatten() {
+    for entry in entries {
+        let Ok(entry) = entry else { continue };
         let name = entry.file_name();
-        if !name.to_str().is_some_and(|n| n.starts_with(WAIT_PREFIX)) {
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(WAIT_PREFIX) {
             continue;
         }
-        out.extend(wait_entry(&entry.path()));
+        if let Some(w) = wait_entry(&entry.path()) {
+            out.push(w);
+        }
     }
     let now = crate::clock::boot_now();
-    crate::order::sort_by_key(&mut out, |w| order_key(&w.record, now));
+    crate::order::sort_by(&mut out, |a, b| {
+        order_key(&a.record, now).cmp(&order_key(&b.record, now))
+    });
     out
 }
 
@@ -401,20 +426,26 @@ pub(super) fn wait_entries(dir: &Path) -> Vec<WaitEntry> {
 /// found by a scan of `dir` only when the first tells none.
 pub(super) fn wait_entry_of(dir: &Path, pid: u32) -> Option<WaitEntry> {
     let plain = format!("{WAIT_PREFIX}{pid}");
-    let of_pid = |w: &WaitEntry| w.record.pid == pid;
-    if let Some(w) = wait_entry(&dir.join(&plain)).filter(of_pid) {
+    if let Some(w) = wait_entry(&dir.join(&plain))
+        && w.record.pid == pid
+    {
         return Some(w);
     }
     let suffixed = format!("{plain}.");
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_str()
-                .is_some_and(|n| n.starts_with(&suffixed))
-        })
-        .find_map(|e| wait_entry(&e.path()).filter(of_pid))
+    for entry in std::fs::read_dir(dir).ok()? {
+        let Ok(entry) = entry else { continue };
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !name.starts_with(&suffixed) {
+            continue;
+        }
+        if let Some(w) = wait_entry(&entry.path())
+            && w.record.pid == pid
+        {
+            return Some(w);
+        }
+    }
+    None
 }
 
 /// The waiting request in wait file `path`, if the file is locked (its process lives) and
@@ -428,10 +459,10 @@ pub(super) fn wait_entry(path: &Path) -> Option<WaitEntry> {
     if !is_locked(&file) {
         return None;
     }
-    let beat_age_ms = raw
-        .get(RECORD_LEN..)
-        .and_then(beat_age_ms)
-        .unwrap_or_else(|| wait_age_ms(&record));
+    let beat_age_ms = match beat_after_record(&raw) {
+        Some(age) => age,
+        None => wait_age_ms(&record),
+    };
     Some(WaitEntry {
         record,
         beat_age_ms,
@@ -480,16 +511,16 @@ impl Waiting {
         if self.listed {
             return;
         }
-        if self
-            .file
-            .as_ref()
-            .is_some_and(|(path, file)| !sys::same_file(path, file))
+        if let Some((path, file)) = &self.file
+            && !sys::same_file(path, file)
         {
             // Swept by another process while we were not waiting (a reused pid): make anew.
             self.file = None;
         }
         if self.file.is_none() {
-            if self.list_failed.is_some_and(|at| at.elapsed() < LIST_RETRY) {
+            if let Some(at) = self.list_failed
+                && at.elapsed() < LIST_RETRY
+            {
                 return;
             }
             // The first wait of this process in `dir`: clear the leftovers of dead waiters
@@ -497,7 +528,11 @@ impl Waiting {
             // never waits (most test processes) never scans it.
             sweep_wait_files(dir);
             self.file = make_wait_file(dir);
-            self.list_failed = self.file.is_none().then(Instant::now);
+            self.list_failed = if self.file.is_none() {
+                Some(Instant::now())
+            } else {
+                None
+            };
         }
         let Some((_, file)) = &self.file else {
             return;

@@ -1,6 +1,7 @@
 //! The records processes write into the directory's files: holders, waiters, and the
 //! padded fixed-size format they share.
 
+use std::fmt::Write;
 use std::fs::File;
 
 use crate::json::{self, Fields, Object, Record, Value};
@@ -118,17 +119,18 @@ impl HolderRecord {
         boot: Option<crate::clock::BootTime>,
         wall_ms: u64,
     ) -> Option<std::time::Duration> {
-        let ms = match boot.and_then(|now| Some((now.ms, self.boot_ms_in(now)?))) {
-            Some((now_ms, at)) => now_ms.checked_sub(at)?,
-            None => {
-                let ms = wall_ms.checked_sub(self.since_unix_ms)?;
-                // A process that lives now began to wait or hold in this boot.
-                if boot.is_some_and(|now| ms > now.ms) {
-                    return None;
-                }
-                ms
-            }
-        };
+        if let Some(now) = boot
+            && let Some(at) = self.boot_ms_in(now)
+        {
+            return Some(std::time::Duration::from_millis(now.ms.checked_sub(at)?));
+        }
+        let ms = wall_ms.checked_sub(self.since_unix_ms)?;
+        // A process that lives now began to wait or hold in this boot.
+        if let Some(now) = boot
+            && ms > now.ms
+        {
+            return None;
+        }
         Some(std::time::Duration::from_millis(ms))
     }
 
@@ -136,8 +138,11 @@ impl HolderRecord {
     /// stamped in that boot; `None` where it has no boot-clock time (an earlier version's
     /// record, a host without a boot clock) or one of another boot.
     pub(crate) fn boot_ms_in(&self, now: crate::clock::BootTime) -> Option<u64> {
-        self.since_boot_ms
-            .filter(|_| self.boot_id.as_deref() == now.boot_id)
+        if self.boot_id.as_deref() == now.boot_id {
+            self.since_boot_ms
+        } else {
+            None
+        }
     }
 
     pub(super) fn encode(&self) -> Vec<u8> {
@@ -167,7 +172,9 @@ impl HolderRecord {
         // starting a forged line wherever they are shown.
         r.test = escape_controls(&r.test);
         r.thread = escape_controls(&r.thread);
-        r.binary = r.binary.as_deref().map(escape_controls);
+        if let Some(binary) = &r.binary {
+            r.binary = Some(escape_controls(binary));
+        }
         Ok(Some(r))
     }
 }
@@ -175,15 +182,30 @@ impl HolderRecord {
 /// `text` with control characters and bidirectional overrides escaped as Rust writes them
 /// (`\r`, `\u{1b}`).
 pub(crate) fn escape_controls(text: &str) -> String {
-    if !text.chars().any(needs_escape) {
+    let mut any = false;
+    for c in text.chars() {
+        if needs_escape(c) {
+            any = true;
+            break;
+        }
+    }
+    if !any {
         return text.to_string();
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if needs_escape(c) {
-            out.extend(c.escape_default());
-        } else {
+        if !needs_escape(c) {
             out.push(c);
+            continue;
+        }
+        // What `char::escape_default` writes for the characters escaped here.
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            '\n' => out.push_str("\\n"),
+            _ => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
         }
     }
     out
@@ -210,7 +232,9 @@ pub(super) fn padded(mut text: Vec<u8>, len: usize) -> Vec<u8> {
 
 /// The text of a padded record (blank or all padding: none).
 pub(super) fn padded_text(raw: &[u8]) -> Result<Option<&str>, String> {
-    let text = std::str::from_utf8(raw).map_err(|_| "not UTF-8".to_string())?;
+    let Ok(text) = std::str::from_utf8(raw) else {
+        return Err("not UTF-8".to_string());
+    };
     // The padding is ASCII: cut it with a byte loop first (the default dev profile leaves a
     // `char` pattern as calls a character), then trim what other whitespace is left.
     let bytes = text.as_bytes();
@@ -221,8 +245,27 @@ pub(super) fn padded_text(raw: &[u8]) -> Result<Option<&str>, String> {
     while end > start && matches!(bytes[end - 1], 0 | b' ' | b'\t'..=b'\r') {
         end -= 1;
     }
-    let text = text[start..end].trim_matches(|c: char| c.is_whitespace() || c == '\0');
-    Ok((!text.is_empty()).then_some(text))
+    let mut text = &text[start..end];
+    while let Some(c) = text.chars().next()
+        && is_padding(c)
+    {
+        text = &text[c.len_utf8()..];
+    }
+    while let Some(c) = text.chars().next_back()
+        && is_padding(c)
+    {
+        text = &text[..text.len() - c.len_utf8()];
+    }
+    if text.is_empty() {
+        Ok(None)
+    } else {
+        Ok(Some(text))
+    }
+}
+
+/// Whether `c` pads a record: whitespace, or NUL.
+fn is_padding(c: char) -> bool {
+    c.is_whitespace() || c == '\0'
 }
 
 fn truncate(s: &mut String, limit: usize) {
@@ -237,8 +280,13 @@ fn truncate(s: &mut String, limit: usize) {
 }
 
 pub(super) fn read_record(file: &File) -> Option<HolderRecord> {
+    read_decoded(file)?.ok().flatten()
+}
+
+/// The holder record in slot file `file`, decoded: `None` where it cannot be read.
+pub(super) fn read_decoded(file: &File) -> Option<Result<Option<HolderRecord>, String>> {
     let buf = read_start(file, RECORD_LEN)?;
-    HolderRecord::decode(&buf).ok().flatten()
+    Some(HolderRecord::decode(&buf))
 }
 
 /// The first `len` bytes of `file` (fewer if it is shorter).

@@ -84,9 +84,14 @@ fn reserve(
     slots: usize,
 ) -> Result<Vec<File>, HostError> {
     let path = dir.join("gpu0.layout");
-    (0..=slots)
-        .map(|_| counted(dir, layout, &path, || layout_file.try_clone()))
-        .collect()
+    let copy = || layout_file.try_clone();
+    let mut files = Vec::new();
+    for _ in 0..slots {
+        files.push(counted(dir, layout, &path, &copy)?);
+    }
+    // The one for letting go.
+    files.push(counted(dir, layout, &path, &copy)?);
+    Ok(files)
 }
 
 /// Opens (creating if needed) a lock file of `dir`, as [`counted`] does out of descriptors.
@@ -96,7 +101,7 @@ pub(super) fn open_counted(
     path: &Path,
     shared: bool,
 ) -> Result<File, HostError> {
-    counted(dir, layout, path, || sys::open_lock_file(path, shared))
+    counted(dir, layout, path, &|| sys::open_lock_file(path, shared))
 }
 
 /// Opens a lock file of `dir` that another process made, as [`counted`] does out of
@@ -106,7 +111,7 @@ pub(super) fn open_existing_counted(
     layout: Layout,
     path: &Path,
 ) -> Result<File, HostError> {
-    counted(dir, layout, path, || sys::open_existing_lock_file(path))
+    counted(dir, layout, path, &|| sys::open_existing_lock_file(path))
 }
 
 /// Makes a descriptor for the file at `path` with `make`; out of descriptors, it says how many
@@ -116,16 +121,19 @@ fn counted(
     dir: &Path,
     layout: Layout,
     path: &Path,
-    make: impl Fn() -> std::io::Result<File>,
+    make: &dyn Fn() -> std::io::Result<File>,
 ) -> Result<File, HostError> {
-    match make() {
+    let made = match make() {
         Err(e) if sys::is_too_many_open_files(&e) => {
             fd_budget_counted(dir, layout, sys::Counted::Exhausted)?;
             make()
         }
         made => made,
+    };
+    match made {
+        Ok(file) => Ok(file),
+        Err(e) => Err(io_err(path, e)),
     }
-    .map_err(io_err(path))
 }
 
 /// The slots of one directory for this process, with the descriptors kept for those not
@@ -150,13 +158,15 @@ impl Slots {
         shared: bool,
         layout_file: &File,
     ) -> Result<Slots, HostError> {
+        let mut slots = Vec::with_capacity(layout.slots());
+        for i in 0..layout.slots() {
+            slots.push(Slot::new(dir.join(slot_name(i))));
+        }
         Ok(Slots {
             dir: dir.to_path_buf(),
             layout,
             shared,
-            slots: (0..layout.slots())
-                .map(|i| Slot::new(dir.join(slot_name(i))))
-                .collect(),
+            slots,
             reserve: parking_lot::Mutex::new(reserve(dir, layout, layout_file, layout.slots())?),
         })
     }
@@ -192,7 +202,7 @@ impl Slots {
                         break open_counted(&self.dir, self.layout, &slot.path, self.shared)?;
                     }
                 }
-                Err(e) => return Err(io_err(&slot.path)(e)),
+                Err(e) => return Err(io_err(&slot.path, e)),
             }
         };
         // Another thread of this process may have opened it meanwhile: the first one stays.
@@ -219,7 +229,7 @@ impl Slots {
                 Ok(true)
             }
             Err(TryLockError::WouldBlock) => Ok(false),
-            Err(TryLockError::Error(e)) => Err(io_err(&slot.path)(e)),
+            Err(TryLockError::Error(e)) => Err(io_err(&slot.path, e)),
         }
     }
 
@@ -299,13 +309,14 @@ impl Slots {
                             if self.reserve.lock().pop().is_some() {
                                 continue;
                             }
-                            break fd_budget_counted(
+                            break match fd_budget_counted(
                                 &self.dir,
                                 self.layout,
                                 sys::Counted::Exhausted,
-                            )
-                            .map_err(|_| e)
-                            .and_then(|()| sys::let_go(file, &slot.path, self.shared));
+                            ) {
+                                Ok(()) => sys::let_go(file, &slot.path, self.shared),
+                                Err(_) => Err(e),
+                            };
                         }
                         done => break done,
                     }

@@ -92,37 +92,42 @@ impl TestLine {
     /// The line `line` of the file, if it is one of a version this build reads.
     fn decode(line: &str) -> Option<TestLine> {
         let t = TestLine::from_text(line).ok()?;
-        matches!(t.v, VERSION | UNVERSIONED).then_some(t)
+        if matches!(t.v, VERSION | UNVERSIONED) {
+            Some(t)
+        } else {
+            None
+        }
     }
 }
 
 /// The lines of file text `text`, and how many non-blank lines were left out.
 pub(crate) fn parse(text: &str) -> (Vec<TestLine>, usize) {
     let mut bad = 0;
-    let lines = text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .filter_map(|l| {
-            let t = TestLine::decode(l);
-            bad += usize::from(t.is_none());
-            t
-        })
-        .collect();
+    let mut lines = Vec::new();
+    for l in text.lines() {
+        if l.trim().is_empty() {
+            continue;
+        }
+        match TestLine::decode(l) {
+            Some(t) => lines.push(t),
+            None => bad += 1,
+        }
+    }
     (lines, bad)
 }
 
 /// The file's text for `lines`, each written at this version, one a line.
 pub(crate) fn encode(lines: &[TestLine]) -> String {
-    lines
-        .iter()
-        .map(|t| {
-            let t = TestLine {
-                v: VERSION,
-                ..t.clone()
-            };
-            t.to_text() + "\n"
-        })
-        .collect()
+    let mut text = String::new();
+    for t in lines {
+        let t = TestLine {
+            v: VERSION,
+            ..t.clone()
+        };
+        text.push_str(&t.to_text());
+        text.push('\n');
+    }
+    text
 }
 
 #[cfg(test)]

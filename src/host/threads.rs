@@ -91,7 +91,7 @@ impl ThreadsFile {
         let mut state = self.state.lock();
         let now = (threads, if threads == 0 { None } else { oldest });
         if state.last == now
-            || state.failed.is_some_and(|at| at.elapsed() < LIST_RETRY)
+            || matches!(state.failed, Some(at) if at.elapsed() < LIST_RETRY)
             || sys::pid() != self.pid
         {
             return;
