@@ -755,38 +755,76 @@ fn shortest_digits(f: f64) -> (String, i32) {
     }
 }
 
+/// `s` as a JSON string: quoted, with `"`, `\` and control characters escaped.
+fn escape(s: &str, out: &mut dyn fmt::Write) -> fmt::Result {
+    out.write_char('"')?;
+    // Only ASCII bytes are escaped, so the text between two of them is copied whole (a
+    // byte of a multi-byte character is never below 0x80): one copy a run, not a push a
+    // character, which the default dev profile leaves as calls.
+    let bytes = s.as_bytes();
+    let (mut from, mut at) = (0, 0);
+    while at < bytes.len() {
+        let b = bytes[at];
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            at += 1;
+            continue;
+        }
+        out.write_str(&s[from..at])?;
+        match b {
+            b'"' => out.write_str("\\\"")?,
+            b'\\' => out.write_str("\\\\")?,
+            b'\n' => out.write_str("\\n")?,
+            b'\r' => out.write_str("\\r")?,
+            b'\t' => out.write_str("\\t")?,
+            0x08 => out.write_str("\\b")?,
+            0x0c => out.write_str("\\f")?,
+            _ => write!(out, "\\u{:04x}", b)?,
+        }
+        at += 1;
+        from = at;
+    }
+    out.write_str(&s[from..])?;
+    out.write_char('"')
+}
+
 impl Write for str {
     fn write(&self, out: &mut String) {
-        out.push('"');
-        // Only ASCII bytes are escaped, so the text between two of them is copied whole (a
-        // byte of a multi-byte character is never below 0x80): one copy a run, not a push a
-        // character, which the default dev profile leaves as calls.
-        let bytes = self.as_bytes();
-        let (mut from, mut at) = (0, 0);
-        while at < bytes.len() {
-            let b = bytes[at];
-            if b >= 0x20 && b != b'"' && b != b'\\' {
-                at += 1;
-                continue;
-            }
-            out.push_str(&self[from..at]);
-            match b {
-                b'"' => out.push_str("\\\""),
-                b'\\' => out.push_str("\\\\"),
-                b'\n' => out.push_str("\\n"),
-                b'\r' => out.push_str("\\r"),
-                b'\t' => out.push_str("\\t"),
-                0x08 => out.push_str("\\b"),
-                0x0c => out.push_str("\\f"),
-                _ => {
-                    let _ = write!(out, "\\u{:04x}", b);
-                }
-            }
-            at += 1;
-            from = at;
+        let _ = escape(self, out);
+    }
+}
+
+/// A string as JSON writes it ([`Write`] for `str`), to be formatted: a record written with
+/// one `format!` builds its line in the standard library's own compiled code, where the
+/// default dev profile leaves every push of [`Object`] as calls.
+pub(crate) struct Text<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        escape(self.0, f)
+    }
+}
+
+/// A field after the first of an object being formatted, where its value is there:
+/// `,"key":value` ([`Object::some`]); nothing where it is not.
+pub(crate) struct OptField<'a>(
+    pub(crate) &'static str,
+    pub(crate) Option<&'a dyn fmt::Display>,
+);
+
+impl fmt::Display for OptField<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(v) => write!(f, ",\"{}\":{v}", self.0),
+            None => Ok(()),
         }
-        out.push_str(&self[from..]);
-        out.push('"');
+    }
+}
+
+/// A number where there, to be formatted as an [`OptField`]'s value.
+pub(crate) fn optional(value: &Option<u64>) -> Option<&dyn fmt::Display> {
+    match value {
+        Some(v) => Some(v),
+        None => None,
     }
 }
 

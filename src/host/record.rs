@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::fs::File;
 
-use crate::json::{self, Fields, Object, Record, Value};
+use crate::json::{self, Fields, OptField, Record, Text, Value, optional};
 use crate::sys;
 
 /// Size of a slot file's holder record.
@@ -61,26 +61,60 @@ pub struct HolderRecord {
 /// Records of earlier versions lack `units` and `gpus`: 1. Unversioned.
 impl json::Write for HolderRecord {
     fn write(&self, out: &mut String) {
-        out.push_str(
-            &Object::new()
-                .field("pid", self.pid)
-                .field("test", &self.test)
-                .some("binary", &self.binary)
-                .field("thread", &self.thread)
-                .field("since_unix_ms", self.since_unix_ms)
-                .some("since_boot_ms", &self.since_boot_ms)
-                .some("boot_id", &self.boot_id)
-                .field("exclusive", self.exclusive)
-                .field("concurrency", self.concurrency)
-                .field("units", self.units)
-                .when(self.gpus != 1, "gpus", self.gpus)
-                .some("memory", &self.memory)
-                .finish(),
-        );
+        out.push_str(&self.text());
+    }
+}
+
+impl HolderRecord {
+    /// The record's text, formatted in one go (see [`Text`]) as
+    /// [`Object`](crate::json::Object) would write it.
+    fn text(&self) -> String {
+        let binary = match &self.binary {
+            Some(b) => Some(Text(b)),
+            None => None,
+        };
+        let boot_id = match &self.boot_id {
+            Some(b) => Some(Text(b)),
+            None => None,
+        };
+        let gpus = if self.gpus != 1 {
+            Some(self.gpus as u64)
+        } else {
+            None
+        };
+        format!(
+            "{{\"pid\":{pid},\"test\":{test}{binary},\"thread\":{thread},\
+             \"since_unix_ms\":{since_unix_ms}{since_boot_ms}{boot_id},\"exclusive\":{exclusive},\
+             \"concurrency\":{concurrency},\"units\":{units}{gpus}{memory}}}",
+            pid = self.pid,
+            test = Text(&self.test),
+            binary = OptField("binary", shown(&binary)),
+            thread = Text(&self.thread),
+            since_unix_ms = self.since_unix_ms,
+            since_boot_ms = OptField("since_boot_ms", optional(&self.since_boot_ms)),
+            boot_id = OptField("boot_id", shown(&boot_id)),
+            exclusive = self.exclusive,
+            concurrency = self.concurrency,
+            units = self.units,
+            gpus = OptField("gpus", optional(&gpus)),
+            memory = OptField("memory", optional(&self.memory)),
+        )
+    }
+}
+
+/// A string where there, to be formatted as an [`OptField`]'s value.
+fn shown<'a>(text: &'a Option<Text<'_>>) -> Option<&'a dyn std::fmt::Display> {
+    match text {
+        Some(t) => Some(t),
+        None => None,
     }
 }
 
 impl Record for HolderRecord {
+    fn to_text(&self) -> String {
+        self.text()
+    }
+
     fn read_json(v: &Value) -> Result<HolderRecord, String> {
         let f = Fields::of(v, "holder record")?;
         Ok(HolderRecord {
