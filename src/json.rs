@@ -820,6 +820,18 @@ impl fmt::Display for OptField<'_> {
     }
 }
 
+/// [`OptField`] of a string: `,"key":"value"` where there; nothing where not.
+pub(crate) struct OptText<'a>(pub(crate) &'static str, pub(crate) Option<&'a str>);
+
+impl fmt::Display for OptText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(v) => write!(f, ",\"{}\":{}", self.0, Text(v)),
+            None => Ok(()),
+        }
+    }
+}
+
 /// A number where there, to be formatted as an [`OptField`]'s value.
 pub(crate) fn optional(value: &Option<u64>) -> Option<&dyn fmt::Display> {
     match value {

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::fs::File;
 
-use crate::json::{self, Fields, OptField, Record, Text, Value, optional};
+use crate::json::{self, Fields, OptField, OptText, Record, Text, Value, optional};
 use crate::sys;
 
 /// Size of a slot file's holder record.
@@ -69,14 +69,6 @@ impl HolderRecord {
     /// The record's text, formatted in one go (see [`Text`]) as
     /// [`Object`](crate::json::Object) would write it.
     fn text(&self) -> String {
-        let binary = match &self.binary {
-            Some(b) => Some(Text(b)),
-            None => None,
-        };
-        let boot_id = match &self.boot_id {
-            Some(b) => Some(Text(b)),
-            None => None,
-        };
         let gpus = if self.gpus != 1 {
             Some(self.gpus as u64)
         } else {
@@ -88,25 +80,17 @@ impl HolderRecord {
              \"concurrency\":{concurrency},\"units\":{units}{gpus}{memory}}}",
             pid = self.pid,
             test = Text(&self.test),
-            binary = OptField("binary", shown(&binary)),
+            binary = OptText("binary", self.binary.as_deref()),
             thread = Text(&self.thread),
             since_unix_ms = self.since_unix_ms,
             since_boot_ms = OptField("since_boot_ms", optional(&self.since_boot_ms)),
-            boot_id = OptField("boot_id", shown(&boot_id)),
+            boot_id = OptText("boot_id", self.boot_id.as_deref()),
             exclusive = self.exclusive,
             concurrency = self.concurrency,
             units = self.units,
             gpus = OptField("gpus", optional(&gpus)),
             memory = OptField("memory", optional(&self.memory)),
         )
-    }
-}
-
-/// A string where there, to be formatted as an [`OptField`]'s value.
-fn shown<'a>(text: &'a Option<Text<'_>>) -> Option<&'a dyn std::fmt::Display> {
-    match text {
-        Some(t) => Some(t),
-        None => None,
     }
 }
 
