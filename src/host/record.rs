@@ -164,8 +164,19 @@ impl HolderRecord {
     }
 
     pub(super) fn encode(&self) -> Vec<u8> {
-        let mut r = self.clone();
         let mut limit = NAME_LIMIT;
+        // Names within the limit (as they almost always are) are written as they are.
+        let binary = match &self.binary {
+            Some(binary) => binary.len(),
+            None => 0,
+        };
+        if self.test.len() <= limit && self.thread.len() <= limit && binary <= limit {
+            let buf = self.to_text().into_bytes();
+            if buf.len() < RECORD_LEN {
+                return padded(buf, RECORD_LEN);
+            }
+        }
+        let mut r = self.clone();
         loop {
             truncate(&mut r.test, limit);
             truncate(&mut r.thread, limit);

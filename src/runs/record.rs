@@ -189,14 +189,7 @@ impl Record for RunRecord {
 }
 
 /// An outcome in a release record: `"passed"`, `"panicked"`, `{"exited":CODE}` or
-/// `{"signal":NUMBER}`.
-impl json::Write for Outcome {
-    fn write(&self, out: &mut String) {
-        out.push_str(&OutcomeJson(*self).to_string());
-    }
-}
-
-/// [`Outcome`]'s JSON, to be formatted.
+/// `{"signal":NUMBER}`, to be formatted.
 struct OutcomeJson(Outcome);
 
 impl std::fmt::Display for OutcomeJson {
