@@ -260,7 +260,7 @@ pub(super) fn padded(mut text: Vec<u8>, len: usize) -> Vec<u8> {
 
 /// A block of the padding [`padded`] writes.
 const SPACES: [u8; 256] = [b' '; 256];
-/// A block of bytes never written.
+/// A block of a record never written.
 const ZEROS: [u8; 256] = [0; 256];
 
 /// The text of a padded record (blank or all padding: none).
@@ -268,17 +268,23 @@ pub(super) fn padded_text(raw: &[u8]) -> Result<Option<&str>, String> {
     let Ok(text) = std::str::from_utf8(raw) else {
         return Err("not UTF-8".to_string());
     };
-    // The padding is ASCII: whole blocks of it are cut from the end first, with the standard
-    // library's compiled comparison (a loop costs some 15 instructions a byte in the default
-    // dev profile); then the rest with a byte loop (the default dev profile leaves a `char`
-    // pattern as calls a character); then what other whitespace is left.
+    // The padding is ASCII: blocks of it, ever smaller, are cut from the end first, with the
+    // standard library's compiled comparison (a loop costs some 15 instructions a byte in the
+    // default dev profile); then what is left of it with a byte loop (the default dev profile
+    // leaves a `char` pattern as calls a character); then what other whitespace is left.
+    let padding = if raw.last() == Some(&0) {
+        &ZEROS
+    } else {
+        &SPACES
+    };
     let mut end = raw.len();
-    while end > 0 {
-        let block = &raw[end - end.min(SPACES.len())..end];
-        if block != &SPACES[..block.len()] && block != &ZEROS[..block.len()] {
-            break;
+    let mut n = padding.len();
+    while n > 0 {
+        if end >= n && raw[end - n..end] == padding[..n] {
+            end -= n;
+        } else {
+            n /= 2;
         }
-        end -= block.len();
     }
     let bytes = text.as_bytes();
     let mut start = 0;
