@@ -623,26 +623,35 @@ pub(crate) trait Record: Write + Sized {
 
     /// The record from its text.
     fn from_text(text: &str) -> Result<Self, String> {
-        match parse(text) {
-            Ok(v) => Self::read_json(&v),
-            Err(e) => Err(e.to_string()),
-        }
+        Self::read_json(&read_text(parse(text))?)
     }
 
     /// The record from its text as bytes, which must be UTF-8.
     fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
-        match parse_bytes(bytes) {
-            Ok(v) => Self::read_json(&v),
-            Err(e) => Err(e.to_string()),
-        }
+        Self::read_json(&read_text(parse_bytes(bytes))?)
     }
 
     /// The record's text: compact JSON, one line.
     fn to_text(&self) -> String {
-        let mut out = String::new();
-        self.write(&mut out);
-        out
+        text_of(self)
     }
+}
+
+// What a record's reading and writing need beside the record itself, compiled once.
+
+/// The value read, or why the text is not JSON.
+fn read_text(parsed: Result<Value, ParseError>) -> Result<Value, String> {
+    match parsed {
+        Ok(v) => Ok(v),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// What `value` writes.
+fn text_of(value: &dyn Write) -> String {
+    let mut out = String::new();
+    value.write(&mut out);
+    out
 }
 
 /// A value that writes itself as JSON.
