@@ -623,26 +623,35 @@ pub(crate) trait Record: Write + Sized {
 
     /// The record from its text.
     fn from_text(text: &str) -> Result<Self, String> {
-        match parse(text) {
-            Ok(v) => Self::read_json(&v),
-            Err(e) => Err(e.to_string()),
-        }
+        Self::read_json(&read_text(parse(text))?)
     }
 
     /// The record from its text as bytes, which must be UTF-8.
     fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
-        match parse_bytes(bytes) {
-            Ok(v) => Self::read_json(&v),
-            Err(e) => Err(e.to_string()),
-        }
+        Self::read_json(&read_text(parse_bytes(bytes))?)
     }
 
     /// The record's text: compact JSON, one line.
     fn to_text(&self) -> String {
-        let mut out = String::new();
-        self.write(&mut out);
-        out
+        text_of(self)
     }
+}
+
+// What a record's reading and writing need beside the record itself, compiled once.
+
+/// The value read, or why the text is not JSON.
+fn read_text(parsed: Result<Value, ParseError>) -> Result<Value, String> {
+    match parsed {
+        Ok(v) => Ok(v),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// What `value` writes.
+fn text_of(value: &dyn Write) -> String {
+    let mut out = String::new();
+    value.write(&mut out);
+    out
 }
 
 /// A value that writes itself as JSON.
@@ -755,38 +764,88 @@ fn shortest_digits(f: f64) -> (String, i32) {
     }
 }
 
+/// `s` as a JSON string: quoted, with `"`, `\` and control characters escaped.
+fn escape(s: &str, out: &mut dyn fmt::Write) -> fmt::Result {
+    out.write_char('"')?;
+    // Only ASCII bytes are escaped, so the text between two of them is copied whole (a
+    // byte of a multi-byte character is never below 0x80): one copy a run, not a push a
+    // character, which the default dev profile leaves as calls.
+    let bytes = s.as_bytes();
+    let (mut from, mut at) = (0, 0);
+    while at < bytes.len() {
+        let b = bytes[at];
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            at += 1;
+            continue;
+        }
+        out.write_str(&s[from..at])?;
+        match b {
+            b'"' => out.write_str("\\\"")?,
+            b'\\' => out.write_str("\\\\")?,
+            b'\n' => out.write_str("\\n")?,
+            b'\r' => out.write_str("\\r")?,
+            b'\t' => out.write_str("\\t")?,
+            0x08 => out.write_str("\\b")?,
+            0x0c => out.write_str("\\f")?,
+            _ => write!(out, "\\u{:04x}", b)?,
+        }
+        at += 1;
+        from = at;
+    }
+    out.write_str(&s[from..])?;
+    out.write_char('"')
+}
+
 impl Write for str {
     fn write(&self, out: &mut String) {
-        out.push('"');
-        // Only ASCII bytes are escaped, so the text between two of them is copied whole (a
-        // byte of a multi-byte character is never below 0x80): one copy a run, not a push a
-        // character, which the default dev profile leaves as calls.
-        let bytes = self.as_bytes();
-        let (mut from, mut at) = (0, 0);
-        while at < bytes.len() {
-            let b = bytes[at];
-            if b >= 0x20 && b != b'"' && b != b'\\' {
-                at += 1;
-                continue;
-            }
-            out.push_str(&self[from..at]);
-            match b {
-                b'"' => out.push_str("\\\""),
-                b'\\' => out.push_str("\\\\"),
-                b'\n' => out.push_str("\\n"),
-                b'\r' => out.push_str("\\r"),
-                b'\t' => out.push_str("\\t"),
-                0x08 => out.push_str("\\b"),
-                0x0c => out.push_str("\\f"),
-                _ => {
-                    let _ = write!(out, "\\u{:04x}", b);
-                }
-            }
-            at += 1;
-            from = at;
+        let _ = escape(self, out);
+    }
+}
+
+/// A string as JSON writes it ([`Write`] for `str`), to be formatted: a record written with
+/// one `format!` builds its line in the standard library's own compiled code, where the
+/// default dev profile leaves every push of [`Object`] as calls.
+pub(crate) struct Text<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Text<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        escape(self.0, f)
+    }
+}
+
+/// A field after the first of an object being formatted, where its value is there:
+/// `,"key":value` ([`Object::some`]); nothing where it is not.
+pub(crate) struct OptField<'a>(
+    pub(crate) &'static str,
+    pub(crate) Option<&'a dyn fmt::Display>,
+);
+
+impl fmt::Display for OptField<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(v) => write!(f, ",\"{}\":{v}", self.0),
+            None => Ok(()),
         }
-        out.push_str(&self[from..]);
-        out.push('"');
+    }
+}
+
+/// [`OptField`] of a string: `,"key":"value"` where there; nothing where not.
+pub(crate) struct OptText<'a>(pub(crate) &'static str, pub(crate) Option<&'a str>);
+
+impl fmt::Display for OptText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.1 {
+            Some(v) => write!(f, ",\"{}\":{}", self.0, Text(v)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A number where there, to be formatted as an [`OptField`]'s value.
+pub(crate) fn optional(value: &Option<u64>) -> Option<&dyn fmt::Display> {
+    match value {
+        Some(v) => Some(v),
+        None => None,
     }
 }
 

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use super::inherited::InheritedPermit;
 use super::parse::{
     RequireError, ValueError, parse_concurrency, parse_dir, parse_duration, parse_gpus,
     parse_memory, parse_placement, utf8,
@@ -412,9 +413,9 @@ pub(super) fn strict(lookup: &Lookup<'_>, warnings: &mut Warnings) -> bool {
 }
 
 /// The permit a parent passes on ([`INHERITED_VAR`]), parsed, when it is set.
-pub(super) fn inherited(lookup: &Lookup<'_>) -> Option<Result<super::InheritedPermit, String>> {
+pub(super) fn inherited(lookup: &Lookup<'_>) -> Option<Result<InheritedPermit, String>> {
     let raw = lookup(INHERITED_VAR)?;
-    Some(super::InheritedPermit::parse(&raw))
+    Some(InheritedPermit::parse(&raw))
 }
 
 /// The adapter the wgpu fixture picks ([`WGPU_ADAPTER_VAR`], else [`WGPU_ADAPTER_NAME_VAR`])

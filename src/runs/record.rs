@@ -1,6 +1,6 @@
 //! The records: one JSON object a line, each with its run id, its time and its process.
 
-use crate::json::{self, Fields, Object, Record, Value};
+use crate::json::{self, Fields, Object, OptField, Record, Text, Value, optional};
 
 /// One line of a run's record file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,78 +23,98 @@ pub enum RunRecord {
 /// are left out where they hold their default, and read as it where absent. Unversioned.
 impl json::Write for RunRecord {
     fn write(&self, out: &mut String) {
-        let mut o = Object::new();
+        out.push_str(&self.text());
+    }
+}
+
+impl RunRecord {
+    /// The record's line, without its newline.
+    fn text(&self) -> String {
         match self {
-            RunRecord::Skip(r) => {
-                o.field("kind", "skip")
-                    .field("run", &r.run)
-                    .field("unix_us", r.unix_us)
-                    .field("pid", r.pid)
-                    .field("binary", &r.binary)
-                    .field("test", &r.test)
-                    .field("attempt", r.attempt)
-                    .field("backend", &r.backend)
-                    .field("reason", &r.reason);
-            }
+            RunRecord::Skip(r) => Object::new()
+                .field("kind", "skip")
+                .field("run", &r.run)
+                .field("unix_us", r.unix_us)
+                .field("pid", r.pid)
+                .field("binary", &r.binary)
+                .field("test", &r.test)
+                .field("attempt", r.attempt)
+                .field("backend", &r.backend)
+                .field("reason", &r.reason)
+                .finish(),
+            // The records a permit writes, formatted in one go (see [`Text`]), as [`Object`]
+            // would write them.
             RunRecord::Grant(r) => {
-                o.field("kind", "grant")
-                    .field("run", &r.run)
-                    .field("unix_us", r.unix_us)
-                    .field("pid", r.pid)
-                    .field("hold", r.hold)
-                    .field("binary", &r.binary)
-                    .field("test", &r.test)
-                    .field("attempt", r.attempt)
-                    .field("total_attempts", r.total_attempts)
-                    .field("units", r.units)
-                    .field("exclusive", r.exclusive)
-                    .field("per_gpu", r.per_gpu)
-                    .field("gpus", r.gpus)
-                    .field("alone", r.alone)
-                    .field("waited_us", r.waited_us)
-                    .some("learned", &r.learned);
+                format!(
+                    "{{\"kind\":\"grant\",\"run\":{run},\"unix_us\":{unix_us},\"pid\":{pid},\
+                     \"hold\":{hold},\"binary\":{binary},\"test\":{test},\"attempt\":{attempt},\
+                     \"total_attempts\":{total_attempts},\"units\":{units},\"exclusive\":{exclusive},\
+                     \"per_gpu\":{per_gpu},\"gpus\":{gpus},\"alone\":{alone},\
+                     \"waited_us\":{waited_us}{learned}}}",
+                    run = Text(&r.run),
+                    unix_us = r.unix_us,
+                    pid = r.pid,
+                    hold = r.hold,
+                    binary = Text(&r.binary),
+                    test = Text(&r.test),
+                    attempt = r.attempt,
+                    total_attempts = r.total_attempts,
+                    units = r.units,
+                    exclusive = r.exclusive,
+                    per_gpu = r.per_gpu,
+                    gpus = r.gpus,
+                    alone = r.alone,
+                    waited_us = r.waited_us,
+                    learned = OptField("learned", optional(&r.learned)),
+                )
             }
             RunRecord::Release(r) => {
-                o.field("kind", "release")
-                    .field("run", &r.run)
-                    .field("unix_us", r.unix_us)
-                    .field("pid", r.pid)
-                    .field("hold", r.hold)
-                    .field("outcome", r.outcome)
-                    .some("memory_used", &r.memory_used);
+                format!(
+                    "{{\"kind\":\"release\",\"run\":{run},\"unix_us\":{unix_us},\"pid\":{pid},\
+                     \"hold\":{hold},\"outcome\":{outcome}{memory_used}}}",
+                    run = Text(&r.run),
+                    unix_us = r.unix_us,
+                    pid = r.pid,
+                    hold = r.hold,
+                    outcome = OutcomeJson(r.outcome),
+                    memory_used = OptField("memory_used", optional(&r.memory_used)),
+                )
             }
-            RunRecord::Choice(r) => {
-                o.field("kind", "choice")
-                    .field("run", &r.run)
-                    .field("unix_us", r.unix_us)
-                    .field("pid", r.pid)
-                    .field("per_gpu", r.per_gpu)
-                    .field("gpus", r.gpus)
-                    .field("gpu", &r.gpu)
-                    .field("why", &r.why);
-            }
-            RunRecord::Drivers(r) => {
-                o.field("kind", "drivers")
-                    .field("run", &r.run)
-                    .field("unix_us", r.unix_us)
-                    .field("pid", r.pid)
-                    .field("binary", &r.binary)
-                    .field("test", &r.test)
-                    .field("attempt", r.attempt)
-                    .field("drivers", &r.drivers)
-                    .field("unpermitted", &r.unpermitted)
-                    .field("before_first_permit", r.before_first_permit)
-                    .field("held", r.held)
-                    .field("seen", &r.seen)
-                    .when(!r.linked.is_empty(), "linked", &r.linked)
-                    .when(r.started_process, "started_process", true);
-            }
+            RunRecord::Choice(r) => Object::new()
+                .field("kind", "choice")
+                .field("run", &r.run)
+                .field("unix_us", r.unix_us)
+                .field("pid", r.pid)
+                .field("per_gpu", r.per_gpu)
+                .field("gpus", r.gpus)
+                .field("gpu", &r.gpu)
+                .field("why", &r.why)
+                .finish(),
+            RunRecord::Drivers(r) => Object::new()
+                .field("kind", "drivers")
+                .field("run", &r.run)
+                .field("unix_us", r.unix_us)
+                .field("pid", r.pid)
+                .field("binary", &r.binary)
+                .field("test", &r.test)
+                .field("attempt", r.attempt)
+                .field("drivers", &r.drivers)
+                .field("unpermitted", &r.unpermitted)
+                .field("before_first_permit", r.before_first_permit)
+                .field("held", r.held)
+                .field("seen", &r.seen)
+                .when(!r.linked.is_empty(), "linked", &r.linked)
+                .when(r.started_process, "started_process", true)
+                .finish(),
         }
-        out.push_str(&o.finish());
     }
 }
 
 impl Record for RunRecord {
+    fn to_text(&self) -> String {
+        self.text()
+    }
+
     fn read_json(v: &Value) -> Result<RunRecord, String> {
         const KINDS: [(&str, u8); 5] = [
             ("skip", 0),
@@ -169,14 +189,16 @@ impl Record for RunRecord {
 }
 
 /// An outcome in a release record: `"passed"`, `"panicked"`, `{"exited":CODE}` or
-/// `{"signal":NUMBER}`.
-impl json::Write for Outcome {
-    fn write(&self, out: &mut String) {
-        match self {
-            Outcome::Passed => json::Write::write("passed", out),
-            Outcome::Panicked => json::Write::write("panicked", out),
-            Outcome::Exited(code) => out.push_str(&Object::new().field("exited", *code).finish()),
-            Outcome::Signal(sig) => out.push_str(&Object::new().field("signal", *sig).finish()),
+/// `{"signal":NUMBER}`, to be formatted.
+struct OutcomeJson(Outcome);
+
+impl std::fmt::Display for OutcomeJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Outcome::Passed => f.write_str("\"passed\""),
+            Outcome::Panicked => f.write_str("\"panicked\""),
+            Outcome::Exited(code) => write!(f, "{{\"exited\":{code}}}"),
+            Outcome::Signal(sig) => write!(f, "{{\"signal\":{sig}}}"),
         }
     }
 }
