@@ -106,7 +106,7 @@ pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
         strsz.unwrap_or(MOST).min(MOST),
     )?;
     let mut names = Vec::new();
-    for at in needed {
+    for &at in &needed {
         if let Some(name) = string_at(&strings, at) {
             names.push(name);
         }
@@ -217,7 +217,7 @@ pub(super) fn needed_closure(exe: &Path, mapped: &[String]) -> Vec<String> {
     }
     crate::order::sort(&mut reached);
     let mut files = Vec::with_capacity(reached.len());
-    for at in reached {
+    for &at in &reached {
         files.push(mapped[at].clone());
     }
     files

@@ -330,7 +330,7 @@ fn probe_loader(lib: &crate::sys::Library, name: &CStr) -> Result<ProbeOutcome, 
         handles.truncate(count as usize);
     }
     let mut found = Vec::with_capacity(handles.len());
-    for h in handles {
+    for &h in &handles {
         if !h.is_null() {
             found.push(h);
         }

@@ -453,7 +453,7 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64, usize)>) -> usize {
         edges.push((to, -(units as i64)));
     }
     // Releases before grants at the same moment, as in a trace.
-    crate::trace::peak_of(edges)
+    crate::trace::peak_of(&mut edges)
 }
 
 fn casualties(holds: &[Hold<'_>], last_attempt: &SortedMap<TestKey, u32>) -> Vec<Casualty> {

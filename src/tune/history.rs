@@ -356,17 +356,17 @@ pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
 /// the largest first. A test is named `<binary>::<test>`, as its run records name it. What
 /// [`WEIGHTS_VAR`](crate::config::WEIGHTS_VAR)`=learned` weighs tests by.
 pub fn learned_memory(dir: &Path) -> Vec<(String, u64)> {
-    let refs = read_records(
+    let mut refs = read_records(
         &crate::hangs::record_dir(dir),
         TESTS_FILE,
         tests_file::parse,
     );
     let mut out: Vec<(String, u64)> = Vec::new();
-    for r in refs {
+    for r in &mut refs {
         if let Some(m) = r.mem
             && m > 0
         {
-            out.push((r.test, m));
+            out.push((std::mem::take(&mut r.test), m));
         }
     }
     crate::order::sort_by(&mut out, |a, b| match b.1.cmp(&a.1) {
@@ -572,14 +572,14 @@ fn measured_at(entries: &[HistoryEntry], run: &str, len: u64) -> bool {
 /// Updates the tests' reference hold times with `fresh` runs; returns them.
 fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<String, u64> {
     let file = open_locked(state, TESTS_FILE);
-    let (old, bad) = match &file {
+    let (mut old, bad) = match &file {
         Some(f) => read_lines(f, tests_file::parse),
         None => (Vec::new(), 0),
     };
     say_ignored(&state.join(TESTS_FILE), bad);
     let mut refs: HashMap<String, TestLine> = HashMap::new();
-    for r in old {
-        refs.insert(r.test.clone(), r);
+    for r in &mut old {
+        refs.insert(r.test.clone(), std::mem::take(r));
     }
     for (_, _, m) in fresh {
         for (test, t) in &m.tests {
@@ -619,8 +619,8 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
         replace(file, &tests_file::encode(&kept));
     }
     let mut times = HashMap::new();
-    for r in kept {
-        times.insert(r.test, r.us);
+    for r in &mut kept {
+        times.insert(std::mem::take(&mut r.test), r.us);
     }
     times
 }
