@@ -231,14 +231,17 @@ fn manifests_at(place: &Path, kind: Kind) -> Vec<PathBuf> {
 /// The text of the manifest at `path`, where it is a regular file of at most
 /// [`LARGEST_MANIFEST`] bytes that opens without blocking and is UTF-8.
 fn read_small(path: &Path) -> Option<String> {
-    let file = crate::sys::open_regular_to_read(path).ok()?;
+    let mut file = crate::sys::open_regular_to_read(path).ok()?;
     if file.metadata().ok()?.len() > LARGEST_MANIFEST {
         return None;
     }
-    let mut text = String::new();
-    file.take(LARGEST_MANIFEST + 1)
-        .read_to_string(&mut text)
+    // Through a `&mut File`, as the ELF reader reads: one reader type.
+    let mut bytes = Vec::new();
+    file.by_ref()
+        .take(LARGEST_MANIFEST + 1)
+        .read_to_end(&mut bytes)
         .ok()?;
+    let text = String::from_utf8(bytes).ok()?;
     if text.len() as u64 <= LARGEST_MANIFEST {
         Some(text)
     } else {

@@ -118,6 +118,20 @@ pub use permit::{
 };
 pub use permitted::Permitted;
 
+/// `items` joined by `sep`: what `[String]::join` makes, in one function for the crate.
+pub(crate) fn joined(items: &[String], sep: &str) -> String {
+    let mut out = String::new();
+    let mut first = true;
+    for item in items {
+        if !first {
+            out.push_str(sep);
+        }
+        out.push_str(item);
+        first = false;
+    }
+    out
+}
+
 /// The CUDA fixture (feature `cuda`): a permit-holding context and stream in one line.
 ///
 /// ```

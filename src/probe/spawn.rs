@@ -103,17 +103,18 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
     let pid = child.child.id();
 
     let shared = Arc::new(Shared::default());
-    let out = child.child.stdout.take().expect("stdout is piped");
-    let err = child.child.stderr.take().expect("stderr is piped");
+    let mut out = child.child.stdout.take().expect("stdout is piped");
+    let mut err = child.child.stderr.take().expect("stderr is piped");
+    // Each pipe is read through a closure of one method, not a `dyn Read` of many.
     spawn_reader(
         "gpu-test-permit probe stdout",
-        Box::new(out),
+        Box::new(move |buf: &mut [u8]| out.read(buf)),
         &shared,
         Output::push_stdout,
     )?;
     spawn_reader(
         "gpu-test-permit probe stderr",
-        Box::new(err),
+        Box::new(move |buf: &mut [u8]| err.read(buf)),
         &shared,
         Output::push_stderr,
     )?;
@@ -338,12 +339,15 @@ impl Shared {
     }
 }
 
-/// Reads `pipe` to its end on a thread of its own (std has no read with a deadline), into
+/// A pipe's `read`.
+type PipeRead = Box<dyn FnMut(&mut [u8]) -> io::Result<usize> + Send>;
+
+/// Reads a pipe to its end through `read` on a thread of its own (std has no read with a deadline), into
 /// bounded buffers. A pipe held open by a process that escaped the child's group keeps its
 /// thread alive until that process closes it; it holds nothing but those buffers.
 fn spawn_reader(
     name: &str,
-    mut pipe: Box<dyn Read + Send>,
+    mut read: PipeRead,
     shared: &Arc<Shared>,
     push: fn(&mut Output, &[u8]),
 ) -> io::Result<()> {
@@ -353,7 +357,7 @@ fn spawn_reader(
         .spawn(move || {
             let mut buf = [0u8; 8192];
             loop {
-                match pipe.read(&mut buf) {
+                match read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => {
                         let mut out = shared.lock();

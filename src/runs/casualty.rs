@@ -169,7 +169,7 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
          (`gpu-test-permit report` lists the run's)",
         record.test,
         record.n(),
-        record.beside.join(", ")
+        crate::joined(&record.beside, ", ")
     ));
 }
 

@@ -100,7 +100,7 @@ pub fn exit_line(t: &Tally) -> Option<String> {
         t.skipped,
         t.gpu_tests,
         if t.gpu_tests == 1 { "" } else { "s" },
-        why.join("; ")
+        crate::joined(&why, "; ")
     ))
 }
 
