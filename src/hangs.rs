@@ -136,7 +136,7 @@ where
     T: Record + PartialEq,
 {
     let mut all: Vec<T> = Vec::new();
-    for text in kept_texts(dir, name) {
+    for text in &kept_texts(dir, name) {
         // Unreadable lines are skipped.
         for l in text.lines() {
             let Ok(r) = T::from_text(l) else {
@@ -161,7 +161,7 @@ where
 /// The text of file `name` in each directory of [`kept_dirs`] that has one, in their order.
 fn kept_texts(dir: &Path, name: &str) -> Vec<String> {
     let mut texts = Vec::new();
-    for d in kept_dirs(dir) {
+    for d in &kept_dirs(dir) {
         let Ok(file) = sys::open_regular_for_reading(&d.join(name)) else {
             continue;
         };

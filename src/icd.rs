@@ -74,20 +74,21 @@ fn installed(lookup: impl Fn(&str) -> Option<OsString>) -> Stems {
 fn installed_with(lookup: &Lookup<'_>) -> Stems {
     let mut out = Vec::new();
     let (places, libraries) = search(lookup);
-    for library in libraries {
-        add(&mut out, &library, None);
+    for library in &libraries {
+        add(&mut out, library, None);
     }
-    for (place, kind) in places {
+    for (place, kind) in &places {
+        let kind = *kind;
         // ocl-icd reads a file in OCL_ICD_VENDORS that is not a `.icd` as the library itself.
         if kind == Kind::OpenCl
             && place.extension() != Some(OsStr::new("icd"))
-            && matches!(std::fs::metadata(&place), Ok(m) if m.is_file())
+            && matches!(std::fs::metadata(place), Ok(m) if m.is_file())
         {
             add(&mut out, &place.to_string_lossy(), None);
             continue;
         }
-        for manifest in manifests_at(&place, kind) {
-            let Some(text) = read_small(&manifest) else {
+        for manifest in &manifests_at(place, kind) {
+            let Some(text) = read_small(manifest) else {
                 continue;
             };
             let library = match kind {
@@ -119,21 +120,21 @@ fn search(lookup: &Lookup<'_>) -> (Vec<(PathBuf, Kind)>, Vec<String>) {
     let home = var(lookup, "HOME").map(PathBuf::from);
     let mut places: Vec<(PathBuf, Kind)> = Vec::new();
     for name in ["VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"] {
-        for p in list(lookup, name) {
-            places.push((p, Kind::Vulkan));
+        for p in &mut list(lookup, name) {
+            places.push((std::mem::take(p), Kind::Vulkan));
         }
     }
     let mut roots = or_home(lookup, "XDG_CONFIG_HOME", &home, ".config");
-    roots.extend(or_default(lookup, "XDG_CONFIG_DIRS", &["/etc/xdg"]));
+    roots.append(&mut or_default(lookup, "XDG_CONFIG_DIRS", &["/etc/xdg"]));
     roots.push(PathBuf::from("/etc"));
     roots.push(PathBuf::from("/usr/local/etc"));
-    roots.extend(or_home(lookup, "XDG_DATA_HOME", &home, ".local/share"));
-    roots.extend(or_default(
+    roots.append(&mut or_home(lookup, "XDG_DATA_HOME", &home, ".local/share"));
+    roots.append(&mut or_default(
         lookup,
         "XDG_DATA_DIRS",
         &["/usr/local/share", "/usr/share"],
     ));
-    for r in roots {
+    for r in &roots {
         places.push((r.join("vulkan/icd.d"), Kind::Vulkan));
     }
     for name in ["OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH"] {
@@ -143,7 +144,7 @@ fn search(lookup: &Lookup<'_>) -> (Vec<(PathBuf, Kind)>, Vec<String>) {
     }
     places.push((PathBuf::from("/etc/OpenCL/vendors"), Kind::OpenCl));
     let mut libraries = Vec::new();
-    for p in list(lookup, "OCL_ICD_FILENAMES") {
+    for p in &list(lookup, "OCL_ICD_FILENAMES") {
         libraries.push(p.to_string_lossy().into_owned());
     }
     if let Some(alt) = var(lookup, "ZE_ENABLE_ALT_DRIVERS") {
@@ -287,9 +288,9 @@ fn add(out: &mut Vec<String>, library: &str, manifest_dir: Option<&Path>) {
             stems.push(driver_stem(&name.to_string_lossy()).to_string());
         }
     }
-    for stem in stems {
+    for stem in &mut stems {
         if !stem.is_empty() && !LOADERS.contains(&stem.as_str()) {
-            out.push(stem);
+            out.push(std::mem::take(stem));
         }
     }
 }

@@ -214,9 +214,15 @@ impl<K: Ord, V> SortedMap<K, V> {
     /// its first by `fold`, in the order `pairs` gives them. One stable sort: `O(n log n)`,
     /// where inserting one at a time moves `O(n)` entries each.
     pub(crate) fn from_pairs(mut pairs: Vec<(K, V)>, mut fold: impl FnMut(&mut V, V)) -> Self {
-        sort_by(&mut pairs, |a, b| a.0.cmp(&b.0));
+        // Sorted by key, stably, then reversed: popped from the back, the pairs come in key
+        // order, and each key's values in the order given.
+        let mut order = sorted_positions(pairs.len(), &mut |a: usize, b: usize| {
+            pairs[a].0.cmp(&pairs[b].0)
+        });
+        order.reverse();
+        permute(&mut pairs, order);
         let mut out: Vec<(K, V)> = Vec::with_capacity(pairs.len());
-        for (k, v) in pairs {
+        while let Some((k, v)) = pairs.pop() {
             match out.last_mut() {
                 Some(last) if last.0 == k => fold(&mut last.1, v),
                 _ => out.push((k, v)),

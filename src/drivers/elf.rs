@@ -211,8 +211,8 @@ pub(super) fn needed_closure(exe: &Path, mapped: &[String]) -> Vec<String> {
             continue;
         }
         reached.push(at);
-        if let Some(d) = dynamic(Path::new(&mapped[at])) {
-            queue.extend(d.needed);
+        if let Some(mut d) = dynamic(Path::new(&mapped[at])) {
+            queue.append(&mut d.needed);
         }
     }
     crate::order::sort(&mut reached);

@@ -211,7 +211,7 @@ fn lives(records: &[RunRecord]) -> Lives<'_> {
         starts.push(((key, attempt), at));
     }
     let releases: SortedMap<(u32, u64), Vec<(u64, Outcome)>> =
-        SortedMap::from_pairs(releases, |all, more| all.extend(more));
+        SortedMap::from_pairs(releases, |all, mut more| all.append(&mut more));
     let last_attempt: SortedMap<TestKey, u32> =
         SortedMap::from_pairs(attempts, |last, a| *last = (*last).max(a));
     let attempt_start: SortedMap<(TestKey, u32), u64> =
@@ -462,7 +462,7 @@ fn casualties(holds: &[Hold<'_>], last_attempt: &SortedMap<TestKey, u32>) -> Vec
             .iter()
             .map(|h| (key_of(&h.grant.binary, &h.grant.test), vec![h]))
             .collect(),
-        |all, more| all.extend(more),
+        |all, mut more| all.append(&mut more),
     );
     let mut out = Vec::new();
     for (key, mine) in by_test.iter() {

@@ -424,8 +424,8 @@ pub fn hold_times(dir: &Path) -> Vec<HoldTime> {
 pub(crate) fn learned_peaks(dir: &Path, current: Option<&str>) -> HashMap<String, u64> {
     update_history(dir, current);
     let mut peaks = HashMap::new();
-    for (test, bytes) in learned_memory(dir) {
-        peaks.insert(test, bytes);
+    for (test, bytes) in &mut learned_memory(dir) {
+        peaks.insert(std::mem::take(test), *bytes);
     }
     peaks
 }
@@ -461,7 +461,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
     let current_key = current.map(crate::runs::run_key);
     let since = forgotten_since(&state);
     let mut fresh: Vec<(String, u64, RunMeasure)> = Vec::new();
-    for run in crate::runs::recorded_runs(dir) {
+    for run in &mut crate::runs::recorded_runs(dir) {
         if Some(&run.run_id) == current_key.as_ref() {
             continue;
         }
@@ -475,7 +475,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
         if let Some(m) = measure(&records)
             && m.start_ms >= since
         {
-            fresh.push((run.run_id, len, m));
+            fresh.push((std::mem::take(&mut run.run_id), len, m));
         }
     }
     if fresh.is_empty() {
@@ -483,14 +483,15 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
         return entries;
     }
     let refs = update_refs(&state, &fresh);
-    for (run, len, m) in fresh {
+    for (run, len, m) in &mut fresh {
+        let (run, len) = (std::mem::take(run), *len);
         let mut work_us: u64 = 0;
         for (test, t) in &m.tests {
             let mean = t.hold_us / t.count.max(1);
             let r = refs.get(test).copied().unwrap_or(mean).min(mean);
             work_us += r.saturating_mul(t.count);
         }
-        let (auto, gpu, why) = match m.choice {
+        let (auto, gpu, why) = match m.choice.take() {
             Some(c) => (true, c.gpu, Some(c.why)),
             None => (false, String::new(), None),
         };
