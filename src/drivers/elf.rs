@@ -124,14 +124,12 @@ pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
 /// The NUL-terminated string at offset `at` of string table `strings`.
 fn string_at(strings: &[u8], at: u64) -> Option<String> {
     let rest = strings.get(usize::try_from(at).ok()?..)?;
-    let mut end = None;
-    for (i, &b) in rest.iter().enumerate() {
-        if b == 0 {
-            end = Some(i);
-            break;
-        }
+    // None where the table ends before a NUL.
+    let mut end = 0;
+    while *rest.get(end)? != 0 {
+        end += 1;
     }
-    Some(String::from_utf8_lossy(&rest[..end?]).into_owned())
+    Some(String::from_utf8_lossy(&rest[..end]).into_owned())
 }
 
 /// Up to `len` bytes of `file` from `offset` (fewer where it ends first).
@@ -241,10 +239,12 @@ fn soname_position(
         *sonames = Some(read);
     }
     let sonames = sonames.as_ref()?;
-    for (at, s) in sonames.iter().enumerate() {
-        if s.as_deref() == Some(name) {
+    let mut at = 0;
+    while at < sonames.len() {
+        if sonames[at].as_deref() == Some(name) {
             return Some(at);
         }
+        at += 1;
     }
     None
 }
