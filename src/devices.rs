@@ -287,7 +287,8 @@ pub fn export_devices(
         }
         hip = Some(renumbered);
     }
-    let mut out = vec![(CUDA_VISIBLE_DEVICES, crate::joined(&cuda, ","))];
+    let mut out = Vec::new();
+    out.push((CUDA_VISIBLE_DEVICES, crate::joined(&cuda, ",")));
     if let Some(h) = hip {
         out.push((HIP_VISIBLE_DEVICES, crate::joined(&h, ",")));
     }

@@ -176,11 +176,13 @@ fn kept_texts(dir: &Path, name: &str) -> Vec<String> {
 /// `dir` itself where that is another directory.
 fn kept_dirs(dir: &Path) -> Vec<PathBuf> {
     let state = crate::config::Config::global().state_dir_for(dir);
-    if state == dir {
-        vec![state]
-    } else {
-        vec![state, dir.to_path_buf()]
+    let another = state != dir;
+    let mut dirs = Vec::with_capacity(2);
+    dirs.push(state);
+    if another {
+        dirs.push(dir.to_path_buf());
     }
+    dirs
 }
 
 /// Appends `record` as a JSON line to `dir/name` under the file's lock, keeping the newest

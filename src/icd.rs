@@ -179,11 +179,13 @@ fn list(lookup: &Lookup<'_>, name: &str) -> Vec<PathBuf> {
 
 /// The directory variable `name` names, else `under` in `home` (none without either).
 fn or_home(lookup: &Lookup<'_>, name: &str, home: &Option<PathBuf>, under: &str) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
     match (var(lookup, name), home) {
-        (Some(v), _) => vec![PathBuf::from(v)],
-        (None, Some(h)) => vec![h.join(under)],
-        (None, None) => Vec::new(),
+        (Some(v), _) => dirs.push(PathBuf::from(v)),
+        (None, Some(h)) => dirs.push(h.join(under)),
+        (None, None) => {}
     }
+    dirs
 }
 
 /// The directories the list in variable `name` names, else `default`.
@@ -202,20 +204,21 @@ fn or_default(lookup: &Lookup<'_>, name: &str, default: &[&str]) -> Vec<PathBuf>
 /// The manifests at `place`: the file itself, or a directory's files of the kind's extension
 /// (in name order).
 fn manifests_at(place: &Path, kind: Kind) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let Ok(meta) = std::fs::metadata(place) else {
-        return Vec::new();
+        return files;
     };
     if !meta.is_dir() {
-        return vec![place.to_path_buf()];
+        files.push(place.to_path_buf());
+        return files;
     }
     let Ok(entries) = std::fs::read_dir(place) else {
-        return Vec::new();
+        return files;
     };
     let extension = match kind {
         Kind::Vulkan => "json",
         Kind::OpenCl => "icd",
     };
-    let mut files = Vec::new();
     for entry in entries.take(MOST_ENTRIES) {
         let Ok(entry) = entry else {
             continue;
@@ -276,7 +279,8 @@ fn opencl_library(text: &str) -> Option<String> {
 /// Adds the stem of `library` (named in a manifest in directory `manifest_dir`, or by a
 /// variable) to `out`, and, where it is a path, the stem of the file it leads to.
 fn add(out: &mut Vec<String>, library: &str, manifest_dir: Option<&Path>) {
-    let mut stems = vec![driver_stem(file_name(library)).to_string()];
+    let mut stems = Vec::new();
+    stems.push(driver_stem(file_name(library)).to_string());
     if library.contains('/') {
         let path = match manifest_dir {
             Some(dir) if Path::new(library).is_relative() => dir.join(library),

@@ -122,7 +122,8 @@ pub struct HoldTimeout {
 impl HoldTimeout {
     fn new(late: &Entry, all: &[Entry], now: Instant) -> HoldTimeout {
         let w = &late.watched;
-        let mut held_here = vec![listed(late, now)];
+        let mut held_here = Vec::new();
+        held_here.push(listed(late, now));
         for e in all {
             if e.id != late.id {
                 held_here.push(listed(e, now));
