@@ -309,8 +309,11 @@ fn watched() -> Option<&'static Watched> {
             path.push(format!(".{}", std::process::id()));
             // Appended to, never created (the loader made it as the process started), and
             // never through a symbolic link.
-            let log =
-                crate::sys::open_regular_for_append_no_follow(std::path::Path::new(&path)).ok()?;
+            let Ok(log) =
+                crate::sys::open_regular_for_append_no_follow(std::path::Path::new(&path))
+            else {
+                return None;
+            };
             Some(Watched {
                 log,
                 held: parking_lot::Mutex::new(0),

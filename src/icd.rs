@@ -235,9 +235,12 @@ fn manifests_at(place: &Path, kind: Kind) -> Vec<PathBuf> {
 /// The text of the manifest at `path`, where it is a regular file of at most
 /// [`LARGEST_MANIFEST`] bytes that opens without blocking and is UTF-8.
 fn read_small(path: &Path) -> Option<String> {
-    let mut file = crate::sys::open_regular_to_read(path).ok()?;
-    if file.metadata().ok()?.len() > LARGEST_MANIFEST {
+    let Ok(mut file) = crate::sys::open_regular_to_read(path) else {
         return None;
+    };
+    match file.metadata() {
+        Ok(meta) if meta.len() <= LARGEST_MANIFEST => {}
+        _ => return None,
     }
     // Through a `&mut File`, as the ELF reader reads: one reader type.
     let mut bytes = Vec::new();
@@ -245,7 +248,9 @@ fn read_small(path: &Path) -> Option<String> {
         .take(LARGEST_MANIFEST + 1)
         .read_to_end(&mut bytes)
         .ok()?;
-    let text = String::from_utf8(bytes).ok()?;
+    let Ok(text) = String::from_utf8(bytes) else {
+        return None;
+    };
     if text.len() as u64 <= LARGEST_MANIFEST {
         Some(text)
     } else {

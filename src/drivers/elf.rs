@@ -22,12 +22,17 @@ pub(super) struct Dynamic {
 /// none). Only a regular file is opened: a process also maps devices (`/dev/nvidia0`,
 /// `/dev/dri/renderD128`), and opening one of those is no look at all.
 pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
-    if !std::fs::metadata(path).ok()?.is_file() {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        _ => return None,
+    }
+    let Ok(mut file) = File::open(path) else {
+        return None;
+    };
+    let mut ident = [0u8; 64];
+    if file.read_exact(&mut ident[..16]).is_err() {
         return None;
     }
-    let mut file = File::open(path).ok()?;
-    let mut ident = [0u8; 64];
-    file.read_exact(&mut ident[..16]).ok()?;
     if &ident[..4] != b"\x7fELF" {
         return None;
     }
@@ -42,7 +47,9 @@ pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
         _ => return None,
     };
     let header_len = if wide { 64 } else { 52 };
-    file.read_exact(&mut ident[16..header_len]).ok()?;
+    if file.read_exact(&mut ident[16..header_len]).is_err() {
+        return None;
+    }
     let r = Reader { wide, little };
     let h = &ident[..header_len];
     let (phoff, phentsize, phnum) = if wide {
@@ -134,7 +141,9 @@ fn string_at(strings: &[u8], at: u64) -> Option<String> {
 
 /// Up to `len` bytes of `file` from `offset` (fewer where it ends first).
 fn read_at(file: &mut File, offset: u64, len: u64) -> Option<Vec<u8>> {
-    file.seek(SeekFrom::Start(offset)).ok()?;
+    if file.seek(SeekFrom::Start(offset)).is_err() {
+        return None;
+    }
     let mut out = Vec::new();
     file.take(len).read_to_end(&mut out).ok()?;
     Some(out)

@@ -317,7 +317,9 @@ fn replace(file: &File, text: &str) {
 /// The open, locked file `name` of directory `dir`, made if missing; `None` when it cannot be
 /// had (the history is never a reason to fail a test).
 fn open_locked(dir: &Path, name: &str) -> Option<File> {
-    let file = sys::open_lock_file(&dir.join(name), sys::is_shared_dir(dir)).ok()?;
+    let Ok(file) = sys::open_lock_file(&dir.join(name), sys::is_shared_dir(dir)) else {
+        return None;
+    };
     sys::lock_within(&file, LOCK_PATIENCE).then_some(file)
 }
 
@@ -337,7 +339,9 @@ fn read_records<T>(state: &Path, name: &str, parse: fn(&str) -> (Vec<T>, usize))
 /// The text of the file at `path` as [`read_records`] reads it; `None` when it cannot be
 /// opened or read.
 fn read_for_records(path: &Path) -> Option<String> {
-    let file = sys::open_regular_for_reading(path).ok()?;
+    let Ok(file) = sys::open_regular_for_reading(path) else {
+        return None;
+    };
     let _locked = sys::lock_within(&file, LOCK_PATIENCE);
     read_text(&file)
 }
