@@ -457,13 +457,12 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64, usize)>) -> usize {
 }
 
 fn casualties(holds: &[Hold<'_>], last_attempt: &SortedMap<TestKey, u32>) -> Vec<Casualty> {
-    let by_test: SortedMap<TestKey, Vec<&Hold<'_>>> = SortedMap::from_pairs(
-        holds
-            .iter()
-            .map(|h| (key_of(&h.grant.binary, &h.grant.test), vec![h]))
-            .collect(),
-        |all, mut more| all.append(&mut more),
-    );
+    let mut pairs = Vec::with_capacity(holds.len());
+    for h in holds {
+        pairs.push((key_of(&h.grant.binary, &h.grant.test), vec![h]));
+    }
+    let by_test: SortedMap<TestKey, Vec<&Hold<'_>>> =
+        SortedMap::from_pairs(pairs, |all, mut more| all.append(&mut more));
     let mut out = Vec::new();
     for (key, mine) in by_test.iter() {
         let Some(&last) = last_attempt.get(key) else {
@@ -473,40 +472,62 @@ fn casualties(holds: &[Hold<'_>], last_attempt: &SortedMap<TestKey, u32>) -> Vec
             continue;
         }
         let others = |h: &Hold<'_>| -> Vec<&Hold<'_>> {
-            holds
-                .iter()
-                .filter(|o| {
-                    (o.grant.pid, o.grant.hold) != (h.grant.pid, h.grant.hold)
-                        && (o.grant.binary != key.binary || o.grant.test != key.test)
-                        && overlap(h, o)
-                })
-                .collect()
+            let mut beside = Vec::new();
+            for o in holds {
+                if (o.grant.pid, o.grant.hold) != (h.grant.pid, h.grant.hold)
+                    && (o.grant.binary != key.binary || o.grant.test != key.test)
+                    && overlap(h, o)
+                {
+                    beside.push(o);
+                }
+            }
+            beside
         };
         // The last attempt passed, and alone: every permit of it returned without a failure,
         // none beside another test's.
-        let last_holds: Vec<&&Hold<'_>> = mine.iter().filter(|h| h.grant.attempt == last).collect();
-        let passed_alone = !last_holds.is_empty()
-            && last_holds
-                .iter()
-                .all(|h| h.outcome.is_some_and(|o| !o.failed()) && others(h).is_empty());
+        let mut passed_alone = false;
+        for h in mine {
+            if h.grant.attempt != last {
+                continue;
+            }
+            let passed = matches!(h.outcome, Some(o) if !o.failed());
+            if !passed || !others(h).is_empty() {
+                passed_alone = false;
+                break;
+            }
+            passed_alone = true;
+        }
         if !passed_alone {
             continue;
         }
         // The latest earlier attempt (each failed, or nextest would not have retried) that
-        // held its permit beside others.
-        let failed = mine
-            .iter()
-            .filter(|h| h.grant.attempt < last)
-            .filter_map(|h| {
-                let beside = others(h);
-                (!beside.is_empty()).then_some((*h, beside))
-            })
-            .max_by_key(|(h, _)| (h.grant.attempt, h.grant.unix_us));
-        let Some((h, beside)) = failed else { continue };
+        // held its permit beside others (of attempts as late, the last listed).
+        let mut failed: Option<(&Hold<'_>, Vec<&Hold<'_>>)> = None;
+        for h in mine {
+            if h.grant.attempt >= last {
+                continue;
+            }
+            let beside = others(h);
+            if beside.is_empty() {
+                continue;
+            }
+            let latest = match &failed {
+                Some((f, _)) => {
+                    (h.grant.attempt, h.grant.unix_us) >= (f.grant.attempt, f.grant.unix_us)
+                }
+                None => true,
+            };
+            if latest {
+                failed = Some((*h, beside));
+            }
+        }
+        let Some((h, mut beside)) = failed else {
+            continue;
+        };
         let mut names: Vec<TestKey> = Vec::new();
-        let mut sorted = beside.clone();
-        crate::order::sort_by_key(&mut sorted, |o| o.grant.unix_us);
-        for o in &sorted {
+        // In the order they were granted (the most held beside it does not depend on it).
+        crate::order::sort_by_key(&mut beside, |o| o.grant.unix_us);
+        for o in &beside {
             let k = key_of(&o.grant.binary, &o.grant.test);
             if !names.contains(&k) {
                 names.push(k);

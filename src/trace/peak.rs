@@ -72,7 +72,10 @@ pub fn peak_per_gpu(events: &[TraceEvent]) -> Vec<usize> {
     if gpus <= 1 {
         return Vec::new();
     }
-    let mut edges: Vec<Vec<(u64, i64)>> = vec![Vec::new(); gpus];
+    let mut edges: Vec<Vec<(u64, i64)>> = Vec::with_capacity(gpus);
+    for _ in 0..gpus {
+        edges.push(Vec::new());
+    }
     for e in events {
         if !placed_hold(e) {
             continue;
