@@ -190,7 +190,10 @@ struct Lives<'a> {
 }
 
 fn lives(records: &[RunRecord]) -> Lives<'_> {
-    let last_us = records.iter().map(RunRecord::unix_us).max().unwrap_or(0);
+    let mut last_us = 0;
+    for r in records {
+        last_us = last_us.max(r.unix_us());
+    }
     // Releases by (pid, hold); a pid reused later in the run releases after its own grant.
     // Each test's attempts: the last one, and when each began (its first record). Each map is
     // made from its pairs at once (one sort), not a key at a time.
@@ -221,22 +224,27 @@ fn lives(records: &[RunRecord]) -> Lives<'_> {
     let mut unreleased = Vec::new();
     for r in records {
         let RunRecord::Grant(g) = r else { continue };
-        let release = releases
-            .get(&(g.pid, g.hold))
-            .and_then(|v| {
-                v.iter()
-                    .filter(|(at, _)| *at >= g.unix_us)
-                    .min_by_key(|(at, _)| *at)
-            })
-            .copied();
+        // The first release at or after the grant (of releases as early, the first listed).
+        let mut release: Option<(u64, Outcome)> = None;
+        if let Some(v) = releases.get(&(g.pid, g.hold)) {
+            for &(at, outcome) in v {
+                let earlier = match release {
+                    Some((first, _)) => at < first,
+                    None => true,
+                };
+                if at >= g.unix_us && earlier {
+                    release = Some((at, outcome));
+                }
+            }
+        }
         let (end_us, outcome) = match release {
             Some((at, outcome)) => (at, Some(outcome)),
             None => {
                 let key = key_of(&g.binary, &g.test);
-                let next = attempt_start
-                    .get(&(key.clone(), g.attempt + 1))
-                    .copied()
-                    .unwrap_or(last_us);
+                let next = match attempt_start.get(&(key.clone(), g.attempt + 1)) {
+                    Some(&start) => start,
+                    None => last_us,
+                };
                 #[cfg(any(test, feature = "__cli"))]
                 unreleased.push(UnreleasedGrant {
                     key,
