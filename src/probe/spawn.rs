@@ -342,8 +342,8 @@ impl Shared {
 /// A pipe's `read`.
 type PipeRead = Box<dyn FnMut(&mut [u8]) -> io::Result<usize> + Send>;
 
-/// Reads a pipe to its end through `read` on a thread of its own (std has no read with a deadline), into
-/// bounded buffers. A pipe held open by a process that escaped the child's group keeps its
+/// Reads a pipe to its end through `read` on a thread of its own (std has no read with a
+/// deadline), into bounded buffers. A pipe held open by a process that escaped the child's group keeps its
 /// thread alive until that process closes it; it holds nothing but those buffers.
 fn spawn_reader(
     name: &str,
@@ -352,9 +352,9 @@ fn spawn_reader(
     push: fn(&mut Output, &[u8]),
 ) -> io::Result<()> {
     let shared = Arc::clone(shared);
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
+    crate::sys::spawn_boxed(
+        name,
+        Box::new(move || {
             let mut buf = [0u8; 8192];
             loop {
                 match read(&mut buf) {
@@ -374,8 +374,8 @@ fn spawn_reader(
             out.changes += 1;
             drop(out);
             shared.changed.notify_all();
-        })?;
-    Ok(())
+        }),
+    )
 }
 
 fn tail_text(bytes: &[u8]) -> String {
