@@ -221,7 +221,7 @@ pub fn check(backend: Backend) -> Decision {
 pub fn skip_line(test: &str, backend: Backend, reason: &str) -> String {
     format!(
         "gpu-test-permit: SKIP {test} backend={backend}: {}",
-        reason.replace(['\r', '\n'], " | ")
+        crate::one_line(reason)
     )
 }
 
