@@ -173,7 +173,7 @@ fn decide_with_others(
 fn with_cache_note(report: &ProbeReport) -> String {
     match report.run_cache_note() {
         Some(note) => format!("{report} ({note})"),
-        None => report.to_string(),
+        None => format!("{report}"),
     }
 }
 
@@ -193,7 +193,7 @@ pub fn check(backend: Backend) -> Decision {
     crate::runs::tally::gpu_test(&crate::nextest::current_test_name());
     let policy = match &Config::global().require {
         Ok(p) => p,
-        Err(e) => return Decision::Fail(e.to_string()),
+        Err(e) => return Decision::Fail(format!("{e}")),
     };
     decide_with_others(&probe(backend), policy, &|| {
         let mut others = Vec::new();
@@ -221,7 +221,7 @@ pub fn check(backend: Backend) -> Decision {
 pub fn skip_line(test: &str, backend: Backend, reason: &str) -> String {
     format!(
         "gpu-test-permit: SKIP {test} backend={backend}: {}",
-        reason.replace(['\r', '\n'], " | ")
+        crate::one_line(reason)
     )
 }
 
@@ -251,7 +251,7 @@ pub fn report_skip(backend: Backend, reason: &str) {
     let test = crate::nextest::current_test_name();
     let line = skip_line(&test, backend, reason);
     crate::runs::tally::skipped(&test, format!("backend={backend}: {}", reason));
-    crate::runs::record_skip(&backend.to_string(), reason);
+    crate::runs::record_skip(backend.name(), reason);
     crate::notice::text(&format!("{line}\n"));
     if let Some(path) = &Config::global().skip_log {
         let appended = match std::fs::OpenOptions::new()

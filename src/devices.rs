@@ -287,12 +287,13 @@ pub fn export_devices(
         }
         hip = Some(renumbered);
     }
-    let mut out = vec![(CUDA_VISIBLE_DEVICES, cuda.join(","))];
+    let mut out = Vec::new();
+    out.push((CUDA_VISIBLE_DEVICES, crate::joined(&cuda, ",")));
     if let Some(h) = hip {
-        out.push((HIP_VISIBLE_DEVICES, h.join(",")));
+        out.push((HIP_VISIBLE_DEVICES, crate::joined(&h, ",")));
     }
     if let Some(r) = rocr {
-        out.push((ROCR_VISIBLE_DEVICES, r.join(",")));
+        out.push((ROCR_VISIBLE_DEVICES, crate::joined(&r, ",")));
     }
     Ok(out)
 }

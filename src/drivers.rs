@@ -309,8 +309,11 @@ fn watched() -> Option<&'static Watched> {
             path.push(format!(".{}", std::process::id()));
             // Appended to, never created (the loader made it as the process started), and
             // never through a symbolic link.
-            let log =
-                crate::sys::open_regular_for_append_no_follow(std::path::Path::new(&path)).ok()?;
+            let Ok(log) =
+                crate::sys::open_regular_for_append_no_follow(std::path::Path::new(&path))
+            else {
+                return None;
+            };
             Some(Watched {
                 log,
                 held: parking_lot::Mutex::new(0),
@@ -360,7 +363,7 @@ fn unpermitted_now() -> Option<MappedNow> {
     if !may_hold_a_driver() {
         return None;
     }
-    let mapped = crate::sys::mapped_files()?;
+    let mut mapped = crate::sys::mapped_files()?;
     let through_manifests = reads_manifests(&mapped);
     let mut any = false;
     for p in &mapped {
@@ -377,9 +380,9 @@ fn unpermitted_now() -> Option<MappedNow> {
     }
     let linked = linked_at_build_time(std::path::Path::new("/proc/self/exe"), &mapped);
     let mut unpermitted = Vec::new();
-    for p in mapped {
-        if mapped_driver(&p, through_manifests) && !linked.contains(&p) {
-            unpermitted.push(p);
+    for p in &mut mapped {
+        if mapped_driver(p, through_manifests) && !linked.contains(p) {
+            unpermitted.push(std::mem::take(p));
         }
     }
     Some(MappedNow {
@@ -427,9 +430,9 @@ pub fn linked_at_build_time(exe: &std::path::Path, mapped: &[String]) -> Vec<Str
         return Vec::new();
     }
     let mut drivers = Vec::new();
-    for p in elf::needed_closure(exe, mapped) {
-        if driver_library(&p) {
-            drivers.push(p);
+    for p in &mut elf::needed_closure(exe, mapped) {
+        if driver_library(p) {
+            drivers.push(std::mem::take(p));
         }
     }
     drivers

@@ -136,7 +136,7 @@ where
     T: Record + PartialEq,
 {
     let mut all: Vec<T> = Vec::new();
-    for text in kept_texts(dir, name) {
+    for text in &kept_texts(dir, name) {
         // Unreadable lines are skipped.
         for l in text.lines() {
             let Ok(r) = T::from_text(l) else {
@@ -161,7 +161,7 @@ where
 /// The text of file `name` in each directory of [`kept_dirs`] that has one, in their order.
 fn kept_texts(dir: &Path, name: &str) -> Vec<String> {
     let mut texts = Vec::new();
-    for d in kept_dirs(dir) {
+    for d in &kept_dirs(dir) {
         let Ok(file) = sys::open_regular_for_reading(&d.join(name)) else {
             continue;
         };
@@ -176,11 +176,13 @@ fn kept_texts(dir: &Path, name: &str) -> Vec<String> {
 /// `dir` itself where that is another directory.
 fn kept_dirs(dir: &Path) -> Vec<PathBuf> {
     let state = crate::config::Config::global().state_dir_for(dir);
-    if state == dir {
-        vec![state]
-    } else {
-        vec![state, dir.to_path_buf()]
+    let another = state != dir;
+    let mut dirs = Vec::with_capacity(2);
+    dirs.push(state);
+    if another {
+        dirs.push(dir.to_path_buf());
     }
+    dirs
 }
 
 /// Appends `record` as a JSON line to `dir/name` under the file's lock, keeping the newest

@@ -74,20 +74,21 @@ fn installed(lookup: impl Fn(&str) -> Option<OsString>) -> Stems {
 fn installed_with(lookup: &Lookup<'_>) -> Stems {
     let mut out = Vec::new();
     let (places, libraries) = search(lookup);
-    for library in libraries {
-        add(&mut out, &library, None);
+    for library in &libraries {
+        add(&mut out, library, None);
     }
-    for (place, kind) in places {
+    for (place, kind) in &places {
+        let kind = *kind;
         // ocl-icd reads a file in OCL_ICD_VENDORS that is not a `.icd` as the library itself.
         if kind == Kind::OpenCl
             && place.extension() != Some(OsStr::new("icd"))
-            && matches!(std::fs::metadata(&place), Ok(m) if m.is_file())
+            && matches!(std::fs::metadata(place), Ok(m) if m.is_file())
         {
             add(&mut out, &place.to_string_lossy(), None);
             continue;
         }
-        for manifest in manifests_at(&place, kind) {
-            let Some(text) = read_small(&manifest) else {
+        for manifest in &manifests_at(place, kind) {
+            let Some(text) = read_small(manifest) else {
                 continue;
             };
             let library = match kind {
@@ -119,21 +120,21 @@ fn search(lookup: &Lookup<'_>) -> (Vec<(PathBuf, Kind)>, Vec<String>) {
     let home = var(lookup, "HOME").map(PathBuf::from);
     let mut places: Vec<(PathBuf, Kind)> = Vec::new();
     for name in ["VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"] {
-        for p in list(lookup, name) {
-            places.push((p, Kind::Vulkan));
+        for p in &mut list(lookup, name) {
+            places.push((std::mem::take(p), Kind::Vulkan));
         }
     }
     let mut roots = or_home(lookup, "XDG_CONFIG_HOME", &home, ".config");
-    roots.extend(or_default(lookup, "XDG_CONFIG_DIRS", &["/etc/xdg"]));
+    roots.append(&mut or_default(lookup, "XDG_CONFIG_DIRS", &["/etc/xdg"]));
     roots.push(PathBuf::from("/etc"));
     roots.push(PathBuf::from("/usr/local/etc"));
-    roots.extend(or_home(lookup, "XDG_DATA_HOME", &home, ".local/share"));
-    roots.extend(or_default(
+    roots.append(&mut or_home(lookup, "XDG_DATA_HOME", &home, ".local/share"));
+    roots.append(&mut or_default(
         lookup,
         "XDG_DATA_DIRS",
         &["/usr/local/share", "/usr/share"],
     ));
-    for r in roots {
+    for r in &roots {
         places.push((r.join("vulkan/icd.d"), Kind::Vulkan));
     }
     for name in ["OCL_ICD_VENDORS", "OPENCL_VENDOR_PATH"] {
@@ -143,7 +144,7 @@ fn search(lookup: &Lookup<'_>) -> (Vec<(PathBuf, Kind)>, Vec<String>) {
     }
     places.push((PathBuf::from("/etc/OpenCL/vendors"), Kind::OpenCl));
     let mut libraries = Vec::new();
-    for p in list(lookup, "OCL_ICD_FILENAMES") {
+    for p in &list(lookup, "OCL_ICD_FILENAMES") {
         libraries.push(p.to_string_lossy().into_owned());
     }
     if let Some(alt) = var(lookup, "ZE_ENABLE_ALT_DRIVERS") {
@@ -178,11 +179,13 @@ fn list(lookup: &Lookup<'_>, name: &str) -> Vec<PathBuf> {
 
 /// The directory variable `name` names, else `under` in `home` (none without either).
 fn or_home(lookup: &Lookup<'_>, name: &str, home: &Option<PathBuf>, under: &str) -> Vec<PathBuf> {
+    let mut dirs = Vec::new();
     match (var(lookup, name), home) {
-        (Some(v), _) => vec![PathBuf::from(v)],
-        (None, Some(h)) => vec![h.join(under)],
-        (None, None) => Vec::new(),
+        (Some(v), _) => dirs.push(PathBuf::from(v)),
+        (None, Some(h)) => dirs.push(h.join(under)),
+        (None, None) => {}
     }
+    dirs
 }
 
 /// The directories the list in variable `name` names, else `default`.
@@ -201,20 +204,21 @@ fn or_default(lookup: &Lookup<'_>, name: &str, default: &[&str]) -> Vec<PathBuf>
 /// The manifests at `place`: the file itself, or a directory's files of the kind's extension
 /// (in name order).
 fn manifests_at(place: &Path, kind: Kind) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let Ok(meta) = std::fs::metadata(place) else {
-        return Vec::new();
+        return files;
     };
     if !meta.is_dir() {
-        return vec![place.to_path_buf()];
+        files.push(place.to_path_buf());
+        return files;
     }
     let Ok(entries) = std::fs::read_dir(place) else {
-        return Vec::new();
+        return files;
     };
     let extension = match kind {
         Kind::Vulkan => "json",
         Kind::OpenCl => "icd",
     };
-    let mut files = Vec::new();
     for entry in entries.take(MOST_ENTRIES) {
         let Ok(entry) = entry else {
             continue;
@@ -231,14 +235,22 @@ fn manifests_at(place: &Path, kind: Kind) -> Vec<PathBuf> {
 /// The text of the manifest at `path`, where it is a regular file of at most
 /// [`LARGEST_MANIFEST`] bytes that opens without blocking and is UTF-8.
 fn read_small(path: &Path) -> Option<String> {
-    let file = crate::sys::open_regular_to_read(path).ok()?;
-    if file.metadata().ok()?.len() > LARGEST_MANIFEST {
+    let Ok(mut file) = crate::sys::open_regular_to_read(path) else {
         return None;
+    };
+    match file.metadata() {
+        Ok(meta) if meta.len() <= LARGEST_MANIFEST => {}
+        _ => return None,
     }
-    let mut text = String::new();
-    file.take(LARGEST_MANIFEST + 1)
-        .read_to_string(&mut text)
+    // Through a `&mut File`, as the ELF reader reads: one reader type.
+    let mut bytes = Vec::new();
+    file.by_ref()
+        .take(LARGEST_MANIFEST + 1)
+        .read_to_end(&mut bytes)
         .ok()?;
+    let Ok(text) = String::from_utf8(bytes) else {
+        return None;
+    };
     if text.len() as u64 <= LARGEST_MANIFEST {
         Some(text)
     } else {
@@ -272,7 +284,8 @@ fn opencl_library(text: &str) -> Option<String> {
 /// Adds the stem of `library` (named in a manifest in directory `manifest_dir`, or by a
 /// variable) to `out`, and, where it is a path, the stem of the file it leads to.
 fn add(out: &mut Vec<String>, library: &str, manifest_dir: Option<&Path>) {
-    let mut stems = vec![driver_stem(file_name(library)).to_string()];
+    let mut stems = Vec::new();
+    stems.push(driver_stem(file_name(library)).to_string());
     if library.contains('/') {
         let path = match manifest_dir {
             Some(dir) if Path::new(library).is_relative() => dir.join(library),
@@ -284,9 +297,9 @@ fn add(out: &mut Vec<String>, library: &str, manifest_dir: Option<&Path>) {
             stems.push(driver_stem(&name.to_string_lossy()).to_string());
         }
     }
-    for stem in stems {
+    for stem in &mut stems {
         if !stem.is_empty() && !LOADERS.contains(&stem.as_str()) {
-            out.push(stem);
+            out.push(std::mem::take(stem));
         }
     }
 }

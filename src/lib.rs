@@ -118,6 +118,33 @@ pub use permit::{
 };
 pub use permitted::Permitted;
 
+/// `text` on one line: each `\r` and `\n` in it shown as ` | `.
+pub(crate) fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '\r' || c == '\n' {
+            out.push_str(" | ");
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `items` joined by `sep`: what `[String]::join` makes, in one function for the crate.
+pub(crate) fn joined(items: &[String], sep: &str) -> String {
+    let mut out = String::new();
+    let mut first = true;
+    for item in items {
+        if !first {
+            out.push_str(sep);
+        }
+        out.push_str(item);
+        first = false;
+    }
+    out
+}
+
 /// The CUDA fixture (feature `cuda`): a permit-holding context and stream in one line.
 ///
 /// ```

@@ -5,13 +5,15 @@
 //! each in the default dev profile), compiled by every project that builds this crate and linked
 //! into every test binary that takes a permit. These functions sort the positions `0..len` with
 //! one merge sort, compiled once, whose comparison calls back through a `dyn` reference, and
-//! then move the elements into that order with the swaps that code, also compiled once,
-//! chooses; only the comparison and the swap are generic.
+//! then move the elements into that order with swaps of their bytes, also compiled once; only
+//! the comparison is generic.
 //!
 //! Every sort here is stable: elements that compare equal keep their order.
 
 use std::borrow::Borrow;
 use std::cmp::Ordering;
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
 
 /// Sorts `v` by `cmp`, stably.
 pub(crate) fn sort_by<T>(v: &mut [T], mut cmp: impl FnMut(&T, &T) -> Ordering) {
@@ -112,27 +114,52 @@ impl<F: FnMut(usize, usize) -> Ordering> Compare for F {
 const RUN: usize = 16;
 
 /// Moves the elements of `v` so that position `i` holds what was at `order[i]` (no move
-/// where `order` is empty).
-fn permute<T>(mut v: &mut [T], order: Vec<usize>) {
-    swap_into_order(order, &mut v);
+/// where `order` is empty). The elements move as their bytes, as every move in Rust does, so
+/// that the moving is compiled once for all element types.
+fn permute<T>(v: &mut [T], order: Vec<usize>) {
+    let len = v.len();
+    let elements = Elements {
+        base: v as *mut [T] as *mut MaybeUninit<u8>,
+        size: const { std::mem::size_of::<T>() },
+        len,
+        _borrow: PhantomData,
+    };
+    swap_into_order(order, elements);
 }
 
-/// What [`swap_into_order`] moves: a slice, whatever its elements.
-trait Swap {
+/// The elements of a slice borrowed mutably, as bytes: `len` elements of `size` bytes each
+/// from `base`.
+struct Elements<'a> {
+    base: *mut MaybeUninit<u8>,
+    size: usize,
+    len: usize,
+    _borrow: PhantomData<&'a mut [MaybeUninit<u8>]>,
+}
+
+impl Elements<'_> {
     /// Swaps the elements at `a` and `b`.
-    fn swap(&mut self, a: usize, b: usize);
-}
-
-impl<T> Swap for &mut [T] {
     fn swap(&mut self, a: usize, b: usize) {
-        <[T]>::swap(self, a, b);
+        assert!(a < self.len && b < self.len, "position out of the slice");
+        if a == b {
+            return;
+        }
+        // SAFETY: `a` and `b` are distinct positions of the slice `self` borrows mutably, so
+        // the two runs of `size` bytes are inside it and do not overlap. Swapping the bytes
+        // (padding included, as `MaybeUninit`) of two values of one type swaps the values.
+        unsafe {
+            std::ptr::swap_nonoverlapping(
+                self.base.add(a * self.size),
+                self.base.add(b * self.size),
+                self.size,
+            );
+        }
     }
 }
 
 /// Swaps the elements of `v` so that position `i` holds what was at `order[i]`: each cycle
 /// of the permutation is followed with swaps (`order` is used up as the marks of where it has
 /// been).
-fn swap_into_order(mut order: Vec<usize>, v: &mut dyn Swap) {
+fn swap_into_order(mut order: Vec<usize>, mut v: Elements<'_>) {
     const DONE: usize = usize::MAX;
     for start in 0..order.len() {
         let mut at = start;
@@ -187,9 +214,15 @@ impl<K: Ord, V> SortedMap<K, V> {
     /// its first by `fold`, in the order `pairs` gives them. One stable sort: `O(n log n)`,
     /// where inserting one at a time moves `O(n)` entries each.
     pub(crate) fn from_pairs(mut pairs: Vec<(K, V)>, mut fold: impl FnMut(&mut V, V)) -> Self {
-        sort_by(&mut pairs, |a, b| a.0.cmp(&b.0));
+        // Sorted by key, stably, then reversed: popped from the back, the pairs come in key
+        // order, and each key's values in the order given.
+        let mut order = sorted_positions(pairs.len(), &mut |a: usize, b: usize| {
+            pairs[a].0.cmp(&pairs[b].0)
+        });
+        order.reverse();
+        permute(&mut pairs, order);
         let mut out: Vec<(K, V)> = Vec::with_capacity(pairs.len());
-        for (k, v) in pairs {
+        while let Some((k, v)) = pairs.pop() {
             match out.last_mut() {
                 Some(last) if last.0 == k => fold(&mut last.1, v),
                 _ => out.push((k, v)),

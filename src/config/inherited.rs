@@ -163,14 +163,16 @@ impl InheritedPermit {
         // The directory follows the fourth `:` and may contain more of them.
         let mut colons = 0;
         let mut fourth = None;
-        for (i, &b) in bytes.iter().enumerate() {
-            if b == b':' {
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b':' {
                 colons += 1;
                 if colons == 4 {
                     fourth = Some(i);
                     break;
                 }
             }
+            i += 1;
         }
         let Some(split) = fourth else {
             return Err("has fewer than five `:`-separated fields".into());

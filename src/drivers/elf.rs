@@ -22,12 +22,17 @@ pub(super) struct Dynamic {
 /// none). Only a regular file is opened: a process also maps devices (`/dev/nvidia0`,
 /// `/dev/dri/renderD128`), and opening one of those is no look at all.
 pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
-    if !std::fs::metadata(path).ok()?.is_file() {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => {}
+        _ => return None,
+    }
+    let Ok(mut file) = File::open(path) else {
+        return None;
+    };
+    let mut ident = [0u8; 64];
+    if file.read_exact(&mut ident[..16]).is_err() {
         return None;
     }
-    let mut file = File::open(path).ok()?;
-    let mut ident = [0u8; 64];
-    file.read_exact(&mut ident[..16]).ok()?;
     if &ident[..4] != b"\x7fELF" {
         return None;
     }
@@ -42,7 +47,9 @@ pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
         _ => return None,
     };
     let header_len = if wide { 64 } else { 52 };
-    file.read_exact(&mut ident[16..header_len]).ok()?;
+    if file.read_exact(&mut ident[16..header_len]).is_err() {
+        return None;
+    }
     let r = Reader { wide, little };
     let h = &ident[..header_len];
     let (phoff, phentsize, phnum) = if wide {
@@ -106,7 +113,7 @@ pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
         strsz.unwrap_or(MOST).min(MOST),
     )?;
     let mut names = Vec::new();
-    for at in needed {
+    for &at in &needed {
         if let Some(name) = string_at(&strings, at) {
             names.push(name);
         }
@@ -124,19 +131,19 @@ pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
 /// The NUL-terminated string at offset `at` of string table `strings`.
 fn string_at(strings: &[u8], at: u64) -> Option<String> {
     let rest = strings.get(usize::try_from(at).ok()?..)?;
-    let mut end = None;
-    for (i, &b) in rest.iter().enumerate() {
-        if b == 0 {
-            end = Some(i);
-            break;
-        }
+    // None where the table ends before a NUL.
+    let mut end = 0;
+    while *rest.get(end)? != 0 {
+        end += 1;
     }
-    Some(String::from_utf8_lossy(&rest[..end?]).into_owned())
+    Some(String::from_utf8_lossy(&rest[..end]).into_owned())
 }
 
 /// Up to `len` bytes of `file` from `offset` (fewer where it ends first).
 fn read_at(file: &mut File, offset: u64, len: u64) -> Option<Vec<u8>> {
-    file.seek(SeekFrom::Start(offset)).ok()?;
+    if file.seek(SeekFrom::Start(offset)).is_err() {
+        return None;
+    }
     let mut out = Vec::new();
     file.take(len).read_to_end(&mut out).ok()?;
     Some(out)
@@ -211,13 +218,13 @@ pub(super) fn needed_closure(exe: &Path, mapped: &[String]) -> Vec<String> {
             continue;
         }
         reached.push(at);
-        if let Some(d) = dynamic(Path::new(&mapped[at])) {
-            queue.extend(d.needed);
+        if let Some(mut d) = dynamic(Path::new(&mapped[at])) {
+            queue.append(&mut d.needed);
         }
     }
     crate::order::sort(&mut reached);
     let mut files = Vec::with_capacity(reached.len());
-    for at in reached {
+    for &at in &reached {
         files.push(mapped[at].clone());
     }
     files
@@ -241,10 +248,12 @@ fn soname_position(
         *sonames = Some(read);
     }
     let sonames = sonames.as_ref()?;
-    for (at, s) in sonames.iter().enumerate() {
-        if s.as_deref() == Some(name) {
+    let mut at = 0;
+    while at < sonames.len() {
+        if sonames[at].as_deref() == Some(name) {
             return Some(at);
         }
+        at += 1;
     }
     None
 }

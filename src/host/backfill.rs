@@ -151,7 +151,7 @@ fn shadow_time(now_ms: u64, head: &HeadNeeds<'_>, gpus: &[GpuUnits]) -> Option<u
     }
     times.push(now_ms);
     crate::order::sort_dedup(&mut times);
-    for t in times {
+    for &t in &times {
         let at_t = avail(gpus, t, true);
         if head.fits(&at_t) {
             return Some(t);
@@ -286,8 +286,9 @@ impl HoldTimes {
     /// The hold times of [`TESTS_FILE`]'s lines in `text`, garbage left out.
     fn parse(text: &str) -> HoldTimes {
         let mut times = HashMap::new();
-        for t in tests_file::parse(text).0 {
-            times.insert(t.test, t.us.div_ceil(1000));
+        let (mut lines, _) = tests_file::parse(text);
+        for t in &mut lines {
+            times.insert(std::mem::take(&mut t.test), t.us.div_ceil(1000));
         }
         HoldTimes(times)
     }

@@ -831,7 +831,7 @@ impl HostSlots {
             // A blank slot may be held still: by a holder between its grant and its record
             // (stopped there, say), one whose record could not be written, or one of another
             // PID namespace. It counts as held for a time unknown.
-            for i in blank {
+            for &i in &blank {
                 // A lock that cannot be probed has told nothing: held (docs/protocol.md, 7).
                 if let Ok(true) = self.slots.lock(i) {
                     self.slots.unlock_unrecorded(&[i]);

@@ -161,7 +161,9 @@ pub(super) fn make_locked_file(dir: &Path, staging: &str, name: &str) -> Option<
     while attempt < 8 && taken < 4 {
         let placed = if sys::RENAMES_OPEN_FILES {
             let staged = dir.join(format!("{staging}.{}", unguessable()));
-            let file = sys::open_lock_file(&staged, shared).ok()?;
+            let Ok(file) = sys::open_lock_file(&staged, shared) else {
+                return None;
+            };
             // The record's and heartbeat's space, while the disk has it.
             let _ = sys::reserve(&file, RECORD_AND_BEAT);
             let placed = if file.try_lock().is_ok() && sys::same_file(&staged, &file) {
@@ -432,7 +434,10 @@ pub(super) fn wait_entry_of(dir: &Path, pid: u32) -> Option<WaitEntry> {
         return Some(w);
     }
     let suffixed = format!("{plain}.");
-    for entry in std::fs::read_dir(dir).ok()? {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return None;
+    };
+    for entry in entries {
         let Ok(entry) = entry else { continue };
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
@@ -451,7 +456,9 @@ pub(super) fn wait_entry_of(dir: &Path, pid: u32) -> Option<WaitEntry> {
 /// The waiting request in wait file `path`, if the file is locked (its process lives) and
 /// holds one.
 pub(super) fn wait_entry(path: &Path) -> Option<WaitEntry> {
-    let file = sys::open_regular_for_reading(path).ok()?;
+    let Ok(file) = sys::open_regular_for_reading(path) else {
+        return None;
+    };
     // Read first: most wait files are blank (their processes wait for nothing now), and a
     // blank one needs no lock probe.
     let raw = read_start(&file, RECORD_LEN + BEAT_LEN)?;

@@ -23,7 +23,7 @@ const UNVERSIONED: u32 = 0;
 pub(crate) const READ_LIMIT: usize = 8 << 20;
 
 /// One line of [`TESTS_FILE`]: a test's reference hold time.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct TestLine {
     /// Version of the line's format ([`UNVERSIONED`] where it has none).
     v: u32,

@@ -64,8 +64,10 @@ impl Shortfall {
         }
         if !self.foreign.is_empty() {
             line.push_str("; using memory without a permit:");
-            for (i, p) in self.foreign.iter().enumerate() {
-                let _ = write!(line, "{} pid {}", if i == 0 { "" } else { "," }, p.pid);
+            let mut sep = "";
+            for p in &self.foreign {
+                let _ = write!(line, "{sep} pid {}", p.pid);
+                sep = ",";
                 if let Some(name) = name(p.pid) {
                     let _ = write!(line, " ({name})");
                 }

@@ -380,7 +380,7 @@ fn list(call: ProcessesFn, device: Device) -> Option<Vec<ProcessInfo>> {
 /// cannot tell is `None` unless another entry of the pid tells one. In order of first sight.
 fn merge(compute: &[ProcessInfo], graphics: &[ProcessInfo]) -> Vec<GpuProcess> {
     let mut out = summed_by_pid(compute);
-    for g in summed_by_pid(graphics) {
+    for g in &summed_by_pid(graphics) {
         add_use(&mut out, g.pid, g.used, Option::max);
     }
     out

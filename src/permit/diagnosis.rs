@@ -16,7 +16,7 @@ impl PoolInner {
         let inner = self;
         // Whether the wait ended in this process's queue or at the host slots, the slots say
         // who is in the way.
-        let blockers = match &inner.host {
+        let mut blockers = match &inner.host {
             Some(host) => HostSlots::blockers(host),
             None => Blockers::default(),
         };
@@ -25,7 +25,10 @@ impl PoolInner {
         // holders without a record (a pool without host slots).
         // A permit of k units wrote its record into each of its k slots: list it once.
         let mut holders: Vec<Holder> = Vec::new();
-        for (r, slots) in count_equal(blockers.holders) {
+        let records = &mut blockers.holders;
+        let counts = count_equal(records.len(), &|a, b| records[a] == records[b]);
+        for &(first, slots) in &counts {
+            let r = &mut records[first];
             holders.push(Holder {
                 // On the boot clock where the record allows: a holder whose wall clock is an
                 // hour ahead has not held for 0 s, nor one an hour behind for an hour.
@@ -33,8 +36,8 @@ impl PoolInner {
                 stopped: r.pid != pid && crate::sys::process_is_stopped(r.pid),
                 exited: r.pid != pid && !crate::sys::process_is_visible(r.pid),
                 units: r.units.max(slots),
-                test: r.test,
-                thread: r.thread,
+                test: std::mem::take(&mut r.test),
+                thread: std::mem::take(&mut r.thread),
                 pid: r.pid,
                 exclusive: r.exclusive,
                 recorded: true,
@@ -42,10 +45,12 @@ impl PoolInner {
         }
         // Slots locked without a record, by owner (0: not known here).
         let mut owners = Vec::with_capacity(blockers.unrecorded.len());
-        for owner in blockers.unrecorded {
+        for &owner in &blockers.unrecorded {
             owners.push(owner.unwrap_or(0));
         }
-        for (owner, slots) in count_equal(owners) {
+        let counts = count_equal(owners.len(), &|a, b| owners[a] == owners[b]);
+        for &(first, slots) in &counts {
+            let owner = owners[first];
             holders.push(Holder {
                 test: String::new(),
                 thread: String::new(),
@@ -80,11 +85,11 @@ impl PoolInner {
             }
         }
         let mut waiters = Vec::with_capacity(blockers.waiting.len());
-        for w in blockers.waiting {
+        for w in &mut blockers.waiting {
             waiters.push(Waiter {
                 waiting_for: w.record.age(),
-                test: w.record.test,
-                thread: w.record.thread,
+                test: std::mem::take(&mut w.record.test),
+                thread: std::mem::take(&mut w.record.thread),
                 pid: w.record.pid,
                 exclusive: w.record.exclusive,
                 units: w.record.units,
@@ -113,12 +118,13 @@ impl PoolInner {
     }
 }
 
-/// The distinct items of `items`, in the order first seen, each with how many times it came.
-fn count_equal<T: PartialEq>(items: Vec<T>) -> Vec<(T, usize)> {
-    let mut out: Vec<(T, usize)> = Vec::new();
-    'items: for item in items {
+/// The distinct items of a list of `len` items that `same` compares by index: the index of
+/// each where first seen, in that order, with how many times it came.
+fn count_equal(len: usize, same: &dyn Fn(usize, usize) -> bool) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    'items: for item in 0..len {
         for (seen, n) in out.iter_mut() {
-            if *seen == item {
+            if same(*seen, item) {
                 *n += 1;
                 continue 'items;
             }

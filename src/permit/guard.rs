@@ -338,7 +338,7 @@ impl GpuTestPermit {
             ));
         };
         let mut slots = Vec::new();
-        for index in pool.held_slots(self.seat) {
+        for &index in &pool.held_slots(self.seat) {
             let file = host.slot_file(index);
             let Some((dev, ino)) = crate::sys::file_identity(file) else {
                 return Err(unsupported("slot files have no identity to check here"));

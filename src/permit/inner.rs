@@ -200,7 +200,9 @@ impl PoolInner {
     /// generation.
     pub(super) fn claim_seat(&self) -> (usize, u64) {
         loop {
-            for (i, seat) in self.seats.iter().enumerate() {
+            let mut i = 0;
+            while i < self.seats.len() {
+                let seat = &self.seats[i];
                 if seat
                     .claimed
                     .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -211,6 +213,7 @@ impl PoolInner {
                         .store(generation << GUARD_BITS | 1, Ordering::Release);
                     return (i, generation);
                 }
+                i += 1;
             }
             // Unreachable by counting (N seats, at most N permits hold units); a releasing
             // permit frees its seat before its units, so this only waits out that window.

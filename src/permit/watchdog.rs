@@ -122,7 +122,8 @@ pub struct HoldTimeout {
 impl HoldTimeout {
     fn new(late: &Entry, all: &[Entry], now: Instant) -> HoldTimeout {
         let w = &late.watched;
-        let mut held_here = vec![listed(late, now)];
+        let mut held_here = Vec::new();
+        held_here.push(listed(late, now));
         for e in all {
             if e.id != late.id {
                 held_here.push(listed(e, now));
@@ -194,12 +195,14 @@ impl HoldTimeout {
             self.held.as_secs_f64(),
             self.deadline
         );
-        for (i, (holder, thread, held, exclusive)) in self.held_here.iter().enumerate() {
-            let whose = if i == 0 && self.command {
+        let mut first = true;
+        for (holder, thread, held, exclusive) in &self.held_here {
+            let whose = if first && self.command {
                 format!("command `{holder}` (pid {})", self.pid)
             } else {
                 format!("test `{holder}` (thread `{thread}`)")
             };
+            first = false;
             msg.push_str(&format!(
                 "  - {whose} for {:.1}s{}\n",
                 held.as_secs_f64(),
@@ -297,11 +300,13 @@ fn run() {
             let mut list = list().lock();
             let now = Instant::now();
             let mut first_late = None;
-            for (i, e) in list.iter().enumerate() {
-                if now.duration_since(e.since) > e.watched.deadline {
+            let mut i = 0;
+            while i < list.len() {
+                if now.duration_since(list[i].since) > list[i].watched.deadline {
                     first_late = Some(i);
                     break;
                 }
+                i += 1;
             }
             if let Some(i) = first_late {
                 let late = HoldTimeout::new(&list[i], &list, now);

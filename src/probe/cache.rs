@@ -232,15 +232,16 @@ fn lock_until(path: &Path, patience: Duration) -> std::io::Result<Option<File>> 
     }
     let answer = Arc::new(crate::mailbox::Mailbox::new());
     let tx = Arc::clone(&answer);
-    std::thread::Builder::new()
-        .name("gpu-test-permit probe cache lock".into())
-        .spawn(move || {
+    crate::sys::spawn_boxed(
+        "gpu-test-permit probe cache lock",
+        Box::new(move || {
             // If nobody waits any more, the file and its lock drop with the message.
             tx.send(match file.lock() {
                 Ok(()) => Ok(file),
                 Err(e) => Err(e),
             });
-        })?;
+        }),
+    )?;
     match answer.recv_within(patience) {
         Some(Ok(file)) => Ok(Some(file)),
         Some(Err(e)) => Err(e),

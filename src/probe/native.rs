@@ -20,11 +20,11 @@ pub(super) fn open_first(names: &[&'static CStr]) -> Option<(Library, &'static C
 /// The names, for messages: `libcuda.so.1, libcuda.so`.
 pub(super) fn listed(names: &[&CStr]) -> String {
     let mut list = String::new();
-    for (i, n) in names.iter().enumerate() {
-        if i > 0 {
-            list.push_str(", ");
-        }
+    let mut sep = "";
+    for n in names {
+        list.push_str(sep);
         list.push_str(&n.to_string_lossy());
+        sep = ", ";
     }
     list
 }

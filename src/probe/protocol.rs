@@ -112,10 +112,12 @@ pub(super) fn answer_line(stdout: &[u8]) -> Option<(&[u8], bool)> {
     let marker = MARKER.as_bytes();
     let at = last_position(stdout, marker)?;
     let rest = &stdout[at + marker.len()..];
-    for (nl, &b) in rest.iter().enumerate() {
-        if b == b'\n' {
+    let mut nl = 0;
+    while nl < rest.len() {
+        if rest[nl] == b'\n' {
             return Some((&rest[..nl], true));
         }
+        nl += 1;
     }
     Some((rest, false))
 }

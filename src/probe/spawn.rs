@@ -103,17 +103,18 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
     let pid = child.child.id();
 
     let shared = Arc::new(Shared::default());
-    let out = child.child.stdout.take().expect("stdout is piped");
-    let err = child.child.stderr.take().expect("stderr is piped");
+    let mut out = child.child.stdout.take().expect("stdout is piped");
+    let mut err = child.child.stderr.take().expect("stderr is piped");
+    // Each pipe is read through a closure of one method, not a `dyn Read` of many.
     spawn_reader(
         "gpu-test-permit probe stdout",
-        Box::new(out),
+        Box::new(move |buf: &mut [u8]| out.read(buf)),
         &shared,
         Output::push_stdout,
     )?;
     spawn_reader(
         "gpu-test-permit probe stderr",
-        Box::new(err),
+        Box::new(move |buf: &mut [u8]| err.read(buf)),
         &shared,
         Output::push_stderr,
     )?;
@@ -338,22 +339,25 @@ impl Shared {
     }
 }
 
-/// Reads `pipe` to its end on a thread of its own (std has no read with a deadline), into
-/// bounded buffers. A pipe held open by a process that escaped the child's group keeps its
+/// A pipe's `read`.
+type PipeRead = Box<dyn FnMut(&mut [u8]) -> io::Result<usize> + Send>;
+
+/// Reads a pipe to its end through `read` on a thread of its own (std has no read with a
+/// deadline), into bounded buffers. A pipe held open by a process that escaped the child's group keeps its
 /// thread alive until that process closes it; it holds nothing but those buffers.
 fn spawn_reader(
     name: &str,
-    mut pipe: Box<dyn Read + Send>,
+    mut read: PipeRead,
     shared: &Arc<Shared>,
     push: fn(&mut Output, &[u8]),
 ) -> io::Result<()> {
     let shared = Arc::clone(shared);
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
+    crate::sys::spawn_boxed(
+        name,
+        Box::new(move || {
             let mut buf = [0u8; 8192];
             loop {
-                match pipe.read(&mut buf) {
+                match read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => {
                         let mut out = shared.lock();
@@ -370,8 +374,8 @@ fn spawn_reader(
             out.changes += 1;
             drop(out);
             shared.changed.notify_all();
-        })?;
-    Ok(())
+        }),
+    )
 }
 
 fn tail_text(bytes: &[u8]) -> String {

@@ -330,7 +330,7 @@ fn probe_loader(lib: &crate::sys::Library, name: &CStr) -> Result<ProbeOutcome, 
         handles.truncate(count as usize);
     }
     let mut found = Vec::with_capacity(handles.len());
-    for h in handles {
+    for &h in &handles {
         if !h.is_null() {
             found.push(h);
         }
@@ -343,7 +343,7 @@ fn probe_loader(lib: &crate::sys::Library, name: &CStr) -> Result<ProbeOutcome, 
         });
     }
     let mut devices = Vec::new();
-    for (i, &device) in found.iter().enumerate() {
+    for &device in &found {
         // SAFETY: all-zero bytes are a valid value of this plain-data struct.
         let mut p: VkPhysicalDeviceProperties = unsafe { std::mem::zeroed() };
         // SAFETY: `device` came from vkEnumeratePhysicalDevices of the live instance; `p` is
@@ -356,7 +356,8 @@ fn probe_loader(lib: &crate::sys::Library, name: &CStr) -> Result<ProbeOutcome, 
             None => None,
         };
         devices.push(Device {
-            index: i as u32,
+            // One device a turn: its position among those found.
+            index: devices.len() as u32,
             name: text(&p.device_name),
             api: "vulkan".into(),
             kind: kind(p.device_type),

@@ -146,7 +146,7 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
     }
     let mut beside = Vec::new();
     for b in &c.beside[..c.beside.len().min(8)] {
-        beside.push(b.to_string());
+        beside.push(format!("{b}"));
     }
     let record = CasualtyRecord {
         unix_ms: crate::clock::now_unix_ms(),
@@ -169,7 +169,7 @@ pub(super) fn after_passing_retry(dir: &Path, run: &str, hold: u64) {
          (`gpu-test-permit report` lists the run's)",
         record.test,
         record.n(),
-        record.beside.join(", ")
+        crate::joined(&record.beside, ", ")
     ));
 }
 

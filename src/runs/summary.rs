@@ -190,7 +190,10 @@ struct Lives<'a> {
 }
 
 fn lives(records: &[RunRecord]) -> Lives<'_> {
-    let last_us = records.iter().map(RunRecord::unix_us).max().unwrap_or(0);
+    let mut last_us = 0;
+    for r in records {
+        last_us = last_us.max(r.unix_us());
+    }
     // Releases by (pid, hold); a pid reused later in the run releases after its own grant.
     // Each test's attempts: the last one, and when each began (its first record). Each map is
     // made from its pairs at once (one sort), not a key at a time.
@@ -211,7 +214,7 @@ fn lives(records: &[RunRecord]) -> Lives<'_> {
         starts.push(((key, attempt), at));
     }
     let releases: SortedMap<(u32, u64), Vec<(u64, Outcome)>> =
-        SortedMap::from_pairs(releases, |all, more| all.extend(more));
+        SortedMap::from_pairs(releases, |all, mut more| all.append(&mut more));
     let last_attempt: SortedMap<TestKey, u32> =
         SortedMap::from_pairs(attempts, |last, a| *last = (*last).max(a));
     let attempt_start: SortedMap<(TestKey, u32), u64> =
@@ -221,22 +224,27 @@ fn lives(records: &[RunRecord]) -> Lives<'_> {
     let mut unreleased = Vec::new();
     for r in records {
         let RunRecord::Grant(g) = r else { continue };
-        let release = releases
-            .get(&(g.pid, g.hold))
-            .and_then(|v| {
-                v.iter()
-                    .filter(|(at, _)| *at >= g.unix_us)
-                    .min_by_key(|(at, _)| *at)
-            })
-            .copied();
+        // The first release at or after the grant (of releases as early, the first listed).
+        let mut release: Option<(u64, Outcome)> = None;
+        if let Some(v) = releases.get(&(g.pid, g.hold)) {
+            for &(at, outcome) in v {
+                let earlier = match release {
+                    Some((first, _)) => at < first,
+                    None => true,
+                };
+                if at >= g.unix_us && earlier {
+                    release = Some((at, outcome));
+                }
+            }
+        }
         let (end_us, outcome) = match release {
             Some((at, outcome)) => (at, Some(outcome)),
             None => {
                 let key = key_of(&g.binary, &g.test);
-                let next = attempt_start
-                    .get(&(key.clone(), g.attempt + 1))
-                    .copied()
-                    .unwrap_or(last_us);
+                let next = match attempt_start.get(&(key.clone(), g.attempt + 1)) {
+                    Some(&start) => start,
+                    None => last_us,
+                };
                 #[cfg(any(test, feature = "__cli"))]
                 unreleased.push(UnreleasedGrant {
                     key,
@@ -453,17 +461,16 @@ fn most_at_once(spans: impl Iterator<Item = (u64, u64, usize)>) -> usize {
         edges.push((to, -(units as i64)));
     }
     // Releases before grants at the same moment, as in a trace.
-    crate::trace::peak_of(edges)
+    crate::trace::peak_of(&mut edges)
 }
 
 fn casualties(holds: &[Hold<'_>], last_attempt: &SortedMap<TestKey, u32>) -> Vec<Casualty> {
-    let by_test: SortedMap<TestKey, Vec<&Hold<'_>>> = SortedMap::from_pairs(
-        holds
-            .iter()
-            .map(|h| (key_of(&h.grant.binary, &h.grant.test), vec![h]))
-            .collect(),
-        |all, more| all.extend(more),
-    );
+    let mut pairs = Vec::with_capacity(holds.len());
+    for h in holds {
+        pairs.push((key_of(&h.grant.binary, &h.grant.test), vec![h]));
+    }
+    let by_test: SortedMap<TestKey, Vec<&Hold<'_>>> =
+        SortedMap::from_pairs(pairs, |all, mut more| all.append(&mut more));
     let mut out = Vec::new();
     for (key, mine) in by_test.iter() {
         let Some(&last) = last_attempt.get(key) else {
@@ -473,40 +480,62 @@ fn casualties(holds: &[Hold<'_>], last_attempt: &SortedMap<TestKey, u32>) -> Vec
             continue;
         }
         let others = |h: &Hold<'_>| -> Vec<&Hold<'_>> {
-            holds
-                .iter()
-                .filter(|o| {
-                    (o.grant.pid, o.grant.hold) != (h.grant.pid, h.grant.hold)
-                        && (o.grant.binary != key.binary || o.grant.test != key.test)
-                        && overlap(h, o)
-                })
-                .collect()
+            let mut beside = Vec::new();
+            for o in holds {
+                if (o.grant.pid, o.grant.hold) != (h.grant.pid, h.grant.hold)
+                    && (o.grant.binary != key.binary || o.grant.test != key.test)
+                    && overlap(h, o)
+                {
+                    beside.push(o);
+                }
+            }
+            beside
         };
         // The last attempt passed, and alone: every permit of it returned without a failure,
         // none beside another test's.
-        let last_holds: Vec<&&Hold<'_>> = mine.iter().filter(|h| h.grant.attempt == last).collect();
-        let passed_alone = !last_holds.is_empty()
-            && last_holds
-                .iter()
-                .all(|h| h.outcome.is_some_and(|o| !o.failed()) && others(h).is_empty());
+        let mut passed_alone = false;
+        for h in mine {
+            if h.grant.attempt != last {
+                continue;
+            }
+            let passed = matches!(h.outcome, Some(o) if !o.failed());
+            if !passed || !others(h).is_empty() {
+                passed_alone = false;
+                break;
+            }
+            passed_alone = true;
+        }
         if !passed_alone {
             continue;
         }
         // The latest earlier attempt (each failed, or nextest would not have retried) that
-        // held its permit beside others.
-        let failed = mine
-            .iter()
-            .filter(|h| h.grant.attempt < last)
-            .filter_map(|h| {
-                let beside = others(h);
-                (!beside.is_empty()).then_some((*h, beside))
-            })
-            .max_by_key(|(h, _)| (h.grant.attempt, h.grant.unix_us));
-        let Some((h, beside)) = failed else { continue };
+        // held its permit beside others (of attempts as late, the last listed).
+        let mut failed: Option<(&Hold<'_>, Vec<&Hold<'_>>)> = None;
+        for h in mine {
+            if h.grant.attempt >= last {
+                continue;
+            }
+            let beside = others(h);
+            if beside.is_empty() {
+                continue;
+            }
+            let latest = match &failed {
+                Some((f, _)) => {
+                    (h.grant.attempt, h.grant.unix_us) >= (f.grant.attempt, f.grant.unix_us)
+                }
+                None => true,
+            };
+            if latest {
+                failed = Some((*h, beside));
+            }
+        }
+        let Some((h, mut beside)) = failed else {
+            continue;
+        };
         let mut names: Vec<TestKey> = Vec::new();
-        let mut sorted = beside.clone();
-        crate::order::sort_by_key(&mut sorted, |o| o.grant.unix_us);
-        for o in &sorted {
+        // In the order they were granted (the most held beside it does not depend on it).
+        crate::order::sort_by_key(&mut beside, |o| o.grant.unix_us);
+        for o in &beside {
             let k = key_of(&o.grant.binary, &o.grant.test);
             if !names.contains(&k) {
                 names.push(k);

@@ -85,7 +85,7 @@ pub fn exit_line(t: &Tally) -> Option<String> {
     const SHOWN: usize = 3;
     let mut why: Vec<String> = Vec::new();
     for (r, n) in &t.reasons[..t.reasons.len().min(SHOWN)] {
-        let r = r.replace(['\r', '\n'], " | ");
+        let r = crate::one_line(r);
         if t.reasons.len() == 1 {
             why.push(r);
         } else {
@@ -100,7 +100,7 @@ pub fn exit_line(t: &Tally) -> Option<String> {
         t.skipped,
         t.gpu_tests,
         if t.gpu_tests == 1 { "" } else { "s" },
-        why.join("; ")
+        crate::joined(&why, "; ")
     ))
 }
 

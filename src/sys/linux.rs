@@ -37,14 +37,18 @@ pub(super) fn boot_id() -> Option<String> {
     use std::io::Read;
     // One `read` (a UUID and a newline: 37 bytes), where `read_to_string` asks the file's
     // size and reads to the end: 3 system calls a process, not 6.
-    let mut file = std::fs::File::open("/proc/sys/kernel/random/boot_id").ok()?;
+    let Ok(mut file) = std::fs::File::open("/proc/sys/kernel/random/boot_id") else {
+        return None;
+    };
     let mut buf = [0u8; 64];
     let n = file.read(&mut buf).ok()?;
     let mut bytes = buf[..n].to_vec();
     if n == buf.len() {
         file.read_to_end(&mut bytes).ok()?;
     }
-    let text = String::from_utf8(bytes).ok()?;
+    let Ok(text) = String::from_utf8(bytes) else {
+        return None;
+    };
     let id = text.trim();
     if id.is_empty() {
         None
@@ -146,7 +150,9 @@ impl ChangeWatch {
 /// The fields of `/proc/<pid>/stat` after the command ("S ppid ..."): the command may itself
 /// contain ") ", so the line is split at the last one.
 fn stat_after_command(pid: u32) -> Option<String> {
-    let mut stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let Ok(mut stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return None;
+    };
     let command_end = stat.rfind(") ")?;
     stat.drain(..command_end + 2);
     Some(stat)
@@ -154,11 +160,11 @@ fn stat_after_command(pid: u32) -> Option<String> {
 
 /// `pid`'s parent, from `/proc`.
 fn parent_of(pid: u32) -> Option<u32> {
-    stat_after_command(pid)?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    let stat = stat_after_command(pid)?;
+    let Ok(parent) = stat.split_whitespace().nth(1)?.parse::<u32>() else {
+        return None;
+    };
+    Some(parent)
 }
 
 pub(super) fn process_is_stopped(pid: u32) -> bool {
@@ -169,7 +175,9 @@ pub(super) fn process_is_stopped(pid: u32) -> bool {
 }
 
 pub(super) fn process_name(pid: u32) -> Option<String> {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+    let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) else {
+        return None;
+    };
     let name = comm.trim_end_matches('\n');
     if name.is_empty() {
         None
@@ -217,7 +225,9 @@ pub(super) fn ancestor_among(pid: u32, among: &[u32]) -> Option<u32> {
 pub(super) fn lock_owner(file: &std::fs::File) -> Option<u32> {
     let (dev, ino) = super::file_identity(file)?;
     let (major, minor) = (libc::major(dev), libc::minor(dev));
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
+        return None;
+    };
     locks_owner(&locks, major as u64, minor as u64, ino)
 }
 
@@ -240,7 +250,9 @@ fn flock_owner(line: &str, major: u64, minor: u64, ino: u64) -> Option<u32> {
     if fields.next()? != "FLOCK" {
         return None;
     }
-    let pid: u32 = fields.nth(2)?.parse().ok()?;
+    let Ok(pid) = fields.nth(2)?.parse::<u32>() else {
+        return None;
+    };
     let mut id = fields.next()?.split(':');
     let same = u64::from_str_radix(id.next()?, 16).ok()? == major
         && u64::from_str_radix(id.next()?, 16).ok()? == minor
@@ -300,7 +312,9 @@ pub(super) fn child_has_exited(
 /// The files this process has mapped now, by path, each once (`/proc/self/maps`); `None` when
 /// that cannot be read.
 pub(super) fn mapped_files() -> Option<Vec<String>> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return None;
+    };
     let mut out: Vec<String> = Vec::new();
     'lines: for line in maps.lines() {
         let Some(path) = line.split_whitespace().nth(5) else {

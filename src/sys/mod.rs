@@ -169,9 +169,14 @@ pub(crate) fn coarse_elapsed(since: u64) -> Duration {
     Duration::from_nanos(coarse_ns().saturating_sub(since))
 }
 
-/// Starts a thread named `name` that runs `body`, and lets it run on its own: every thread the
-/// crate starts this way shares one copy of the standard library's thread start.
+/// Starts a thread named `name` that runs `body`, and lets it run on its own.
 pub(crate) fn spawn_named(name: &str, body: fn()) -> io::Result<()> {
+    spawn_boxed(name, Box::new(body))
+}
+
+/// [`spawn_named`] for a body that owns what it works on: every thread the crate starts shares
+/// one copy of the standard library's thread start, for a boxed closure.
+pub(crate) fn spawn_boxed(name: &str, body: Box<dyn FnOnce() + Send>) -> io::Result<()> {
     match std::thread::Builder::new().name(name.into()).spawn(body) {
         Ok(_) => Ok(()),
         Err(e) => Err(e),

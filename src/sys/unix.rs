@@ -250,21 +250,31 @@ fn share_with_group(file: &File, meta: &std::fs::Metadata, path: &Path, mode: u3
 
 /// The metadata of the directory `path` is in.
 fn parent_metadata(path: &Path) -> Option<std::fs::Metadata> {
-    std::fs::metadata(path.parent()?).ok()
+    let Ok(meta) = std::fs::metadata(path.parent()?) else {
+        return None;
+    };
+    Some(meta)
 }
 
 pub(super) fn open_private_file(dir: &Path, name: &str) -> Option<File> {
     let me = effective_uid();
-    let meta = std::fs::symlink_metadata(dir).ok()?;
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return None;
+    };
     if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
         return None;
     }
-    let file = OpenOptions::new()
+    let Ok(file) = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
         .open(dir.join(name))
-        .ok()?;
-    (file.metadata().ok()?.uid() == me).then_some(file)
+    else {
+        return None;
+    };
+    let Ok(meta) = file.metadata() else {
+        return None;
+    };
+    (meta.uid() == me).then_some(file)
 }
 
 /// What a file that is not a regular file is, in words.

@@ -27,16 +27,17 @@ pub fn peak_concurrency(events: &[TraceEvent]) -> usize {
         edges.push((e.ts, units));
         edges.push((e.end(), -units));
     }
-    peak_of(edges)
+    peak_of(&mut edges)
 }
 
 /// The most held at once by `edges`, `(time, units taken or, negative, given back)`: also the
 /// run summary's, over its grants and releases.
-pub(crate) fn peak_of(mut edges: Vec<(u64, i64)>) -> usize {
+/// They are left sorted.
+pub(crate) fn peak_of(edges: &mut [(u64, i64)]) -> usize {
     // At equal timestamps, count releases before acquisitions.
-    crate::order::sort(&mut edges);
+    crate::order::sort(edges);
     let (mut cur, mut peak) = (0i64, 0i64);
-    for (_, d) in edges {
+    for &(_, d) in edges.iter() {
         cur += d;
         peak = peak.max(cur);
     }
@@ -71,7 +72,10 @@ pub fn peak_per_gpu(events: &[TraceEvent]) -> Vec<usize> {
     if gpus <= 1 {
         return Vec::new();
     }
-    let mut edges: Vec<Vec<(u64, i64)>> = vec![Vec::new(); gpus];
+    let mut edges: Vec<Vec<(u64, i64)>> = Vec::with_capacity(gpus);
+    for _ in 0..gpus {
+        edges.push(Vec::new());
+    }
     for e in events {
         if !placed_hold(e) {
             continue;
@@ -83,7 +87,7 @@ pub fn peak_per_gpu(events: &[TraceEvent]) -> Vec<usize> {
         }
     }
     let mut peaks = Vec::with_capacity(gpus);
-    for gpu in edges {
+    for gpu in edges.iter_mut() {
         peaks.push(peak_of(gpu));
     }
     peaks

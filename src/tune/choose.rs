@@ -201,7 +201,7 @@ pub fn choose(inputs: &Inputs<'_>) -> Choice {
     }
     crate::order::sort_dedup(&mut ns);
     let mut stats: SortedMap<usize, AtN> = SortedMap::new();
-    for n in ns {
+    for &n in &ns {
         // The runs at this N, oldest first.
         let mut runs: Vec<&HistoryEntry> = Vec::new();
         for e in &measured_runs {

@@ -317,7 +317,9 @@ fn replace(file: &File, text: &str) {
 /// The open, locked file `name` of directory `dir`, made if missing; `None` when it cannot be
 /// had (the history is never a reason to fail a test).
 fn open_locked(dir: &Path, name: &str) -> Option<File> {
-    let file = sys::open_lock_file(&dir.join(name), sys::is_shared_dir(dir)).ok()?;
+    let Ok(file) = sys::open_lock_file(&dir.join(name), sys::is_shared_dir(dir)) else {
+        return None;
+    };
     sys::lock_within(&file, LOCK_PATIENCE).then_some(file)
 }
 
@@ -337,7 +339,9 @@ fn read_records<T>(state: &Path, name: &str, parse: fn(&str) -> (Vec<T>, usize))
 /// The text of the file at `path` as [`read_records`] reads it; `None` when it cannot be
 /// opened or read.
 fn read_for_records(path: &Path) -> Option<String> {
-    let file = sys::open_regular_for_reading(path).ok()?;
+    let Ok(file) = sys::open_regular_for_reading(path) else {
+        return None;
+    };
     let _locked = sys::lock_within(&file, LOCK_PATIENCE);
     read_text(&file)
 }
@@ -356,17 +360,17 @@ pub fn read_history(dir: &Path) -> Vec<HistoryEntry> {
 /// the largest first. A test is named `<binary>::<test>`, as its run records name it. What
 /// [`WEIGHTS_VAR`](crate::config::WEIGHTS_VAR)`=learned` weighs tests by.
 pub fn learned_memory(dir: &Path) -> Vec<(String, u64)> {
-    let refs = read_records(
+    let mut refs = read_records(
         &crate::hangs::record_dir(dir),
         TESTS_FILE,
         tests_file::parse,
     );
     let mut out: Vec<(String, u64)> = Vec::new();
-    for r in refs {
+    for r in &mut refs {
         if let Some(m) = r.mem
             && m > 0
         {
-            out.push((r.test, m));
+            out.push((std::mem::take(&mut r.test), m));
         }
     }
     crate::order::sort_by(&mut out, |a, b| match b.1.cmp(&a.1) {
@@ -424,8 +428,8 @@ pub fn hold_times(dir: &Path) -> Vec<HoldTime> {
 pub(crate) fn learned_peaks(dir: &Path, current: Option<&str>) -> HashMap<String, u64> {
     update_history(dir, current);
     let mut peaks = HashMap::new();
-    for (test, bytes) in learned_memory(dir) {
-        peaks.insert(test, bytes);
+    for (test, bytes) in &mut learned_memory(dir) {
+        peaks.insert(std::mem::take(test), *bytes);
     }
     peaks
 }
@@ -461,7 +465,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
     let current_key = current.map(crate::runs::run_key);
     let since = forgotten_since(&state);
     let mut fresh: Vec<(String, u64, RunMeasure)> = Vec::new();
-    for run in crate::runs::recorded_runs(dir) {
+    for run in &mut crate::runs::recorded_runs(dir) {
         if Some(&run.run_id) == current_key.as_ref() {
             continue;
         }
@@ -475,7 +479,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
         if let Some(m) = measure(&records)
             && m.start_ms >= since
         {
-            fresh.push((run.run_id, len, m));
+            fresh.push((std::mem::take(&mut run.run_id), len, m));
         }
     }
     if fresh.is_empty() {
@@ -483,14 +487,15 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
         return entries;
     }
     let refs = update_refs(&state, &fresh);
-    for (run, len, m) in fresh {
+    for (run, len, m) in &mut fresh {
+        let (run, len) = (std::mem::take(run), *len);
         let mut work_us: u64 = 0;
         for (test, t) in &m.tests {
             let mean = t.hold_us / t.count.max(1);
             let r = refs.get(test).copied().unwrap_or(mean).min(mean);
             work_us += r.saturating_mul(t.count);
         }
-        let (auto, gpu, why) = match m.choice {
+        let (auto, gpu, why) = match m.choice.take() {
             Some(c) => (true, c.gpu, Some(c.why)),
             None => (false, String::new(), None),
         };
@@ -572,14 +577,14 @@ fn measured_at(entries: &[HistoryEntry], run: &str, len: u64) -> bool {
 /// Updates the tests' reference hold times with `fresh` runs; returns them.
 fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<String, u64> {
     let file = open_locked(state, TESTS_FILE);
-    let (old, bad) = match &file {
+    let (mut old, bad) = match &file {
         Some(f) => read_lines(f, tests_file::parse),
         None => (Vec::new(), 0),
     };
     say_ignored(&state.join(TESTS_FILE), bad);
     let mut refs: HashMap<String, TestLine> = HashMap::new();
-    for r in old {
-        refs.insert(r.test.clone(), r);
+    for r in &mut old {
+        refs.insert(r.test.clone(), std::mem::take(r));
     }
     for (_, _, m) in fresh {
         for (test, t) in &m.tests {
@@ -619,8 +624,8 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
         replace(file, &tests_file::encode(&kept));
     }
     let mut times = HashMap::new();
-    for r in kept {
-        times.insert(r.test, r.us);
+    for r in &mut kept {
+        times.insert(std::mem::take(&mut r.test), r.us);
     }
     times
 }

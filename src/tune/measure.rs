@@ -124,7 +124,7 @@ pub(crate) fn measure(run: &RunRecords) -> Option<RunMeasure> {
     m.tests = SortedMap::from_pairs(tests, add_holds).into_vec();
     // The layout of the most grants; of layouts as common, the largest.
     let mut most: Option<(usize, (usize, usize))> = None;
-    for (layout, count) in layouts {
+    for &(layout, count) in &layouts {
         match most {
             Some(known) if known >= (count, layout) => {}
             _ => most = Some((count, layout)),
