@@ -52,12 +52,12 @@ pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
     }
     let r = Reader { wide, little };
     let h = &ident[..header_len];
-    let (phoff, phentsize, phnum) = if wide {
-        (r.u64(&h[32..]), r.u16(&h[54..]), r.u16(&h[56..]))
-    } else {
-        (r.u32(&h[28..]), r.u16(&h[42..]), r.u16(&h[44..]))
-    };
-    let (phentsize, phnum) = (u64::from(phentsize), u64::from(phnum));
+    let phoff = r.word(h, 32, 28);
+    let (phentsize, phnum) = if wide { (54, 56) } else { (42, 44) };
+    let (phentsize, phnum) = (
+        u64::from(r.u16(&h[phentsize..])),
+        u64::from(r.u16(&h[phnum..])),
+    );
     if phentsize < if wide { 56 } else { 32 } || phnum == 0 || phnum * phentsize > MOST {
         return None;
     }
@@ -67,11 +67,7 @@ pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
     let mut dynamic = None;
     for h in headers.chunks_exact(phentsize as usize) {
         let kind = r.u32(h);
-        let (offset, vaddr, filesz) = if wide {
-            (r.u64(&h[8..]), r.u64(&h[16..]), r.u64(&h[32..]))
-        } else {
-            (r.u32(&h[4..]), r.u32(&h[8..]), r.u32(&h[16..]))
-        };
+        let (offset, vaddr, filesz) = (r.word(h, 8, 4), r.word(h, 16, 8), r.word(h, 32, 16));
         match kind {
             1 => loads.push((vaddr, offset, filesz)),
             2 => dynamic = Some((offset, filesz)),
@@ -83,11 +79,7 @@ pub(super) fn dynamic(path: &Path) -> Option<Dynamic> {
     let entry = if wide { 16 } else { 8 };
     let (mut strtab, mut strsz, mut needed, mut soname) = (None, None, Vec::new(), None);
     for e in entries.chunks_exact(entry) {
-        let (tag, val) = if wide {
-            (r.u64(e), r.u64(&e[8..]))
-        } else {
-            (r.u32(e), r.u32(&e[4..]))
-        };
+        let (tag, val) = (r.word(e, 0, 0), r.word(e, 8, 4));
         match tag {
             0 => break,
             1 => needed.push(val),
@@ -174,9 +166,18 @@ impl Reader {
         })
     }
 
+    /// The word of the file's class (8 bytes or 4) at `wide_at` or `narrow_at` of `b`.
+    fn word(&self, b: &[u8], wide_at: usize, narrow_at: usize) -> u64 {
+        if self.wide {
+            self.u64(&b[wide_at..])
+        } else {
+            self.u32(&b[narrow_at..])
+        }
+    }
+
     fn u64(&self, b: &[u8]) -> u64 {
         debug_assert!(self.wide);
-        let b: [u8; 8] = b[..8].try_into().expect("eight bytes");
+        let b = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
         if self.little {
             u64::from_le_bytes(b)
         } else {

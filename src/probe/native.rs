@@ -35,12 +35,11 @@ pub(super) fn listed(names: &[&CStr]) -> String {
 ///
 /// `F` must be the `unsafe extern "system" fn` type of the C function `symbol` names.
 pub(super) unsafe fn function<F: Copy>(library: &Library, symbol: &CStr) -> Option<F> {
-    // A function pointer, not some other type of another size.
-    const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
-    let address = library.symbol(symbol)?.as_ptr();
-    // SAFETY: `address` is non-null and is the entry point of `symbol`; the caller promises
-    // that `F` is its function pointer type, which has the size of a pointer (checked above).
-    Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
+    match address(library, symbol) {
+        // SAFETY: passed on from the caller.
+        Some(address) => Some(unsafe { as_function(address) }),
+        None => None,
+    }
 }
 
 /// [`function`], or the probe's error naming the missing `symbol` of `library_name`.
@@ -53,11 +52,30 @@ pub(super) unsafe fn required<F: Copy>(
     library_name: &CStr,
     symbol: &CStr,
 ) -> Result<F, ProbeOutcome> {
-    // SAFETY: passed on from the caller.
-    match unsafe { function(library, symbol) } {
-        Some(f) => Ok(f),
+    match address(library, symbol) {
+        // SAFETY: passed on from the caller.
+        Some(address) => Ok(unsafe { as_function(address) }),
         None => Err(missing(library_name, symbol)),
     }
+}
+
+/// The address of `symbol` in `library`, not null; `None` when the library lacks it.
+fn address(library: &Library, symbol: &CStr) -> Option<*mut c_void> {
+    Some(library.symbol(symbol)?.as_ptr())
+}
+
+/// The entry point at `address` as the function pointer type `F`.
+///
+/// # Safety
+///
+/// `address` is non-null and the entry point of a C function whose `unsafe extern "system" fn`
+/// type is `F`.
+pub(super) unsafe fn as_function<F: Copy>(address: *mut c_void) -> F {
+    // A function pointer, not some other type of another size.
+    const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
+    // SAFETY: the caller promises that `F` is the function pointer type of the entry point at
+    // `address`, which has the size of a pointer (checked above).
+    unsafe { *(&raw const address as *const F) }
 }
 
 /// The probe's error for entry point `symbol` missing from `library_name`.

@@ -11,7 +11,7 @@
 
 use std::ffi::{CStr, c_char, c_void};
 
-use super::native::{listed, open_first, required, text};
+use super::native::{as_function, listed, open_first, required, text};
 use super::outcome::{Device, DeviceKind, ProbeOutcome};
 
 type VkResult = i32;
@@ -213,12 +213,12 @@ unsafe fn command<F: Copy>(
     instance: VkInstance,
     name: &CStr,
 ) -> Result<F, ProbeOutcome> {
-    const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
     // SAFETY: passed on from the caller.
-    let address = unsafe { command_address(get, instance, name) }?;
-    // SAFETY: non-null, the entry point of `name`, whose type the caller promises `F` is (a
-    // function pointer, the size of a pointer: checked above).
-    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
+    match unsafe { command_address(get, instance, name) } {
+        // SAFETY: non-null, the entry point of `name`, whose type the caller promises `F` is.
+        Ok(address) => Ok(unsafe { as_function(address) }),
+        Err(e) => Err(e),
+    }
 }
 
 /// The address of command `name` of `instance`, not null.
