@@ -239,12 +239,15 @@ pub fn parse_gpus(raw: &OsString) -> Result<Gpus, ValueError> {
 ///
 /// [`ValueError::NotOneOf`] for any other word.
 pub fn parse_placement(raw: &OsString) -> Result<Placement, ValueError> {
-    match utf8(raw)?
-        .trim()
-        .to_ascii_lowercase()
-        .replace('_', "-")
-        .as_str()
-    {
+    let mut word = String::new();
+    for c in utf8(raw)?.trim().chars() {
+        word.push(if c == '_' {
+            '-'
+        } else {
+            c.to_ascii_lowercase()
+        });
+    }
+    match word.as_str() {
         "best-fit" | "bestfit" => Ok(Placement::BestFit),
         "spread" => Ok(Placement::Spread),
         _ => Err(ValueError::NotOneOf("best-fit or spread")),

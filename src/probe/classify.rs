@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::outcome::ProbeOutcome;
+use super::outcome::{ProbeOutcome, one_line};
 use super::protocol::{Answer, parse_answer};
 use super::spawn::{ChildRun, End};
 
@@ -95,7 +95,7 @@ fn stderr_note(tail: &str) -> String {
     if tail.is_empty() {
         String::new()
     } else {
-        format!("; its stderr ended with: {}", tail.replace('\n', " | "))
+        format!("; its stderr ended with: {}", one_line(tail))
     }
 }
 

@@ -389,6 +389,24 @@ impl ProbeOutcome {
     }
 }
 
+/// `text` with each line break written ` | `: a child's stderr on one line of a message.
+pub(super) fn one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut start = 0;
+    let bytes = text.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] == b'\n' {
+            out.push_str(&text[start..at]);
+            out.push_str(" | ");
+            start = at + 1;
+        }
+        at += 1;
+    }
+    out.push_str(&text[start..]);
+    out
+}
+
 impl fmt::Display for ProbeOutcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fn tail(f: &mut fmt::Formatter<'_>, t: &str) -> fmt::Result {
@@ -396,7 +414,7 @@ impl fmt::Display for ProbeOutcome {
             if t.is_empty() {
                 Ok(())
             } else {
-                write!(f, "; its stderr ended with: {}", t.replace('\n', " | "))
+                write!(f, "; its stderr ended with: {}", one_line(t))
             }
         }
         match self {
