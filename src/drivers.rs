@@ -112,7 +112,12 @@ pub fn driver_library(path: &str) -> bool {
 /// ```
 pub fn driver_by_name(path: &str) -> bool {
     let name = library_name(path);
-    let stem = name.split(".so").next().unwrap_or(name);
+    // Up to the first `.so`, else all of it.
+    let mut end = 0;
+    while end < name.len() && !name.as_bytes()[end..].starts_with(b".so") {
+        end += 1;
+    }
+    let stem = &name[..end];
     if stem.ends_with("_dri") {
         return true;
     }
@@ -194,7 +199,13 @@ fn may_be_a_driver_or_loader(path: &[u8]) -> bool {
 /// # }
 /// ```
 pub fn library_name(path: &str) -> &str {
-    path.rsplit(['/', '\\']).next().unwrap_or(path)
+    // After the last `/` or `\\` (ASCII, so a character boundary), else all of it.
+    let bytes = path.as_bytes();
+    let mut start = bytes.len();
+    while start > 0 && bytes[start - 1] != b'/' && bytes[start - 1] != b'\\' {
+        start -= 1;
+    }
+    &path[start..]
 }
 
 /// The GPU driver libraries this process has mapped now, by path, or `None` where this cannot

@@ -306,7 +306,7 @@ fn add(out: &mut Vec<String>, library: &str, manifest_dir: Option<&Path>) {
 
 /// The file name of `path`.
 fn file_name(path: &str) -> &str {
-    path.rsplit(['/', '\\']).next().unwrap_or(path)
+    crate::drivers::library_name(path)
 }
 
 /// A library's name up to `.so` (where `.so` ends the name or a `.` follows it: `libfoo.so.1`
