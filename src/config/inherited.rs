@@ -183,8 +183,14 @@ impl InheritedPermit {
         // SAFETY: the tail comes from `as_encoded_bytes` of one `OsStr`, split right after an
         // ASCII `:`, as `from_encoded_bytes_unchecked` requires.
         let dir = unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(&bytes[split + 1..]) };
-        let fields: Vec<&str> = head.split(':').collect();
-        let [version, layout, kind, slots] = fields[..] else {
+        let mut fields = head.split(':');
+        let (Some(version), Some(layout), Some(kind), Some(slots), None) = (
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+            fields.next(),
+        ) else {
             return Err("has fewer than five `:`-separated fields".into());
         };
         if version != "1" {

@@ -41,8 +41,11 @@ pub fn recorded_warnings(dir: &Path) -> io::Result<Option<RecordedWarnings>> {
 fn parse_record(text: &str) -> Option<RecordedWarnings> {
     let mut lines = text.lines();
     let header = lines.next()?.strip_prefix(RECORD_HEADER)?;
-    let (run_id, ms) = header.trim().rsplit_once(" at ")?;
-    let recorded_unix_ms = ms.trim_end_matches(" ms").parse().ok()?;
+    let (run_id, mut ms) = last_split(header.trim(), " at ")?;
+    while let Some(rest) = ms.strip_suffix(" ms") {
+        ms = rest;
+    }
+    let recorded_unix_ms = ms.parse().ok()?;
     let mut warnings = Vec::new();
     for line in lines {
         if !line.is_empty() {
@@ -54,6 +57,15 @@ fn parse_record(text: &str) -> Option<RecordedWarnings> {
         recorded_unix_ms,
         lines: warnings,
     })
+}
+
+/// `text` split around the last `separator` in it.
+fn last_split<'a>(text: &'a str, separator: &str) -> Option<(&'a str, &'a str)> {
+    let mut at = text.len().checked_sub(separator.len())?;
+    while !text.as_bytes()[at..].starts_with(separator.as_bytes()) {
+        at = at.checked_sub(1)?;
+    }
+    Some((&text[..at], &text[at + separator.len()..]))
 }
 
 /// Adds `warnings` to the record of run `run_id` in `dir`, replacing the record of another run.
