@@ -183,7 +183,10 @@ pub fn parse_gpus(raw: &OsString) -> Result<Gpus, ValueError> {
         return Ok(Gpus::Auto);
     }
     if !s.contains(',') && !s.contains(';') {
-        return parse_concurrency(raw).map(Gpus::Count);
+        return match parse_concurrency(raw) {
+            Ok(n) => Ok(Gpus::Count(n)),
+            Err(e) => Err(e),
+        };
     }
     let mut ids = Vec::new();
     let mut groups = Vec::new();
@@ -193,10 +196,12 @@ pub fn parse_gpus(raw: &OsString) -> Result<Gpus, ValueError> {
     } else {
         s
     };
-    for group in s.split(';').map(str::trim) {
+    for group in s.split(';') {
+        let group = group.trim();
         let entries = group.strip_suffix(',').unwrap_or(group);
         let mut members = Vec::new();
-        for entry in entries.split(',').map(str::trim) {
+        for entry in entries.split(',') {
+            let entry = entry.trim();
             if entry.is_empty() || !all_digits(entry) {
                 return Err(ValueError::NotGpuList);
             }

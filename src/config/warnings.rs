@@ -76,7 +76,9 @@ pub(super) fn record_warnings(
     run_id: &str,
     warnings: &[ConfigWarning],
 ) -> io::Result<()> {
-    crate::sys::prepare_dir(dir).map_err(io::Error::other)?;
+    if let Err(e) = crate::sys::prepare_dir(dir) {
+        return Err(io::Error::other(e));
+    }
     let mut file =
         crate::sys::open_lock_file(&dir.join(WARNINGS_FILE), crate::sys::is_shared_dir(dir))?;
     file.lock()?;

@@ -118,9 +118,11 @@ fn key(opts: &ProbeOptions) -> String {
     // FNV-1a: stable across builds and processes, unlike std's hashers.
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
-        for &b in bytes.iter().chain(&[0xff]) {
+        // Each field, then 0xff.
+        for &b in bytes {
             h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
         }
+        h = (h ^ 0xff).wrapping_mul(0x0000_0100_0000_01b3);
     };
     eat(&opts.timeout.as_millis().to_le_bytes());
     eat(&[matches!(opts.mode, ProbeMode::InProcess) as u8]);
@@ -139,7 +141,10 @@ fn key(opts: &ProbeOptions) -> String {
 /// The value variable `name` has in the probe `opts` describe: the last that `opts` set (or
 /// removed), else this process's.
 fn key_var(opts: &ProbeOptions, name: &str) -> Option<std::ffi::OsString> {
-    for (k, v) in opts.env.iter().rev() {
+    let mut at = opts.env.len();
+    while at > 0 {
+        at -= 1;
+        let (k, v) = &opts.env[at];
         if k == name {
             return v.clone();
         }

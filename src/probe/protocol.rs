@@ -149,7 +149,10 @@ pub(super) fn parse_answer(stdout: &[u8]) -> Result<Option<Answer>, String> {
         return Ok(None);
     };
     let text = String::from_utf8_lossy(line);
-    let shown: String = text.chars().take(120).collect();
+    let mut shown = String::new();
+    for c in text.chars().take(120) {
+        shown.push(c);
+    }
     if !complete {
         return Err(format!("the answer was cut off: {shown:?}"));
     }
