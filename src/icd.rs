@@ -110,7 +110,17 @@ struct Stems(Vec<String>);
 
 impl Stems {
     fn contains(&self, stem: &str) -> bool {
-        self.0.binary_search_by(|s| s.as_str().cmp(stem)).is_ok()
+        // A binary search of the sorted stems.
+        let (mut low, mut high) = (0, self.0.len());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match self.0[mid].as_str().cmp(stem) {
+                std::cmp::Ordering::Less => low = mid + 1,
+                std::cmp::Ordering::Greater => high = mid,
+                std::cmp::Ordering::Equal => return true,
+            }
+        }
+        false
     }
 }
 
