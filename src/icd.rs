@@ -127,10 +127,7 @@ impl Stems {
 /// Where the loaders look for manifests (files or directories, each with its kind), and the
 /// libraries named directly by variables.
 fn search(lookup: &Lookup<'_>) -> (Vec<(PathBuf, Kind)>, Vec<String>) {
-    let home = match var(lookup, "HOME") {
-        Some(home) => Some(PathBuf::from(home)),
-        None => None,
-    };
+    let home = var(lookup, "HOME").map(PathBuf::from);
     let mut places: Vec<(PathBuf, Kind)> = Vec::new();
     for name in ["VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES"] {
         for p in &mut list(lookup, name) {

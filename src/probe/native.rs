@@ -35,11 +35,9 @@ pub(super) fn listed(names: &[&CStr]) -> String {
 ///
 /// `F` must be the `unsafe extern "system" fn` type of the C function `symbol` names.
 pub(super) unsafe fn function<F: Copy>(library: &Library, symbol: &CStr) -> Option<F> {
-    match address(library, symbol) {
-        // SAFETY: passed on from the caller.
-        Some(address) => Some(unsafe { as_function(address) }),
-        None => None,
-    }
+    let address = address(library, symbol)?;
+    // SAFETY: passed on from the caller.
+    Some(unsafe { as_function(address) })
 }
 
 /// [`function`], or the probe's error naming the missing `symbol` of `library_name`.

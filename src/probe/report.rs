@@ -131,10 +131,7 @@ impl Record for ProbeReport {
                 Err(e) => return Err(format!("probe report: {e}")),
             },
             source: SOURCES[usize::from(f.req_one_of("source", &SOURCE_NAMES)?)],
-            run_cache: match f.opt::<String>("run_cache")? {
-                Some(path) => Some(PathBuf::from(path)),
-                None => None,
-            },
+            run_cache: f.opt::<String>("run_cache")?.map(PathBuf::from),
         })
     }
 }
