@@ -36,15 +36,19 @@ pub(super) struct Concurrency {
     pub(super) auto: bool,
 }
 
+/// [`DEFAULT_MAX_CONCURRENCY`] and [`DEFAULT_CONCURRENCY`], not zero.
+const DEFAULT_MAX: NonZeroUsize = NonZeroUsize::new(DEFAULT_MAX_CONCURRENCY).unwrap();
+const DEFAULT_N: NonZeroUsize = NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap();
+
 pub(super) fn concurrency(lookup: &Lookup<'_>, warnings: &mut Warnings) -> Concurrency {
     let max = match lookup(MAX_CONCURRENCY_VAR) {
-        None => NonZeroUsize::new(DEFAULT_MAX_CONCURRENCY).unwrap(),
+        None => DEFAULT_MAX,
         Some(raw) => match parse_concurrency(&raw) {
             Ok(n) => n,
             Err(problem) => {
                 let using = DEFAULT_MAX_CONCURRENCY;
                 warnings.push(warning(MAX_CONCURRENCY_VAR, &raw, &problem, &using));
-                NonZeroUsize::new(DEFAULT_MAX_CONCURRENCY).unwrap()
+                DEFAULT_MAX
             }
         },
     };
@@ -80,16 +84,16 @@ pub(super) fn concurrency(lookup: &Lookup<'_>, warnings: &mut Warnings) -> Concu
         None => (CONCURRENCY_VAR, other),
     };
     let n = match raw_concurrency {
-        None => NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap(),
+        None => DEFAULT_N,
         Some(raw) if matches!(raw.to_str(), Some(s) if s.trim().eq_ignore_ascii_case("auto")) => {
             auto = true;
-            NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap().min(max)
+            DEFAULT_N.min(max)
         }
         Some(raw) => match parse_concurrency(&raw) {
             Ok(n) => n,
             Err(problem) => {
                 warnings.push(warning(var, &raw, &problem, &DEFAULT_CONCURRENCY));
-                NonZeroUsize::new(DEFAULT_CONCURRENCY).unwrap()
+                DEFAULT_N
             }
         },
     };
