@@ -615,6 +615,96 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// A record's fields read one after another into one struct expression, keeping the first
+/// error: [`FieldReader::error`] returns it, as the getters of [`Fields`] with `?` would have
+/// (fields after a failed one are not read).
+pub(crate) struct FieldReader<'a> {
+    fields: Fields<'a>,
+    error: Option<String>,
+}
+
+impl<'a> FieldReader<'a> {
+    pub(crate) fn new(fields: Fields<'a>) -> FieldReader<'a> {
+        FieldReader {
+            fields,
+            error: None,
+        }
+    }
+
+    /// `r`'s value, or `placeholder` where it is an error (kept where it is the first).
+    pub(crate) fn keep<T>(&mut self, r: Result<T, String>, placeholder: T) -> T {
+        match r {
+            Ok(t) => t,
+            Err(e) => {
+                self.fail(e);
+                placeholder
+            }
+        }
+    }
+
+    fn fail(&mut self, e: String) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
+    /// [`Fields::req`].
+    pub(crate) fn req<T: Read + Default>(&mut self, key: &str) -> T {
+        if let Some(v) = self.value(key) {
+            if let Some(t) = T::read(v) {
+                return t;
+            }
+            self.error = Some(self.fields.wrong(key, T::EXPECTED, v));
+        }
+        T::default()
+    }
+
+    /// [`Fields::opt`].
+    pub(crate) fn opt<T: Read>(&mut self, key: &str) -> Option<T> {
+        if self.error.is_some() {
+            return None;
+        }
+        let v = self.fields.present(key)?;
+        let t = T::read(v);
+        if t.is_none() {
+            self.error = Some(self.fields.wrong(key, T::EXPECTED, v));
+        }
+        t
+    }
+
+    /// [`Fields::or`].
+    pub(crate) fn or<T: Read>(&mut self, key: &str, default: T) -> T {
+        match self.opt(key) {
+            Some(t) => t,
+            None => default,
+        }
+    }
+
+    /// [`Fields::or_default`].
+    pub(crate) fn or_default<T: Read + Default>(&mut self, key: &str) -> T {
+        self.opt(key).unwrap_or_default()
+    }
+
+    /// [`Fields::value`]: `None` where it is missing or an earlier field was wrong.
+    pub(crate) fn value(&mut self, key: &str) -> Option<&'a Value> {
+        if self.error.is_some() {
+            return None;
+        }
+        match self.fields.value(key) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    /// The first error, where a field was wrong.
+    pub(crate) fn error(self) -> Option<String> {
+        self.error
+    }
+}
+
 /// A record of one of the crate's files: how it reads itself from a JSON value and (with
 /// [`Write`]) writes itself.
 pub(crate) trait Record: Write + Sized {
