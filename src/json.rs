@@ -519,22 +519,6 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// Field `key`, or `default` where absent or null.
-    pub(crate) fn or<T: Read>(&self, key: &str, default: T) -> Result<T, String> {
-        match self.opt(key)? {
-            Some(t) => Ok(t),
-            None => Ok(default),
-        }
-    }
-
-    /// Field `key`, or the type's default where absent or null.
-    pub(crate) fn or_default<T: Read + Default>(&self, key: &str) -> Result<T, String> {
-        match self.opt(key)? {
-            Some(t) => Ok(t),
-            None => Ok(T::default()),
-        }
-    }
-
     /// Field `key` as one of `names`, by its string (`None` where absent or null).
     pub(crate) fn one_of<T: Copy>(
         &self,
@@ -672,7 +656,7 @@ impl<'a> FieldReader<'a> {
         t
     }
 
-    /// [`Fields::or`].
+    /// Field `key`, or `default` where absent or null.
     pub(crate) fn or<T: Read>(&mut self, key: &str, default: T) -> T {
         match self.opt(key) {
             Some(t) => t,
@@ -680,7 +664,7 @@ impl<'a> FieldReader<'a> {
         }
     }
 
-    /// [`Fields::or_default`].
+    /// Field `key`, or the type's default where absent or null.
     pub(crate) fn or_default<T: Read + Default>(&mut self, key: &str) -> T {
         self.opt(key).unwrap_or_default()
     }
@@ -1248,11 +1232,29 @@ mod tests {
             "holder record: missing field `units`"
         );
         assert_eq!(f.opt::<u32>("n").unwrap(), None);
-        assert_eq!(f.or("units", 1usize).unwrap(), 1);
+        assert_eq!(FieldReader::new(f).or("units", 1usize), 1);
         assert_eq!(
             f.one_of("k", &[("red", 1), ("green", 2)]).unwrap_err(),
             "holder record: field `k`: unknown variant `blue`, expected one of `red`, `green`"
         );
         assert!(Fields::of(&Value::Null, "holder record").is_err());
+    }
+
+    #[test]
+    fn a_field_reader_keeps_the_first_error() {
+        let v = parse(r#"{"pid": "x", "n": 3, "b": true}"#).unwrap();
+        let mut r = FieldReader::new(Fields::of(&v, "holder record").unwrap());
+        assert_eq!(r.req::<u32>("n"), 3);
+        assert_eq!(r.req::<u32>("pid"), 0);
+        assert_eq!(r.req::<u32>("units"), 0);
+        assert_eq!(r.opt::<bool>("b"), None);
+        assert_eq!(
+            r.error().unwrap(),
+            "holder record: field `pid`: expected an integer that fits in u32, found a string"
+        );
+        let mut r = FieldReader::new(Fields::of(&v, "holder record").unwrap());
+        assert_eq!(r.or_default::<u32>("units"), 0);
+        assert_eq!(r.opt::<bool>("b"), Some(true));
+        assert_eq!(r.error(), None);
     }
 }
