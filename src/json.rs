@@ -697,12 +697,18 @@ pub(crate) trait Record: Write + Sized {
 
     /// The record from its text.
     fn from_text(text: &str) -> Result<Self, String> {
-        Self::read_json(&read_text(parse(text))?)
+        match read_text(parse(text)) {
+            Ok(v) => Self::read_json(&v),
+            Err(e) => Err(e),
+        }
     }
 
     /// The record from its text as bytes, which must be UTF-8.
     fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
-        Self::read_json(&read_text(parse_bytes(bytes))?)
+        match read_text(parse_bytes(bytes)) {
+            Ok(v) => Self::read_json(&v),
+            Err(e) => Err(e),
+        }
     }
 
     /// The record's text: compact JSON, one line.
