@@ -814,26 +814,33 @@ fn digits_of(text: &str) -> String {
 fn shortest_digits(f: f64) -> (String, i32) {
     let f = f.abs();
     let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let (mantissa, exp) = match mantissa_and_exponent(&sci) {
+        Some(parts) => parts,
+        None => (sci.as_str(), "0"),
+    };
     let exp: i32 = exp.parse().unwrap_or(0);
     let digits = digits_of(mantissa);
     let n = digits.len();
     // A tie: the exact value has exactly one digit more than the shortest, a 5.
     let one_more = format!("{f:.n$e}");
-    match one_more.split_once('e') {
-        Some((m, _)) if m.ends_with('5') => {}
+    match mantissa_and_exponent(&one_more) {
+        Some((m, _)) if m.as_bytes().last() == Some(&b'5') => {}
         _ => return (digits, exp),
     }
     // An f64's exact decimal expansion has at most 767 significant digits.
     let exact = format!("{f:.800e}");
-    let exact_digits = match exact.split_once('e') {
+    let exact_digits = match mantissa_and_exponent(&exact) {
         Some((m, _)) => digits_of(m),
         None => String::new(),
     };
-    let tie = exact_digits.as_bytes().get(n) == Some(&b'5')
-        && exact_digits[n + 1..].bytes().all(|b| b == b'0');
+    let exact_bytes = exact_digits.as_bytes();
+    let tie = exact_bytes.get(n) == Some(&b'5') && all_zeros(&exact_bytes[n + 1..]);
     let floor = &exact_digits[..n];
-    if !tie || floor == digits || floor.ends_with(['1', '3', '5', '7', '9']) {
+    let odd = matches!(
+        floor.as_bytes().last(),
+        Some(b'1' | b'3' | b'5' | b'7' | b'9')
+    );
+    if !tie || floor == digits || odd {
         return (digits, exp);
     }
     let candidate = format!("{}.{}e{exp}", &floor[..1], &floor[1..]);
@@ -842,6 +849,30 @@ fn shortest_digits(f: f64) -> (String, i32) {
     } else {
         (digits, exp)
     }
+}
+
+/// The mantissa and the exponent of a number formatted with `{:e}`: `s` split at its first
+/// `e`.
+fn mantissa_and_exponent(s: &str) -> Option<(&str, &str)> {
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'e' {
+            return Some((&s[..i], &s[i + 1..]));
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Whether every byte of `bytes` is `0`.
+fn all_zeros(bytes: &[u8]) -> bool {
+    for &b in bytes {
+        if b != b'0' {
+            return false;
+        }
+    }
+    true
 }
 
 /// `s` as a JSON string: quoted, with `"`, `\` and control characters escaped.
