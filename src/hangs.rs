@@ -11,7 +11,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::json::{self, Fields, Object, Record, Value};
+use crate::json::{self, FieldReader, Fields, Object, Record, Value};
 use crate::sys;
 
 /// A permit held past the hold deadline on this host, as recorded in the slot directory's
@@ -61,16 +61,21 @@ impl json::Write for HangRecord {
 impl Record for HangRecord {
     fn read_json(v: &Value) -> Result<HangRecord, String> {
         let f = Fields::of(v, "hang record")?;
-        Ok(HangRecord {
-            unix_ms: f.req("unix_ms")?,
-            per_gpu: f.req("per_gpu")?,
-            gpus: f.req("gpus")?,
-            test: f.req("test")?,
-            held_ms: f.req("held_ms")?,
-            pid: f.opt("pid")?,
-            units: f.opt("units")?,
-            run: f.opt("run")?,
-        })
+        let mut r = FieldReader::new(f);
+        let record = HangRecord {
+            unix_ms: r.req("unix_ms"),
+            per_gpu: r.req("per_gpu"),
+            gpus: r.req("gpus"),
+            test: r.req("test"),
+            held_ms: r.req("held_ms"),
+            pid: r.opt("pid"),
+            units: r.opt("units"),
+            run: r.opt("run"),
+        };
+        match r.error() {
+            None => Ok(record),
+            Some(e) => Err(e),
+        }
     }
 }
 

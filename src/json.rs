@@ -519,22 +519,6 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// Field `key`, or `default` where absent or null.
-    pub(crate) fn or<T: Read>(&self, key: &str, default: T) -> Result<T, String> {
-        match self.opt(key)? {
-            Some(t) => Ok(t),
-            None => Ok(default),
-        }
-    }
-
-    /// Field `key`, or the type's default where absent or null.
-    pub(crate) fn or_default<T: Read + Default>(&self, key: &str) -> Result<T, String> {
-        match self.opt(key)? {
-            Some(t) => Ok(t),
-            None => Ok(T::default()),
-        }
-    }
-
     /// Field `key` as one of `names`, by its string (`None` where absent or null).
     pub(crate) fn one_of<T: Copy>(
         &self,
@@ -615,6 +599,96 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// A record's fields read one after another into one struct expression, keeping the first
+/// error: [`FieldReader::error`] returns it, as the getters of [`Fields`] with `?` would have
+/// (fields after a failed one are not read).
+pub(crate) struct FieldReader<'a> {
+    fields: Fields<'a>,
+    error: Option<String>,
+}
+
+impl<'a> FieldReader<'a> {
+    pub(crate) fn new(fields: Fields<'a>) -> FieldReader<'a> {
+        FieldReader {
+            fields,
+            error: None,
+        }
+    }
+
+    /// `r`'s value, or `placeholder` where it is an error (kept where it is the first).
+    pub(crate) fn keep<T>(&mut self, r: Result<T, String>, placeholder: T) -> T {
+        match r {
+            Ok(t) => t,
+            Err(e) => {
+                self.fail(e);
+                placeholder
+            }
+        }
+    }
+
+    fn fail(&mut self, e: String) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
+    /// [`Fields::req`].
+    pub(crate) fn req<T: Read + Default>(&mut self, key: &str) -> T {
+        if let Some(v) = self.value(key) {
+            if let Some(t) = T::read(v) {
+                return t;
+            }
+            self.error = Some(self.fields.wrong(key, T::EXPECTED, v));
+        }
+        T::default()
+    }
+
+    /// [`Fields::opt`].
+    pub(crate) fn opt<T: Read>(&mut self, key: &str) -> Option<T> {
+        if self.error.is_some() {
+            return None;
+        }
+        let v = self.fields.present(key)?;
+        let t = T::read(v);
+        if t.is_none() {
+            self.error = Some(self.fields.wrong(key, T::EXPECTED, v));
+        }
+        t
+    }
+
+    /// Field `key`, or `default` where absent or null.
+    pub(crate) fn or<T: Read>(&mut self, key: &str, default: T) -> T {
+        match self.opt(key) {
+            Some(t) => t,
+            None => default,
+        }
+    }
+
+    /// Field `key`, or the type's default where absent or null.
+    pub(crate) fn or_default<T: Read + Default>(&mut self, key: &str) -> T {
+        self.opt(key).unwrap_or_default()
+    }
+
+    /// [`Fields::value`]: `None` where it is missing or an earlier field was wrong.
+    pub(crate) fn value(&mut self, key: &str) -> Option<&'a Value> {
+        if self.error.is_some() {
+            return None;
+        }
+        match self.fields.value(key) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(e);
+                None
+            }
+        }
+    }
+
+    /// The first error, where a field was wrong.
+    pub(crate) fn error(self) -> Option<String> {
+        self.error
+    }
+}
+
 /// A record of one of the crate's files: how it reads itself from a JSON value and (with
 /// [`Write`]) writes itself.
 pub(crate) trait Record: Write + Sized {
@@ -623,12 +697,18 @@ pub(crate) trait Record: Write + Sized {
 
     /// The record from its text.
     fn from_text(text: &str) -> Result<Self, String> {
-        Self::read_json(&read_text(parse(text))?)
+        match read_text(parse(text)) {
+            Ok(v) => Self::read_json(&v),
+            Err(e) => Err(e),
+        }
     }
 
     /// The record from its text as bytes, which must be UTF-8.
     fn from_bytes(bytes: &[u8]) -> Result<Self, String> {
-        Self::read_json(&read_text(parse_bytes(bytes))?)
+        match read_text(parse_bytes(bytes)) {
+            Ok(v) => Self::read_json(&v),
+            Err(e) => Err(e),
+        }
     }
 
     /// The record's text: compact JSON, one line.
@@ -734,26 +814,33 @@ fn digits_of(text: &str) -> String {
 fn shortest_digits(f: f64) -> (String, i32) {
     let f = f.abs();
     let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let (mantissa, exp) = match mantissa_and_exponent(&sci) {
+        Some(parts) => parts,
+        None => (sci.as_str(), "0"),
+    };
     let exp: i32 = exp.parse().unwrap_or(0);
     let digits = digits_of(mantissa);
     let n = digits.len();
     // A tie: the exact value has exactly one digit more than the shortest, a 5.
     let one_more = format!("{f:.n$e}");
-    match one_more.split_once('e') {
-        Some((m, _)) if m.ends_with('5') => {}
+    match mantissa_and_exponent(&one_more) {
+        Some((m, _)) if m.as_bytes().last() == Some(&b'5') => {}
         _ => return (digits, exp),
     }
     // An f64's exact decimal expansion has at most 767 significant digits.
     let exact = format!("{f:.800e}");
-    let exact_digits = match exact.split_once('e') {
+    let exact_digits = match mantissa_and_exponent(&exact) {
         Some((m, _)) => digits_of(m),
         None => String::new(),
     };
-    let tie = exact_digits.as_bytes().get(n) == Some(&b'5')
-        && exact_digits[n + 1..].bytes().all(|b| b == b'0');
+    let exact_bytes = exact_digits.as_bytes();
+    let tie = exact_bytes.get(n) == Some(&b'5') && all_zeros(&exact_bytes[n + 1..]);
     let floor = &exact_digits[..n];
-    if !tie || floor == digits || floor.ends_with(['1', '3', '5', '7', '9']) {
+    let odd = matches!(
+        floor.as_bytes().last(),
+        Some(b'1' | b'3' | b'5' | b'7' | b'9')
+    );
+    if !tie || floor == digits || odd {
         return (digits, exp);
     }
     let candidate = format!("{}.{}e{exp}", &floor[..1], &floor[1..]);
@@ -762,6 +849,30 @@ fn shortest_digits(f: f64) -> (String, i32) {
     } else {
         (digits, exp)
     }
+}
+
+/// The mantissa and the exponent of a number formatted with `{:e}`: `s` split at its first
+/// `e`.
+fn mantissa_and_exponent(s: &str) -> Option<(&str, &str)> {
+    let bytes = s.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'e' {
+            return Some((&s[..i], &s[i + 1..]));
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Whether every byte of `bytes` is `0`.
+fn all_zeros(bytes: &[u8]) -> bool {
+    for &b in bytes {
+        if b != b'0' {
+            return false;
+        }
+    }
+    true
 }
 
 /// `s` as a JSON string: quoted, with `"`, `\` and control characters escaped.
@@ -1158,11 +1269,29 @@ mod tests {
             "holder record: missing field `units`"
         );
         assert_eq!(f.opt::<u32>("n").unwrap(), None);
-        assert_eq!(f.or("units", 1usize).unwrap(), 1);
+        assert_eq!(FieldReader::new(f).or("units", 1usize), 1);
         assert_eq!(
             f.one_of("k", &[("red", 1), ("green", 2)]).unwrap_err(),
             "holder record: field `k`: unknown variant `blue`, expected one of `red`, `green`"
         );
         assert!(Fields::of(&Value::Null, "holder record").is_err());
+    }
+
+    #[test]
+    fn a_field_reader_keeps_the_first_error() {
+        let v = parse(r#"{"pid": "x", "n": 3, "b": true}"#).unwrap();
+        let mut r = FieldReader::new(Fields::of(&v, "holder record").unwrap());
+        assert_eq!(r.req::<u32>("n"), 3);
+        assert_eq!(r.req::<u32>("pid"), 0);
+        assert_eq!(r.req::<u32>("units"), 0);
+        assert_eq!(r.opt::<bool>("b"), None);
+        assert_eq!(
+            r.error().unwrap(),
+            "holder record: field `pid`: expected an integer that fits in u32, found a string"
+        );
+        let mut r = FieldReader::new(Fields::of(&v, "holder record").unwrap());
+        assert_eq!(r.or_default::<u32>("units"), 0);
+        assert_eq!(r.opt::<bool>("b"), Some(true));
+        assert_eq!(r.error(), None);
     }
 }

@@ -16,7 +16,7 @@ use super::error::io_err;
 use super::lock::{Mode, Probe, probe_at};
 use super::queue::RECHECK;
 use super::record::{padded, padded_text};
-use crate::json::{self, Fields, Object, Record, Value};
+use crate::json::{self, FieldReader, Fields, Object, Record, Value};
 use crate::sys;
 
 /// Size of the layout record.
@@ -96,12 +96,17 @@ impl json::Write for LayoutRecord {
 impl Record for LayoutRecord {
     fn read_json(v: &Value) -> Result<LayoutRecord, String> {
         let f = Fields::of(v, "layout")?;
-        Ok(LayoutRecord {
-            v: f.req("v")?,
-            per_gpu: f.req("per_gpu")?,
-            gpus: f.req("gpus")?,
-            run: f.opt("run")?,
-        })
+        let mut r = FieldReader::new(f);
+        let record = LayoutRecord {
+            v: r.req("v"),
+            per_gpu: r.req("per_gpu"),
+            gpus: r.req("gpus"),
+            run: r.opt("run"),
+        };
+        match r.error() {
+            None => Ok(record),
+            Some(e) => Err(e),
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 use std::fs::File;
 
-use crate::json::{self, Fields, OptField, OptText, Record, Text, Value, optional};
+use crate::json::{self, FieldReader, Fields, OptField, OptText, Record, Text, Value, optional};
 use crate::sys;
 
 /// Size of a slot file's holder record.
@@ -101,20 +101,25 @@ impl Record for HolderRecord {
 
     fn read_json(v: &Value) -> Result<HolderRecord, String> {
         let f = Fields::of(v, "holder record")?;
-        Ok(HolderRecord {
-            pid: f.req("pid")?,
-            test: f.req("test")?,
-            binary: f.opt("binary")?,
-            thread: f.req("thread")?,
-            since_unix_ms: f.req("since_unix_ms")?,
-            since_boot_ms: f.opt("since_boot_ms")?,
-            boot_id: f.opt("boot_id")?,
-            exclusive: f.req("exclusive")?,
-            concurrency: f.req("concurrency")?,
-            units: f.or("units", 1)?,
-            gpus: f.or("gpus", 1)?,
-            memory: f.opt("memory")?,
-        })
+        let mut r = FieldReader::new(f);
+        let record = HolderRecord {
+            pid: r.req("pid"),
+            test: r.req("test"),
+            binary: r.opt("binary"),
+            thread: r.req("thread"),
+            since_unix_ms: r.req("since_unix_ms"),
+            since_boot_ms: r.opt("since_boot_ms"),
+            boot_id: r.opt("boot_id"),
+            exclusive: r.req("exclusive"),
+            concurrency: r.req("concurrency"),
+            units: r.or("units", 1),
+            gpus: r.or("gpus", 1),
+            memory: r.opt("memory"),
+        };
+        match r.error() {
+            None => Ok(record),
+            Some(e) => Err(e),
+        }
     }
 }
 

@@ -8,7 +8,7 @@
 //! no `v` and the same fields: they read as they did. A line of another version, or one that
 //! is not a line of this format (cut short, garbage), is left out, and counted.
 
-use crate::json::{self, Fields, Object, Record, Value};
+use crate::json::{self, FieldReader, Fields, Object, Record, Value};
 
 /// The file, in the state directory.
 pub(crate) const TESTS_FILE: &str = "gpu0.tests";
@@ -62,15 +62,20 @@ impl json::Write for TestLine {
 impl Record for TestLine {
     fn read_json(v: &Value) -> Result<TestLine, String> {
         let f = Fields::of(v, "gpu0.tests line")?;
-        Ok(TestLine {
-            v: f.or("v", UNVERSIONED)?,
-            test: f.req("test")?,
-            us: f.req("us")?,
-            seen: f.or_default("seen")?,
-            mem: f.opt("mem")?,
-            binary: f.opt("binary")?,
-            name: f.opt("name")?,
-        })
+        let mut r = FieldReader::new(f);
+        let record = TestLine {
+            v: r.or("v", UNVERSIONED),
+            test: r.req("test"),
+            us: r.req("us"),
+            seen: r.or_default("seen"),
+            mem: r.opt("mem"),
+            binary: r.opt("binary"),
+            name: r.opt("name"),
+        };
+        match r.error() {
+            None => Ok(record),
+            Some(e) => Err(e),
+        }
     }
 }
 

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::json::{self, Fields, Object, Record, Value};
+use crate::json::{self, FieldReader, Fields, Object, Record, Value};
 
 use super::read::read_run;
 use super::summary::casualties_of;
@@ -61,16 +61,21 @@ impl json::Write for CasualtyRecord {
 impl Record for CasualtyRecord {
     fn read_json(v: &Value) -> Result<CasualtyRecord, String> {
         let f = Fields::of(v, "casualty record")?;
-        Ok(CasualtyRecord {
-            unix_ms: f.req("unix_ms")?,
-            run: f.req("run")?,
-            binary: f.req("binary")?,
-            test: f.req("test")?,
-            per_gpu: f.req("per_gpu")?,
-            gpus: f.req("gpus")?,
-            units_beside: f.req("units_beside")?,
-            beside: f.req("beside")?,
-        })
+        let mut r = FieldReader::new(f);
+        let record = CasualtyRecord {
+            unix_ms: r.req("unix_ms"),
+            run: r.req("run"),
+            binary: r.req("binary"),
+            test: r.req("test"),
+            per_gpu: r.req("per_gpu"),
+            gpus: r.req("gpus"),
+            units_beside: r.req("units_beside"),
+            beside: r.req("beside"),
+        };
+        match r.error() {
+            None => Ok(record),
+            Some(e) => Err(e),
+        }
     }
 }
 

@@ -1,6 +1,6 @@
 //! The records: one JSON object a line, each with its run id, its time and its process.
 
-use crate::json::{self, Fields, Object, OptField, Record, Text, Value, optional};
+use crate::json::{self, FieldReader, Fields, Object, OptField, Record, Text, Value, optional};
 
 /// One line of a run's record file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -124,67 +124,76 @@ impl Record for RunRecord {
             ("drivers", 4),
         ];
         let f = Fields::of(v, "run record")?;
-        Ok(match f.req_one_of("kind", &KINDS)? {
+        let kind = f.req_one_of("kind", &KINDS)?;
+        let mut r = FieldReader::new(f);
+        let record = match kind {
             0 => RunRecord::Skip(SkipRecord {
-                run: f.req("run")?,
-                unix_us: f.req("unix_us")?,
-                pid: f.req("pid")?,
-                binary: f.req("binary")?,
-                test: f.req("test")?,
-                attempt: f.req("attempt")?,
-                backend: f.req("backend")?,
-                reason: f.req("reason")?,
+                run: r.req("run"),
+                unix_us: r.req("unix_us"),
+                pid: r.req("pid"),
+                binary: r.req("binary"),
+                test: r.req("test"),
+                attempt: r.req("attempt"),
+                backend: r.req("backend"),
+                reason: r.req("reason"),
             }),
             1 => RunRecord::Grant(GrantRecord {
-                run: f.req("run")?,
-                unix_us: f.req("unix_us")?,
-                pid: f.req("pid")?,
-                hold: f.req("hold")?,
-                binary: f.req("binary")?,
-                test: f.req("test")?,
-                attempt: f.req("attempt")?,
-                total_attempts: f.req("total_attempts")?,
-                units: f.req("units")?,
-                exclusive: f.req("exclusive")?,
-                per_gpu: f.req("per_gpu")?,
-                gpus: f.req("gpus")?,
-                alone: f.or_default("alone")?,
-                waited_us: f.or_default("waited_us")?,
-                learned: f.opt("learned")?,
+                run: r.req("run"),
+                unix_us: r.req("unix_us"),
+                pid: r.req("pid"),
+                hold: r.req("hold"),
+                binary: r.req("binary"),
+                test: r.req("test"),
+                attempt: r.req("attempt"),
+                total_attempts: r.req("total_attempts"),
+                units: r.req("units"),
+                exclusive: r.req("exclusive"),
+                per_gpu: r.req("per_gpu"),
+                gpus: r.req("gpus"),
+                alone: r.or_default("alone"),
+                waited_us: r.or_default("waited_us"),
+                learned: r.opt("learned"),
             }),
             2 => RunRecord::Release(ReleaseRecord {
-                run: f.req("run")?,
-                unix_us: f.req("unix_us")?,
-                pid: f.req("pid")?,
-                hold: f.req("hold")?,
-                outcome: Outcome::read_field(f.value("outcome")?)?,
-                memory_used: f.opt("memory_used")?,
+                run: r.req("run"),
+                unix_us: r.req("unix_us"),
+                pid: r.req("pid"),
+                hold: r.req("hold"),
+                outcome: match r.value("outcome") {
+                    Some(v) => r.keep(Outcome::read_field(v), Outcome::Passed),
+                    None => Outcome::Passed,
+                },
+                memory_used: r.opt("memory_used"),
             }),
             3 => RunRecord::Choice(ChoiceRecord {
-                run: f.req("run")?,
-                unix_us: f.req("unix_us")?,
-                pid: f.req("pid")?,
-                per_gpu: f.req("per_gpu")?,
-                gpus: f.req("gpus")?,
-                gpu: f.req("gpu")?,
-                why: f.req("why")?,
+                run: r.req("run"),
+                unix_us: r.req("unix_us"),
+                pid: r.req("pid"),
+                per_gpu: r.req("per_gpu"),
+                gpus: r.req("gpus"),
+                gpu: r.req("gpu"),
+                why: r.req("why"),
             }),
             _ => RunRecord::Drivers(DriversRecord {
-                run: f.req("run")?,
-                unix_us: f.req("unix_us")?,
-                pid: f.req("pid")?,
-                binary: f.req("binary")?,
-                test: f.req("test")?,
-                attempt: f.req("attempt")?,
-                drivers: f.req("drivers")?,
-                unpermitted: f.req("unpermitted")?,
-                before_first_permit: f.req("before_first_permit")?,
-                held: f.req("held")?,
-                seen: f.req("seen")?,
-                linked: f.or_default("linked")?,
-                started_process: f.or_default("started_process")?,
+                run: r.req("run"),
+                unix_us: r.req("unix_us"),
+                pid: r.req("pid"),
+                binary: r.req("binary"),
+                test: r.req("test"),
+                attempt: r.req("attempt"),
+                drivers: r.req("drivers"),
+                unpermitted: r.req("unpermitted"),
+                before_first_permit: r.req("before_first_permit"),
+                held: r.req("held"),
+                seen: r.req("seen"),
+                linked: r.or_default("linked"),
+                started_process: r.or_default("started_process"),
             }),
-        })
+        };
+        match r.error() {
+            None => Ok(record),
+            Some(e) => Err(e),
+        }
     }
 }
 

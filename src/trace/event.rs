@@ -4,7 +4,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
-use crate::json::{self, Fields, Object, Record, Value};
+use crate::json::{self, FieldReader, Fields, Object, Record, Value};
 
 /// One trace event (a "complete" event, phase `X`).
 ///
@@ -146,14 +146,20 @@ impl json::Write for TraceArgs {
 impl Record for TraceEvent {
     fn read_json(v: &Value) -> Result<TraceEvent, String> {
         let f = Fields::of(v, "trace event")?;
+        let mut r = FieldReader::new(f);
+        let (name, cat, ph) = (r.req("name"), r.req("cat"), r.req("ph"));
+        let (ts, dur, pid, tid) = (r.req("ts"), r.req("dur"), r.req("pid"), r.req("tid"));
+        if let Some(e) = r.error() {
+            return Err(e);
+        }
         Ok(TraceEvent {
-            name: f.req("name")?,
-            cat: f.req("cat")?,
-            ph: f.req("ph")?,
-            ts: f.req("ts")?,
-            dur: f.req("dur")?,
-            pid: f.req("pid")?,
-            tid: f.req("tid")?,
+            name,
+            cat,
+            ph,
+            ts,
+            dur,
+            pid,
+            tid,
             args: f.record("args")?,
         })
     }
@@ -162,27 +168,32 @@ impl Record for TraceEvent {
 impl Record for TraceArgs {
     fn read_json(v: &Value) -> Result<TraceArgs, String> {
         let f = Fields::of(v, "args")?;
+        let mut r = FieldReader::new(f);
         // `concurrency` in traces of earlier versions.
         let capacity = match f.raw("capacity") {
-            Some(_) => f.req("capacity")?,
-            None => f.req("concurrency")?,
+            Some(_) => r.req("capacity"),
+            None => r.req("concurrency"),
         };
-        Ok(TraceArgs {
-            test: f.req("test")?,
-            thread: f.req("thread")?,
-            slots: f.req("slots")?,
-            exclusive: f.req("exclusive")?,
+        let args = TraceArgs {
+            test: r.req("test"),
+            thread: r.req("thread"),
+            slots: r.req("slots"),
+            exclusive: r.req("exclusive"),
             capacity,
-            units: f.or_default("units")?,
-            gpus: f.or_default("gpus")?,
-            memory: f.opt("memory")?,
-            memory_used: f.opt("memory_used")?,
-            memory_budget: f.opt("memory_budget")?,
-            attempt: f.opt("attempt")?,
-            failed: f.or_default("failed")?,
-            learned: f.opt("learned")?,
-            backfilled: f.or_default("backfilled")?,
-        })
+            units: r.or_default("units"),
+            gpus: r.or_default("gpus"),
+            memory: r.opt("memory"),
+            memory_used: r.opt("memory_used"),
+            memory_budget: r.opt("memory_budget"),
+            attempt: r.opt("attempt"),
+            failed: r.or_default("failed"),
+            learned: r.opt("learned"),
+            backfilled: r.or_default("backfilled"),
+        };
+        match r.error() {
+            None => Ok(args),
+            Some(e) => Err(e),
+        }
     }
 }
 

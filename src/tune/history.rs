@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::measure::{RunMeasure, measure};
 use crate::host::tests_file::{self, TESTS_FILE, TestLine};
-use crate::json::{self, Fields, Object, Record, Value};
+use crate::json::{self, FieldReader, Fields, Object, Record, Value};
 use crate::sys;
 
 /// The file of the run history.
@@ -114,27 +114,32 @@ impl json::Write for HistoryEntry {
 impl Record for HistoryEntry {
     fn read_json(v: &Value) -> Result<HistoryEntry, String> {
         let f = Fields::of(v, "history entry")?;
-        Ok(HistoryEntry {
-            v: f.req("v")?,
-            run: f.req("run")?,
-            unix_ms: f.req("unix_ms")?,
-            per_gpu: f.req("per_gpu")?,
-            gpus: f.req("gpus")?,
-            auto: f.req("auto")?,
-            gpu: f.req("gpu")?,
-            holds: f.req("holds")?,
-            span_us: f.req("span_us")?,
-            busy_us: f.req("busy_us")?,
-            unit_us: f.req("unit_us")?,
-            work_us: f.req("work_us")?,
-            queued_us: f.req("queued_us")?,
-            peak: f.req("peak")?,
-            unreturned: f.req("unreturned")?,
-            failed: f.req("failed")?,
-            casualties: f.req("casualties")?,
-            why: f.opt("why")?,
-            source_len: f.req("source_len")?,
-        })
+        let mut r = FieldReader::new(f);
+        let record = HistoryEntry {
+            v: r.req("v"),
+            run: r.req("run"),
+            unix_ms: r.req("unix_ms"),
+            per_gpu: r.req("per_gpu"),
+            gpus: r.req("gpus"),
+            auto: r.req("auto"),
+            gpu: r.req("gpu"),
+            holds: r.req("holds"),
+            span_us: r.req("span_us"),
+            busy_us: r.req("busy_us"),
+            unit_us: r.req("unit_us"),
+            work_us: r.req("work_us"),
+            queued_us: r.req("queued_us"),
+            peak: r.req("peak"),
+            unreturned: r.req("unreturned"),
+            failed: r.req("failed"),
+            casualties: r.req("casualties"),
+            why: r.opt("why"),
+            source_len: r.req("source_len"),
+        };
+        match r.error() {
+            None => Ok(record),
+            Some(e) => Err(e),
+        }
     }
 }
 
