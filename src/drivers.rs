@@ -199,13 +199,7 @@ fn may_be_a_driver_or_loader(path: &[u8]) -> bool {
 /// # }
 /// ```
 pub fn library_name(path: &str) -> &str {
-    // After the last `/` or `\\` (ASCII, so a character boundary), else all of it.
-    let bytes = path.as_bytes();
-    let mut start = bytes.len();
-    while start > 0 && bytes[start - 1] != b'/' && bytes[start - 1] != b'\\' {
-        start -= 1;
-    }
-    &path[start..]
+    crate::icd::file_name(path)
 }
 
 /// The GPU driver libraries this process has mapped now, by path, or `None` where this cannot

@@ -314,9 +314,15 @@ fn add(out: &mut Vec<String>, library: &str, manifest_dir: Option<&Path>) {
     }
 }
 
-/// The file name of `path`.
-fn file_name(path: &str) -> &str {
-    crate::drivers::library_name(path)
+/// The file name of `path`: after its last `/` or `\\`, else all of it.
+pub(crate) fn file_name(path: &str) -> &str {
+    // Both separators are ASCII, so the cut is at a character boundary.
+    let bytes = path.as_bytes();
+    let mut start = bytes.len();
+    while start > 0 && bytes[start - 1] != b'/' && bytes[start - 1] != b'\\' {
+        start -= 1;
+    }
+    &path[start..]
 }
 
 /// A library's name up to `.so` (where `.so` ends the name or a `.` follows it: `libfoo.so.1`
