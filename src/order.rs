@@ -349,6 +349,23 @@ mod tests {
     }
 
     #[test]
+    fn sorts_boxes_and_zero_sized_elements() {
+        // Elements move as their bytes: a box must come out owned once, with its value.
+        let mut boxes: Vec<Box<u32>> = [5, 1, 4, 1, 3].map(Box::new).to_vec();
+        sort_by(&mut boxes, |a, b| a.cmp(b));
+        let values: Vec<u32> = boxes.iter().map(|b| **b).collect();
+        assert_eq!(values, [1, 1, 3, 4, 5]);
+        let mut units = vec![(); 7];
+        sort_by(&mut units, |_, _| Ordering::Equal);
+        assert_eq!(units.len(), 7);
+        #[derive(Debug, PartialEq)]
+        struct Zero;
+        let mut zeros = vec![Zero, Zero, Zero];
+        sort_by_key(&mut zeros, |_| 0_u8);
+        assert_eq!(zeros, [Zero, Zero, Zero]);
+    }
+
+    #[test]
     fn sorts_owned_values_without_copying_them() {
         let mut v: Vec<String> = ["pear", "apple", "fig", "apple", "kiwi"]
             .map(String::from)
