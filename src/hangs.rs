@@ -147,14 +147,7 @@ where
             let Ok(r) = T::from_text(l) else {
                 continue;
             };
-            let mut seen = false;
-            for known in &all {
-                if *known == r {
-                    seen = true;
-                    break;
-                }
-            }
-            if !seen {
+            if !all.contains(&r) {
                 all.push(r);
             }
         }

@@ -998,14 +998,7 @@ impl HostSlots {
             if r.memory.is_none() {
                 continue;
             }
-            let mut counted = false;
-            for h in &holders {
-                if *h == r {
-                    counted = true;
-                    break;
-                }
-            }
-            if !counted {
+            if !holders.contains(&r) {
                 holders.push(r);
             }
         }
