@@ -120,14 +120,23 @@ pub use permitted::Permitted;
 
 /// `text` on one line: each `\r` and `\n` in it shown as ` | `.
 pub(crate) fn one_line(text: &str) -> String {
+    bars_for(text, b"\r\n")
+}
+
+/// `text` with each byte of `breaks` (ASCII, so a cut at one is a character boundary) shown as
+/// ` | `; the text between them is copied a run at a time.
+pub(crate) fn bars_for(text: &str, breaks: &[u8]) -> String {
     let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if c == '\r' || c == '\n' {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    for (at, b) in bytes.iter().enumerate() {
+        if breaks.contains(b) {
+            out.push_str(&text[start..at]);
             out.push_str(" | ");
-        } else {
-            out.push(c);
+            start = at + 1;
         }
     }
+    out.push_str(&text[start..]);
     out
 }
 
@@ -306,5 +315,15 @@ pub mod __private {
     /// A trace file read with the lines it could not use.
     pub mod trace {
         pub use crate::trace::read::{SkippedLine, TraceFile, read_trace};
+    }
+}
+
+#[cfg(test)]
+mod line_tests {
+    #[test]
+    fn line_breaks_read_as_bars() {
+        assert_eq!(super::one_line("a\r\nb\nc"), "a |  | b | c");
+        assert_eq!(super::bars_for("é\r\nx\n", b"\n"), "é\r | x | ");
+        assert_eq!(super::bars_for("", b"\n"), "");
     }
 }

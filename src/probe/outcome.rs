@@ -391,20 +391,7 @@ impl ProbeOutcome {
 
 /// `text` with each line break written ` | `: a child's stderr on one line of a message.
 pub(super) fn one_line(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut start = 0;
-    let bytes = text.as_bytes();
-    let mut at = 0;
-    while at < bytes.len() {
-        if bytes[at] == b'\n' {
-            out.push_str(&text[start..at]);
-            out.push_str(" | ");
-            start = at + 1;
-        }
-        at += 1;
-    }
-    out.push_str(&text[start..]);
-    out
+    crate::bars_for(text, b"\n")
 }
 
 impl fmt::Display for ProbeOutcome {
