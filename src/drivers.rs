@@ -163,17 +163,27 @@ fn may_be_a_driver_or_loader(path: &[u8]) -> bool {
         start -= 1;
     }
     let name = &path[start..];
-    for p in DRIVER_PREFIXES {
-        if name.starts_with(p.as_bytes()) {
+    // Indexed loops, not `for` over the arrays: an array's iterator is a call a step in the
+    // unoptimised code, most of this function's cost when it was one.
+    if name.starts_with(b"lib") {
+        let mut i = 0;
+        while i < DRIVER_PREFIXES.len() {
+            if name.starts_with(DRIVER_PREFIXES[i].as_bytes()) {
+                return true;
+            }
+            i += 1;
+        }
+        let mut i = 0;
+        while i < crate::icd::LOADERS.len() {
+            if name.starts_with(crate::icd::LOADERS[i].as_bytes()) {
+                return true;
+            }
+            i += 1;
+        }
+        if name.starts_with(b"libcuda") {
             return true;
         }
-    }
-    for p in crate::icd::LOADERS {
-        if name.starts_with(p.as_bytes()) {
-            return true;
-        }
-    }
-    if name.starts_with(b"libcuda") || name.eq_ignore_ascii_case(b"nvcuda.dll") {
+    } else if name.starts_with(b"amdvlk") || name.eq_ignore_ascii_case(b"nvcuda.dll") {
         return true;
     }
     // `*_dri.so`.
@@ -562,6 +572,17 @@ mod tests {
             "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
         ] {
             assert!(!may_be_a_driver_or_loader(no.as_bytes()), "{no}");
+        }
+    }
+
+    #[test]
+    fn every_driver_and_loader_prefix_passes_the_quick_look() {
+        // The quick look tries the lists only for names that start with `lib`: a prefix that
+        // does not must be tried on its own there.
+        for p in DRIVER_PREFIXES.iter().chain(crate::icd::LOADERS.iter()) {
+            for path in [format!("{p}.so"), format!("/usr/lib/{p}64.so.1")] {
+                assert!(may_be_a_driver_or_loader(path.as_bytes()), "{path}");
+            }
         }
     }
 }
