@@ -5,6 +5,7 @@ use std::ptr::NonNull;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use super::holder::Holders;
 use super::inherited::Inherited;
 use super::inner::PoolInner;
 use super::learned::Learned;
@@ -431,9 +432,9 @@ impl PoolBuilder {
         });
         PermitPool {
             inner: NonNull::from(Box::leak(Box::new(PoolInner {
-                id,
                 local: LocalPool::publishing(self.capacity(), published),
                 seats: new_seats(seats),
+                holders: Holders::new(id),
                 gpus: self.gpus,
                 per_gpu: self.concurrency,
                 topology: match &inherited {

@@ -11,10 +11,11 @@
 //! drop removes one, and the drop that removes the last returns the permit
 //! ([`PoolInner::release`]).
 //!
-//! A thread remembers the permits it holds in a thread-local list of (pool, seat, generation);
-//! that list is only a lookup aid for reentrancy: the counts live in the pool, so a guard may
-//! move to and drop on any thread, and an entry whose permit is gone is recognised by a changed
-//! generation (or no guards) and pruned.
+//! Who holds a permit (the thread that took or entered it; with learned weights, also its
+//! test) is noted by `holder`, keyed by that holder, as (pool, seat, generation): only a
+//! lookup aid for joining it: the counts live in the pool, so a guard may move to and drop on
+//! any thread, and an entry whose permit is gone is recognised by a changed generation (or no
+//! guards) and pruned.
 //!
 //! Guards point at the pool through a raw pointer. The pool is freed either by its handle's
 //! drop, when nothing is out, or — when permits outlive the handle — by the release that
@@ -25,10 +26,9 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::time::Duration;
 
+use super::holder::{Holders, Holding, Key};
 use super::inner::PoolInner;
-use super::seat::{
-    GUARD_BITS, GUARDS, NO_MEMORY, NO_SLOT, Seat, ThreadPermit, with_thread_permits,
-};
+use super::seat::{GUARD_BITS, GUARDS, NO_MEMORY, NO_SLOT, Seat};
 use super::want::PermitKind;
 use crate::sync::Ordering;
 
@@ -438,12 +438,7 @@ impl GpuTestPermit {
     /// ```
     pub fn enter(&self) -> EnteredPermit<'_> {
         let generation = self.seat().word.load(Ordering::Relaxed) >> GUARD_BITS;
-        let entry = ThreadPermit {
-            pool_id: self.pool().id,
-            seat: self.seat,
-            generation,
-        };
-        with_thread_permits(|v| v.push(entry));
+        let entry = self.pool().holders.note(Key::Thread, self.seat, generation);
         EnteredPermit {
             permit: self,
             entry,
@@ -494,24 +489,13 @@ impl fmt::Debug for GpuTestPermit {
 #[must_use = "the thread stops counting as a holder when this is dropped"]
 pub struct EnteredPermit<'a> {
     permit: &'a GpuTestPermit,
-    entry: ThreadPermit,
+    entry: Holding,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for EnteredPermit<'_> {
     fn drop(&mut self) {
-        let entry = self.entry;
-        with_thread_permits(|v| {
-            // Its latest entry (a permit entered twice has two).
-            let mut i = v.len();
-            while i > 0 {
-                i -= 1;
-                if v[i] == entry {
-                    v.remove(i);
-                    break;
-                }
-            }
-        });
+        Holders::leave_thread(self.entry);
     }
 }
 

@@ -8,19 +8,21 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use super::budget::{Budget, probed_memory};
+use super::holder::Holders;
 use super::inherited::Inherited;
 use super::learned::Learned;
 use super::local::LocalPool;
 use super::observe::{Held, Observers, Release, Shown};
-use super::seat::{GUARD_BITS, GUARDS, NO_SLOT, Seat};
+use super::seat::{GUARD_BITS, NO_SLOT, Seat};
 use super::want::Want;
 use crate::host::{HostError, HostSlots, Layout};
 use crate::sync::Ordering;
 
 pub(super) struct PoolInner {
-    pub(super) id: u64,
     pub(super) local: LocalPool,
     pub(super) seats: Box<[Seat]>,
+    /// Who holds its permits: threads, and tests with learned weights.
+    pub(super) holders: Holders,
     pub(super) host: Option<HostSlots>,
     /// Why the global pool has no host slots: every acquisition fails with it.
     pub(super) host_error: Option<HostError>,
@@ -173,26 +175,6 @@ impl PoolInner {
             vec![first]
         } else {
             s.slots.lock().clone()
-        }
-    }
-
-    /// Adds a guard to the permit in `seat` if it is still the permit of `generation` and has
-    /// a live guard (as a nested acquisition does, for a permit another thread holds).
-    pub(super) fn join_seat(&self, seat: usize, generation: u64) -> bool {
-        let s = &self.seats[seat];
-        let mut word = s.word.load(Ordering::Relaxed);
-        loop {
-            let guards = word & GUARDS;
-            if word >> GUARD_BITS != generation || guards == 0 || guards == GUARDS {
-                return false;
-            }
-            match s
-                .word
-                .compare_exchange_weak(word, word + 1, Ordering::Acquire, Ordering::Relaxed)
-            {
-                Ok(_) => return true,
-                Err(now) => word = now,
-            }
         }
     }
 

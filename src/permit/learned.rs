@@ -10,15 +10,13 @@ use std::sync::OnceLock;
 use super::budget::Budget;
 use crate::config::LEARNED_MARGIN_PERCENT;
 
-/// The learned peaks of a pool's slot directory, and the learned permits held now.
+/// The learned peaks of a pool's slot directory. Who holds a learned permit (a test, whose
+/// other threads join it) is kept with the pool's other holders, in `holder`.
 #[derive(Debug)]
 pub(super) struct Learned {
     dir: PathBuf,
     /// Bytes by test (`<binary>::<test>`), read at the first request that declares nothing.
     peaks: OnceLock<HashMap<String, u64>>,
-    /// Learned permits held now (or lately: an entry whose seat has moved on is stale): the
-    /// test, the seat and its generation. A test's other threads share its permit.
-    held: parking_lot::Mutex<Vec<(String, usize, u64)>>,
 }
 
 impl Learned {
@@ -27,7 +25,6 @@ impl Learned {
         Learned {
             dir,
             peaks: OnceLock::new(),
-            held: parking_lot::Mutex::new(Vec::new()),
         }
     }
 
@@ -38,39 +35,6 @@ impl Learned {
             .peaks
             .get_or_init(|| crate::tune::learned_peaks(&self.dir, super::observe::run_id()));
         (!peaks.is_empty()).then_some(peaks)
-    }
-
-    /// Notes that test `key` holds a learned permit in `seat`, of `generation`.
-    pub(super) fn hold(&self, key: String, seat: usize, generation: u64) {
-        let mut held = self.held.lock();
-        let mut i = 0;
-        while i < held.len() {
-            if held[i].1 == seat {
-                held.remove(i);
-            } else {
-                i += 1;
-            }
-        }
-        held.push((key, seat, generation));
-    }
-
-    /// The seat of a learned permit test `key` holds now, which `join` (adding a guard to a
-    /// seat of a generation, if its permit still lives) joined; entries whose permit is gone
-    /// are forgotten on the way.
-    pub(super) fn join_held(&self, key: &str, join: impl Fn(usize, u64) -> bool) -> Option<usize> {
-        let mut held = self.held.lock();
-        let mut i = 0;
-        while i < held.len() {
-            let (seat, generation) = (held[i].1, held[i].2);
-            if held[i].0 != key {
-                i += 1;
-            } else if join(seat, generation) {
-                return Some(seat);
-            } else {
-                held.remove(i);
-            }
-        }
-        None
     }
 }
 
@@ -146,23 +110,5 @@ mod tests {
         for peak in [0, MIB, GIB, u64::MAX] {
             assert_eq!(learned_units(peak, &budget, 1), 1);
         }
-    }
-
-    #[test]
-    fn a_test_joins_the_learned_permit_it_holds_and_stale_ones_are_forgotten() {
-        let l = Learned::new(PathBuf::from("/nonexistent"));
-        l.hold("b::big".into(), 2, 7);
-        l.hold("b::other".into(), 3, 1);
-        // Another test finds nothing to join.
-        assert_eq!(l.join_held("b::small", |_, _| true), None);
-        // The seat moved on: forgotten.
-        assert_eq!(l.join_held("b::big", |_, _| false), None);
-        assert_eq!(l.held.lock().len(), 1);
-        l.hold("b::big".into(), 2, 8);
-        assert_eq!(l.join_held("b::big", |s, g| (s, g) == (2, 8)), Some(2));
-        // A seat taken again by another test replaces its entry.
-        l.hold("b::small".into(), 2, 9);
-        assert_eq!(l.join_held("b::big", |_, _| true), None);
-        assert_eq!(l.held.lock().len(), 2);
     }
 }

@@ -9,6 +9,7 @@
 //! | `guard` | [`GpuTestPermit`] and [`EnteredPermit`]; the how-it-works of seats, guards and freeing the pool |
 //! | `diagnosis` | who was in the way when a wait timed out |
 //! | `inner` | the shared state every guard points at; claiming a seat, releasing a permit |
+//! | `holder` | who holds a permit, by one key: a thread (reentrancy) or a test (a learned permit its threads share); joining it |
 //! | `seat`, `budget`, `local`, `inherited`, `watchdog` | a permit's state, memory to units, the in-process FIFO semaphore, a parent's permit, the hold deadline |
 //! | `learned` | learned weights: a test's measured peak memory to units (`GPU_TEST_PERMIT_WEIGHTS=learned`) |
 //! | `observe` | what watches permits come and go (run records, trace, watchdog, tally, nextest's hint, the driver watch), told at named points with plain values; it cannot reach the slots |
@@ -27,6 +28,7 @@ mod diagnosis;
 mod error;
 mod global;
 mod guard;
+mod holder;
 mod inherited;
 mod inner;
 mod learned;

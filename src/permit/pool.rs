@@ -10,11 +10,12 @@ use std::time::{Duration, Instant, SystemTime};
 use super::budget::no_budget_notice;
 use super::error::AcquireError;
 use super::guard::{GpuTestPermit, Nested};
+use super::holder::Key;
 use super::inner::PoolInner;
 use super::learned::{Learned, learned_units};
 use super::local::{Deadline, LocalTimeout};
 use super::observe::{Grant, Names, Shown};
-use super::seat::{GUARD_BITS, GUARDS, NO_MEMORY, NO_SLOT, ThreadPermit, with_thread_permits};
+use super::seat::{NO_MEMORY, NO_SLOT};
 use super::want::{PermitKind, Refused, Want};
 use crate::clock::unix_ms;
 use crate::host::{HolderRecord, HostWaitError};
@@ -406,39 +407,7 @@ impl PermitPool {
     #[inline(always)]
     fn nested_seat(&self) -> Option<usize> {
         let inner = self.inner();
-        with_thread_permits(|v| {
-            let mut i = v.len();
-            while i > 0 {
-                i -= 1;
-                let e = v[i];
-                if e.pool_id != inner.id {
-                    continue;
-                }
-                let seat = &inner.seats[e.seat];
-                let mut word = seat.word.load(Ordering::Relaxed);
-                loop {
-                    if word >> GUARD_BITS != e.generation || word & GUARDS == 0 {
-                        // That permit is gone; forget it.
-                        v.swap_remove(i);
-                        break;
-                    }
-                    assert!(
-                        word & GUARDS < GUARDS,
-                        "gpu-test-permit: too many guards of one permit"
-                    );
-                    match seat.word.compare_exchange_weak(
-                        word,
-                        word + 1,
-                        Ordering::Acquire,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => return Some(e.seat),
-                        Err(now) => word = now,
-                    }
-                }
-            }
-            None
-        })
+        inner.holders.join(Key::Thread, &inner.seats)
     }
 
     #[inline(always)]
@@ -563,8 +532,7 @@ impl PermitPool {
         let Some(&peak) = peaks.get(&key) else {
             return Learning::Nothing;
         };
-        if let Some(seat) = l.join_held(&key, |seat, generation| inner.join_seat(seat, generation))
-        {
+        if let Some(seat) = inner.holders.join(Key::Test(&key), &inner.seats) {
             return Learning::Shared(seat);
         }
         let (limit, _) = inner.unit_limit();
@@ -759,9 +727,9 @@ impl PermitPool {
     fn claim(&self, s: &mut Shaped, taken: &Taken) -> usize {
         let inner = self.inner();
         let (seat_index, generation) = inner.claim_seat();
-        if let (Some(l), Some((key, _))) = (&inner.learned, &mut s.learned) {
-            // The key goes to the learned permits; its peak stays for the observers.
-            l.hold(std::mem::take(key), seat_index, generation);
+        if let Some((key, _)) = &s.learned {
+            // Its test's other threads join it.
+            inner.holders.note(Key::Test(key), seat_index, generation);
         }
         let seat = &inner.seats[seat_index];
         let exclusive = s.want.exclusive;
@@ -780,13 +748,7 @@ impl PermitPool {
         seat.since.store(crate::sys::coarse_ns(), Ordering::Relaxed);
         seat.thread
             .store(crate::sys::thread_number(), Ordering::Relaxed);
-        with_thread_permits(|v| {
-            v.push(ThreadPermit {
-                pool_id: inner.id,
-                seat: seat_index,
-                generation,
-            })
-        });
+        inner.holders.note(Key::Thread, seat_index, generation);
         seat_index
     }
 }

@@ -1,36 +1,9 @@
 //! Where one real permit keeps its state ([`Seat`]: N per pool, packed guard counts and
-//! generations), and the thread-local list by which a thread finds the permits it holds. The
-//! guards that count in a seat are in `guard`, the protocol in its header.
+//! generations). The guards that count in a seat are in `guard`, the protocol in its header;
+//! how a holder finds and joins the permit it holds, in `holder`.
 
 use super::observe::Held;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-
-/// A permit the current thread holds: its pool, seat and the seat's generation when taken.
-/// Only a lookup aid for reentrancy; the counts live in the pool, so a guard may be dropped on
-/// any thread, and an entry whose permit is gone is recognised by the generation and pruned.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct ThreadPermit {
-    pub(super) pool_id: u64,
-    pub(super) seat: usize,
-    pub(super) generation: u64,
-}
-
-#[cfg(not(loom))]
-thread_local! {
-    static THREAD_PERMITS: std::cell::RefCell<Vec<ThreadPermit>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
-#[cfg(loom)]
-loom::thread_local! {
-    static THREAD_PERMITS: std::cell::RefCell<Vec<ThreadPermit>> =
-        std::cell::RefCell::new(Vec::new());
-}
-
-#[inline(always)]
-pub(super) fn with_thread_permits<R>(f: impl FnOnce(&mut Vec<ThreadPermit>) -> R) -> R {
-    THREAD_PERMITS.with(|cell| f(&mut cell.borrow_mut()))
-}
 
 /// Bits of a seat's word that count live guards; the rest is the seat's generation.
 pub(super) const GUARD_BITS: u32 = 24;

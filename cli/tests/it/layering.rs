@@ -661,3 +661,64 @@ fn the_observer_checks_catch_planted_reaches() {
     }
     assert!(observer_reaches("permit/pool.rs", "use super::observe::Grant;").is_empty());
 }
+
+/// What a file of the permit pool names of holding that only `permit/holder.rs` may: a
+/// thread-local store of held permits, or a holder's entry. Reentrancy by thread and the
+/// learned join by test are one layer with one key; `learned` keeps measured weights, not who
+/// holds a permit.
+fn holder_reaches(rel: &str, text: &str) -> Vec<String> {
+    let code = code_of(text);
+    let mut found = Vec::new();
+    if rel == "permit/holder.rs" || !rel.starts_with("permit/") {
+        return found;
+    }
+    if code.contains("thread_local!") {
+        found.push(format!(
+            "{rel} keeps thread-local state: who holds a permit is `holder`'s"
+        ));
+    }
+    for word in identifiers(&code) {
+        if word == "Holding" && !code.contains("use super::holder::") {
+            found.push(format!("{rel} names `Holding` without `holder`"));
+        }
+        if rel == "permit/learned.rs" && ["seat", "generation", "Mutex"].contains(&word.as_str()) {
+            found.push(format!(
+                "{rel} names `{word}`: a learned permit's holder is `holder`'s"
+            ));
+        }
+    }
+    found.dedup();
+    found
+}
+
+/// Who holds a permit, for joining it, is one layer (`permit/holder.rs`) with one key: no other
+/// file of the pool keeps a thread's permits, and learned weights keep no holders of their own.
+#[test]
+fn who_holds_a_permit_is_kept_in_one_layer() {
+    let src = crate::util::workspace_root().join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut problems = Vec::new();
+    let mut holder = false;
+    for f in &files {
+        let rel = f
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        holder |= rel == "permit/holder.rs";
+        problems.extend(holder_reaches(&rel, &std::fs::read_to_string(f).unwrap()));
+    }
+    assert!(holder, "permit/holder.rs is where holders are kept");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // It catches what it is for.
+    assert!(!holder_reaches("permit/seat.rs", "thread_local! { static T: u8 = 0; }").is_empty());
+    assert!(
+        !holder_reaches(
+            "permit/learned.rs",
+            "held: parking_lot::Mutex<Vec<(String, usize, u64)>>,\nfn hold(seat: usize) {}"
+        )
+        .is_empty()
+    );
+    assert!(holder_reaches("permit/holder.rs", "thread_local! { static T: u8 = 0; }").is_empty());
+}
