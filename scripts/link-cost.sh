@@ -8,6 +8,10 @@
 #             type of the crate and takes no permit, `takes_a_permit` takes one
 #             (`gpu_test_permit::acquire()`, N = 8, a slot directory of its own, in a nextest
 #             test group);
+#   floor     the same tests with a crate written here as the dependency instead: the least a
+#             cross-process cap on file locks does (the N slot files opened in turn until
+#             `flock` takes one; its guard closes it), in 40 lines over `libc`, as this crate
+#             uses it: what any such cap costs a test process, built alike;
 #
 # then run by `benches/process_cost.rs` (PROCESS_COST_TESTS, PROCESS_COST_WITHOUT): each test
 # a process (`BIN --exact NAME --nocapture`), the binaries in turn, the order rotated, each
@@ -35,14 +39,14 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 target=${LINK_COST_TARGET:-$work/target}
 
-# The test crate in `$1`; with the crate at `$2` as a path dependency, or none where `$2` is
-# empty.
+# The test crate in `$1`; with the crate at `$2` as a path dependency (the package `$3`, this
+# crate where none is named), or none where `$2` is empty.
 make_crate() {
     mkdir -p "$1/src" "$1/tests"
     {
         printf '%s\n' '[package]' 'name = "link-cost-tests"' 'version = "0.0.0"' \
             'edition = "2024"' 'publish = false' '' '[dependencies]'
-        [ -z "$2" ] || printf 'gpu-test-permit = { path = "%s" }\n' "$2"
+        [ -z "$2" ] || printf '%s = { path = "%s" }\n' "${3:-gpu-test-permit}" "$2"
         printf '%s\n' '' '[workspace]'
     } >"$1/Cargo.toml"
     : >"$1/src/lib.rs"
@@ -58,17 +62,75 @@ make_crate() {
             '    std::hint::black_box(0_u8);' \
             '}' >"$1/tests/trivial.rs"
     else
+        local lib
+        lib=$(printf '%s' "${3:-gpu-test-permit}" | tr - _)
         printf '%s\n' \
             '#[test]' \
             'fn takes_a_permit() {' \
-            '    let _permit = gpu_test_permit::acquire();' \
+            "    let _permit = ${lib}::acquire();" \
             '}' \
             '' \
             '#[test]' \
             'fn takes_none() {' \
-            '    std::hint::black_box(gpu_test_permit::PermitKind::Shared);' \
+            "    std::hint::black_box(${lib}::PermitKind::Shared);" \
             '}' >"$1/tests/trivial.rs"
     fi
+}
+
+# The floor's library in `$1`: a slot file of the directory's N taken with `flock`.
+make_floor() {
+    mkdir -p "$1/src"
+    printf '%s\n' '[package]' 'name = "floor-cap"' 'version = "0.0.0"' 'edition = "2024"' \
+        'publish = false' '' '[dependencies]' 'libc = "0.2"' >"$1/Cargo.toml"
+    cat >"$1/src/lib.rs" <<'RUST'
+//! The least a cross-process cap on file locks does: the N slot files of the directory opened in
+//! turn until `flock(LOCK_EX | LOCK_NB)` takes one (blocking on the first when none is free);
+//! the guard closes it, which lets the lock go.
+use std::ffi::CString;
+
+pub struct Permit(libc::c_int);
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        unsafe { libc::close(self.0) };
+    }
+}
+
+#[derive(Clone, Copy)]
+pub enum PermitKind {
+    Shared,
+}
+
+pub fn acquire() -> Permit {
+    let dir = std::env::var_os("GPU_TEST_PERMIT_DIR").expect("a slot directory");
+    let n: usize = match std::env::var("REALIZAR_GPU_TEST_CONCURRENCY") {
+        Ok(v) => v.parse().unwrap_or(2),
+        Err(_) => 2,
+    };
+    let mut first = -1;
+    for i in 0..n {
+        let mut path = std::path::PathBuf::from(&dir);
+        path.push(format!("floor.slot{i}"));
+        let path = CString::new(path.into_os_string().into_encoded_bytes()).unwrap();
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC;
+        let fd = unsafe { libc::open(path.as_ptr(), flags, 0o600) };
+        assert!(fd >= 0, "cannot open a slot file");
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            if first >= 0 {
+                unsafe { libc::close(first) };
+            }
+            return Permit(fd);
+        }
+        if first < 0 {
+            first = fd;
+        } else {
+            unsafe { libc::close(fd) };
+        }
+    }
+    unsafe { libc::flock(first, libc::LOCK_EX) };
+    Permit(first)
+}
+RUST
 }
 
 # Builds crate `$1` (dev) and links its test binary as `$work/bin/$2`.
@@ -91,7 +153,10 @@ make_crate "$work/without" ""
 build "$work/without" without
 make_crate "$work/now" "$root"
 build "$work/now" now
-bins="$work/bin/now"
+make_floor "$work/floor-cap"
+make_crate "$work/floor" "$work/floor-cap" floor-cap
+build "$work/floor" floor
+bins="$work/bin/now:$work/bin/floor"
 for arg in "$@"; do
     rev=$(git -C "$root" rev-parse --verify "$arg^{commit}")
     mkdir -p "$work/src-${rev:0:7}"
