@@ -8,6 +8,9 @@
 #             type of the crate and takes no permit, `takes_a_permit` takes one
 #             (`gpu_test_permit::acquire()`, N = 8, a slot directory of its own, in a nextest
 #             test group);
+#   now-opt1  `now` with this crate optimised in the dev profile
+#             (`[profile.dev.package.gpu-test-permit] opt-level = 1`, as docs/guide.md
+#             suggests; `LINK_COST_OPT_LEVEL=3` for another level), the rest of the build as is;
 #   floor     the same tests with a crate written here as the dependency instead: the least a
 #             cross-process cap on file locks does (the N slot files opened in turn until
 #             `flock` takes one; its guard closes it), in 40 lines over `libc`, as this crate
@@ -133,13 +136,18 @@ pub fn acquire() -> Permit {
 RUST
 }
 
-# Builds crate `$1` (dev) and links its test binary as `$work/bin/$2`.
+# Builds crate `$1` (dev) and links its test binary as `$work/bin/$2`; with `$3`, this crate
+# at that opt-level (a target directory of its own: the test binary's name would not change).
 build() {
-    local bin
+    local bin dir=$target
+    local args=(--quiet --no-run --message-format=json)
     echo "link-cost: building $2" >&2
-    bin=$(cd "$1" && CARGO_INCREMENTAL=0 CARGO_TARGET_DIR="$target" cargo test --quiet \
-        --no-run --message-format=json 2>/dev/null |
-        grep -o '"executable":"[^"]*trivial-[^"]*"' | cut -d'"' -f4 | tail -n1)
+    if [ -n "${3:-}" ]; then
+        dir=$target-opt$3
+        args+=(--config "profile.dev.package.gpu-test-permit.opt-level=$3")
+    fi
+    bin=$(cd "$1" && CARGO_INCREMENTAL=0 CARGO_TARGET_DIR="$dir" cargo test "${args[@]}" \
+        2>/dev/null | grep -o '"executable":"[^"]*trivial-[^"]*"' | cut -d'"' -f4 | tail -n1)
     [ -x "$bin" ] || { echo "link-cost: the test binary $2 was not built" >&2; exit 1; }
     if [ -n "${LINK_COST_COPY:-}" ]; then
         cp "$bin" "$work/bin/$2"
@@ -153,10 +161,12 @@ make_crate "$work/without" ""
 build "$work/without" without
 make_crate "$work/now" "$root"
 build "$work/now" now
+opt=${LINK_COST_OPT_LEVEL:-1}
+build "$work/now" "now-opt$opt" "$opt"
 make_floor "$work/floor-cap"
 make_crate "$work/floor" "$work/floor-cap" floor-cap
 build "$work/floor" floor
-bins="$work/bin/now:$work/bin/floor"
+bins="$work/bin/now:$work/bin/now-opt$opt:$work/bin/floor"
 for arg in "$@"; do
     rev=$(git -C "$root" rev-parse --verify "$arg^{commit}")
     mkdir -p "$work/src-${rev:0:7}"
