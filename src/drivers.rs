@@ -153,43 +153,78 @@ const DRIVER_PREFIXES: [&str; 14] = [
     "libamdocl",
 ];
 
-/// Whether the library at `path` may be a GPU driver by its file name ([`driver_by_name`]) or
-/// a loader that finds drivers through manifests: yes for every one of them, and for few
-/// others. Byte by byte, in a handful of comparisons: it runs in every test process, in the
-/// test profile's unoptimised code.
-fn may_be_a_driver_or_loader(path: &[u8]) -> bool {
-    let mut start = path.len();
-    while start > 0 && path[start - 1] != b'/' && path[start - 1] != b'\\' {
-        start -= 1;
+/// The starts of the file names of the drivers ([`DRIVER_PREFIXES`]), of the loaders that find
+/// drivers through manifests ([`crate::icd::LOADERS`]) and of CUDA's driver, each ended by a
+/// NUL, and the list by an empty one: what [`may_be_a_driver_or_loader`] reads
+/// (`the_quick_list_is_the_drivers_and_the_loaders`).
+const QUICK_PREFIXES: &[u8] = b"libvulkan\0libGLX_nvidia\0libEGL_nvidia\0amdvlk\0libgallium\0\
+    libamdhip64\0libhsa-runtime64\0libnvidia-\0libnvcuvid\0libnvoptix\0libvk_swiftshader\0\
+    libze_intel_gpu\0libigdrcl\0libamdocl\0libOpenCL\0libze_loader\0libcuda\0\0";
+
+/// Whether the library at `path`, a NUL-terminated name from the dynamic loader's list, may be
+/// a GPU driver by its file name ([`driver_by_name`]) or a loader that finds drivers through
+/// manifests: its file name starts with one of [`QUICK_PREFIXES`] or has `_dri` in it (Mesa's
+/// `*_dri.so`). Yes for every one of them, and for few others.
+///
+/// It runs at the exit of every test process of a nextest run, as tests are built: unoptimised,
+/// where each helper a function calls (a slice's length, an iterator's step) is code elsewhere
+/// in the binary that a new process faults in, 64 KiB at a time. So it reads the bytes through
+/// the pointer and compares them in straight-line code, with no call.
+fn may_be_a_driver_or_loader(path: *const std::ffi::c_char) -> bool {
+    let base = path as usize;
+    // The file name: after the last separator.
+    let mut start = 0;
+    let mut end = 0;
+    loop {
+        // SAFETY: `path` is NUL-terminated, and `end` has not passed its NUL.
+        let b = unsafe { *((base + end) as *const u8) };
+        if b == 0 {
+            break;
+        }
+        end += 1;
+        if b == b'/' || b == b'\\' {
+            start = end;
+        }
     }
-    let name = &path[start..];
-    // Indexed loops, not `for` over the arrays: an array's iterator is a call a step in the
-    // unoptimised code, most of this function's cost when it was one.
-    if name.starts_with(b"lib") {
-        let mut i = 0;
-        while i < DRIVER_PREFIXES.len() {
-            if name.starts_with(DRIVER_PREFIXES[i].as_bytes()) {
-                return true;
+    let name = base + start;
+    let len = end - start;
+    // Each start of the list against the name: `at` is where it begins, `i` how much matched.
+    let mut at = 0;
+    let mut i = 0;
+    loop {
+        let want = QUICK_PREFIXES[at + i];
+        if want == 0 {
+            if i == 0 {
+                // The empty entry: the list's end.
+                break;
             }
-            i += 1;
-        }
-        let mut i = 0;
-        while i < crate::icd::LOADERS.len() {
-            if name.starts_with(crate::icd::LOADERS[i].as_bytes()) {
-                return true;
-            }
-            i += 1;
-        }
-        if name.starts_with(b"libcuda") {
             return true;
         }
-    } else if name.starts_with(b"amdvlk") || name.eq_ignore_ascii_case(b"nvcuda.dll") {
-        return true;
+        // SAFETY: `i < len`: within the name.
+        if i < len && unsafe { *((name + i) as *const u8) } == want {
+            i += 1;
+        } else {
+            while QUICK_PREFIXES[at + i] != 0 {
+                i += 1;
+            }
+            at += i + 1;
+            i = 0;
+        }
     }
     // `*_dri.so`.
     let mut i = 0;
-    while i + 4 <= name.len() {
-        if name[i] == b'_' && &name[i..i + 4] == b"_dri" {
+    while i + 4 <= len {
+        // SAFETY: `i + 3 < len`: within the name.
+        let (a, b, c, d) = unsafe {
+            let p = name + i;
+            (
+                *(p as *const u8),
+                *((p + 1) as *const u8),
+                *((p + 2) as *const u8),
+                *((p + 3) as *const u8),
+            )
+        };
+        if a == b'_' && b == b'd' && c == b'r' && d == b'i' {
             return true;
         }
         i += 1;
@@ -413,7 +448,7 @@ fn unpermitted_now() -> Option<MappedNow> {
 /// dependency or by `dlopen`, so a process whose list names neither has none; the maps, which
 /// cost a test process far more to read, are read only where this says yes.
 fn may_hold_a_driver() -> bool {
-    crate::sys::any_loaded_object(&mut may_be_a_driver_or_loader).unwrap_or(true)
+    crate::sys::any_loaded_object(may_be_a_driver_or_loader).unwrap_or(true)
 }
 
 /// The GPU drivers among `mapped` (paths of mapped files, as `/proc/<pid>/maps` names them)
@@ -484,16 +519,25 @@ extern "C" fn print_at_exit() {
 }
 
 // Under nextest, a test process that never took a permit looks at its drivers as it exits.
+// This runs in every test process of the run, GPU test or not: its common case (no nextest,
+// a permit taken, a watcher that sees the loads itself, or no driver and no loader on the
+// loader's list) is decided in straight-line code that calls little but the C library (see
+// `config::is_set` and `may_be_a_driver_or_loader`).
 #[ctor::ctor(unsafe)]
 fn look_at_exit() {
     if !crate::config::in_nextest_run() {
         return;
     }
     extern "C" fn look() {
+        if EVER.load(Ordering::Acquire)
+            || crate::config::inherits_a_permit()
+            || crate::config::is_watched()
+            || !may_hold_a_driver()
+        {
+            return;
+        }
+        // After `main`; nothing here may unwind into C.
         let _ = std::panic::catch_unwind(|| {
-            if EVER.load(Ordering::Acquire) || crate::config::inherits_a_permit() {
-                return;
-            }
             if let Some(now) = unpermitted_now() {
                 crate::runs::record_drivers(now.unpermitted, now.linked, false);
             }
@@ -505,6 +549,39 @@ fn look_at_exit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`may_be_a_driver_or_loader`] of `path`, as the loader's list would name it.
+    fn may_be(path: &str) -> bool {
+        let path = std::ffi::CString::new(path).unwrap();
+        may_be_a_driver_or_loader(path.as_ptr())
+    }
+
+    #[test]
+    fn the_quick_list_is_the_drivers_and_the_loaders() {
+        let mut listed = Vec::new();
+        for entry in QUICK_PREFIXES.split(|&b| b == 0) {
+            listed.push(std::str::from_utf8(entry).unwrap());
+        }
+        // Ended by an empty entry, and nothing after it.
+        assert_eq!(listed.pop(), Some(""));
+        assert_eq!(listed.pop(), Some(""));
+        assert!(!listed.contains(&""), "{listed:?}");
+        let mut wanted: Vec<&str> = DRIVER_PREFIXES.to_vec();
+        wanted.extend(crate::icd::LOADERS);
+        wanted.push("libcuda");
+        for w in &wanted {
+            assert!(
+                listed.iter().any(|l| w.starts_with(l)),
+                "{w} is not looked for"
+            );
+        }
+        for l in &listed {
+            assert!(
+                wanted.iter().any(|w| w.starts_with(l)),
+                "{l} is not a driver's or a loader's"
+            );
+        }
+    }
 
     #[test]
     fn drivers_are_known_by_their_file_names() {
@@ -529,7 +606,8 @@ mod tests {
             "/opt/rocm/lib/libamdocl64.so",
         ] {
             assert!(driver_by_name(yes), "{yes}");
-            assert!(may_be_a_driver_or_loader(yes.as_bytes()), "{yes}");
+            // The quick look reads the list of Linux's dynamic loader, which names no DLL.
+            assert!(may_be(yes) || yes.ends_with(".dll"), "{yes}");
         }
         for no in [
             "/usr/lib/x86_64-linux-gnu/libvulkan.so.1.3.239",
@@ -553,11 +631,9 @@ mod tests {
             "/usr/lib/x86_64-linux-gnu/libOpenCL.so.1",
             "/usr/lib/x86_64-linux-gnu/libze_loader.so.1",
             "/usr/lib/x86_64-linux-gnu/dri/iris_dri.so",
-            "NVCUDA.DLL",
         ] {
             assert!(
-                may_be_a_driver_or_loader(yes.as_bytes())
-                    && (driver_by_name(yes) || crate::icd::is_loader(yes)),
+                may_be(yes) && (driver_by_name(yes) || crate::icd::is_loader(yes)),
                 "{yes}"
             );
         }
@@ -571,7 +647,7 @@ mod tests {
             "/lib/x86_64-linux-gnu/libm.so.6",
             "/usr/lib/x86_64-linux-gnu/libstdc++.so.6",
         ] {
-            assert!(!may_be_a_driver_or_loader(no.as_bytes()), "{no}");
+            assert!(!may_be(no), "{no}");
         }
     }
 
@@ -581,7 +657,7 @@ mod tests {
         // does not must be tried on its own there.
         for p in DRIVER_PREFIXES.iter().chain(crate::icd::LOADERS.iter()) {
             for path in [format!("{p}.so"), format!("/usr/lib/{p}64.so.1")] {
-                assert!(may_be_a_driver_or_loader(path.as_bytes()), "{path}");
+                assert!(may_be(&path), "{path}");
             }
         }
     }

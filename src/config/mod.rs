@@ -527,9 +527,40 @@ pub(crate) fn driver_manifest_var(name: &str) -> Option<OsString> {
 /// `probe::child`); a process started any other way ignores and removes it.
 pub(crate) const PROBE_REQUEST_VAR: &str = "GPU_TEST_PERMIT_PROBE_CHILD";
 
-/// Whether [`PROBE_REQUEST_VAR`] is set.
+/// Whether [`PROBE_REQUEST_VAR`] is set. Asked in every process, by a constructor
+/// ([`is_set`]).
 pub(crate) fn has_probe_request() -> bool {
-    std::env::var_os(PROBE_REQUEST_VAR).is_some()
+    is_set(const { PROBE_REQUEST_C.as_ptr() })
+}
+
+/// The names [`is_set`] is asked for: [`PROBE_REQUEST_VAR`], [`WATCH_VAR`], [`INHERITED_VAR`]
+/// and nextest's run id.
+const PROBE_REQUEST_C: &std::ffi::CStr = c"GPU_TEST_PERMIT_PROBE_CHILD";
+const WATCH_C: &std::ffi::CStr = c"GPU_TEST_PERMIT_WATCH";
+const INHERITED_C: &std::ffi::CStr = c"GPU_TEST_PERMIT_INHERITED";
+const NEXTEST_RUN_ID_C: &std::ffi::CStr = c"NEXTEST_RUN_ID";
+
+/// Whether the variable named by `name`, a NUL-terminated constant, is set. What runs in every
+/// test process whatever its tests do (the constructors, the look at exit) asks with this. On
+/// Unix it asks the C library's `getenv`, with no other call: unoptimised, as tests are built,
+/// each helper `std::env::var_os` calls on the way (its string and its drop, `Option`'s
+/// methods) is code elsewhere in the binary, which a new process faults in 64 KiB at a time.
+/// The names are the constants' own (`quick_names_are_the_variables`).
+#[cfg(unix)]
+fn is_set(name: *const libc::c_char) -> bool {
+    // SAFETY: `name` is a NUL-terminated constant. Changing the environment while another
+    // thread reads it is what the contract of `std::env::set_var` rules out.
+    unsafe { libc::getenv(name) as usize != 0 }
+}
+
+/// Whether the variable named by `name`, a NUL-terminated constant, is set.
+#[cfg(not(unix))]
+fn is_set(name: *const std::ffi::c_char) -> bool {
+    // SAFETY: `name` is a NUL-terminated constant.
+    match unsafe { std::ffi::CStr::from_ptr(name) }.to_str() {
+        Ok(name) => std::env::var_os(name).is_some(),
+        Err(_) => false,
+    }
 }
 
 /// Reads and removes [`PROBE_REQUEST_VAR`], so that nothing this process starts inherits it.
@@ -550,6 +581,11 @@ pub(crate) fn watch_log() -> Option<OsString> {
     std::env::var_os(WATCH_VAR)
 }
 
+/// Whether a watcher runs this process ([`WATCH_VAR`] set). Read afresh ([`is_set`]).
+pub(crate) fn is_watched() -> bool {
+    is_set(const { WATCH_C.as_ptr() })
+}
+
 /// The loader's own log file (`LD_DEBUG_OUTPUT`, glibc), which a watcher sets to the same
 /// value as [`WATCH_VAR`]. Read afresh.
 pub(crate) fn loader_log() -> Option<OsString> {
@@ -559,13 +595,13 @@ pub(crate) fn loader_log() -> Option<OsString> {
 /// Whether this process runs inside a permit passed on to it ([`INHERITED_VAR`] set). Read
 /// afresh, without the rest of the configuration (at exit, in a constructor).
 pub(crate) fn inherits_a_permit() -> bool {
-    std::env::var_os(INHERITED_VAR).is_some()
+    is_set(const { INHERITED_C.as_ptr() })
 }
 
 /// Whether this process belongs to a nextest run (`NEXTEST_RUN_ID` set). Read afresh, without
 /// the rest of the configuration (in a constructor).
 pub(crate) fn in_nextest_run() -> bool {
-    std::env::var_os("NEXTEST_RUN_ID").is_some()
+    is_set(const { NEXTEST_RUN_ID_C.as_ptr() })
 }
 
 /// Whether wgpu's own [`WGPU_BACKEND_VAR`] is set. Read afresh: the probe child asks before
@@ -593,6 +629,25 @@ mod tests {
             .map(|(k, v)| (k.to_string(), OsString::from(v)))
             .collect();
         Config::from_lookup(|name| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()))
+    }
+
+    #[test]
+    fn quick_names_are_the_variables() {
+        assert_eq!(PROBE_REQUEST_C.to_str(), Ok(PROBE_REQUEST_VAR));
+        assert_eq!(WATCH_C.to_str(), Ok(WATCH_VAR));
+        assert_eq!(INHERITED_C.to_str(), Ok(INHERITED_VAR));
+        assert_eq!(NEXTEST_RUN_ID_C.to_str(), Ok("NEXTEST_RUN_ID"));
+        // What this process has, asked both ways (`PATH` is set, the others almost surely not).
+        for name in [
+            c"PATH",
+            c"GPU_TEST_PERMIT_NO_SUCH_VARIABLE",
+            WATCH_C,
+            INHERITED_C,
+        ] {
+            let by_std = std::env::var_os(name.to_str().unwrap()).is_some();
+            assert_eq!(is_set(name.as_ptr()), by_std, "{name:?}");
+        }
+        assert!(is_set(c"PATH".as_ptr()));
     }
 
     #[test]

@@ -555,7 +555,7 @@ impl PermitPool {
     #[inline(never)]
     fn acquire_new(&self, want: Want, wait: Deadline) -> Result<GpuTestPermit, AcquireError> {
         let inner = self.inner();
-        let mut shaped = match self.shape(want)? {
+        let shaped = match self.shape(want)? {
             Shape::Asks(shaped) => shaped,
             Shape::Joined(seat) => {
                 return Ok(GpuTestPermit {
@@ -569,7 +569,7 @@ impl PermitPool {
         let waited_since = self.seat_in_process(&shaped, wait)?;
         let names = inner.observers.naming();
         let taken = self.slots_across_processes(&shaped, wait, waited_since, names.as_ref())?;
-        let seat = self.claim(&mut shaped, &taken);
+        let seat = self.claim(&shaped, &taken);
         let held = inner.observers.granted(
             asking,
             names,
@@ -724,7 +724,7 @@ impl PermitPool {
     /// Step 4, claim a seat: the permit's state where its guards find it, the learned permit
     /// its test's other threads join, and this thread's entry for nested requests. Returns
     /// the seat.
-    fn claim(&self, s: &mut Shaped, taken: &Taken) -> usize {
+    fn claim(&self, s: &Shaped, taken: &Taken) -> usize {
         let inner = self.inner();
         let (seat_index, generation) = inner.claim_seat();
         if let Some((key, _)) = &s.learned {

@@ -13,6 +13,7 @@
 //! says so on standard error and runs as usual.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::backends;
 use super::outcome::ProbeOutcome;
@@ -28,6 +29,10 @@ struct Request {
 
 static REQUEST: OnceLock<Option<Request>> = OnceLock::new();
 
+/// Whether [`REQUEST`] was looked for: the constructor's common case reads this flag, not the
+/// `OnceLock` (see the constructor).
+static LOOKED: AtomicBool = AtomicBool::new(false);
+
 /// The request this process was started for, verified on first use (by the constructor, or
 /// earlier by a user's constructor that calls the probe) and remembered.
 fn request() -> Option<&'static Request> {
@@ -42,6 +47,7 @@ pub(super) fn inside_probe_child() -> bool {
 
 /// Reads, verifies and removes [`PROBE_REQUEST_VAR`].
 fn take_request() -> Option<Request> {
+    LOOKED.store(true, Ordering::Release);
     // SAFETY: runs once, normally in a constructor before `main`, when the process has no
     // other threads that could read the environment at the same time.
     let raw = unsafe { crate::config::take_probe_request() }?;
@@ -76,8 +82,10 @@ fn verify(value: &str) -> Option<Request> {
 // exits at once: no test code, no unwinding, no atexit handlers of a half-initialised driver.
 #[ctor::ctor(unsafe)]
 fn probe_child_entry() {
-    // A user's constructor that called the probe may have verified (and removed) it already.
-    if REQUEST.get().is_none() && !crate::config::has_probe_request() {
+    // The common case first, in straight-line code (`config::is_set`): no request, and none
+    // looked for (a user's constructor that called the probe may have verified and removed it
+    // already).
+    if !crate::config::has_probe_request() && !LOOKED.load(Ordering::Acquire) {
         return;
     }
     let Some(request) = request() else {

@@ -334,8 +334,9 @@ pub(super) fn mapped_files() -> Option<Vec<String>> {
 }
 
 /// `dl_iterate_phdr` over the loaded objects, asking `wanted` of each one's name until it
-/// answers yes.
-pub(super) fn any_loaded_object(wanted: &mut dyn FnMut(&[u8]) -> bool) -> Option<bool> {
+/// answers yes. Straight-line code, as what `wanted` is for runs at the exit of every test
+/// process (`drivers::may_hold_a_driver`).
+pub(super) fn any_loaded_object(wanted: fn(*const libc::c_char) -> bool) -> Option<bool> {
     // Miri cannot call into the dynamic loader: "cannot tell", and the caller reads the maps.
     if cfg!(miri) {
         return None;
@@ -345,24 +346,19 @@ pub(super) fn any_loaded_object(wanted: &mut dyn FnMut(&[u8]) -> bool) -> Option
         _size: libc::size_t,
         data: *mut libc::c_void,
     ) -> libc::c_int {
-        // SAFETY: `data` is the `&mut dyn FnMut` passed below, alive for the whole call.
-        let wanted = unsafe { &mut *data.cast::<&mut dyn FnMut(&[u8]) -> bool>() };
+        // SAFETY: `data` is the `fn` passed below, as a pointer.
+        let wanted = unsafe {
+            std::mem::transmute::<*mut libc::c_void, fn(*const libc::c_char) -> bool>(data)
+        };
         // SAFETY: the loader passes a valid `info` whose name is null or NUL-terminated.
         let name = unsafe { (*info).dlpi_name };
-        let name = if name.is_null() {
-            &[][..]
-        } else {
-            // SAFETY: as above.
-            unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes()
-        };
-        // Nothing may unwind into the loader.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wanted(name))).unwrap_or(true)
-            as libc::c_int
+        if name as usize == 0 {
+            return 0;
+        }
+        wanted(name) as libc::c_int
     }
-    let mut wanted = wanted;
-    // SAFETY: `each` matches the callback type; `data` points to `wanted`, which outlives the
-    // call, and is used only inside it.
-    let found = unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut wanted).cast()) };
+    // SAFETY: `each` matches the callback type; `data` is `wanted`, which `each` calls.
+    let found = unsafe { libc::dl_iterate_phdr(Some(each), wanted as *mut libc::c_void) };
     Some(found != 0)
 }
 
@@ -404,13 +400,28 @@ mod tests {
         assert_eq!(lock_owner(&file), Some(std::process::id()));
     }
 
+    /// The names the loader's list gave [`collect`] (one test uses them).
+    static NAMES: parking_lot::Mutex<Vec<String>> = parking_lot::Mutex::new(Vec::new());
+
+    fn collect(name: *const libc::c_char) -> bool {
+        // SAFETY: the loader's names are NUL-terminated.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) };
+        NAMES.lock().push(name.to_string_lossy().into_owned());
+        false
+    }
+
+    fn names_libc(name: *const libc::c_char) -> bool {
+        // SAFETY: as above.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) };
+        NAMES.lock().push(String::new());
+        name.to_bytes().windows(7).any(|w| w == b"libc.so")
+    }
+
     #[test]
     fn the_loaders_list_names_the_libraries_the_maps_name() {
-        let mut names = Vec::new();
-        let found = any_loaded_object(&mut |name| {
-            names.push(String::from_utf8_lossy(name).into_owned());
-            false
-        });
+        NAMES.lock().clear();
+        let found = any_loaded_object(collect);
+        let names = std::mem::take(&mut *NAMES.lock());
         assert_eq!(found, Some(false), "{names:?}");
         // Every shared library this test binary has mapped is on the loader's list, by the
         // same file name.
@@ -427,11 +438,8 @@ mod tests {
             assert!(listed.contains(lib), "{lib} not in {names:?}");
         }
         // The first yes ends the look.
-        let mut asked = 0;
-        let found = any_loaded_object(&mut |name| {
-            asked += 1;
-            name.windows(7).any(|w| w == b"libc.so")
-        });
+        let found = any_loaded_object(names_libc);
+        let asked = std::mem::take(&mut *NAMES.lock()).len();
         assert_eq!(found, Some(true));
         assert!(asked <= names.len());
     }

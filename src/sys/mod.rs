@@ -395,9 +395,11 @@ pub(crate) fn mapped_files() -> Option<Vec<String>> {
 /// loaded into this process (the executable, as `""`, and every shared library, whether the
 /// executable needs it or `dlopen` loaded it), asked in the loader's order until one answers
 /// yes; `None` where the loader's list cannot be seen (Linux only: `dl_iterate_phdr`). No
-/// system call and no file read: a look at the loader's list in memory. `wanted` runs under
-/// the loader's lock: it must not load a library, and must not panic (a panic counts as yes).
-pub(crate) fn any_loaded_object(wanted: &mut dyn FnMut(&[u8]) -> bool) -> Option<bool> {
+/// system call and no file read: a look at the loader's list in memory. `wanted` is given each
+/// name as the loader keeps it, NUL-terminated. It runs under the loader's lock: it must not
+/// load a library, and must not panic (nothing unwinds into the loader: a panic ends the
+/// process).
+pub(crate) fn any_loaded_object(wanted: fn(*const std::ffi::c_char) -> bool) -> Option<bool> {
     kernel::any_loaded_object(wanted)
 }
 

@@ -105,6 +105,6 @@ pub(super) fn mapped_files() -> Option<Vec<String>> {
 }
 
 /// The loader's list of loaded objects: not seen here.
-pub(super) fn any_loaded_object(_wanted: &mut dyn FnMut(&[u8]) -> bool) -> Option<bool> {
+pub(super) fn any_loaded_object(_wanted: fn(*const std::ffi::c_char) -> bool) -> Option<bool> {
     None
 }
