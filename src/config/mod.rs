@@ -542,24 +542,19 @@ const NEXTEST_RUN_ID_C: &std::ffi::CStr = c"NEXTEST_RUN_ID";
 
 /// Whether the variable named by `name`, a NUL-terminated constant, is set. What runs in every
 /// test process whatever its tests do (the constructors, the look at exit) asks with this. On
-/// Unix it asks the C library's `getenv`, with no other call: unoptimised, as tests are built,
-/// each helper `std::env::var_os` calls on the way (its string and its drop, `Option`'s
-/// methods) is code elsewhere in the binary, which a new process faults in 64 KiB at a time.
-/// The names are the constants' own (`quick_names_are_the_variables`).
-#[cfg(unix)]
-fn is_set(name: *const libc::c_char) -> bool {
-    // SAFETY: `name` is a NUL-terminated constant. Changing the environment while another
-    // thread reads it is what the contract of `std::env::set_var` rules out.
-    unsafe { libc::getenv(name) as usize != 0 }
-}
-
-/// Whether the variable named by `name`, a NUL-terminated constant, is set.
-#[cfg(not(unix))]
+/// Unix it asks the C library's `getenv` ([`crate::sys::env_is_set`]), with no other call:
+/// unoptimised, as tests are built, each helper `std::env::var_os` calls on the way (its string
+/// and its drop, `Option`'s methods) is code elsewhere in the binary, which a new process
+/// faults in 64 KiB at a time. The names are the constants' own
+/// (`quick_names_are_the_variables`).
 fn is_set(name: *const std::ffi::c_char) -> bool {
-    // SAFETY: `name` is a NUL-terminated constant.
-    match unsafe { std::ffi::CStr::from_ptr(name) }.to_str() {
-        Ok(name) => std::env::var_os(name).is_some(),
-        Err(_) => false,
+    match crate::sys::env_is_set(name) {
+        Some(set) => set,
+        // SAFETY: `name` is a NUL-terminated constant.
+        None => match unsafe { std::ffi::CStr::from_ptr(name) }.to_str() {
+            Ok(name) => std::env::var_os(name).is_some(),
+            Err(_) => false,
+        },
     }
 }
 

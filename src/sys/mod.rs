@@ -723,6 +723,22 @@ pub(crate) fn write_stdout_unbuffered(bytes: &[u8]) {
     os::write_stdout_unbuffered(bytes);
 }
 
+/// Whether the variable named by `name` (NUL-terminated) is set, asked of the C library's
+/// `getenv` in straight-line code (for `config::is_set`); `None` where it is asked otherwise
+/// (Windows). Setting a variable while another thread reads the environment is what the
+/// contract of `std::env::set_var` rules out.
+#[cfg(unix)]
+pub(crate) fn env_is_set(name: *const std::ffi::c_char) -> Option<bool> {
+    // SAFETY: `name` is NUL-terminated (the caller's constant).
+    Some(unsafe { libc::getenv(name) } as usize != 0)
+}
+
+/// Whether the variable named by `name` is set: asked otherwise here (`None`).
+#[cfg(not(unix))]
+pub(crate) fn env_is_set(_name: *const std::ffi::c_char) -> Option<bool> {
+    None
+}
+
 /// Runs `callback` when the process ends normally (after `main` returns, or at `exit`), as C's
 /// `atexit` does; not after [`exit_now`] or a fatal signal. The callback must not unwind.
 pub(crate) fn at_exit(callback: extern "C" fn()) {

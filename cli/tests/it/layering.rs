@@ -269,6 +269,12 @@ fn only_config_reads_the_environment() {
             continue;
         }
         let text = std::fs::read_to_string(&f).unwrap();
+        // `sys` asks the C library for a name `config` gives it (`sys::env_is_set`).
+        let readers: &[&str] = if f.starts_with(src.join("sys")) {
+            &readers[..readers.len() - 1]
+        } else {
+            &readers
+        };
         for (i, line) in text.lines().enumerate() {
             let code = line.trim_start();
             if code.starts_with("//") {
