@@ -153,23 +153,42 @@ const DRIVER_PREFIXES: [&str; 14] = [
     "libamdocl",
 ];
 
-/// The starts of the file names of the drivers ([`DRIVER_PREFIXES`]), of the loaders that find
-/// drivers through manifests ([`crate::icd::LOADERS`]) and of CUDA's driver, each ended by a
-/// NUL, and the list by an empty one: what [`may_be_a_driver_or_loader`] reads
-/// (`the_quick_list_is_the_drivers_and_the_loaders`).
-const QUICK_PREFIXES: &[u8] = b"libvulkan\0libGLX_nvidia\0libEGL_nvidia\0amdvlk\0libgallium\0\
-    libamdhip64\0libhsa-runtime64\0libnvidia-\0libnvcuvid\0libnvoptix\0libvk_swiftshader\0\
-    libze_intel_gpu\0libigdrcl\0libamdocl\0libOpenCL\0libze_loader\0libcuda\0\0";
+/// The width of a cell of [`AFTER_LIB`], and how many it has.
+const CELL: usize = 15;
+const CELLS: usize = 16;
+
+/// How the file names of the drivers ([`DRIVER_PREFIXES`]), of the loaders that find drivers
+/// through manifests ([`crate::icd::LOADERS`]) and of CUDA's driver go on after `lib` (all of
+/// them start so but AMDVLK's `amdvlk`): a cell of [`CELL`] bytes each, NULs after the text.
+/// What [`may_be_a_driver_or_loader`] reads (`the_quick_table_is_the_drivers_and_the_loaders`).
+const AFTER_LIB: [u8; CELL * CELLS] = *b"\
+    vulkan\0\0\0\0\0\0\0\0\0\
+    GLX_nvidia\0\0\0\0\0\
+    EGL_nvidia\0\0\0\0\0\
+    gallium\0\0\0\0\0\0\0\0\
+    amdhip64\0\0\0\0\0\0\0\
+    hsa-runtime64\0\0\
+    nvidia-\0\0\0\0\0\0\0\0\
+    nvcuvid\0\0\0\0\0\0\0\0\
+    nvoptix\0\0\0\0\0\0\0\0\
+    vk_swiftshader\0\
+    ze_intel_gpu\0\0\0\
+    igdrcl\0\0\0\0\0\0\0\0\0\
+    amdocl\0\0\0\0\0\0\0\0\0\
+    OpenCL\0\0\0\0\0\0\0\0\0\
+    ze_loader\0\0\0\0\0\0\
+    cuda\0\0\0\0\0\0\0\0\0\0\0";
 
 /// Whether the library at `path`, a NUL-terminated name from the dynamic loader's list, may be
 /// a GPU driver by its file name ([`driver_by_name`]) or a loader that finds drivers through
-/// manifests: its file name starts with one of [`QUICK_PREFIXES`] or has `_dri` in it (Mesa's
-/// `*_dri.so`). Yes for every one of them, and for few others.
+/// manifests: its file name is `lib` and one of [`AFTER_LIB`]'s, starts with `amdvlk`, or has
+/// `_dri` in it (Mesa's `*_dri.so`). Yes for every one of them, and for few others.
 ///
 /// It runs at the exit of every test process of a nextest run, as tests are built: unoptimised,
 /// where each helper a function calls (a slice's length, an iterator's step) is code elsewhere
 /// in the binary that a new process faults in, 64 KiB at a time. So it reads the bytes through
-/// the pointer and compares them in straight-line code, with no call.
+/// the pointer and compares them in straight-line code, with no call; a name that is none of
+/// them (the C library's, the loader's) is told in a few comparisons a cell.
 fn may_be_a_driver_or_loader(path: *const std::ffi::c_char) -> bool {
     let base = path as usize;
     // The file name: after the last separator.
@@ -188,43 +207,46 @@ fn may_be_a_driver_or_loader(path: *const std::ffi::c_char) -> bool {
     }
     let name = base + start;
     let len = end - start;
-    // Each start of the list against the name: `at` is where it begins, `i` how much matched.
-    let mut at = 0;
-    let mut i = 0;
-    loop {
-        let want = QUICK_PREFIXES[at + i];
-        if want == 0 {
-            if i == 0 {
-                // The empty entry: the list's end.
-                break;
-            }
-            return true;
-        }
-        // SAFETY: `i < len`: within the name.
-        if i < len && unsafe { *((name + i) as *const u8) } == want {
-            i += 1;
-        } else {
-            while QUICK_PREFIXES[at + i] != 0 {
+    // SAFETY (every read below): at an index below `len`, within the name.
+    if len > 3
+        && unsafe { *(name as *const u8) } == b'l'
+        && unsafe { *((name + 1) as *const u8) } == b'i'
+        && unsafe { *((name + 2) as *const u8) } == b'b'
+    {
+        let mut cell = 0;
+        while cell < CELL * CELLS {
+            let mut i = 0;
+            loop {
+                let want = AFTER_LIB[cell + i];
+                if want == 0 {
+                    return true;
+                }
+                if 3 + i >= len || unsafe { *((name + 3 + i) as *const u8) } != want {
+                    break;
+                }
                 i += 1;
             }
-            at += i + 1;
-            i = 0;
+            cell += CELL;
+        }
+    } else {
+        const AMDVLK: [u8; 6] = *b"amdvlk";
+        let mut i = 0;
+        while i < 6 && i < len && unsafe { *((name + i) as *const u8) } == AMDVLK[i] {
+            i += 1;
+        }
+        if i == 6 {
+            return true;
         }
     }
     // `*_dri.so`.
     let mut i = 0;
     while i + 4 <= len {
-        // SAFETY: `i + 3 < len`: within the name.
-        let (a, b, c, d) = unsafe {
-            let p = name + i;
-            (
-                *(p as *const u8),
-                *((p + 1) as *const u8),
-                *((p + 2) as *const u8),
-                *((p + 3) as *const u8),
-            )
-        };
-        if a == b'_' && b == b'd' && c == b'r' && d == b'i' {
+        let p = name + i;
+        if unsafe { *(p as *const u8) } == b'_'
+            && unsafe { *((p + 1) as *const u8) } == b'd'
+            && unsafe { *((p + 2) as *const u8) } == b'r'
+            && unsafe { *((p + 3) as *const u8) } == b'i'
+        {
             return true;
         }
         i += 1;
@@ -557,29 +579,71 @@ mod tests {
     }
 
     #[test]
-    fn the_quick_list_is_the_drivers_and_the_loaders() {
+    fn the_quick_table_is_the_drivers_and_the_loaders() {
         let mut listed = Vec::new();
-        for entry in QUICK_PREFIXES.split(|&b| b == 0) {
-            listed.push(std::str::from_utf8(entry).unwrap());
+        for cell in AFTER_LIB.chunks(CELL) {
+            let text = cell.split(|&b| b == 0).next().unwrap();
+            assert!(!text.is_empty() && text.len() < CELL, "{cell:?}");
+            assert!(cell[text.len()..].iter().all(|&b| b == 0), "{cell:?}");
+            listed.push(format!("lib{}", std::str::from_utf8(text).unwrap()));
         }
-        // Ended by an empty entry, and nothing after it.
-        assert_eq!(listed.pop(), Some(""));
-        assert_eq!(listed.pop(), Some(""));
-        assert!(!listed.contains(&""), "{listed:?}");
+        listed.push("amdvlk".to_string());
         let mut wanted: Vec<&str> = DRIVER_PREFIXES.to_vec();
         wanted.extend(crate::icd::LOADERS);
         wanted.push("libcuda");
         for w in &wanted {
             assert!(
-                listed.iter().any(|l| w.starts_with(l)),
+                listed.iter().any(|l| w.starts_with(l.as_str())),
                 "{w} is not looked for"
             );
         }
         for l in &listed {
             assert!(
-                wanted.iter().any(|w| w.starts_with(l)),
-                "{l} is not a driver's or a loader's"
+                wanted.iter().any(|w| w.starts_with(l.as_str())),
+                "{l} is no driver's or loader's"
             );
+        }
+    }
+
+    /// The rule of [`may_be_a_driver_or_loader`] written plainly, over a file name.
+    fn by_the_lists(name: &str) -> bool {
+        DRIVER_PREFIXES
+            .iter()
+            .chain(crate::icd::LOADERS.iter())
+            .chain(["libcuda"].iter())
+            .any(|p| name.starts_with(p))
+            || name.contains("_dri")
+    }
+
+    #[test]
+    fn the_quick_look_agrees_with_the_lists_on_every_start_of_every_name() {
+        let mut names = vec![
+            String::new(),
+            "lib".into(),
+            "l".into(),
+            "_dri".into(),
+            "x_dr".into(),
+        ];
+        for p in DRIVER_PREFIXES.iter().chain(crate::icd::LOADERS.iter()) {
+            // Every start of each listed name, and each with one byte changed.
+            for end in 0..=p.len() {
+                names.push(p[..end].to_string());
+                names.push(format!("{}.so.1", &p[..end]));
+                if end > 0 {
+                    let mut changed = p.as_bytes()[..end].to_vec();
+                    changed[end - 1] ^= 0x20;
+                    names.push(String::from_utf8_lossy(&changed).into_owned());
+                }
+            }
+        }
+        for name in names {
+            for path in [
+                name.clone(),
+                format!("/usr/lib/{name}"),
+                format!("C:\\lib\\{name}"),
+            ] {
+                assert_eq!(may_be(&path), by_the_lists(&name), "{path:?}");
+            }
         }
     }
 
