@@ -592,25 +592,33 @@ fn super_paths(code: &str) -> Vec<String> {
     paths_after(code, "super::")
 }
 
-/// The cap's path apart from its observers: nothing that observes permits (run records, the
-/// trace, the driver watch, nextest's hints, hang records, the watchdog, the pool's
-/// observers) names the code that takes or frees a slot, and the permit pool's other files
-/// reach the observers only through `permit/observe.rs`, at its named points.
-#[test]
-fn observers_cannot_reach_the_slots_and_the_permit_path_reaches_them_only_through_observe() {
+/// Every source file under `src/`: its path below `src/` (with `/`) and its text.
+fn library_sources() -> Vec<(String, String)> {
     let src = crate::util::workspace_root().join("src");
     let mut files = Vec::new();
     sources(&src, &mut files);
-    let mut problems = Vec::new();
-    let mut observers = 0;
-    let mut permit_files = 0;
+    let mut out = Vec::new();
     for f in &files {
         let rel = f
             .strip_prefix(&src)
             .unwrap()
             .to_string_lossy()
             .replace('\\', "/");
-        let text = std::fs::read_to_string(f).unwrap();
+        out.push((rel, std::fs::read_to_string(f).unwrap()));
+    }
+    out
+}
+
+/// The cap's path apart from its observers: nothing that observes permits (run records, the
+/// trace, the driver watch, nextest's hints, hang records, the watchdog, the pool's
+/// observers) names the code that takes or frees a slot, and the permit pool's other files
+/// reach the observers only through `permit/observe.rs`, at its named points.
+#[test]
+fn observers_cannot_reach_the_slots_and_the_permit_path_reaches_them_only_through_observe() {
+    let mut problems = Vec::new();
+    let mut observers = 0;
+    let mut permit_files = 0;
+    for (rel, text) in library_sources() {
         let observer = OBSERVERS
             .iter()
             .any(|o| rel == *o || (!o.ends_with(".rs") && rel.starts_with(&format!("{o}/"))));
@@ -702,19 +710,11 @@ fn holder_reaches(rel: &str, text: &str) -> Vec<String> {
 /// file of the pool keeps a thread's permits, and learned weights keep no holders of their own.
 #[test]
 fn who_holds_a_permit_is_kept_in_one_layer() {
-    let src = crate::util::workspace_root().join("src");
-    let mut files = Vec::new();
-    sources(&src, &mut files);
     let mut problems = Vec::new();
     let mut holder = false;
-    for f in &files {
-        let rel = f
-            .strip_prefix(&src)
-            .unwrap()
-            .to_string_lossy()
-            .replace('\\', "/");
+    for (rel, text) in library_sources() {
         holder |= rel == "permit/holder.rs";
-        problems.extend(holder_reaches(&rel, &std::fs::read_to_string(f).unwrap()));
+        problems.extend(holder_reaches(&rel, &text));
     }
     assert!(holder, "permit/holder.rs is where holders are kept");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
