@@ -400,8 +400,7 @@ fn mark(mut file: &std::fs::File, line: &str) {
 
 /// Drivers mapped at this process's first permit: loaded before it.
 fn first_permit() {
-    if crate::config::inherits_a_permit() {
-        // Inside `gpu-test-permit run`: the process has held its permit since it started.
+    if !may_have_unpermitted_drivers() {
         return;
     }
     let Some(now) = unpermitted_now() else {
@@ -422,19 +421,22 @@ struct MappedNow {
     linked: Vec<String>,
 }
 
+/// Whether this process may have drivers mapped that it loaded without a permit, as far as
+/// can be told without reading a file: it does not work inside a permit passed on to it
+/// (inside `gpu-test-permit run`, it has held its permit since it started), no watcher runs
+/// it (the watcher sees every load, and says what it saw), and the loader's list names a
+/// driver or a loader that reads manifests ([`may_hold_a_driver`]). Asked before
+/// [`unpermitted_now`], at the first permit and at exit; straight-line code in its common
+/// case, as the look at exit runs in every test process.
+fn may_have_unpermitted_drivers() -> bool {
+    !crate::config::inherits_a_permit() && !crate::config::is_watched() && may_hold_a_driver()
+}
+
 /// The drivers mapped now, where some are and they can be judged: an in-process probe
-/// (`GPU_TEST_PERMIT_PROBE=in-process`) loads drivers without a permit on purpose. The
-/// process's maps are read only where the loader's list names a driver or a loader that
-/// reads manifests ([`may_hold_a_driver`]), and the executable's dependencies only where a
-/// driver is mapped.
+/// (`GPU_TEST_PERMIT_PROBE=in-process`) loads drivers without a permit on purpose. Asked
+/// where [`may_have_unpermitted_drivers`] says yes: the process's maps are read only then, and
+/// the executable's dependencies only where a driver is mapped.
 fn unpermitted_now() -> Option<MappedNow> {
-    if crate::config::watch_log().is_some() {
-        // The watcher sees every load, and says what it saw.
-        return None;
-    }
-    if !may_hold_a_driver() {
-        return None;
-    }
     let mut mapped = crate::sys::mapped_files()?;
     let through_manifests = reads_manifests(&mapped);
     let mut any = false;
@@ -551,11 +553,7 @@ fn look_at_exit() {
         return;
     }
     extern "C" fn look() {
-        if EVER.load(Ordering::Acquire)
-            || crate::config::inherits_a_permit()
-            || crate::config::is_watched()
-            || !may_hold_a_driver()
-        {
+        if EVER.load(Ordering::Acquire) || !may_have_unpermitted_drivers() {
             return;
         }
         // After `main`; nothing here may unwind into C.

@@ -86,7 +86,7 @@ pub(super) fn run(kind: &str, opts: &ProbeOptions) -> io::Result<ChildRun> {
         };
     }
     cmd.env(PROBE_REQUEST_VAR, value);
-    if crate::config::watch_log().is_some() {
+    if crate::config::is_watched() {
         // Watched (`gpu-test-permit watch`): the child loads drivers without a permit on
         // purpose, and is not one of the test's processes. It is started without the loader's
         // log, so it leaves none in the watch directory: the watcher reads every log there as
