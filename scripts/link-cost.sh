@@ -42,43 +42,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 target=${LINK_COST_TARGET:-$work/target}
 
-# The test crate in `$1`; with the crate at `$2` as a path dependency (the package `$3`, this
-# crate where none is named), or none where `$2` is empty.
-make_crate() {
-    mkdir -p "$1/src" "$1/tests"
-    {
-        printf '%s\n' '[package]' 'name = "link-cost-tests"' 'version = "0.0.0"' \
-            'edition = "2024"' 'publish = false' '' '[dependencies]'
-        [ -z "$2" ] || printf '%s = { path = "%s" }\n' "${3:-gpu-test-permit}" "$2"
-        printf '%s\n' '' '[workspace]'
-    } >"$1/Cargo.toml"
-    : >"$1/src/lib.rs"
-    if [ -z "$2" ]; then
-        printf '%s\n' \
-            '#[test]' \
-            'fn takes_a_permit() {' \
-            '    std::hint::black_box(1_u8);' \
-            '}' \
-            '' \
-            '#[test]' \
-            'fn takes_none() {' \
-            '    std::hint::black_box(0_u8);' \
-            '}' >"$1/tests/trivial.rs"
-    else
-        local lib
-        lib=$(printf '%s' "${3:-gpu-test-permit}" | tr - _)
-        printf '%s\n' \
-            '#[test]' \
-            'fn takes_a_permit() {' \
-            "    let _permit = ${lib}::acquire();" \
-            '}' \
-            '' \
-            '#[test]' \
-            'fn takes_none() {' \
-            "    std::hint::black_box(${lib}::PermitKind::Shared);" \
-            '}' >"$1/tests/trivial.rs"
-    fi
-}
+. "$root/scripts/one-test-crate.sh"
 
 # The floor's library in `$1`: a slot file of the directory's N taken with `flock`.
 make_floor() {
@@ -139,16 +103,14 @@ RUST
 # Builds crate `$1` (dev) and links its test binary as `$work/bin/$2`; with `$3`, this crate
 # at that opt-level (a target directory of its own: the test binary's name would not change).
 build() {
-    local bin dir=$target
-    local args=(--quiet --no-run --message-format=json)
+    local bin
     echo "link-cost: building $2" >&2
     if [ -n "${3:-}" ]; then
-        dir=$target-opt$3
-        args+=(--config "profile.dev.package.gpu-test-permit.opt-level=$3")
+        bin=$(test_binary "$1" "$target-opt$3" \
+            --config "profile.dev.package.gpu-test-permit.opt-level=$3")
+    else
+        bin=$(test_binary "$1" "$target")
     fi
-    bin=$(cd "$1" && CARGO_INCREMENTAL=0 CARGO_TARGET_DIR="$dir" cargo test "${args[@]}" \
-        2>/dev/null | grep -o '"executable":"[^"]*trivial-[^"]*"' | cut -d'"' -f4 | tail -n1)
-    [ -x "$bin" ] || { echo "link-cost: the test binary $2 was not built" >&2; exit 1; }
     if [ -n "${LINK_COST_COPY:-}" ]; then
         cp "$bin" "$work/bin/$2"
     else
@@ -157,21 +119,21 @@ build() {
 }
 
 mkdir -p "$work/bin"
-make_crate "$work/without" ""
+one_test_crate "$work/without" link-cost-tests ""
 build "$work/without" without
-make_crate "$work/now" "$root"
+one_test_crate "$work/now" link-cost-tests "$root"
 build "$work/now" now
 opt=${LINK_COST_OPT_LEVEL:-1}
 build "$work/now" "now-opt$opt" "$opt"
 make_floor "$work/floor-cap"
-make_crate "$work/floor" "$work/floor-cap" floor-cap
+one_test_crate "$work/floor" link-cost-tests "$work/floor-cap" floor-cap
 build "$work/floor" floor
 bins="$work/bin/now:$work/bin/now-opt$opt:$work/bin/floor"
 for arg in "$@"; do
     rev=$(git -C "$root" rev-parse --verify "$arg^{commit}")
     mkdir -p "$work/src-${rev:0:7}"
     git -C "$root" archive --format=tar "$rev" | tar -x -C "$work/src-${rev:0:7}"
-    make_crate "$work/at-${rev:0:7}" "$work/src-${rev:0:7}"
+    one_test_crate "$work/at-${rev:0:7}" link-cost-tests "$work/src-${rev:0:7}"
     build "$work/at-${rev:0:7}" "at-${rev:0:7}"
     bins="$bins:$work/bin/at-${rev:0:7}"
 done

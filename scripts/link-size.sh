@@ -34,35 +34,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 target=${LINK_SIZE_TARGET:-$work/target}
 
-make_crate() {
-    mkdir -p "$1/src" "$1/tests"
-    {
-        printf '%s\n' '[package]' "name = \"link-size-$2\"" 'version = "0.0.0"' \
-            'edition = "2024"' 'publish = false' '' '[dependencies]'
-        [ -z "$3" ] || printf 'gpu-test-permit = { path = "%s" }\n' "$3"
-        printf '%s\n' '' '[workspace]'
-    } >"$1/Cargo.toml"
-    : >"$1/src/lib.rs"
-    if [ -z "$3" ]; then
-        printf '%s\n' '#[test]' 'fn takes_a_permit() {' '    std::hint::black_box(1_u8);' '}' \
-            '' '#[test]' 'fn takes_none() {' '    std::hint::black_box(0_u8);' '}' \
-            >"$1/tests/trivial.rs"
-    else
-        printf '%s\n' '#[test]' 'fn takes_a_permit() {' \
-            '    let _permit = gpu_test_permit::acquire();' '}' '' '#[test]' 'fn takes_none() {' \
-            '    std::hint::black_box(gpu_test_permit::PermitKind::Shared);' '}' \
-            >"$1/tests/trivial.rs"
-    fi
-}
-
-build() {
-    local bin
-    bin=$(cd "$1" && CARGO_INCREMENTAL=0 CARGO_TARGET_DIR="$target" cargo test --quiet \
-        --no-run --message-format=json 2>/dev/null |
-        grep -o '"executable":"[^"]*trivial-[^"]*"' | cut -d'"' -f4 | tail -n1)
-    [ -x "$bin" ] || { echo "link-size: the test binary of $1 was not built" >&2; exit 1; }
-    echo "$bin"
-}
+. "$root/scripts/one-test-crate.sh"
 
 # `text relocs got` of binary $1.
 counts() {
@@ -74,12 +46,12 @@ counts() {
     echo "$((16#${text:-0})) $relocs $((16#${got:-0} / 8))"
 }
 
-make_crate "$work/without" without ""
-make_crate "$work/with" with "$root"
+one_test_crate "$work/without" link-size-without ""
+one_test_crate "$work/with" link-size-with "$root"
 # The versions of the library's dependencies this checkout is tested with.
 cp "$root/Cargo.lock" "$work/with/Cargo.lock"
-read -r wt wr wg < <(counts "$(build "$work/without")")
-read -r nt nr ng < <(counts "$(build "$work/with")")
+read -r wt wr wg < <(counts "$(test_binary "$work/without" "$target")")
+read -r nt nr ng < <(counts "$(test_binary "$work/with" "$target")")
 printf '%-22s %12s %10s %8s\n' binary text relocs got
 printf '%-22s %12s %10s %8s\n' "without the library" "$wt" "$wr" "$wg"
 printf '%-22s %12s %10s %8s\n' "with the library" "$nt" "$nr" "$ng"
