@@ -15,7 +15,9 @@
 #   2d. the driver watch on the GPU's driver: fixtures/adopter under nextest with each test
 #      process under `watch` (`report` names exactly its tests that open the GPU without a
 #      permit), a driver loaded by a process the watched command started, the probe's children
-#      (never named), a program linked to libcuda at build time (never named);
+#      (never named), a program linked to libcuda at build time (never named); then
+#      `nextest-snippet` alone (its group names exactly the tests that loaded a driver), and an
+#      unwatched run (`report --fail-on-unpermitted` exits 1, saying the run was not watched);
 #   3. the example suite at each N of GPU_VALIDATE_NS ("1 2 3 4 8"): its test binaries run
 #      directly, as `cargo test` runs them, GPU_VALIDATE_ROUNDS times (5), and `cargo nextest
 #      run --archive-file --retries 1` once, with the test group's max-threads = N; each run
@@ -355,6 +357,78 @@ if [ "$rc" -ne 0 ] || [ "$escapes" != "$expected" ]; then
     fail
 fi
 row "fixtures/adopter under nextest, each test under \`watch\`: \`report\` names exactly its 3 tests that open the GPU without a permit" "$result" "$(secs "$s" "$(now)") s"
+
+# After that one watched run, `nextest-snippet` alone prints a tool config whose test group's
+# filter names exactly the tests that loaded a driver, with a permit or without: the three
+# escapes and the four tests that open the GPU through the adopter's `Gpu`. nextest lists the
+# archive's tests through it.
+say "the learned GPU test group: nextest-snippet after the watched run"
+s=$(now)
+rc=0
+GPU_TEST_PERMIT_DIR=$adopter_slots REALIZAR_GPU_TEST_CONCURRENCY=2 "$cli" nextest-snippet \
+    >"$work/adopter-snippet.toml" 2>>"$log" || rc=$?
+cat "$work/adopter-snippet.toml" >>"$log"
+filter=$(awk "/^filter = '''\$/{on=1; next} on && /^'''/{exit} on" "$work/adopter-snippet.toml")
+listed=""
+if [ "$rc" -eq 0 ] && [ -n "$filter" ]; then
+    mkdir -p "$work/adopter-list"
+    "$nextest" nextest list --archive-file "$here/adopter.tar.zst" --workspace-remap "$ws" \
+        --extract-to "$work/adopter-list" --tool-config-file "gpu-test-permit:$work/adopter-snippet.toml" \
+        --message-format oneline -E "$filter" >"$work/adopter-list.log" 2>>"$log" || rc=$?
+    cat "$work/adopter-list.log" >>"$log"
+    listed=$(grep '^gpu-test-permit-adopter' "$work/adopter-list.log" | sort | paste -sd';' - || true)
+fi
+loaded=$({
+    tr ';' '\n' <<<"$expected"
+    echo "gpu-test-permit-adopter tests::gpu_doubles"
+    echo "gpu-test-permit-adopter tests::gpu_doubles_inside_a_held_gpu"
+    echo "gpu-test-permit-adopter::integration gpu_doubles_from_outside"
+    echo "gpu-test-permit-adopter::integration gpu_doubles_twice_in_one_test"
+} | sort | paste -sd';' -)
+result="$(tr ';' '\n' <<<"$listed" | grep -c . || true) tests in the group: ${listed:-none}"
+if [ "$rc" -ne 0 ] || [ "$listed" != "$loaded" ] || grep -q 'test(/gpu/)' "$work/adopter-snippet.toml"; then
+    result="**FAIL** (exit $rc; expected $loaded): $result"
+    fail
+fi
+row "\`nextest-snippet\` after the watched run: its group names exactly the adopter's tests that loaded a driver (the escapes above and the 4 with a permit)" "$result" "$(secs "$s" "$(now)") s"
+
+# Unwatched, each test process looks at its own maps as it exits: the CUDA driver that the
+# adopter's own bindings keep loaded is still mapped and named; a driver unloaded by then goes
+# unseen, so `report --fail-on-unpermitted` fails saying the run was not watched.
+say "the driver watch: fixtures/adopter under nextest, unwatched"
+s=$(now)
+unwatched_slots=$work/slots/adopter-unwatched
+mkdir -p "$unwatched_slots" "$work/adopter-ex2"
+chmod 700 "$unwatched_slots"
+rc=0
+GPU_TEST_PERMIT_DIR="$unwatched_slots" timeout -k 10 "$run_timeout" \
+    "$nextest" nextest run --archive-file "$here/adopter.tar.zst" --workspace-remap "$ws" \
+    --extract-to "$work/adopter-ex2" --no-fail-fast --status-level fail \
+    >"$work/adopter-unwatched.log" 2>&1 || rc=$?
+cat "$work/adopter-unwatched.log" >>"$log"
+read -r p f <<<"$(nextest_counts "$work/adopter-unwatched.log")"
+frc=0
+GPU_TEST_PERMIT_DIR=$unwatched_slots "$cli" report --fail-on-unpermitted \
+    >"$work/adopter-unwatched-report.log" 2>&1 || frc=$?
+cat "$work/adopter-unwatched-report.log" >>"$log"
+escapes=$(awk '/loaded a GPU driver without a permit: /{on=1; next}
+    on && /^  /{sub(/^  /, ""); sub(/: .*/, ""); print; next} on{on=0}' "$work/adopter-unwatched-report.log" |
+    sort | paste -sd';' -)
+expected_unwatched=""
+if [ "$cuda" = yes ]; then expected_unwatched="gpu-test-permit-adopter::integration cuda_raw_from_outside"; fi
+not_watched=no
+grep -q 'was not watched, so --fail-on-unpermitted cannot tell' "$work/adopter-unwatched-report.log" && not_watched=yes
+result="$p passed, $f failed; escapes named: ${escapes:-none}; \`report --fail-on-unpermitted\` exit $frc, says the run was not watched: $not_watched"
+# NVIDIA's Vulkan driver may stay mapped after wgpu lets it go (lavapipe's does not): an escape
+# through wgpu may be named too, but only one of the watched run's; a test with a permit never.
+stray=$(comm -23 <(tr ';' '\n' <<<"$escapes" | grep . | sort) <(tr ';' '\n' <<<"$expected" | sort) | paste -sd';' -)
+missed=no
+[ -z "$expected_unwatched" ] || grep -qF "$expected_unwatched" <<<"$escapes" || missed=yes
+if [ "$rc" -ne 0 ] || [ -n "$stray" ] || [ "$missed" = yes ] || [ "$frc" -ne 1 ] || [ "$not_watched" != yes ]; then
+    result="**FAIL** ($(why "$rc"); expected escapes: ${expected_unwatched:-none} and none but the watched run's, exit 1): $result"
+    fail
+fi
+row "fixtures/adopter under nextest, unwatched: the CUDA driver still mapped at exit named, \`report --fail-on-unpermitted\` exits 1 saying the run was not watched" "$result" "$(secs "$s" "$(now)") s"
 
 s=$(now)
 adopter_unit=$(find "$work/adopter-ex/target/release/deps" -maxdepth 1 -type f -perm -u+x \

@@ -31,6 +31,10 @@
 #        PROCESSES=5000 scripts/link-cost.sh bd56f07
 #        LINK_COST_TARGET=DIR scripts/link-cost.sh   # keep the builds' target directory
 #        LINK_COST_COPY=1 scripts/link-cost.sh       # run copies of the binaries
+#        LINK_COST_OUT=DIR scripts/link-cost.sh [REV...]  # build only: the binaries, the bench
+#                                            # and DIR/run.sh, to run on another machine of
+#                                            # this architecture that has no Rust
+#                                            # (PROCESSES=N DIR/run.sh there)
 #
 # The binaries run as the linker left them, as nextest runs a suite cargo just built: in the
 # page cache as the linker wrote them. A copy of the same binary (`LINK_COST_COPY=1`, written
@@ -138,5 +142,29 @@ for arg in "$@"; do
     bins="$bins:$work/bin/at-${rev:0:7}"
 done
 cd "$root"
+if [ -n "${LINK_COST_OUT:-}" ]; then
+    # Build only. Copies, written alike: a copy starts with fewer page faults than the file the
+    # linker wrote, so every binary of the rotation is a copy there.
+    mkdir -p "$LINK_COST_OUT/bin"
+    rm -f "$LINK_COST_OUT"/bin/*
+    for b in $work/bin/*; do cp -L "$b" "$LINK_COST_OUT/bin/"; done
+    bench=$(cargo bench --no-run --quiet --bench process_cost --message-format=json 2>/dev/null |
+        grep -o '"executable":"[^"]*process_cost-[^"]*"' | cut -d'"' -f4 | tail -n1)
+    cp "$bench" "$LINK_COST_OUT/process_cost"
+    rel=$(for b in ${bins//:/ }; do printf '%s:' "\$here/bin/$(basename "$b")"; done)
+    cat >"$LINK_COST_OUT/run.sh" <<RUN
+#!/bin/sh
+# Written by scripts/link-cost.sh (LINK_COST_OUT) at $(git rev-parse --short=12 HEAD): the same
+# rotation as the script runs, over the binaries beside this file.
+here=\$(cd "\$(dirname "\$0")" && pwd)
+PROCESSES=\${PROCESSES:-2000} PROCESS_COST_WITHOUT="\$here/bin/without" \\
+    PROCESS_COST_TESTS="${rel%:}" exec "\$here/process_cost" --bench
+RUN
+    chmod +x "$LINK_COST_OUT/run.sh"
+    trap - EXIT
+    rm -rf "$work"
+    echo "link-cost: built into $LINK_COST_OUT; run $LINK_COST_OUT/run.sh"
+    exit 0
+fi
 PROCESSES=${PROCESSES:-2000} PROCESS_COST_WITHOUT="$work/bin/without" PROCESS_COST_TESTS="$bins" \
     cargo bench --quiet --bench process_cost
