@@ -12,6 +12,8 @@
 #      against the one built with every feature, and fixtures/no-features' tests required;
 #   2c. `find-gpu-tests --by loads` over the example suite's archive: its GPU tests named by the
 #      drivers they loaded (NVIDIA's, here), its CPU tests not;
+#   2c'. NVML's calls as the crate makes them (bin/nvml-loads): each one's wall time, and what
+#      `nvmlInit` maps;
 #   2d. the driver watch on the GPU's driver: fixtures/adopter under nextest with each test
 #      process under `watch` (`report` names exactly its tests that open the GPU without a
 #      permit), a driver loaded by a process the watched command started, the probe's children
@@ -319,6 +321,27 @@ if [ "$rc" -ne 0 ] || [ -n "$missing" ] || [ -n "$cpu_named" ]; then
 fi
 row "\`find-gpu-tests --by loads\` over the example suite (GPU tests named by the drivers they loaded, CPU tests not)" "$result" "$(secs "$s" "$(now)") s"
 
+# --- NVML on the driver ------------------------------------------------------------------------
+# NVML's calls as the crate makes them for live memory (scripts/nvml-loads.c): what the first
+# costs (`nvmlInit` included) and each after it, against the 2 s the crate waits for an answer;
+# and the driver libraries `nvmlInit` maps (libcuda on driver 580: the crate counts them as its
+# own, never a test's).
+if [ "$cuda" = yes ] && [ -x "$here/bin/nvml-loads" ]; then
+    say "NVML"
+    s=$(now)
+    rc=0
+    "$here/bin/nvml-loads" >"$work/nvml.log" 2>&1 || rc=$?
+    cat "$work/nvml.log" >>"$log"
+    took() { awk -v c="$1" '$2 == c { printf "%s%s ms", sep, $3; sep = ", " }' "$work/nvml.log"; }
+    init_maps=$(awk '$2 == "nvmlInit_v2" { sub(/.*mapped: /, ""); print }' "$work/nvml.log")
+    result="nvmlInit_v2 $(took nvmlInit_v2), after it mapped: ${init_maps:-?}; nvmlDeviceGetHandleByIndex_v2 $(took nvmlDeviceGetHandleByIndex_v2); nvmlDeviceGetMemoryInfo $(took nvmlDeviceGetMemoryInfo); compute processes $(took nvmlDeviceGetComputeRunningProcesses_v3); graphics processes $(took nvmlDeviceGetGraphicsRunningProcesses_v3)"
+    if [ "$rc" -ne 0 ]; then
+        result="**FAIL** (exit $rc): $result"
+        fail
+    fi
+    row "NVML's calls as the crate makes them (\`bin/nvml-loads\`): wall time of each, what \`nvmlInit\` maps" "$result" "$(secs "$s" "$(now)") s"
+fi
+
 # --- the driver watch on the GPU's own driver --------------------------------------------------
 # fixtures/adopter under nextest, every test process under `gpu-test-permit watch` (cargo's
 # target runner): `report` must name exactly its three tests that open the GPU without a permit
@@ -533,8 +556,13 @@ for n in $ns; do
     fi
     # The run's records: a test that failed beside others and passed alone on its retry (which
     # runs with the GPU to itself) is a contention casualty at this N.
-    casualties=$(GPU_TEST_PERMIT_DIR=$slots "$cli" report --run-id "$(run_id "$runlog")" 2>&1 | tee -a "$log" |
-        sed -n 's/^contention casualties: \([0-9]*\).*/\1/p')
+    # Every GPU test of the suite takes its permit through a fixture: none may be named as having
+    # loaded a driver without one (the crate's own NVML query loads libcuda before a permit that
+    # declares memory is granted: that is no test's load).
+    GPU_TEST_PERMIT_DIR=$slots "$cli" report --run-id "$(run_id "$runlog")" >"$work/report-N$n.log" 2>&1 || true
+    cat "$work/report-N$n.log" >>"$log"
+    casualties=$(sed -n 's/^contention casualties: \([0-9]*\).*/\1/p' "$work/report-N$n.log")
+    escaped=$(sed -n 's/.*loaded a GPU driver without a permit: \([0-9]*\).*/\1/p' "$work/report-N$n.log" | head -n 1)
     # Its JUnit report as CI would show it: `gpu-test-permit junit` marks as skipped exactly the
     # tests that printed a skip line (none, where every backend is there).
     marked="?"
@@ -542,8 +570,9 @@ for n in $ns; do
         -o "$work/junit-N$n.xml" >>"$log" 2>&1; then
         marked=$(grep -c '<skipped message="backend=' "$work/junit-N$n.xml" || true)
     fi
-    result="$p passed, $f failed, $(skips "nextest-N$n") skip lines; peak <= $n: $peak_ok; contention casualties (retried alone, passed): ${casualties:-?}; \`junit\` marked $marked skipped"
-    if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ] || [ "$peak_ok" != yes ] || [ "$marked" != "$(skips "nextest-N$n")" ]; then
+    result="$p passed, $f failed, $(skips "nextest-N$n") skip lines; peak <= $n: $peak_ok; contention casualties (retried alone, passed): ${casualties:-?}; \`junit\` marked $marked skipped; tests named as loading a driver without a permit: ${escaped:-0}"
+    if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ] || [ "$peak_ok" != yes ] || [ "$marked" != "$(skips "nextest-N$n")" ] ||
+        [ "${escaped:-0}" != 0 ]; then
         result="**FAIL** ($(why "$rc")): $result"
         fail
     fi

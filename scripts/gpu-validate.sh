@@ -10,6 +10,8 @@
 #                             example suite's test binaries, release, every feature, stripped
 #   adopter.tar.zst           a nextest archive of fixtures/adopter (wgpu 27, no feature of this
 #                             crate; some of its tests open the GPU without a permit)
+#   bin/nvml-loads            scripts/nvml-loads.c: NVML's calls as the crate makes them, timed,
+#                             and the driver libraries mapped after each
 #   bin/linked-to-libcuda     a program linked to libcuda.so.1 at build time (DT_NEEDED) that
 #                             calls nothing of it: mapped at start, no GPU touched
 #   workspace/                what the tests read at run time: the stand-in driver sources
@@ -81,6 +83,8 @@ printf 'int main(void) { return 0; }\n' >"$stub/main.c"
 cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$stub/libcuda.so" "$stub/cuda.c"
 cc -o "$dir/bin/linked-to-libcuda" "$stub/main.c" -Wl,--no-as-needed -L"$stub" -lcuda
 rm -rf "$stub"
+# NVML's calls as the crate makes them: what each costs, and what `nvmlInit` maps.
+cc -O1 -o "$dir/bin/nvml-loads" scripts/nvml-loads.c -ldl
 # Without features, as a project on wgpu or CUDA bindings of its own uses the crate: the CLI, and
 # the test binary of fixtures/no-features, each built apart so that no feature of the builds
 # above is unified into it.

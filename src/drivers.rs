@@ -25,11 +25,14 @@
 //!   ([`GpuTestPermit::pass_to`](crate::GpuTestPermit::pass_to), `gpu-test-permit run`)
 //!   writes its log as `held.<pid>` ([`INSIDE_PERMIT_LOG`]) and held the permit all its life.
 //!   This crate's own probe children are left out: they load drivers without a permit on
-//!   purpose, and are started without the loader's log, so they write none.
+//!   purpose, and are started without the loader's log, so they write none. So are the
+//!   drivers that NVIDIA's management library loads (`nvmlInit` maps `libcuda`, and opens no
+//!   context): the log names `libnvidia-ml` as what loaded them.
 //! - **In-process** (Linux, any libc; no watcher): at the process's first permit this crate
 //!   looks at what the process has mapped (the loader's list of loaded objects, then, where it
 //!   names a driver or a Vulkan, OpenCL or Level Zero loader, `/proc/self/maps`); a driver
-//!   already there was loaded before the first permit. Under nextest, a test process that
+//!   already there was loaded before the first permit, unless this crate's own NVML query
+//!   mapped it (for a permit that declares memory). Under nextest, a test process that
 //!   never took a permit looks again as it exits. A driver unloaded before either look (wgpu
 //!   unloads the Vulkan drivers when its instance is dropped) is not seen this way: watch the
 //!   run for that (`report` of a run that was not watched says so).
@@ -307,6 +310,14 @@ fn mapped_driver(p: &str, through_manifests: bool) -> bool {
 /// Whether this process has held a permit.
 static EVER: AtomicBool = AtomicBool::new(false);
 
+/// Whether `p`, a driver among this process's maps, was mapped by a library this crate loaded
+/// for its own use (`sys::for_own_use`): NVIDIA's management library, whose `nvmlInit` loads
+/// `libcuda` (and keeps it) though it opens no context, as a permit that declares memory asks
+/// it for the GPU's free memory before it is granted. Never a test's load.
+fn own_driver(p: &str) -> bool {
+    crate::sys::mapped_for_own_use(p)
+}
+
 /// Where the process is watched: its loader log, and the permits it holds now (outermost ones:
 /// a permit a thread takes inside its own counts once). The count and the mark of a change
 /// between none and some are one step under the lock, so that the marks come in the order
@@ -441,7 +452,7 @@ fn unpermitted_now() -> Option<MappedNow> {
     let through_manifests = reads_manifests(&mapped);
     let mut any = false;
     for p in &mapped {
-        if mapped_driver(p, through_manifests) {
+        if mapped_driver(p, through_manifests) && !own_driver(p) {
             any = true;
             break;
         }
@@ -455,7 +466,7 @@ fn unpermitted_now() -> Option<MappedNow> {
     let linked = linked_at_build_time(std::path::Path::new("/proc/self/exe"), &mapped);
     let mut unpermitted = Vec::new();
     for p in &mut mapped {
-        if mapped_driver(p, through_manifests) && !linked.contains(p) {
+        if mapped_driver(p, through_manifests) && !linked.contains(p) && !own_driver(p) {
             unpermitted.push(std::mem::take(p));
         }
     }

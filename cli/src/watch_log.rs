@@ -141,6 +141,9 @@ struct LogState {
     /// The file names of the libraries mapped since the program started or since the last
     /// `dlopen` began: the objects whose dependencies may be mapped next.
     group: Vec<String>,
+    /// The last `dlopen` was NVIDIA's management library's (`nvmlInit` loads `libcuda`): what
+    /// it maps opens no context, and is no load of the test's.
+    by_nvml: bool,
 }
 
 impl LogState {
@@ -177,7 +180,9 @@ impl LogState {
         else {
             return;
         };
-        if what.starts_with("dynamically loaded by ") {
+        if let Some(by) = what.strip_prefix("dynamically loaded by ") {
+            let by = by.rsplit_once(" [").map_or(by, |(by, _)| by);
+            self.by_nvml = library_name(by).starts_with("libnvidia-ml.");
             self.group.clear();
         } else if let Some(by) = what.strip_prefix("needed by ") {
             let by = by.rsplit_once(" [").map_or(by, |(by, _)| by);
@@ -186,6 +191,7 @@ impl LogState {
                 // `read_watch_log_from`).
                 self.starting = true;
                 self.holding = false;
+                self.by_nvml = false;
                 self.group.clear();
             }
         } else if what.trim_end() != "generating link map" {
@@ -201,7 +207,7 @@ impl LogState {
 
     /// The loader mapped library `name`.
     fn mapped(&self, name: &str, out: &mut WatchLog) {
-        if !driver_library(name) {
+        if !driver_library(name) || self.by_nvml {
             return;
         }
         let add = |to: &mut Vec<String>| {
@@ -274,6 +280,49 @@ fn read_line_at_most(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drivers_that_nvml_loads_are_no_loads_of_the_tests() {
+        // As glibc logs `nvmlInit` on NVIDIA's driver 580: NVML `dlopen`s `libcuda.so.1`
+        // (and keeps it). A driver the test `dlopen`s next, without a permit, is its own.
+        let log = "\
+   77:\ttransferring control: ./t
+   77:\tfile=libnvidia-ml.so.1 [0];  dynamically loaded by ./t [0]
+   77:\tfile=libnvidia-ml.so.1 [0];  generating link map
+   77:\tfile=libpthread.so.0 [0];  needed by /usr/local/nvidia/lib64/libnvidia-ml.so.1 [0]
+   77:\tfile=libpthread.so.0 [0];  generating link map
+   77:\topening file=/usr/local/nvidia/lib64/libnvidia-ml.so.1 [0]; direct_opencount=1
+   77:\tfile=libcuda.so.1 [0];  dynamically loaded by /usr/local/nvidia/lib64/libnvidia-ml.so.1 [0]
+   77:\tfile=libcuda.so.1 [0];  generating link map
+   77:\tfile=libm.so.6 [0];  needed by /usr/local/nvidia/lib64/libcuda.so.1 [0]
+   77:\tfile=libm.so.6 [0];  generating link map
+gpu-test-permit: held
+gpu-test-permit: free
+   77:\tfile=/usr/lib/libvulkan_lvp.so [0];  dynamically loaded by ./t [0]
+   77:\tfile=/usr/lib/libvulkan_lvp.so [0];  generating link map
+";
+        let seen = read_watch_log(log);
+        assert_eq!(seen.loaded, ["/usr/lib/libvulkan_lvp.so"]);
+        assert_eq!(seen.unpermitted, ["/usr/lib/libvulkan_lvp.so"]);
+        assert!(!seen.before_first_permit && seen.held);
+        // The same `libcuda` loaded by the test itself is its load.
+        let own = log.replace(
+            "dynamically loaded by /usr/local/nvidia/lib64/libnvidia-ml.so.1",
+            "dynamically loaded by ./t",
+        );
+        let seen = read_watch_log(&own);
+        assert_eq!(
+            seen.unpermitted,
+            ["libcuda.so.1", "/usr/lib/libvulkan_lvp.so"]
+        );
+        assert!(seen.before_first_permit);
+        // A library named like NVML is not NVML.
+        let like = log.replace("libnvidia-ml.so.1", "libnvidia-mlx.so.1");
+        assert_eq!(
+            read_watch_log(&like).unpermitted,
+            ["libcuda.so.1", "/usr/lib/libvulkan_lvp.so"]
+        );
+    }
 
     #[test]
     fn a_watch_log_says_which_drivers_came_without_a_permit() {

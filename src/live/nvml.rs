@@ -233,9 +233,10 @@ fn load() -> Option<Nvml> {
     };
     // SAFETY: as above, for `nvmlInit_v2`, which takes no arguments.
     let init = unsafe { std::mem::transmute::<*mut c_void, InitFn>(init) };
+    // `nvmlInit` loads the CUDA driver library: the crate's load, never the test's.
     // SAFETY: initialising more than once is counted by NVML and harmless; it is never shut
     // down here.
-    if unsafe { init() } != SUCCESS {
+    if crate::sys::for_own_use(|| unsafe { init() }) != SUCCESS {
         return None;
     }
     Some(nvml)

@@ -403,6 +403,40 @@ pub(crate) fn any_loaded_object(wanted: fn(*const std::ffi::c_char) -> bool) -> 
     kernel::any_loaded_object(wanted)
 }
 
+/// The files that libraries this crate loaded for its own use mapped into the process, as its
+/// maps name them ([`for_own_use`]).
+static OWN_MAPPED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Runs `load`, which loads a library this crate uses itself, and keeps the files it maps as
+/// the crate's own ([`mapped_for_own_use`]), so that the look for GPU drivers a test loaded
+/// without a permit leaves them out: `nvmlInit` loads `libcuda` on NVIDIA's driver (580), and
+/// keeps it. Reads the process's maps before and after (Linux; elsewhere nothing is kept),
+/// once a library: the crate loads NVML once a process, where a permit or the CUDA fixture
+/// asks for live memory. A file another thread maps at the same moment is kept too.
+pub(crate) fn for_own_use<T>(load: impl FnOnce() -> T) -> T {
+    let before = mapped_files();
+    let out = load();
+    if let (Some(before), Some(after)) = (before, mapped_files()) {
+        let mut own = OWN_MAPPED.lock().unwrap_or_else(|e| e.into_inner());
+        for p in after {
+            if !before.contains(&p) && !own.contains(&p) {
+                own.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `path`, a file of this process's maps, was mapped by a library this crate loaded
+/// for its own use ([`for_own_use`]).
+pub(crate) fn mapped_for_own_use(path: &str) -> bool {
+    OWN_MAPPED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|o| o == path)
+}
+
 /// Opens an existing regular file for appending, never through a symbolic link and without
 /// blocking on a FIFO at its name.
 pub(crate) fn open_regular_for_append_no_follow(path: &Path) -> io::Result<File> {

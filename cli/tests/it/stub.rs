@@ -67,6 +67,8 @@ pub fn compile(src: &Path, lib: &Path) {
         .args(["-shared", "-fPIC", "-O1", "-o"])
         .arg(lib)
         .arg(src)
+        // `dlopen` for glibc before 2.34, where it is not in the C library.
+        .arg("-ldl")
         .output()
         .unwrap_or_else(|e| {
             panic!(

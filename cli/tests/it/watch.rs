@@ -4,7 +4,7 @@
 //! `libcuda` as the driver. What `watch` records is read back with `report`.
 //!
 //! - A driver a process the test started loads without a permit is the test's escape; one the
-//!   crate's own probe child loads is not.
+//!   crate's own probe child loads is not, nor one NVML loads for the crate's memory query.
 //! - A program linked to `libcuda` at build time (`DT_NEEDED`) maps it in every test: reported
 //!   as linked at build time, never as an escape; the same driver `dlopen`ed is one.
 //! - A driver loaded after more than 64 MiB of loader log is still seen.
@@ -371,6 +371,54 @@ fn a_helper_run_beside_the_tests_own_permit_escapes() {
         shown.contains(&format!("  {BINARY}: libcuda.so.1 (1 test)")),
         "{shown}"
     );
+}
+
+#[test]
+fn the_cuda_driver_that_the_crates_nvml_query_loads_is_no_escape() {
+    // NVML's `nvmlInit` loads `libcuda` and keeps it (NVIDIA's driver 580; the stand-in NVML
+    // likewise). A permit that declares memory asks NVML for the GPU's free memory before it
+    // is granted, so the driver is mapped before the process's first permit: neither the
+    // watch nor the in-process look may count that load as the test's.
+    let work = tempdir();
+    let nvml = crate::stub::library_dir("nvml", &["libnvidia-ml.so.1", "libnvidia-ml.so"]);
+    let path = std::env::join_paths([nvml.as_path(), cuda_dir()]).unwrap();
+    for watched in [true, false] {
+        let slots = work.path().join(format!("slots-{watched}"));
+        let said = work.path().join(format!("nvml-{watched}.log"));
+        let run = unique_run(&format!("nvml-{watched}"));
+        let mut c = Command::new(bin());
+        clear_permit_env(&mut c);
+        if watched {
+            c.args(["watch", "--"]).arg(bin());
+        }
+        c.args(["run", "--memory", "1GiB", "--", "true"])
+            .env(gpu_test_permit::config::DIR_VAR, &slots)
+            .env("NEXTEST_RUN_ID", &run)
+            .env("NEXTEST_BINARY_ID", BINARY)
+            .env("NEXTEST_TEST_NAME", "memory::declared")
+            .env("NEXTEST_ATTEMPT", "1")
+            .env("LD_LIBRARY_PATH", &path)
+            .env("NVML_STUB_LOG", &said)
+            .env("NVML_STUB_GPUS", "1")
+            .env("GPU_TEST_PERMIT_GPUS", "1")
+            .env("GPU_TEST_PERMIT_GPU_MEMORY", "80GiB");
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        // The permit's admission asked NVML, which loaded the driver in the test's process.
+        let said = std::fs::read_to_string(&said).unwrap_or_default();
+        assert_eq!(
+            said, "nvmlInit_v2 loaded libcuda.so.1\n",
+            "watched: {watched}"
+        );
+        let records = drivers(&slots, &run);
+        assert_eq!(!records.is_empty(), watched, "{records:?}");
+        assert!(
+            records.iter().all(|d| !d.escaped() && d.drivers.is_empty()),
+            "watched: {watched}: {records:?}"
+        );
+        let shown = text(&report(&slots, &run, false));
+        assert!(reported_escapes(&shown).is_empty(), "{shown}");
+    }
 }
 
 #[test]

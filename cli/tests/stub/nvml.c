@@ -19,10 +19,15 @@
  *                                                     return while the line is there (a wedged
  *                                                     driver)
  *
+ * nvmlInit_v2 loads libcuda.so.1 where the library path has one, as NVIDIA's NVML does (driver
+ * 580: it `dlopen`s the CUDA driver and keeps it, opening no context); with NVML_STUB_LOG set,
+ * it appends a line to that file saying whether it did.
+ *
  * nvmlDeviceGetCount_v2 and nvmlDeviceGetHandleByIndex_v2 count GPUs; a handle is the GPU's
  * index plus one. The process calls answer NVML_ERROR_INSUFFICIENT_SIZE (7) with the count
  * needed when the caller's buffer is too small, as NVML does.
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +86,13 @@ static void each_line(void (*line)(const char *, void *), void *arg) {
 
 nvmlReturn_t nvmlInit_v2(void) {
     const char *m = getenv("NVML_STUB");
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    const char *log = getenv("NVML_STUB_LOG");
+    FILE *f = log ? fopen(log, "a") : NULL;
+    if (f) {
+        fprintf(f, "nvmlInit_v2 %s libcuda.so.1\n", cuda ? "loaded" : "found no");
+        fclose(f);
+    }
     return m && strcmp(m, "initfail") == 0 ? ERROR_DRIVER_NOT_LOADED : SUCCESS;
 }
 
