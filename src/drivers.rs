@@ -486,6 +486,7 @@ fn unpermitted_now() -> Option<MappedNow> {
 #[inline(always)] // every test process runs it: see `is_set`
 fn may_hold_a_driver() -> bool {
     // A `match`, not `unwrap_or`: unoptimised, that is a call to code elsewhere in the binary.
+    #[allow(clippy::manual_unwrap_or)]
     match crate::sys::any_loaded_object(may_be_a_driver_or_loader) {
         Some(found) => found,
         None => true,
