@@ -439,7 +439,7 @@ struct MappedNow {
 /// driver or a loader that reads manifests ([`may_hold_a_driver`]). Asked before
 /// [`unpermitted_now`], at the first permit and at exit; straight-line code in its common
 /// case, as the look at exit runs in every test process.
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 fn may_have_unpermitted_drivers() -> bool {
     !crate::config::inherits_a_permit() && !crate::config::is_watched() && may_hold_a_driver()
 }
@@ -483,7 +483,7 @@ fn unpermitted_now() -> Option<MappedNow> {
 /// Level Zero's), or cannot be seen. A driver is mapped by the loader, as the executable's
 /// dependency or by `dlopen`, so a process whose list names neither has none; the maps, which
 /// cost a test process far more to read, are read only where this says yes.
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 fn may_hold_a_driver() -> bool {
     // A `match`, not `unwrap_or`: unoptimised, that is a call to code elsewhere in the binary.
     #[allow(clippy::manual_unwrap_or)]

@@ -529,7 +529,7 @@ pub(crate) const PROBE_REQUEST_VAR: &str = "GPU_TEST_PERMIT_PROBE_CHILD";
 
 /// Whether [`PROBE_REQUEST_VAR`] is set. Asked in every process, by a constructor
 /// ([`is_set`]).
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 pub(crate) fn has_probe_request() -> bool {
     is_set(const { PROBE_REQUEST_C.as_ptr() })
 }
@@ -548,7 +548,7 @@ const NEXTEST_RUN_ID_C: &std::ffi::CStr = c"NEXTEST_RUN_ID";
 /// and its drop, `Option`'s methods) is code elsewhere in the binary, which a new process
 /// faults in 64 KiB at a time. The names are the constants' own
 /// (`quick_names_are_the_variables`).
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 fn is_set(name: *const std::ffi::c_char) -> bool {
     match crate::sys::env_is_set(name) {
         Some(set) => set,
@@ -579,7 +579,7 @@ pub(crate) fn watch_log() -> Option<OsString> {
 }
 
 /// Whether a watcher runs this process ([`WATCH_VAR`] set). Read afresh ([`is_set`]).
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 pub(crate) fn is_watched() -> bool {
     is_set(const { WATCH_C.as_ptr() })
 }
@@ -592,14 +592,14 @@ pub(crate) fn loader_log() -> Option<OsString> {
 
 /// Whether this process runs inside a permit passed on to it ([`INHERITED_VAR`] set). Read
 /// afresh, without the rest of the configuration (at exit, in a constructor).
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 pub(crate) fn inherits_a_permit() -> bool {
     is_set(const { INHERITED_C.as_ptr() })
 }
 
 /// Whether this process belongs to a nextest run (`NEXTEST_RUN_ID` set). Read afresh, without
 /// the rest of the configuration (in a constructor).
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 pub(crate) fn in_nextest_run() -> bool {
     is_set(const { NEXTEST_RUN_ID_C.as_ptr() })
 }

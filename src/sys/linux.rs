@@ -336,7 +336,7 @@ pub(super) fn mapped_files() -> Option<Vec<String>> {
 /// `dl_iterate_phdr` over the loaded objects, asking `wanted` of each one's name until it
 /// answers yes. Straight-line code, as what `wanted` is for runs at the exit of every test
 /// process (`drivers::may_hold_a_driver`).
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 pub(super) fn any_loaded_object(wanted: fn(*const libc::c_char) -> bool) -> Option<bool> {
     // Miri cannot call into the dynamic loader: "cannot tell", and the caller reads the maps.
     if cfg!(miri) {

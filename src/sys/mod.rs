@@ -399,7 +399,7 @@ pub(crate) fn mapped_files() -> Option<Vec<String>> {
 /// name as the loader keeps it, NUL-terminated. It runs under the loader's lock: it must not
 /// load a library, and must not panic (nothing unwinds into the loader: a panic ends the
 /// process).
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 pub(crate) fn any_loaded_object(wanted: fn(*const std::ffi::c_char) -> bool) -> Option<bool> {
     kernel::any_loaded_object(wanted)
 }
@@ -763,7 +763,7 @@ pub(crate) fn write_stdout_unbuffered(bytes: &[u8]) {
 /// (Windows). Setting a variable while another thread reads the environment is what the
 /// contract of `std::env::set_var` rules out.
 #[cfg(unix)]
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 pub(crate) fn env_is_set(name: *const std::ffi::c_char) -> Option<bool> {
     // SAFETY: `name` is NUL-terminated (the caller's constant).
     Some(unsafe { libc::getenv(name) } as usize != 0)
@@ -771,14 +771,14 @@ pub(crate) fn env_is_set(name: *const std::ffi::c_char) -> Option<bool> {
 
 /// Whether the variable named by `name` is set: asked otherwise here (`None`).
 #[cfg(not(unix))]
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 pub(crate) fn env_is_set(_name: *const std::ffi::c_char) -> Option<bool> {
     None
 }
 
 /// Runs `callback` when the process ends normally (after `main` returns, or at `exit`), as C's
 /// `atexit` does; not after [`exit_now`] or a fatal signal. The callback must not unwind.
-#[inline(always)] // every test process runs it: see `is_set`
+#[inline(always)] // runs in every test process (CONTRIBUTING.md)
 pub(crate) fn at_exit(callback: extern "C" fn()) {
     unsafe extern "C" {
         safe fn atexit(callback: extern "C" fn()) -> std::ffi::c_int;
