@@ -171,6 +171,13 @@ nextest_counts() {
     awk '/Summary \[/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p = $(i - 1); if ($(i) ~ /^failed/) f = $(i - 1) } }
         END { printf "%d %d", p, f }' "$1"
 }
+# The tests a `report` log (file $1) names as having loaded a GPU driver without a permit,
+# sorted, joined with ';'.
+reported_escapes() {
+    awk '/loaded a GPU driver without a permit: /{on=1; next}
+        on && /^  /{sub(/^  /, ""); sub(/: .*/, ""); print; next} on{on=0}' "$1" |
+        sort | paste -sd';' -
+}
 # Why a run ended badly, from its exit status.
 why() {
     case $1 in
@@ -364,9 +371,7 @@ cat "$work/adopter.log" >>"$log"
 read -r p f <<<"$(nextest_counts "$work/adopter.log")"
 GPU_TEST_PERMIT_DIR=$adopter_slots "$cli" report >"$work/adopter-report.log" 2>&1 || true
 cat "$work/adopter-report.log" >>"$log"
-escapes=$(awk '/loaded a GPU driver without a permit: /{on=1; next}
-    on && /^  /{sub(/^  /, ""); sub(/: .*/, ""); print; next} on{on=0}' "$work/adopter-report.log" |
-    sort | paste -sd';' -)
+escapes=$(reported_escapes "$work/adopter-report.log")
 expected=$({
     echo "gpu-test-permit-adopter tests::raw_adapter_is_named"
     echo "gpu-test-permit-adopter::integration raw_adapter_from_outside"
@@ -434,9 +439,7 @@ frc=0
 GPU_TEST_PERMIT_DIR=$unwatched_slots "$cli" report --fail-on-unpermitted \
     >"$work/adopter-unwatched-report.log" 2>&1 || frc=$?
 cat "$work/adopter-unwatched-report.log" >>"$log"
-escapes=$(awk '/loaded a GPU driver without a permit: /{on=1; next}
-    on && /^  /{sub(/^  /, ""); sub(/: .*/, ""); print; next} on{on=0}' "$work/adopter-unwatched-report.log" |
-    sort | paste -sd';' -)
+escapes=$(reported_escapes "$work/adopter-unwatched-report.log")
 expected_unwatched=""
 if [ "$cuda" = yes ]; then expected_unwatched="gpu-test-permit-adopter::integration cuda_raw_from_outside"; fi
 not_watched=no
