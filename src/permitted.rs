@@ -28,7 +28,7 @@ use crate::permit::{AcquireError, GpuTestPermit, PermitPool};
 /// A fixture that needs more of the GPU than an ordinary test takes a larger permit
 /// ([`acquire_weighted`](crate::acquire_weighted), [`acquire_memory`](crate::acquire_memory)):
 ///
-/// ```
+/// ```standalone_crate
 /// use gpu_test_permit::Permitted;
 ///
 /// # // SAFETY: the example's process has one thread at this point.

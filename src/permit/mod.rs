@@ -107,11 +107,11 @@ pub fn acquire_exclusive() -> GpuTestPermit {
 ///
 /// # Examples
 ///
-/// ```
+/// ```standalone_crate
 /// // Half of a GPU shared by N = 4 ordinary tests.
 /// # // SAFETY: the example's process has one thread at this point.
 /// # unsafe { std::env::set_var("REALIZAR_GPU_TEST_CONCURRENCY", "4") };
-/// # let dir = std::env::temp_dir().join(format!("gtp-doc-{}", std::process::id()));
+/// # let dir = std::env::temp_dir().join(format!("gtp-doc-acquire-weighted-{}", std::process::id()));
 /// # unsafe { std::env::set_var("GPU_TEST_PERMIT_DIR", &dir) };
 /// let heavy = gpu_test_permit::acquire_weighted(2);
 /// assert_eq!(heavy.units(), 2);
@@ -142,7 +142,7 @@ pub fn acquire_weighted(units: usize) -> GpuTestPermit {
 ///
 /// ```
 /// use gpu_test_permit::PermitPool;
-/// # let dir = std::env::temp_dir().join(format!("gtp-doc-acquire-gpus-{}", std::process::id()));
+/// # let dir = std::env::temp_dir().join(format!("gtp-doc-fn-acquire-gpus-{}", std::process::id()));
 /// let pool = PermitPool::builder().gpus(8).slot_dir(&dir).build()?;
 /// let four = pool.acquire_gpus(4);
 /// assert_eq!(four.devices().len(), 4);
@@ -168,10 +168,10 @@ pub fn acquire_gpus(gpus: usize) -> GpuTestPermit {
 ///
 /// # Examples
 ///
-/// ```
+/// ```standalone_crate
 /// # // SAFETY: the example's process has one thread at this point.
 /// # unsafe { std::env::set_var("REALIZAR_GPU_TEST_CONCURRENCY", "4") };
-/// # let dir = std::env::temp_dir().join(format!("gtp-doc-{}", std::process::id()));
+/// # let dir = std::env::temp_dir().join(format!("gtp-doc-acquire-memory-{}", std::process::id()));
 /// # unsafe { std::env::set_var("GPU_TEST_PERMIT_DIR", &dir) };
 /// # unsafe { std::env::set_var("GPU_TEST_PERMIT_GPU_MEMORY", "16GiB") };
 /// // In a test: units of the global pool's budget.

@@ -15,6 +15,7 @@ mod config;
 mod decision;
 mod devices;
 mod dirs;
+mod doc_examples;
 #[cfg(target_os = "linux")]
 mod find_cap;
 mod fixture;
