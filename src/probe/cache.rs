@@ -395,7 +395,11 @@ fn write_atomically(
         },
     };
     let json = file.to_text();
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    // Named apart per write, not per process: two threads of one process may write the same
+    // cache file at once.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nth = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp.{}.{nth}", std::process::id()));
     let result = (|| {
         let mut f = File::create(&tmp)?;
         // No fsync: a file cut short by a machine crash fails validation and is re-probed.
