@@ -11,6 +11,9 @@
 #   now-opt1  `now` with this crate optimised in the dev profile
 #             (`[profile.dev.package.gpu-test-permit] opt-level = 1`, as docs/guide.md
 #             suggests; `LINK_COST_OPT_LEVEL=3` for another level), the rest of the build as is;
+#   now-cpu   `now` as a binary of CPU tests: neither test takes a permit, so none reaches
+#             `acquire()` (its `takes_a_permit` row is a second `takes_none`): what a test binary
+#             whose tests never take a permit pays, the constructors' code linked and run;
 #   floor     the same tests with a crate written here as the dependency instead: the least a
 #             cross-process cap on file locks does (the N slot files opened in turn until
 #             `flock` takes one; its guard closes it), in 40 lines over `libc`, as this crate
@@ -129,10 +132,14 @@ one_test_crate "$work/now" link-cost-tests "$root"
 build "$work/now" now
 opt=${LINK_COST_OPT_LEVEL:-1}
 build "$work/now" "now-opt$opt" "$opt"
+# A package name of its own: the test binary of the same package name, built from the same
+# dependencies, would have the same file name in the shared target directory.
+one_test_crate "$work/now-cpu" link-cost-cpu-tests "$root" gpu-test-permit cpu-only
+build "$work/now-cpu" now-cpu
 make_floor "$work/floor-cap"
 one_test_crate "$work/floor" link-cost-tests "$work/floor-cap" floor-cap
 build "$work/floor" floor
-bins="$work/bin/now:$work/bin/now-opt$opt:$work/bin/floor"
+bins="$work/bin/now:$work/bin/now-opt$opt:$work/bin/now-cpu:$work/bin/floor"
 for arg in "$@"; do
     rev=$(git -C "$root" rev-parse --verify "$arg^{commit}")
     mkdir -p "$work/src-${rev:0:7}"

@@ -5,7 +5,8 @@
 # A test crate in `$1` named `$2`, with two tests: `takes_a_permit` and `takes_none`. With a
 # crate at `$3` as a path dependency (the package `$4`, gpu-test-permit where none is named),
 # `takes_a_permit` calls its `acquire()` and `takes_none` touches its `PermitKind`; without
-# (`$3` empty), both do trivial work.
+# (`$3` empty), both do trivial work. With `$5` = `cpu-only`, a binary of CPU tests that links the
+# crate: both tests touch its `PermitKind`, neither takes a permit (so nothing reaches `acquire()`).
 one_test_crate() {
     mkdir -p "$1/src" "$1/tests"
     {
@@ -29,10 +30,12 @@ one_test_crate() {
     else
         local lib
         lib=$(printf '%s' "${4:-gpu-test-permit}" | tr - _)
+        local permit="    let _permit = ${lib}::acquire();"
+        [ "${5:-}" != cpu-only ] || permit="    std::hint::black_box(${lib}::PermitKind::Shared);"
         printf '%s\n' \
             '#[test]' \
             'fn takes_a_permit() {' \
-            "    let _permit = ${lib}::acquire();" \
+            "$permit" \
             '}' \
             '' \
             '#[test]' \
