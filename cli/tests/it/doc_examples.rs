@@ -3,18 +3,9 @@
 //! example cannot break another one that runs beside it.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            sources(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-}
+use crate::util::rust_files;
 
 /// One example: where it starts, its fence's attributes, its lines.
 struct Example {
@@ -68,10 +59,10 @@ fn runs_as_rust(attrs: &str) -> bool {
 }
 
 fn all_examples() -> Vec<Example> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = crate::util::workspace_root();
     let mut files = Vec::new();
-    sources(&root.join("src"), &mut files);
-    sources(&root.join("cli/src"), &mut files);
+    rust_files(&root.join("src"), &mut files);
+    rust_files(&root.join("cli/src"), &mut files);
     files.sort();
     files.iter().flat_map(|f| examples(f)).collect()
 }

@@ -1,7 +1,9 @@
 //! The library keeps its platform code in `src/sys/`: no platform `cfg` anywhere else in the
 //! library's sources (the CLI binary under `src/bin/` keeps its own signal code).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+use crate::util::rust_files;
 
 /// The `cfg` predicates that pick a platform.
 const PLATFORM_KEYS: [&str; 5] = [
@@ -11,18 +13,6 @@ const PLATFORM_KEYS: [&str; 5] = [
     "target_family",
     "target_vendor",
 ];
-
-/// Every `.rs` file below `dir`.
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
 
 /// The platform conditions in `text`, as `(line, condition)`: every `cfg(...)`, `cfg!(...)` and
 /// `cfg_attr(...)` (over several lines too) that names a platform key outside a string.

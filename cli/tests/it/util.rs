@@ -207,3 +207,15 @@ impl Drop for Orphan {
         unsafe { libc::kill(self.command, libc::SIGKILL) };
     }
 }
+
+/// Every `.rs` file below `dir`, appended to `out`.
+pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
