@@ -34,6 +34,8 @@
 #        PROCESSES=5000 scripts/link-cost.sh bd56f07
 #        LINK_COST_TARGET=DIR scripts/link-cost.sh   # keep the builds' target directory
 #        LINK_COST_COPY=1 scripts/link-cost.sh       # run copies of the binaries
+#        LINK_COST_CPU=1 scripts/link-cost.sh REV    # each REV also as a binary of CPU tests,
+#                                            # as now-cpu (at-REV-cpu)
 #        LINK_COST_OUT=DIR scripts/link-cost.sh [REV...]  # build only: the binaries, the bench
 #                                            # and DIR/run.sh, to run on another machine of
 #                                            # this architecture that has no Rust
@@ -147,6 +149,12 @@ for arg in "$@"; do
     one_test_crate "$work/at-${rev:0:7}" link-cost-tests "$work/src-${rev:0:7}"
     build "$work/at-${rev:0:7}" "at-${rev:0:7}"
     bins="$bins:$work/bin/at-${rev:0:7}"
+    if [ -n "${LINK_COST_CPU:-}" ]; then
+        one_test_crate "$work/at-${rev:0:7}-cpu" link-cost-cpu-tests "$work/src-${rev:0:7}" \
+            gpu-test-permit cpu-only
+        build "$work/at-${rev:0:7}-cpu" "at-${rev:0:7}-cpu"
+        bins="$bins:$work/bin/at-${rev:0:7}-cpu"
+    fi
 done
 cd "$root"
 if [ -n "${LINK_COST_OUT:-}" ]; then
