@@ -395,11 +395,9 @@ fn write_atomically(
         },
     };
     let json = file.to_text();
-    // Named apart per write, not per process: two threads of one process may write the same
-    // cache file at once.
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nth = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = path.with_extension(format!("tmp.{}.{nth}", std::process::id()));
+    // One name a process is enough: the caller holds the cache file's lock (`lock_until`, a
+    // lock of its own open file, so threads of this process exclude each other too).
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
     let result = (|| {
         let mut f = File::create(&tmp)?;
         // No fsync: a file cut short by a machine crash fails validation and is re-probed.
