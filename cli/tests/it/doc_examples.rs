@@ -46,16 +46,16 @@ fn examples(file: &Path) -> Vec<Example> {
     out
 }
 
+/// Whether rustdoc runs the example whose fence says `attrs` (separated by commas or spaces).
 fn runs_as_rust(attrs: &str) -> bool {
-    let attrs: Vec<&str> = attrs.split(',').map(str::trim).collect();
-    !attrs.iter().any(|a| {
-        matches!(
-            *a,
-            "text" | "toml" | "sh" | "console" | "json" | "ignore" | "compile_fail" | "no_run"
-        )
-    }) && attrs
-        .iter()
-        .all(|a| a.is_empty() || !a.chars().any(char::is_whitespace))
+    !attrs
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .any(|a| {
+            matches!(
+                a,
+                "text" | "toml" | "sh" | "console" | "json" | "ignore" | "compile_fail" | "no_run"
+            )
+        })
 }
 
 fn all_examples() -> Vec<Example> {
