@@ -172,7 +172,7 @@ fn kept_texts(dir: &Path, name: &str) -> Vec<String> {
 
 /// The directories the records of slot directory `dir` are kept in: its state directory, then
 /// `dir` itself where that is another directory.
-fn kept_dirs(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn kept_dirs(dir: &Path) -> Vec<PathBuf> {
     let state = crate::config::Config::global().state_dir_for(dir);
     let another = state != dir;
     let mut dirs = Vec::with_capacity(2);

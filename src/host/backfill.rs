@@ -267,7 +267,7 @@ impl HoldTimes {
         // Where the state directory could not be made, the slot directory keeps the file.
         let mut found = None;
         for d in &[state.as_path(), dir] {
-            if let Ok(file) = sys::open_regular_for_reading(&d.join(TESTS_FILE)) {
+            if let Some(file) = tests_file::open_own(&tests_file::state_path(d, TESTS_FILE)) {
                 found = Some(file);
                 break;
             }

@@ -274,11 +274,13 @@ pub(super) struct Agreed {
 
 /// Settles the layout of `dir` and leaves `file` locked shared. `want` is written only where
 /// nobody else uses the directory (and, for `auto`, no process of its run has written its
-/// choice), and only once [`fd_budget`] allows it.
+/// choice), only once [`fd_budget`] allows it, and only where this process may write `file`
+/// (`writable`: another user's layout file is read, never written).
 pub(super) fn agree_on_layout(
     dir: &Path,
     path: &Path,
     file: &File,
+    writable: bool,
     want: WantedLayout<'_>,
 ) -> Result<Agreed, HostError> {
     let give_up = Instant::now() + LAYOUT_WAIT;
@@ -318,6 +320,15 @@ pub(super) fn agree_on_layout(
                     // Already ours (the last users wanted the same, or a process of this run
                     // chose): nothing to write, and the descriptor budget is checked before
                     // the slots are opened.
+                    Ok(())
+                } else if !writable {
+                    // Another user's layout: adopted (or declined, see `HostSlots::declined`)
+                    // as it is, never rewritten; one that says nothing usable is its owner's
+                    // to mend.
+                    if recorded.is_none() {
+                        let _ = file.unlock();
+                        return Err(unwritable(dir, path, file));
+                    }
                     Ok(())
                 } else if in_use() {
                     if recorded.is_none() {
@@ -378,6 +389,9 @@ pub(super) fn agree_on_layout(
                     Err(problem) => {
                         let _ = file.unlock();
                         // Only a process that finds the directory unused may rewrite it.
+                        if !writable {
+                            return Err(unwritable(dir, path, file));
+                        }
                         if matches!(file.try_lock(), Ok(())) {
                             let _ = file.unlock();
                             continue;
@@ -409,6 +423,22 @@ pub(super) fn agree_on_layout(
         std::thread::sleep(pause);
         pause = (pause * 2).min(RECHECK);
     }
+}
+
+/// The error for a layout file that says nothing usable and that this process may not
+/// write: another user's.
+fn unwritable(dir: &Path, path: &Path, file: &File) -> HostError {
+    let owner = match sys::writer(file) {
+        sys::Writer::User(uid) | sys::Writer::Others { owner: uid } => format!("uid {uid}"),
+        _ => "another user".to_string(),
+    };
+    HostError::Directory(format!(
+        "the layout file {} of slot directory {} is blank or corrupt, and only its owner, \
+         {owner}, may rewrite it; ask them to remove it while nobody uses the directory, or set \
+         GPU_TEST_PERMIT_DIR to a directory of this user's own",
+        path.display(),
+        dir.display()
+    ))
 }
 
 /// Whether a slot file of `dir` is locked, or may be (its lock cannot be probed): what says

@@ -142,6 +142,11 @@ use slot::Slots;
 pub(crate) struct HostSlots {
     dir: PathBuf,
     layout: Layout,
+    /// Who may have written the layout: a layout another user may have set is never a
+    /// reason for this process to hold more than it asked for ([`HostSlots::declined`]).
+    writer: sys::Writer,
+    /// The layout this process asked for (for `auto`, its own choice).
+    asked: Layout,
     /// Locked shared for the life of this value: the layout is in use.
     _layout_file: File,
     gate_path: PathBuf,
@@ -177,6 +182,8 @@ pub(crate) struct HostSlots {
 struct Opening {
     layout_path: PathBuf,
     layout_file: File,
+    /// Whether this process may write the layout file (another user's is read only).
+    writable: bool,
     /// Whether the directory is shared by several users (the mode new files get).
     shared: bool,
 }
@@ -194,6 +201,54 @@ fn open_file(
     let path = dir.join(name);
     let file = slot::open_counted(dir, layout, &path, shared)?;
     Ok((path, file))
+}
+
+/// What a process configured with `own` keeps of it in a directory laid out as `layout` by
+/// `writer` ([`HostSlots::declined`]).
+fn declined(layout: Layout, own: Layout, writer: sys::Writer) -> Option<Layout> {
+    if writer == sys::Writer::ThisUser || (layout.per_gpu <= own.per_gpu && layout.gpus <= own.gpus)
+    {
+        return None;
+    }
+    Some(Layout {
+        per_gpu: own.per_gpu.min(layout.per_gpu),
+        gpus: own.gpus.min(layout.gpus),
+    })
+}
+
+/// The line said where this process uses a layout other than the one it asked for: who set
+/// it, and what this process does with it.
+fn layout_notice(dir: &Path, layout: Layout, wanted: Layout, writer: sys::Writer) -> String {
+    let var = crate::config::Config::global().concurrency_var;
+    let who = match writer {
+        sys::Writer::ThisUser => "set by a process of this user".to_string(),
+        sys::Writer::User(uid) => format!("set by uid {uid}, the owner of its layout file"),
+        sys::Writer::Others { owner } => format!(
+            "its layout file, owned by uid {owner}, may be written by other users, so anyone \
+             may have set it"
+        ),
+        sys::Writer::Unknown => "its layout file's owner cannot be told".to_string(),
+    };
+    match declined(layout, wanted, writer) {
+        None => format!(
+            "slot directory {} serves {layout} ({who}); this process asked for {wanted} and \
+             uses the directory's layout, so that the cap holds. Give every process that \
+             shares the directory the same {var} and GPU_TEST_PERMIT_GPUS, or a \
+             GPU_TEST_PERMIT_DIR of its own",
+            dir.display(),
+        ),
+        Some(kept) => format!(
+            "slot directory {} serves {layout} ({who}); this process asked for {wanted} and \
+             declines to hold more: it takes permits only while at most {} unit(s) of a GPU \
+             are held, on its first {} GPU(s) (each of its permits also holds the directory's \
+             {} other unit(s) of its GPU). Use a GPU_TEST_PERMIT_DIR of this user's own to \
+             run with more",
+            dir.display(),
+            kept.per_gpu,
+            kept.gpus,
+            layout.per_gpu - kept.per_gpu,
+        ),
+    }
 }
 
 /// A request waiting for slots, or the head of the queue, as a timed-out wait sees it.
@@ -311,8 +366,11 @@ impl HostSlots {
             gpus,
         };
         let opening = HostSlots::begin_open(dir, seed)?;
+        // A choice another user may have written is no choice of this run's: this process
+        // chooses its own, which bounds what it adopts (`declined`).
+        let theirs_trusted = sys::writer(&opening.layout_file) == sys::Writer::ThisUser;
         let layout = match peek(&opening.layout_file) {
-            Some((layout, Some(theirs))) if theirs == run => layout,
+            Some((layout, Some(theirs))) if theirs == run && theirs_trusted => layout,
             _ => Layout {
                 per_gpu: choose(),
                 gpus,
@@ -340,10 +398,15 @@ impl HostSlots {
             Err(e) => return Err(HostError::Directory(e)),
         };
         let shared = sys::is_shared_dir_meta(&meta);
-        let (layout_path, layout_file) = open_file(dir, "gpu0.layout", expected, shared)?;
+        // Only its owner may write the layout: what another user may write can raise nobody's
+        // N (docs/protocol.md, "Who may write what").
+        let layout_path = dir.join("gpu0.layout");
+        let (layout_file, writable) =
+            slot::open_owner_counted(dir, expected, &layout_path, shared)?;
         Ok(Opening {
             layout_path,
             layout_file,
+            writable,
             shared,
         })
     }
@@ -359,6 +422,7 @@ impl HostSlots {
         let Opening {
             layout_path,
             layout_file,
+            writable,
             shared,
         } = opening;
         // The descriptor budget is checked before any slot file is made: a layout that cannot
@@ -367,18 +431,14 @@ impl HostSlots {
             layout,
             chose,
             wrote,
-        } = agree_on_layout(dir, &layout_path, &layout_file, want)?;
+        } = agree_on_layout(dir, &layout_path, &layout_file, writable, want)?;
         fd_budget(dir, layout)?;
         let wanted = want.layout();
-        if layout != wanted && matches!(want, WantedLayout::Fixed(_)) {
-            crate::notice::line(&format!(
-                "slot directory {} serves {layout} (set by a process using it now); this process \
-                 asked for {wanted} and uses the directory's layout, so that the cap holds. Give \
-                 every process that shares the directory the same {} and GPU_TEST_PERMIT_GPUS, or \
-                 a GPU_TEST_PERMIT_DIR of its own",
-                dir.display(),
-                crate::config::Config::global().concurrency_var
-            ));
+        let writer = sys::writer(&layout_file);
+        if layout != wanted
+            && (matches!(want, WantedLayout::Fixed(_)) || writer != sys::Writer::ThisUser)
+        {
+            crate::notice::line(&layout_notice(dir, layout, wanted, writer));
         }
         let (gate_path, gate) = open_file(dir, "gpu0.gate", layout, shared)?;
         if wrote {
@@ -397,6 +457,8 @@ impl HostSlots {
         let host = HostSlots {
             dir: dir.to_path_buf(),
             layout,
+            writer,
+            asked: wanted,
             _layout_file: layout_file,
             gate_path,
             gate,
@@ -422,6 +484,16 @@ impl HostSlots {
     /// The layout the slots follow: the directory's, which may differ from the one asked for.
     pub(crate) fn layout(&self) -> Layout {
         self.layout
+    }
+
+    /// What this process keeps of the layout it asked for, in a directory laid out by another
+    /// user (or by anyone: its layout file writable by others) with more permits per GPU or
+    /// more GPUs: the layout asked for, clipped to the directory's, whose N and GPUs its
+    /// requests then hold to; `None` where it adopts the directory's layout as it is (this
+    /// user's, or one that raises nothing). A layout another user wrote is never a reason to
+    /// hold more than this process's own N allows.
+    pub(crate) fn declined(&self) -> Option<Layout> {
+        declined(self.layout, self.asked, self.writer)
     }
 
     /// The open file of slot `index`, whose description holds the slot's lock while this

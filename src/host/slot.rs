@@ -104,6 +104,24 @@ pub(super) fn open_counted(
     counted(dir, layout, path, &|| sys::open_lock_file(path, shared))
 }
 
+/// Opens (creating if needed) a lock file of `dir` that only its owner writes
+/// ([`sys::open_owner_file`]), as [`counted`] does out of descriptors; with whether this
+/// process may write it.
+pub(super) fn open_owner_counted(
+    dir: &Path,
+    layout: Layout,
+    path: &Path,
+    shared: bool,
+) -> Result<(File, bool), HostError> {
+    let writable = std::cell::Cell::new(true);
+    let file = counted(dir, layout, path, &|| {
+        let (file, w) = sys::open_owner_file(path, shared)?;
+        writable.set(w);
+        Ok(file)
+    })?;
+    Ok((file, writable.get()))
+}
+
 /// Opens a lock file of `dir` that another process made, as [`counted`] does out of
 /// descriptors; an error where there is none.
 pub(super) fn open_existing_counted(

@@ -8,10 +8,51 @@
 //! no `v` and the same fields: they read as they did. A line of another version, or one that
 //! is not a line of this format (cut short, garbage), is left out, and counted.
 
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
 use crate::json::{self, FieldReader, Fields, Object, Record, Value};
+use crate::sys;
 
 /// The file, in the state directory.
 pub(crate) const TESTS_FILE: &str = "gpu0.tests";
+
+/// The path of state file `name` (`gpu0.tests`, `gpu0.history`, ...) in state directory
+/// `state`: in a directory other users may write (a shared slot directory that is its own
+/// state directory), this user's own file, `NAME-UID`, so that what another user writes can
+/// neither change nor truncate what this user learned, nor teach it anything.
+pub(crate) fn state_path(state: &Path, name: &str) -> PathBuf {
+    if sys::is_shared_dir(state) {
+        state.join(sys::per_user_name(name))
+    } else {
+        state.join(name)
+    }
+}
+
+/// The state file at `path` ([`state_path`]), opened for reading where it is a regular file of
+/// this user's: never through a link, nor from a FIFO, nor one another user made at its name.
+pub(crate) fn open_own(path: &Path) -> Option<File> {
+    let file = sys::open_regular_for_reading(path).ok()?;
+    let meta = file.metadata().ok()?;
+    sys::owned_by_this_user(&meta).then_some(file)
+}
+
+/// The state file at `path` ([`state_path`]), opened (made if missing) for writing where it is
+/// this user's and nobody else may write it.
+pub(crate) fn open_own_for_writing(path: &Path) -> std::io::Result<File> {
+    let shared = path.parent().is_some_and(sys::is_shared_dir);
+    let (file, writable) = sys::open_owner_file(path, shared)?;
+    if !writable || sys::writer(&file) != sys::Writer::ThisUser {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "{} belongs to another user, or other users may write it; it is left alone",
+                path.display()
+            ),
+        ));
+    }
+    Ok(file)
+}
 
 /// The version of a line this build writes.
 const VERSION: u32 = 1;

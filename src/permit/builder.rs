@@ -405,6 +405,12 @@ impl PoolBuilder {
             }
             _ => None,
         };
+        // A layout another user set that raises this process's N or GPUs is declined: its
+        // permits hold to what it asked for (see `HostSlots::declined`).
+        let declined = match (&host, &inherited) {
+            (Some(host), None) => host.declined(),
+            _ => None,
+        };
         let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // Threads waiting in this pool are published beside the host's wait files.
         let published = host
@@ -437,10 +443,17 @@ impl PoolBuilder {
                 holders: Holders::new(id),
                 gpus: self.gpus,
                 per_gpu: self.concurrency,
-                topology: match &inherited {
-                    Some(i) => Topology::flat(i.gpus()),
-                    None if self.groups.is_empty() => Topology::flat(self.gpus),
-                    None => Topology::grouped(self.gpus, &self.groups),
+                pad: match declined {
+                    Some(own) => self.concurrency - own.per_gpu,
+                    None => 0,
+                },
+                topology: match (&inherited, declined) {
+                    (Some(i), _) => Topology::flat(i.gpus()),
+                    // Its GPUs, not the directory's others.
+                    (None, Some(own)) if self.groups.is_empty() => Topology::flat(own.gpus),
+                    (None, Some(own)) => Topology::grouped(own.gpus, &self.groups),
+                    (None, None) if self.groups.is_empty() => Topology::flat(self.gpus),
+                    (None, None) => Topology::grouped(self.gpus, &self.groups),
                 },
                 placement: self.placement,
                 live: match (&host, &inherited) {

@@ -147,7 +147,15 @@ impl GpuTestPermit {
     /// # Ok::<(), gpu_test_permit::host::HostError>(())
     /// ```
     pub fn units(&self) -> usize {
-        self.seat().units.load(Ordering::Relaxed)
+        let seat = self.seat();
+        let units = seat.units.load(Ordering::Relaxed);
+        // Without the directory's other units it holds besides, in a layout another user set
+        // higher than this process's N (`PoolInner::pad`).
+        let pad = self.pool().pad;
+        if pad == 0 || seat.exclusive.load(Ordering::Relaxed) {
+            return units;
+        }
+        units - pad * seat.gpus.load(Ordering::Relaxed).max(1)
     }
 
     /// The GPU memory the permit's request declared, in bytes

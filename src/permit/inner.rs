@@ -34,6 +34,11 @@ pub(super) struct PoolInner {
     pub(super) gpus: usize,
     /// Permits per GPU, N: the capacity over the GPUs.
     pub(super) per_gpu: usize,
+    /// Where the slot directory's layout, set by another user, has more permits per GPU than
+    /// this process asked for: the units each of its permits holds besides its own on each of
+    /// its GPUs (the directory's N less its own), so that it is granted only while at most
+    /// its own N units of a GPU are held (`HostSlots::declined`). 0 otherwise.
+    pub(super) pad: usize,
     /// The groups a k-GPU request stays within.
     pub(super) topology: crate::host::Topology,
     pub(super) placement: crate::host::Placement,
@@ -75,7 +80,7 @@ impl PoolInner {
     pub(super) fn units_per_gpu(&self) -> usize {
         match &self.inherited {
             Some(inherited) => inherited.permit.per_gpu,
-            None => self.per_gpu,
+            None => self.per_gpu - self.pad,
         }
     }
 
@@ -88,7 +93,7 @@ impl PoolInner {
                 (inherited.permit.slots.len() / inherited.gpus(), true)
             }
             Some(inherited) => (inherited.permit.per_gpu, true),
-            None => (self.per_gpu, false),
+            None => (self.per_gpu - self.pad, false),
         }
     }
 

@@ -17,8 +17,17 @@
 //! Nothing here can take or free a slot: this file is handed no pool, seat, semaphore or slot
 //! directory, and names none of them (the layering test checks it). What an observer keeps of
 //! a permit while it is held ([`Held`]) is kept in its seat for it, opaque to the seat.
+//!
+//! Nor can an observer's panic reach the cap's path: each point runs its observers inside
+//! [`contained`], which catches a panic, says once per process which point it hit, and goes
+//! on with what the point returns when it has nothing (no names, nothing kept). The permit
+//! itself is built before [`Observers::granted`] runs, so that even a panic that escaped
+//! (a build with `panic = "abort"` ends the process, whose locks the kernel drops) would
+//! return its units as the guard unwinds.
 
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime};
 
 use super::watchdog::{Watched, unwatch, watch};
@@ -199,6 +208,13 @@ impl Observers {
     /// time, where the trace shows the wait.
     #[inline]
     pub(super) fn asking(&self) -> Asking {
+        contained("asked for", || Asking { wall: None }, || self.asking_now())
+    }
+
+    #[inline(always)]
+    fn asking_now(&self) -> Asking {
+        #[cfg(test)]
+        panic_here("asked for");
         if self.hint {
             crate::nextest::hint_once(self.capacity);
         }
@@ -220,13 +236,29 @@ impl Observers {
         if !self.names {
             return None;
         }
+        // Where the names cannot be had, the holder record still needs some: the slots are
+        // taken with these.
+        let unnamed = || {
+            Some(Names {
+                test: String::from("(unnamed)"),
+                thread: String::new(),
+                since_wall: SystemTime::now(),
+            })
+        };
+        contained("named", unnamed, || Some(self.names_now()))
+    }
+
+    #[inline(always)]
+    fn names_now(&self) -> Names {
+        #[cfg(test)]
+        panic_here("named");
         let names = Names {
             test: crate::nextest::current_test_name(),
             thread: thread_label(),
             since_wall: SystemTime::now(),
         };
         crate::runs::tally::gpu_test(&names.test);
-        Some(names)
+        names
     }
 
     /// The permit is granted: the run records, the watchdog, the trace's wait and the driver
@@ -237,6 +269,12 @@ impl Observers {
         names: Option<Names>,
         g: Grant<'_>,
     ) -> Option<Held> {
+        contained("granted", || None, || self.granted_now(asking, names, g))
+    }
+
+    fn granted_now(&self, asking: Asking, names: Option<Names>, g: Grant<'_>) -> Option<Held> {
+        #[cfg(test)]
+        panic_here("granted");
         let mut held = Held {
             names,
             run_hold: 0,
@@ -295,6 +333,19 @@ impl Observers {
     /// record of its release is stamped before its slots are free, so that no record shows
     /// this permit beside the next holder of its slots (who may take them the moment they go).
     pub(super) fn releasing(&self, held: Option<Held>) -> Releasing {
+        contained(
+            "let go",
+            || Releasing {
+                held: None,
+                at: None,
+            },
+            || self.releasing_now(held),
+        )
+    }
+
+    fn releasing_now(&self, held: Option<Held>) -> Releasing {
+        #[cfg(test)]
+        panic_here("let go");
         #[cfg(not(loom))]
         crate::drivers::permit_returned();
         if let Some(h) = &held
@@ -316,6 +367,15 @@ impl Observers {
     /// The permit's slots are free: its release goes to the run records (where its slots went
     /// back to the host) and its hold to the trace.
     pub(super) fn released(&self, r: Releasing, rel: Release<'_>) {
+        let (Some(_), Some(_)) = (&r.held, r.at) else {
+            return;
+        };
+        contained("returned", || (), || self.released_now(r, rel))
+    }
+
+    fn released_now(&self, r: Releasing, rel: Release<'_>) {
+        #[cfg(test)]
+        panic_here("returned");
         let (Some(held), Some(at)) = (&r.held, r.at) else {
             return;
         };
@@ -376,6 +436,61 @@ impl Observers {
     }
 }
 
+/// Runs the observers of point `point` (`work`), containing a panic in them: it is said once
+/// per process ([`said_panic`]) and `fallback` stands for what they would have returned. A
+/// panic in an observer (a record that cannot be written, a driver file that cannot be read)
+/// must never unwind through the path that takes and frees units: between a unit taken and
+/// its guard, it would leak the unit for the rest of the process.
+#[inline(always)]
+fn contained<T>(point: &'static str, fallback: impl FnOnce() -> T, work: impl FnOnce() -> T) -> T {
+    match std::panic::catch_unwind(AssertUnwindSafe(work)) {
+        Ok(value) => value,
+        Err(payload) => {
+            said_panic(point, payload.as_ref());
+            fallback()
+        }
+    }
+}
+
+/// Says, once per process, that an observer panicked at point `point`.
+#[cold]
+#[inline(never)]
+fn said_panic(point: &str, payload: &(dyn std::any::Any + Send)) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if SAID.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let what = match (
+        payload.downcast_ref::<&str>(),
+        payload.downcast_ref::<String>(),
+    ) {
+        (Some(s), _) => s.to_string(),
+        (None, Some(s)) => s.clone(),
+        (None, None) => "a panic without a message".to_string(),
+    };
+    crate::notice::line(&format!(
+        "what watches permits (run records, trace, hold watchdog, driver look) panicked as a \
+         permit was {point} ({what}); the permit's units are unaffected (held, and returned \
+         as usual), but what is recorded of it may be missing. Said once per process; please \
+         report it with this line"
+    ));
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The observer point made to panic on this thread (tests of [`contained`]).
+    pub(super) static PANIC_AT: std::cell::Cell<Option<&'static str>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// Panics where a test made point `point` panic on this thread.
+#[cfg(test)]
+fn panic_here(point: &'static str) {
+    if PANIC_AT.with(|p| p.get()) == Some(point) {
+        panic!("an observer made to panic at {point}");
+    }
+}
+
 /// The running test's name ([`crate::nextest::current_test_name`]), for the messages of a
 /// request that could not be served.
 pub(super) fn test_name() -> String {
@@ -409,5 +524,48 @@ fn thread_label() -> String {
     match t.name() {
         Some(n) => n.to_string(),
         None => format!("{:?}", t.id()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::PANIC_AT;
+    use crate::PermitPool;
+
+    /// An observer made to panic at each point of a permit's life leaks nothing: the permit is
+    /// granted and returned, and its unit is free again for this pool and for another pool of
+    /// the same directory (its own open files, as another process has).
+    #[test]
+    fn an_observer_that_panics_at_any_point_leaks_no_unit() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = dir.path().join("slots");
+        // With a trace, every point runs its observers.
+        let pool = PermitPool::builder()
+            .concurrency(1)
+            .slot_dir(&slots)
+            .trace(dir.path().join("trace.json"))
+            .build()
+            .unwrap();
+        let other = PermitPool::builder()
+            .concurrency(1)
+            .slot_dir(&slots)
+            .build()
+            .unwrap();
+        let patience = Duration::from_secs(5);
+        for point in ["asked for", "named", "granted", "let go", "returned"] {
+            PANIC_AT.with(|p| p.set(Some(point)));
+            let permit = pool.try_acquire_for(patience).expect(point);
+            assert_eq!(permit.slots().len(), 1, "{point}");
+            assert!(
+                other.try_acquire_for(Duration::from_millis(20)).is_err(),
+                "{point}: the unit is held while the permit is"
+            );
+            drop(permit);
+            PANIC_AT.with(|p| p.set(None));
+            drop(other.try_acquire_for(patience).expect(point));
+            drop(pool.try_acquire_for(patience).expect(point));
+        }
     }
 }

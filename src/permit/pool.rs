@@ -130,7 +130,8 @@ impl PermitPool {
     /// # Ok::<(), gpu_test_permit::host::HostError>(())
     /// ```
     pub fn concurrency(&self) -> usize {
-        self.inner().layout().per_gpu
+        let inner = self.inner();
+        inner.per_gpu - inner.pad
     }
 
     /// GPUs the pool spans (inside a permit inherited from `gpu-test-permit run`, the GPUs
@@ -425,7 +426,9 @@ impl PermitPool {
             self.resolve(want)?
         } else if want.memory.is_none()
             && ((want.units == 1 && !(want.exclusive && inner.inherited.is_some()))
-                || (!want.exclusive && inner.inherited.is_none() && want.units <= inner.per_gpu))
+                || (!want.exclusive
+                    && inner.inherited.is_none()
+                    && want.units <= inner.per_gpu - inner.pad))
         {
             want
         } else if let Some(units) = inner.inline_memory_units(want) {
@@ -449,7 +452,7 @@ impl PermitPool {
             if want.units > 1 || want.gpus > 1 {
                 let units = held.units.load(Ordering::Relaxed);
                 let gpus = held.gpus.load(Ordering::Relaxed).max(1);
-                if want.gpus > gpus || want.units > units / gpus {
+                if want.gpus > gpus || want.units > (units / gpus).saturating_sub(inner.pad) {
                     drop(guard);
                     return Err(AcquireError::NestedLarger {
                         held: units,
@@ -570,6 +573,13 @@ impl PermitPool {
         let names = inner.observers.naming();
         let taken = self.slots_across_processes(&shaped, wait, waited_since, names.as_ref())?;
         let seat = self.claim(&shaped, &taken);
+        // The guard before any observer hears of the grant: whatever happens there, the units
+        // are the guard's to return.
+        let permit = GpuTestPermit {
+            pool: self.inner,
+            seat,
+            nested: Nested::No,
+        };
         let held = inner.observers.granted(
             asking,
             names,
@@ -592,11 +602,7 @@ impl PermitPool {
         if let Some(held) = held {
             *inner.seats[seat].observed.lock() = Some(held);
         }
-        Ok(GpuTestPermit {
-            pool: self.inner,
-            seat,
-            nested: Nested::No,
-        })
+        Ok(permit)
     }
 
     /// Step 1, shape the request: what it asks of the slots. A pool without its host slots
@@ -626,6 +632,11 @@ impl PermitPool {
                     learned = Some((key, peak));
                 }
             }
+        }
+        // In a directory whose layout another user set higher than this process's N, each of
+        // its permits also holds the directory's other units of its GPUs (`PoolInner::pad`).
+        if !want.exclusive {
+            want.units += inner.pad;
         }
         Ok(Shape::Asks(Shaped {
             units: want.held_units(inner.local.capacity()),

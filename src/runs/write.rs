@@ -226,10 +226,19 @@ fn open_run_file(dir: &Path, run: &str) -> std::io::Result<File> {
     Ok(file)
 }
 
-/// Removes the oldest run files beyond [`RUNS_KEPT`] (best effort: another user's files in a
-/// shared directory stay).
+/// Removes this user's oldest run files beyond [`RUNS_KEPT`] of this user's. Other users'
+/// files in a shared directory are neither counted nor removed.
 fn prune(dir: &Path, keep: &Path) {
     let mut files = run_files(dir);
+    if files.len() <= RUNS_KEPT {
+        return;
+    }
+    // Only this user's files count towards those kept: in a shared directory, other users'
+    // (which this user may not remove) must not push this user's records out.
+    files.retain(|(path, _, _)| match std::fs::symlink_metadata(path) {
+        Ok(meta) => crate::sys::owned_by_this_user(&meta),
+        Err(_) => false,
+    });
     if files.len() <= RUNS_KEPT {
         return;
     }

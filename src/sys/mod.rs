@@ -348,6 +348,33 @@ pub(crate) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<File> 
     Ok(file)
 }
 
+/// Opens (creating if needed) a lock file whose content only its owner may write, in a slot
+/// or state directory other users may share (`gpu0.layout`): made without write bits for
+/// the group and others (a file of this user's that has them loses them), opened for reading
+/// only where another user owns it. Its lock works either way. Returns the file and whether
+/// this process may write it.
+pub(crate) fn open_owner_file(path: &Path, shared_dir: bool) -> io::Result<(File, bool)> {
+    os::open_owner_file(path, shared_dir)
+}
+
+/// Who may have written a file: what its content can be trusted for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Writer {
+    /// This process's user alone (it owns the file, and nobody else may write it).
+    ThisUser,
+    /// User `uid` alone (its owner).
+    User(u32),
+    /// Any user its mode lets write it (its group's, or everyone's), whoever owns it.
+    Others { owner: u32 },
+    /// It could not be told.
+    Unknown,
+}
+
+/// Who may have written the open file `file`.
+pub(crate) fn writer(file: &File) -> Writer {
+    os::writer(file)
+}
+
 /// [`open_lock_file`], with the file's length when it was opened.
 pub(crate) fn open_lock_file_len(path: &Path, shared_dir: bool) -> io::Result<(File, u64)> {
     os::open_lock_file(path, shared_dir)

@@ -174,14 +174,35 @@ pub(super) fn no_block(opts: &mut OpenOptions) {
 }
 
 pub(super) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<(File, u64)> {
-    let mode = if shared_dir {
+    let (file, meta, _) = open_lock_file_as(path, shared_dir, false)?;
+    Ok((file, meta.len()))
+}
+
+/// [`open_lock_file`] for a file that only its owner may write ([`super::open_owner_file`]):
+/// made without write bits for the group and others, given that mode where this user owns it,
+/// and opened for reading only where another user owns it. Returns the file and whether this
+/// process may write it.
+pub(super) fn open_owner_file(path: &Path, shared_dir: bool) -> io::Result<(File, bool)> {
+    let (file, _, writable) = open_lock_file_as(path, shared_dir, true)?;
+    Ok((file, writable))
+}
+
+fn open_lock_file_as(
+    path: &Path,
+    shared_dir: bool,
+    owner_writes: bool,
+) -> io::Result<(File, std::fs::Metadata, bool)> {
+    let mut mode = if shared_dir {
         shared_file_mode(path)
     } else {
         0o600
     };
-    let open = |create: bool| {
+    if owner_writes {
+        mode &= !0o022;
+    }
+    let open = |create: bool, write: bool| {
         let mut opts = OpenOptions::new();
-        opts.read(true).write(true);
+        opts.read(true).write(write);
         if create {
             opts.create_new(true).mode(mode);
         }
@@ -191,13 +212,24 @@ pub(super) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<(File,
         opts.open(path)
     };
     let mut tries = 0;
+    let mut writable = true;
     let file = loop {
-        match open(false) {
+        match open(false, true) {
             Ok(file) => break file,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            // Another user's file that only its owner writes: read and locked, never written.
+            Err(e) if owner_writes && e.kind() == io::ErrorKind::PermissionDenied => {
+                match open(false, false) {
+                    Ok(file) => {
+                        writable = false;
+                        break file;
+                    }
+                    Err(e) => return Err(explain_open_error(path, e)),
+                }
+            }
             Err(e) => return Err(explain_open_error(path, e)),
         }
-        match open(true) {
+        match open(true, true) {
             Ok(file) => break file,
             // Another process created it between the two calls.
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries < 8 => tries += 1,
@@ -208,10 +240,26 @@ pub(super) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<(File,
     if !meta.file_type().is_file() {
         return Err(super::not_a_regular_file(&meta));
     }
-    if shared_dir {
+    if shared_dir || owner_writes {
         share_with_group(&file, &meta, path, mode);
     }
-    Ok((file, meta.len()))
+    Ok((file, meta, writable))
+}
+
+/// Who may have written the open file `file` ([`super::Writer`]): its owner alone, or any
+/// user its mode lets write it.
+pub(super) fn writer(file: &File) -> super::Writer {
+    let Ok(meta) = file.metadata() else {
+        return super::Writer::Unknown;
+    };
+    if meta.mode() & 0o022 != 0 {
+        return super::Writer::Others { owner: meta.uid() };
+    }
+    if meta.uid() == effective_uid() {
+        super::Writer::ThisUser
+    } else {
+        super::Writer::User(meta.uid())
+    }
 }
 
 /// The mode of a lock file in a shared directory: read and write for whoever may write the

@@ -42,6 +42,16 @@ pub(super) fn open_lock_file(path: &Path, _shared_dir: bool) -> io::Result<(File
     Ok((file, len))
 }
 
+pub(super) fn open_owner_file(path: &Path, shared_dir: bool) -> io::Result<(File, bool)> {
+    let (file, _) = open_lock_file(path, shared_dir)?;
+    Ok((file, true))
+}
+
+/// No other user shares a slot directory here (none is shared: [`is_shared_dir`]).
+pub(super) fn writer(_file: &File) -> super::Writer {
+    super::Writer::ThisUser
+}
+
 pub(super) fn let_others_probe(_dir: &Path, _file: &Path) {}
 
 /// See [`super::let_go`]: no process shares a handle's lock here (no `fork`, and permits

@@ -20,6 +20,11 @@ use crate::sys;
 pub(crate) const HISTORY_FILE: &str = "gpu0.history";
 /// When the history was last forgotten: runs that began before are not measured again.
 const SINCE_FILE: &str = "gpu0.history-since";
+/// The runs read that measured to nothing, each at the length it was read (`KEY LEN` a line):
+/// not read again until they grow.
+const UNMEASURED_FILE: &str = "gpu0.unmeasured";
+/// Unmeasured runs remembered: this user keeps [`crate::runs::RUNS_KEPT`] run files.
+const UNMEASURED_KEPT: usize = 64;
 /// Runs kept in the history: the newest.
 pub const HISTORY_KEPT: usize = 50;
 /// Tests whose reference hold time is kept: those seen most recently.
@@ -281,15 +286,15 @@ pub(crate) const LEARNED_FILE: &str = "gpu0.learned";
 /// be written, nothing is learned.
 pub(crate) fn learn_before_run(dir: &Path, run: &str) {
     let state = crate::hangs::record_dir(dir);
-    let path = state.join(LEARNED_FILE);
+    let path = tests_file::state_path(&state, LEARNED_FILE);
     let key = format!("{}\n", crate::runs::run_key(run));
     // The common case, without the lock: this run learned already.
-    if let Ok(f) = sys::open_regular_for_reading(&path)
+    if let Some(f) = tests_file::open_own(&path)
         && learned(&f, &key)
     {
         return;
     }
-    let Ok(file) = sys::open_lock_file(&path, sys::is_shared_dir(&state)) else {
+    let Ok(file) = tests_file::open_own_for_writing(&path) else {
         return;
     };
     if !sys::lock_within(&file, Duration::ZERO) {
@@ -322,7 +327,7 @@ fn replace(file: &File, text: &str) {
 /// The open, locked file `name` of directory `dir`, made if missing; `None` when it cannot be
 /// had (the history is never a reason to fail a test).
 fn open_locked(dir: &Path, name: &str) -> Option<File> {
-    let Ok(file) = sys::open_lock_file(&dir.join(name), sys::is_shared_dir(dir)) else {
+    let Ok(file) = tests_file::open_own_for_writing(&tests_file::state_path(dir, name)) else {
         return None;
     };
     sys::lock_within(&file, LOCK_PATIENCE).then_some(file)
@@ -332,7 +337,7 @@ fn open_locked(dir: &Path, name: &str) -> Option<File> {
 /// the file in one write; one stopped holding the lock must not make the history forgotten,
 /// so past the patience the file is read without it (lines cut short are ignored).
 fn read_records<T>(state: &Path, name: &str, parse: fn(&str) -> (Vec<T>, usize)) -> Vec<T> {
-    let path = state.join(name);
+    let path = tests_file::state_path(state, name);
     let Some(text) = read_for_records(&path) else {
         return Vec::new();
     };
@@ -344,9 +349,7 @@ fn read_records<T>(state: &Path, name: &str, parse: fn(&str) -> (Vec<T>, usize))
 /// The text of the file at `path` as [`read_records`] reads it; `None` when it cannot be
 /// opened or read.
 fn read_for_records(path: &Path) -> Option<String> {
-    let Ok(file) = sys::open_regular_for_reading(path) else {
-        return None;
-    };
+    let file = tests_file::open_own(path)?;
     let _locked = sys::lock_within(&file, LOCK_PATIENCE);
     read_text(&file)
 }
@@ -444,8 +447,8 @@ pub(crate) fn learned_peaks(dir: &Path, current: Option<&str>) -> HashMap<String
 /// history in its state directory. Returns the history, oldest first.
 pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEntry> {
     let state = crate::hangs::record_dir(dir);
-    let path = state.join(HISTORY_FILE);
-    let file = match sys::open_lock_file(&path, sys::is_shared_dir(&state)) {
+    let path = tests_file::state_path(&state, HISTORY_FILE);
+    let file = match tests_file::open_own_for_writing(&path) {
         Ok(file) => file,
         Err(e) => {
             static SAID: AtomicBool = AtomicBool::new(false);
@@ -465,27 +468,40 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
         return read_history(dir);
     }
     let (mut entries, bad) = read_lines(&file, history_lines);
-    say_ignored(&state.join(HISTORY_FILE), bad);
+    say_ignored(&path, bad);
     keep_entries(&mut entries, &is_current);
     let current_key = current.map(crate::runs::run_key);
     let since = forgotten_since(&state);
     let mut fresh: Vec<(String, u64, RunMeasure)> = Vec::new();
+    let unmeasured_before = read_unmeasured(&state);
+    let mut unmeasured: Vec<(String, u64)> = Vec::new();
     for run in &mut crate::runs::recorded_runs(dir) {
-        if Some(&run.run_id) == current_key.as_ref() {
+        // Only this user's runs: in a shared directory another user's files, however many
+        // and however large, cost this user's first test nothing.
+        if !run.mine || Some(&run.run_id) == current_key.as_ref() {
             continue;
         }
         let len = run.len;
         if len > MEASURE_LIMIT || measured_at(&entries, &run.run_id, len) {
             continue;
         }
-        let Ok(Some(records)) = crate::runs::read_run(dir, &run.run_id) else {
+        let key = (std::mem::take(&mut run.run_id), len);
+        // Read before at this length and found to measure to nothing: not read again.
+        if unmeasured_before.contains(&key) {
+            unmeasured.push(key);
             continue;
-        };
-        if let Some(m) = measure(&records)
-            && m.start_ms >= since
-        {
-            fresh.push((std::mem::take(&mut run.run_id), len, m));
         }
+        let measured = match crate::runs::read_run(dir, &key.0) {
+            Ok(Some(records)) => measure(&records),
+            _ => None,
+        };
+        match measured {
+            Some(m) if m.start_ms >= since => fresh.push((key.0, len, m)),
+            _ => unmeasured.push(key),
+        }
+    }
+    if unmeasured != unmeasured_before {
+        write_unmeasured(&state, &unmeasured);
     }
     if fresh.is_empty() {
         crate::order::sort_by(&mut entries, by_start);
@@ -548,7 +564,7 @@ pub(crate) fn update_history(dir: &Path, current: Option<&str>) -> Vec<HistoryEn
 /// milliseconds since the Unix epoch; 0 where it never was, or the file says nothing usable.
 fn forgotten_since(state: &Path) -> u64 {
     // Never through a link, nor from a FIFO planted at the name.
-    let Ok(f) = sys::open_regular_for_reading(&state.join(SINCE_FILE)) else {
+    let Some(f) = tests_file::open_own(&tests_file::state_path(state, SINCE_FILE)) else {
         return 0;
     };
     let mut buf = [0u8; 32];
@@ -569,6 +585,44 @@ fn forgotten_since(state: &Path) -> u64 {
     }
 }
 
+/// The runs [`UNMEASURED_FILE`] in state directory `state` lists, with the lengths they were
+/// read at; none where it cannot be read. Read only where this user wrote it.
+fn read_unmeasured(state: &Path) -> Vec<(String, u64)> {
+    let Some(file) = tests_file::open_own(&tests_file::state_path(state, UNMEASURED_FILE)) else {
+        return Vec::new();
+    };
+    let mut buf = vec![0u8; UNMEASURED_KEPT * 160];
+    let Ok(n) = sys::read_at_start(&file, &mut buf) else {
+        return Vec::new();
+    };
+    let Ok(text) = std::str::from_utf8(&buf[..n]) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for line in text.lines().take(UNMEASURED_KEPT) {
+        if let Some((key, len)) = line.split_once(' ')
+            && let Ok(len) = len.parse::<u64>()
+        {
+            out.push((key.to_string(), len));
+        }
+    }
+    out
+}
+
+/// Replaces [`UNMEASURED_FILE`] in state directory `state` with `runs` (the newest
+/// [`UNMEASURED_KEPT`]), under the history's lock.
+fn write_unmeasured(state: &Path, runs: &[(String, u64)]) {
+    let mut text = String::new();
+    for (key, len) in runs.iter().rev().take(UNMEASURED_KEPT).rev() {
+        text.push_str(&format!("{key} {len}\n"));
+    }
+    if let Ok(file) =
+        tests_file::open_own_for_writing(&tests_file::state_path(state, UNMEASURED_FILE))
+    {
+        replace(&file, &text);
+    }
+}
+
 /// Whether `entries` hold run `run` measured when its record file was `len` bytes long.
 fn measured_at(entries: &[HistoryEntry], run: &str, len: u64) -> bool {
     for e in entries {
@@ -586,7 +640,7 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
         Some(f) => read_lines(f, tests_file::parse),
         None => (Vec::new(), 0),
     };
-    say_ignored(&state.join(TESTS_FILE), bad);
+    say_ignored(&tests_file::state_path(state, TESTS_FILE), bad);
     let mut refs: HashMap<String, TestLine> = HashMap::new();
     for r in &mut old {
         refs.insert(r.test.clone(), std::mem::take(r));
@@ -645,12 +699,25 @@ fn update_refs(state: &Path, fresh: &[(String, u64, RunMeasure)]) -> HashMap<Str
 pub fn forget_history(dir: &Path) -> std::io::Result<usize> {
     let count = read_history(dir).len();
     for name in [HISTORY_FILE, TESTS_FILE] {
-        crate::hangs::forget_kept(dir, name)?;
+        for d in crate::hangs::kept_dirs(dir) {
+            let path = tests_file::state_path(&d, name);
+            if std::fs::symlink_metadata(&path).is_err() {
+                continue;
+            }
+            let file = tests_file::open_own_for_writing(&path)?;
+            if !sys::lock_within(&file, Duration::from_secs(2)) {
+                return Err(std::io::Error::other(format!(
+                    "{} is locked by another process",
+                    path.display()
+                )));
+            }
+            file.set_len(0)?;
+        }
     }
     // Made (or `dir` itself) by `record_dir`.
     let state = crate::hangs::record_dir(dir);
-    let since = state.join(SINCE_FILE);
-    let file = sys::open_lock_file(&since, sys::is_shared_dir(&state))?;
+    let since = tests_file::state_path(&state, SINCE_FILE);
+    let file = tests_file::open_own_for_writing(&since)?;
     let text = format!("{}\n", crate::clock::now_unix_ms());
     sys::write_at(&file, text.as_bytes(), 0)?;
     file.set_len(text.len() as u64)?;

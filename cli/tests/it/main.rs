@@ -44,6 +44,8 @@ mod recipes;
 mod report;
 #[cfg(target_os = "linux")]
 mod report_choice;
+#[cfg(target_os = "linux")]
+mod shared_dirs;
 mod snippet_toml;
 #[cfg(unix)]
 mod squat;
