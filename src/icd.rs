@@ -25,7 +25,6 @@
 //! names it by path, by the name of the file that path leads to as well.
 
 use std::ffi::{OsStr, OsString};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -243,29 +242,19 @@ fn manifests_at(place: &Path, kind: Kind) -> Vec<PathBuf> {
 }
 
 /// The text of the manifest at `path`, where it is a regular file of at most
-/// [`LARGEST_MANIFEST`] bytes that opens without blocking and is UTF-8.
+/// [`LARGEST_MANIFEST`] bytes that opens without blocking and is UTF-8. A manifest another
+/// user owns counts against the process's budget of bytes read from others' files
+/// (`sys::FOREIGN_READ_BUDGET`): past it, none is read.
 fn read_small(path: &Path) -> Option<String> {
-    let Ok(mut file) = crate::sys::open_regular_to_read(path) else {
+    let Ok(mut file) = crate::sys::open_to_look(path) else {
         return None;
     };
-    match file.metadata() {
-        Ok(meta) if meta.len() <= LARGEST_MANIFEST => {}
-        _ => return None,
-    }
-    // Through a `&mut File`, as the ELF reader reads: one reader type.
-    let mut bytes = Vec::new();
-    file.by_ref()
-        .take(LARGEST_MANIFEST + 1)
-        .read_to_end(&mut bytes)
-        .ok()?;
-    let Ok(text) = String::from_utf8(bytes) else {
+    if file.len() > LARGEST_MANIFEST {
         return None;
-    };
-    if text.len() as u64 <= LARGEST_MANIFEST {
-        Some(text)
-    } else {
-        None
     }
+    // As the ELF reader reads: one reader, bounded by the length the file had when opened.
+    let bytes = crate::sys::read_looked_at(&mut file, 0, LARGEST_MANIFEST)?;
+    String::from_utf8(bytes).ok()
 }
 
 /// The library a Vulkan ICD manifest names (`ICD.library_path`), as written; `None` where it
@@ -471,6 +460,84 @@ mod tests {
             !places.contains(&Path::new("/usr/share/vulkan/icd.d")),
             "{places:?}"
         );
+    }
+
+    #[test]
+    fn a_manifest_is_read_up_to_its_bound_and_a_fifo_is_not_waited_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = dir.path().join("m.json");
+        let body = r#"{"ICD": {"library_path": "libvk_x.so"}}"#;
+        let just = format!(
+            "{body}{}",
+            " ".repeat(LARGEST_MANIFEST as usize - body.len())
+        );
+        std::fs::write(&at, &just).unwrap();
+        assert_eq!(read_small(&at).as_deref(), Some(just.as_str()));
+        std::fs::write(&at, format!("{just} ")).unwrap();
+        assert_eq!(read_small(&at), None);
+        std::fs::write(&at, b"\xff\xfe").unwrap();
+        assert_eq!(read_small(&at), None, "not UTF-8");
+        // A FIFO among the manifests: skipped at once.
+        let fifo = dir.path().join("fifo.json");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(read_small(&fifo), None);
+        let found = installed(|name| (name == "VK_DRIVER_FILES").then(|| fifo.clone().into()));
+        assert!(found.0.is_empty(), "{found:?}");
+    }
+
+    #[test]
+    fn manifests_of_any_bytes_read_without_a_panic() {
+        use crate::fuzz_tests::{corpus, mutate, run};
+        let samples: Vec<&[u8]> = vec![
+            br#"{"file_format_version": "1.0.0", "ICD": {"library_path": "libvk_swiftshader.so", "api_version": "1.3.0"}}"#,
+            br#"{"file_format_version": "1.0.1", "ICD": {"library_path": "./lib/x.so"}}"#,
+            b"\n  libigdrcl.so  \nignored\n",
+            b"/opt/rocm/lib/libamdocl64.so\n",
+        ];
+        let check = |bytes: &[u8]| {
+            let text = String::from_utf8_lossy(bytes);
+            if let Some(library) = vulkan_library(&text) {
+                assert!(!library.trim().is_empty() && library.len() <= text.len());
+            }
+            if let Some(library) = opencl_library(&text) {
+                assert!(!library.is_empty() && library.trim() == library);
+                assert!(text.contains(&library));
+            }
+            let stem = driver_stem(file_name(&text));
+            assert!(text.ends_with(file_name(&text)) && file_name(&text).starts_with(stem));
+        };
+        for (_, bytes) in corpus("icd") {
+            check(&bytes);
+        }
+        let ran = run("icd", 20_000, &mut |rng| {
+            let input = if rng.one_in(4) {
+                rng.bytes(b"{}[]\":,ICD library_path./\\\n ")
+            } else {
+                let sample = rng.sample(&samples);
+                mutate(rng, sample, &samples)
+            };
+            check(&input);
+        });
+        eprintln!("icd: {ran} cases");
+        // Whole directories of such files, read as the loaders' places.
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = crate::fuzz_tests::Rng::new(ran);
+        for i in 0..20 {
+            let sample = rng.sample(&samples);
+            let bytes = mutate(&mut rng, sample, &samples);
+            std::fs::write(dir.path().join(format!("{i}.json")), &bytes).unwrap();
+            std::fs::write(dir.path().join(format!("{i}.icd")), &bytes).unwrap();
+        }
+        let at = dir.path().as_os_str().to_owned();
+        let found = installed(|name| match name {
+            "VK_DRIVER_FILES" | "OCL_ICD_VENDORS" => Some(at.clone()),
+            _ => None,
+        });
+        // Each file adds a name, and the file a path leads to, to the machine's own.
+        let machine = installed(|_| None).0.len();
+        assert!(found.0.len() <= machine + 2 * 40, "{found:?}");
     }
 
     #[test]

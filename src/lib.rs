@@ -90,6 +90,9 @@ pub mod decision;
 pub mod devices;
 pub(crate) mod drivers;
 mod fixture;
+// Property tests of the readers of files others can write: test code alone.
+#[cfg(test)]
+mod fuzz_tests;
 pub(crate) mod hangs;
 pub mod host;
 mod icd;

@@ -309,28 +309,76 @@ pub(super) fn child_has_exited(
     Ok(unsafe { info.si_pid() } != 0)
 }
 
-/// The files this process has mapped now, by path, each once (`/proc/self/maps`); `None` when
-/// that cannot be read.
+/// The most of `/proc/self/maps` that is read. The kernel writes it, a line (at most a few
+/// KiB: a path is at most `PATH_MAX`) for each of at most `vm.max_map_count` (65,530)
+/// mappings; a process's real maps are tens of KiB. A bound all the same, as every read of
+/// the look is.
+const MOST_MAPS: u64 = 64 << 20;
+
+/// The files this process has mapped now, by path, each once (`/proc/self/maps`, read by
+/// [`maps_line_path`]); `None` when that cannot be read. A path that is not UTF-8 is kept with
+/// its bad bytes replaced: its file name still says what it is, and opening it fails.
 pub(super) fn mapped_files() -> Option<Vec<String>> {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+    use std::io::Read;
+    let Ok(file) = std::fs::File::open("/proc/self/maps") else {
         return None;
     };
+    let mut maps = Vec::new();
+    file.take(MOST_MAPS).read_to_end(&mut maps).ok()?;
     let mut out: Vec<String> = Vec::new();
-    'lines: for line in maps.lines() {
-        let Some(path) = line.split_whitespace().nth(5) else {
+    // Whole lines only: one cut short at the bound would name a path cut short.
+    'lines: for line in maps.split_inclusive(|&b| b == b'\n') {
+        let Some(line) = line.strip_suffix(b"\n") else {
+            break;
+        };
+        let Some(path) = maps_line_path(line) else {
             continue;
         };
-        if !path.starts_with('/') {
-            continue;
-        }
+        let path = String::from_utf8_lossy(path);
         for p in &out {
-            if p == path {
+            if *p == path {
                 continue 'lines;
             }
         }
-        out.push(path.to_string());
+        out.push(path.into_owned());
     }
     Some(out)
+}
+
+/// What the kernel writes after the path of a mapped file that has been removed since.
+const DELETED: &[u8] = b" (deleted)";
+
+/// The path of the file that one line of `/proc/<pid>/maps` (without its newline) maps;
+/// `None` for an anonymous mapping, a pseudo-file (`[heap]`, `[stack]`, `[vdso]`) or a line
+/// that is not one of the kernel's.
+///
+/// A line is `ADDRESSES PERMS OFFSET DEVICE INODE` and, for a file, spaces to a column and the
+/// path, to the end of the line: all of it, spaces included (a library under `My Drivers/`).
+/// The kernel writes a newline in a path as `\012`, so a line is always whole. The `
+/// (deleted)` it adds after the path of a file removed since it was mapped is left out: the
+/// path is the one the process loaded the file by, and its file name the one a driver is
+/// known by (`drivers::library_name`) and a `DT_NEEDED` entry names. (A file really named
+/// `... (deleted)` is taken for that name without the suffix, which then names no file.)
+fn maps_line_path(line: &[u8]) -> Option<&[u8]> {
+    let mut at = 0;
+    for _ in 0..5 {
+        // A field, then the spaces after it.
+        let start = at;
+        while at < line.len() && !line[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        if at == start {
+            return None;
+        }
+        while at < line.len() && line[at].is_ascii_whitespace() {
+            at += 1;
+        }
+    }
+    let path = line.get(at..)?;
+    if path.first() != Some(&b'/') {
+        return None;
+    }
+    Some(path.strip_suffix(DELETED).unwrap_or(path))
 }
 
 /// `dl_iterate_phdr` over the loaded objects, asking `wanted` of each one's name until it
@@ -378,6 +426,126 @@ mod tests {
             Some(id.as_str()),
             "the same each time"
         );
+    }
+
+    #[test]
+    fn a_maps_line_names_its_whole_path() {
+        let path = |line: &str| maps_line_path(line.as_bytes()).map(|p| p.to_vec());
+        let lib = "7f2c3a000000-7f2c3a022000 r--p 00000000 08:01 1311 ";
+        let pad = "                      ";
+        let cases: &[(String, Option<&str>)] = &[
+            (
+                format!("{lib}{pad}/usr/lib/libc.so.6"),
+                Some("/usr/lib/libc.so.6"),
+            ),
+            (
+                format!("{lib}{pad}/opt/My Drivers/libcuda.so.1"),
+                Some("/opt/My Drivers/libcuda.so.1"),
+            ),
+            (format!("{lib}{pad}/a  b /c "), Some("/a  b /c ")),
+            (
+                format!("{lib}{pad}/usr/lib/libcuda.so.1 (deleted)"),
+                Some("/usr/lib/libcuda.so.1"),
+            ),
+            (format!("{lib}{pad}/tmp/x\\012y"), Some("/tmp/x\\012y")),
+            (format!("{lib}/no/padding"), Some("/no/padding")),
+            ("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 ".to_string(), None),
+            ("7ffd1000-7ffd2000 rw-p 00000000 00:00 0".to_string(), None),
+            (format!("55d0-55d1 rw-p 00000000 00:00 0 {pad}[heap]"), None),
+            (format!("7ffd-7ffe r-xp 00000000 00:00 0 {pad}[vdso]"), None),
+            ("7ffd-7ffe r-xp 0 00:00".to_string(), None),
+            ("/usr/lib/libc.so.6".to_string(), None),
+            ("".to_string(), None),
+            ("      ".to_string(), None),
+            ("a b c d e".to_string(), None),
+            ("a b c d e f".to_string(), None),
+        ];
+        for (line, want) in cases {
+            assert_eq!(path(line), want.map(|w| w.as_bytes().to_vec()), "{line:?}");
+        }
+        // Bytes that are not UTF-8 are a path's too.
+        let mut line = format!("{lib}{pad}/tmp/").into_bytes();
+        line.extend_from_slice(b"\xff\xfelibcuda.so");
+        assert_eq!(maps_line_path(&line), Some(&b"/tmp/\xff\xfelibcuda.so"[..]));
+    }
+
+    #[test]
+    fn this_process_maps_name_its_libraries_whole() {
+        // A file at a path with spaces, mapped: its whole path is among the maps'.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("My Drivers (x)");
+        std::fs::create_dir(&path).unwrap();
+        let path = path.join("libfuzz map.so (deleted)");
+        std::fs::write(&path, b"0123").unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh read-only private mapping of an open file, unmapped below.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        let mapped = mapped_files().unwrap();
+        let whole = path.to_str().unwrap();
+        let without = whole.strip_suffix(" (deleted)").unwrap();
+        // Named " (deleted)" on purpose: taken for the kernel's suffix, as documented.
+        assert!(
+            mapped.iter().any(|m| m == without),
+            "{without} not in {mapped:?}"
+        );
+        std::fs::remove_file(&path).unwrap();
+        let mapped = mapped_files().unwrap();
+        assert!(
+            mapped.iter().any(|m| m == whole),
+            "{whole} not in {mapped:?}"
+        );
+        // SAFETY: the mapping made above.
+        assert_eq!(unsafe { libc::munmap(at, 4) }, 0);
+    }
+
+    #[test]
+    fn maps_lines_of_any_bytes_read_without_a_panic() {
+        use crate::fuzz_tests::{corpus, mutate, run};
+        let samples: Vec<&[u8]> = vec![
+            b"7f2c3a000000-7f2c3a022000 r--p 00000000 08:01 1311        /usr/lib/libc.so.6",
+            b"7f2c3a000000-7f2c3a022000 r--p 00000000 08:01 1311   /opt/My Drivers/libcuda.so.1",
+            b"7f2c3a000000-7f2c3a022000 r--p 00000000 08:01 1311   /x/libcuda.so (deleted)",
+            b"55d0-55d1 rw-p 00000000 00:00 0                          [heap]",
+            b"7ffd1000-7ffd2000 rw-p 00000000 00:00 0 ",
+        ];
+        let check = |line: &[u8]| {
+            if let Some(p) = maps_line_path(line) {
+                // A path is a `/` and what follows, to the end of the line, less one
+                // " (deleted)".
+                assert_eq!(p.first(), Some(&b'/'), "{line:?}");
+                let mut whole = p.to_vec();
+                if !line.ends_with(&whole) {
+                    whole.extend_from_slice(DELETED);
+                }
+                assert!(line.ends_with(&whole), "{line:?}");
+            }
+        };
+        for (_, bytes) in corpus("maps") {
+            for line in bytes.split(|&b| b == b'\n') {
+                check(line);
+            }
+        }
+        let ran = run("maps", 20_000, &mut |rng| {
+            let line = if rng.one_in(4) {
+                rng.bytes(b" /-0123456789abcdefrwxp:[]()deleted")
+            } else {
+                let sample = rng.sample(&samples);
+                mutate(rng, sample, &samples)
+            };
+            check(&line);
+        });
+        eprintln!("maps: {ran} cases");
     }
 
     #[test]

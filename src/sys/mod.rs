@@ -525,6 +525,91 @@ pub(crate) fn open_regular_to_read(path: &Path) -> io::Result<File> {
     Ok(file)
 }
 
+/// The most bytes this process reads, in all its life, from files another user owns that it
+/// opens only to look at them: the ELF headers of the libraries it has mapped
+/// (`drivers::linked_at_build_time`) and the drivers' manifests (`icd`). A library's headers,
+/// dynamic section and string table are a few KiB, a manifest less than one, and a process
+/// reads a few hundred of them at most: 64 MiB is far past what real files need, and bounds
+/// what files crafted to be large (a string table that fills a file, a manifest directory of
+/// thousands) can make a test process read. Past it, [`read_looked_at`] reads nothing more and
+/// the look sees what it saw so far.
+pub(crate) const FOREIGN_READ_BUDGET: u64 = 64 << 20;
+
+/// The bytes read so far from files another user owns ([`FOREIGN_READ_BUDGET`]).
+static FOREIGN_READ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// A file this process opens only to look at it, and that someone else may have written:
+/// opened by [`open_to_look`], read by [`read_looked_at`] alone.
+#[derive(Debug)]
+pub(crate) struct LookedAt {
+    file: File,
+    /// Its length when it was opened: no read goes past it.
+    len: u64,
+    /// Whether another user owns it: its reads count against [`FOREIGN_READ_BUDGET`].
+    foreign: bool,
+}
+
+impl LookedAt {
+    /// Its length when it was opened.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+/// Opens `path` to look at its contents: without blocking on a FIFO or device at its name (a
+/// symbolic link is followed), refusing anything the *opened* file's `fstat` does not call a
+/// regular file, so that a name swapped for a FIFO between a look at it and the open blocks
+/// nothing ([`open_regular_to_read`]). Close-on-exec, as every file the standard library opens.
+pub(crate) fn open_to_look(path: &Path) -> io::Result<LookedAt> {
+    let file = open_regular_to_read(path)?;
+    let meta = file.metadata()?;
+    Ok(LookedAt {
+        len: meta.len(),
+        foreign: !owned_by_this_user(&meta),
+        file,
+    })
+}
+
+/// Up to `most` bytes of `file` from `offset`: fewer where the file (as long as it was when
+/// it was opened) ends first, none past its end. `None` where it cannot be read, or where it
+/// is another user's and reading it would pass this process's [`FOREIGN_READ_BUDGET`].
+pub(crate) fn read_looked_at(file: &mut LookedAt, offset: u64, most: u64) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let len = most.min(file.len.saturating_sub(offset));
+    if file.foreign && !charge(&FOREIGN_READ, len, FOREIGN_READ_BUDGET) {
+        return None;
+    }
+    let mut out = Vec::new();
+    if len == 0 {
+        return Some(out);
+    }
+    if file.file.seek(SeekFrom::Start(offset)).is_err() {
+        return None;
+    }
+    // `take`: a file that grew since it was opened is read no further.
+    (&mut file.file).take(len).read_to_end(&mut out).ok()?;
+    Some(out)
+}
+
+/// Adds `len` to `spent` where that keeps it at most `budget`; whether it did. One atomic
+/// compare-and-swap, usually: it runs in a test process's first permit.
+fn charge(spent: &std::sync::atomic::AtomicU64, len: u64, budget: u64) -> bool {
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut now = spent.load(Relaxed);
+    loop {
+        let Some(after) = now.checked_add(len) else {
+            return false;
+        };
+        if after > budget {
+            return false;
+        }
+        match spent.compare_exchange_weak(now, after, Relaxed, Relaxed) {
+            Ok(_) => return true,
+            Err(seen) => now = seen,
+        }
+    }
+}
+
 /// Whether the file or directory of `meta` belongs to this process's effective user; always
 /// where files have no owner to compare (not on Unix).
 pub(crate) fn owned_by_this_user(meta: &std::fs::Metadata) -> bool {
@@ -941,5 +1026,72 @@ mod pid_tests {
         assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
         assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
         assert_eq!(pid(), parent);
+    }
+}
+
+#[cfg(test)]
+mod look_tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn the_budget_is_spent_once_and_never_passed() {
+        let spent = AtomicU64::new(0);
+        assert!(charge(&spent, 60, 100));
+        assert!(
+            !charge(&spent, 41, 100),
+            "past the budget: refused, not charged"
+        );
+        assert!(charge(&spent, 40, 100));
+        assert!(charge(&spent, 0, 100));
+        assert!(!charge(&spent, 1, 100));
+        assert_eq!(spent.load(std::sync::atomic::Ordering::Relaxed), 100);
+        let spent = AtomicU64::new(u64::MAX - 1);
+        assert!(!charge(&spent, 2, u64::MAX), "no overflow");
+        // Threads that charge at once never pass it together.
+        let spent = AtomicU64::new(0);
+        let granted = AtomicU64::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..1000 {
+                        if charge(&spent, 7, 10_000) {
+                            granted.fetch_add(7, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        let granted = granted.load(std::sync::atomic::Ordering::Relaxed);
+        assert!(granted <= 10_000 && granted > 10_000 - 7, "{granted}");
+    }
+
+    #[test]
+    fn a_looked_at_file_is_read_within_its_length_and_never_blocks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"0123456789").unwrap();
+        let mut f = open_to_look(&path).unwrap();
+        assert_eq!(f.len(), 10);
+        assert!(!f.foreign, "a file of this user's own");
+        assert_eq!(read_looked_at(&mut f, 2, 3).unwrap(), b"234");
+        assert_eq!(read_looked_at(&mut f, 8, 100).unwrap(), b"89");
+        assert_eq!(read_looked_at(&mut f, 10, 100).unwrap(), b"");
+        assert_eq!(read_looked_at(&mut f, u64::MAX, u64::MAX).unwrap(), b"");
+        // Grown since it was opened: read no further than it was.
+        std::fs::write(&path, b"0123456789abcdef").unwrap();
+        assert_eq!(read_looked_at(&mut f, 0, 100).unwrap(), b"0123456789");
+        assert!(open_to_look(dir.path()).is_err(), "a directory");
+        assert!(open_to_look(&dir.path().join("none")).is_err());
+        #[cfg(unix)]
+        {
+            // A FIFO with no writer: refused at once, not waited on.
+            let fifo = dir.path().join("fifo");
+            let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+            // SAFETY: a valid NUL-terminated path.
+            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+            assert!(open_to_look(&fifo).is_err());
+            assert!(open_to_look(Path::new("/dev/null")).is_err());
+        }
     }
 }
