@@ -476,17 +476,15 @@ fn said_panic(point: &str, payload: &(dyn std::any::Any + Send)) {
     ));
 }
 
+/// The observer point made to panic, and on which thread (tests of [`contained`]).
 #[cfg(test)]
-thread_local! {
-    /// The observer point made to panic on this thread (tests of [`contained`]).
-    pub(super) static PANIC_AT: std::cell::Cell<Option<&'static str>> =
-        const { std::cell::Cell::new(None) };
-}
+pub(super) static PANIC_AT: parking_lot::Mutex<Option<(std::thread::ThreadId, &'static str)>> =
+    parking_lot::Mutex::new(None);
 
 /// Panics where a test made point `point` panic on this thread.
 #[cfg(test)]
 fn panic_here(point: &'static str) {
-    if PANIC_AT.with(|p| p.get()) == Some(point) {
+    if *PANIC_AT.lock() == Some((std::thread::current().id(), point)) {
         panic!("an observer made to panic at {point}");
     }
 }
@@ -524,48 +522,5 @@ fn thread_label() -> String {
     match t.name() {
         Some(n) => n.to_string(),
         None => format!("{:?}", t.id()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::PANIC_AT;
-    use crate::PermitPool;
-
-    /// An observer made to panic at each point of a permit's life leaks nothing: the permit is
-    /// granted and returned, and its unit is free again for this pool and for another pool of
-    /// the same directory (its own open files, as another process has).
-    #[test]
-    fn an_observer_that_panics_at_any_point_leaks_no_unit() {
-        let dir = tempfile::tempdir().unwrap();
-        let slots = dir.path().join("slots");
-        // With a trace, every point runs its observers.
-        let pool = PermitPool::builder()
-            .concurrency(1)
-            .slot_dir(&slots)
-            .trace(dir.path().join("trace.json"))
-            .build()
-            .unwrap();
-        let other = PermitPool::builder()
-            .concurrency(1)
-            .slot_dir(&slots)
-            .build()
-            .unwrap();
-        let patience = Duration::from_secs(5);
-        for point in ["asked for", "named", "granted", "let go", "returned"] {
-            PANIC_AT.with(|p| p.set(Some(point)));
-            let permit = pool.try_acquire_for(patience).expect(point);
-            assert_eq!(permit.slots().len(), 1, "{point}");
-            assert!(
-                other.try_acquire_for(Duration::from_millis(20)).is_err(),
-                "{point}: the unit is held while the permit is"
-            );
-            drop(permit);
-            PANIC_AT.with(|p| p.set(None));
-            drop(other.try_acquire_for(patience).expect(point));
-            drop(pool.try_acquire_for(patience).expect(point));
-        }
     }
 }

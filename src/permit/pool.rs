@@ -813,3 +813,46 @@ enum Learning {
         key: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::PermitPool;
+    use crate::permit::observe::PANIC_AT;
+
+    /// An observer made to panic at each point of a permit's life leaks nothing: the permit is
+    /// granted and returned, and its unit is free again for this pool and for another pool of
+    /// the same directory (its own open files, as another process has).
+    #[test]
+    fn an_observer_that_panics_at_any_point_leaks_no_unit() {
+        let dir = tempfile::tempdir().unwrap();
+        let slots = dir.path().join("slots");
+        // With a trace, every point runs its observers.
+        let pool = PermitPool::builder()
+            .concurrency(1)
+            .slot_dir(&slots)
+            .trace(dir.path().join("trace.json"))
+            .build()
+            .unwrap();
+        let other = PermitPool::builder()
+            .concurrency(1)
+            .slot_dir(&slots)
+            .build()
+            .unwrap();
+        let patience = Duration::from_secs(5);
+        for point in ["asked for", "named", "granted", "let go", "returned"] {
+            *PANIC_AT.lock() = Some((std::thread::current().id(), point));
+            let permit = pool.try_acquire_for(patience).expect(point);
+            assert_eq!(permit.slots().len(), 1, "{point}");
+            assert!(
+                other.try_acquire_for(Duration::from_millis(20)).is_err(),
+                "{point}: the unit is held while the permit is"
+            );
+            drop(permit);
+            *PANIC_AT.lock() = None;
+            drop(other.try_acquire_for(patience).expect(point));
+            drop(pool.try_acquire_for(patience).expect(point));
+        }
+    }
+}
