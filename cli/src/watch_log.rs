@@ -72,16 +72,18 @@ impl WatchLog {
     /// Adds what another process's log says: the drivers of both, each once; held where
     /// either held a permit, before a first permit where either loaded one so.
     pub fn merge(&mut self, other: WatchLog) {
-        let add = |to: &mut Vec<String>, from: Vec<String>| {
-            for lib in from {
-                if !to.contains(&lib) {
-                    to.push(lib);
-                }
+        for lib in &other.loaded {
+            add_once(&mut self.loaded, lib);
+        }
+        // Each of `unpermitted` is one of `loaded`, where `loaded` had room for it.
+        for lib in &other.unpermitted {
+            if self.loaded.contains(lib) {
+                add_once(&mut self.unpermitted, lib);
             }
-        };
-        add(&mut self.loaded, other.loaded);
-        add(&mut self.unpermitted, other.unpermitted);
-        add(&mut self.linked, other.linked);
+        }
+        for lib in &other.linked {
+            add_once(&mut self.linked, lib);
+        }
         self.before_first_permit |= other.before_first_permit;
         self.held |= other.held;
         self.started_process |= other.started_process;
@@ -100,6 +102,30 @@ pub fn read_watch_log(text: &str) -> WatchLog {
 /// library (a path, at most `PATH_MAX`); a longer one is none of its lines, and is skipped
 /// without being kept in memory.
 const LONGEST_LINE: usize = 64 << 10;
+
+/// The most drivers each list of a [`WatchLog`] holds: a machine has a few dozen driver
+/// libraries. Past it, a log (which every process of the watched command writes, and which a
+/// process can fill with lines of its own) adds no more, so that what is read, kept and
+/// recorded stays small however the log was written.
+const MOST_LIBRARIES: usize = 1024;
+
+/// The most file names [`LogState`] keeps of what was mapped since a program started or a
+/// `dlopen` began: a `dlopen` maps a few dozen libraries. Past it, names are not kept, and a
+/// library then needed by one of them is taken for a new program's.
+const MOST_IN_GROUP: usize = 4096;
+
+/// Adds `name` to `to` where it is not there yet and `to` holds fewer than
+/// [`MOST_LIBRARIES`]; whether `name` is in `to` now.
+fn add_once(to: &mut Vec<String>, name: &str) -> bool {
+    if to.iter().any(|l| l == name) {
+        return true;
+    }
+    if to.len() < MOST_LIBRARIES {
+        to.push(name.to_string());
+        return true;
+    }
+    false
+}
 
 /// Reads a loader log, as [`read_watch_log`] does, line by line from `log`: however long the
 /// log, only one line of it is in memory at a time, so a driver loaded after any amount of
@@ -200,7 +226,7 @@ impl LogState {
             self.mapped(name, out);
         }
         let file = library_name(name);
-        if !self.group.iter().any(|g| g == file) {
+        if self.group.len() < MOST_IN_GROUP && !self.group.iter().any(|g| g == file) {
             self.group.push(file.to_string());
         }
     }
@@ -210,21 +236,18 @@ impl LogState {
         if !driver_library(name) || self.by_nvml {
             return;
         }
-        let add = |to: &mut Vec<String>| {
-            if !to.iter().any(|l| l == name) {
-                to.push(name.to_string());
-            }
-        };
         if self.starting {
-            add(&mut out.linked);
+            add_once(&mut out.linked, name);
             return;
         }
-        add(&mut out.loaded);
+        let kept = add_once(&mut out.loaded, name);
         if !self.holding {
             if !out.held {
                 out.before_first_permit = true;
             }
-            add(&mut out.unpermitted);
+            if kept {
+                add_once(&mut out.unpermitted, name);
+            }
         }
     }
 }
@@ -415,6 +438,187 @@ gpu-test-permit: held
         );
         assert_eq!(linked_only.linked, ["libcuda.so.1"]);
         assert!(linked_only.unpermitted.is_empty() && !linked_only.before_first_permit);
+    }
+
+    /// A small seeded generator (splitmix64), as the library's property tests use.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            if n == 0 {
+                0
+            } else {
+                (self.next() % n as u64) as usize
+            }
+        }
+    }
+
+    /// The lines the loader and this crate write, to build logs from.
+    const LINES: &[&str] = &[
+        "   77:\tfile=libnvidia-ml.so.1 [0];  dynamically loaded by ./t [0]",
+        "   77:\tfile=libcuda.so.1 [0];  dynamically loaded by /x/libnvidia-ml.so.1 [0]",
+        "   77:\tfile=libcuda.so.1 [0];  generating link map",
+        "   77:\tfile=libm.so.6 [0];  needed by /usr/local/nvidia/lib64/libcuda.so.1 [0]",
+        "   77:\tfile=/usr/lib/libvulkan_lvp.so [0];  dynamically loaded by ./t [0]",
+        "   77:\tfile=/usr/lib/libvulkan_lvp.so [0];  generating link map",
+        "   77:\tfile=libvulkan_intel.so [0];  needed by /bin/other [0]",
+        "   77:\tfile=libvulkan_intel.so [0];  generating link map",
+        "   77:\tcalling init: /lib/x86_64-linux-gnu/libc.so.6",
+        "   77:\ttransferring control: ./t",
+        "   77:\t",
+        HELD_MARK,
+        FREE_MARK,
+        "garbage line file= without an end",
+    ];
+
+    /// A log of up to 64 lines: the loader's, each maybe cut or changed, and bytes of any
+    /// kind.
+    fn any_log(rng: &mut Rng) -> Vec<u8> {
+        let mut log = Vec::new();
+        for _ in 0..rng.below(64) {
+            let mut line = LINES[rng.below(LINES.len())].as_bytes().to_vec();
+            match rng.below(6) {
+                0 => line.truncate(rng.below(line.len() + 1)),
+                1 if !line.is_empty() => {
+                    let at = rng.below(line.len());
+                    line[at] ^= 1 << rng.below(8);
+                }
+                2 => {
+                    for _ in 0..rng.below(32) {
+                        line.push(rng.next() as u8);
+                    }
+                }
+                _ => {}
+            }
+            log.extend_from_slice(&line);
+            if rng.below(16) != 0 {
+                log.push(b'\n');
+            }
+        }
+        log
+    }
+
+    /// How many cases, and for how long: `GTP_FUZZ_ITERS`, `GTP_FUZZ_SECONDS`, as the
+    /// library's property tests read them, and the first seed (`GTP_FUZZ_SEED`).
+    fn limits(default_iters: u64) -> (u64, std::time::Duration, u64) {
+        let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse().ok());
+        let seed = var("GTP_FUZZ_SEED").unwrap_or_else(|| {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            now.unwrap_or_default().as_nanos() as u64
+        });
+        let secs = var("GTP_FUZZ_SECONDS").unwrap_or(2);
+        (
+            var("GTP_FUZZ_ITERS").unwrap_or(default_iters),
+            std::time::Duration::from_secs(secs),
+            seed,
+        )
+    }
+
+    /// What reading any log must give: an answer without a panic, lists within their bounds,
+    /// names that the log wrote, loads without a permit among the loads, and the same answer
+    /// however the stream is cut into reads.
+    fn check_log(log: &[u8], read_size: usize) {
+        let whole = read_watch_log_from(log).unwrap();
+        let text = String::from_utf8_lossy(log);
+        for list in [&whole.loaded, &whole.unpermitted, &whole.linked] {
+            assert!(list.len() <= MOST_LIBRARIES);
+            for name in list.iter() {
+                assert!(text.contains(name.as_str()), "{name:?}");
+                assert!(driver_library(name), "{name:?}");
+            }
+        }
+        for name in &whole.unpermitted {
+            assert!(whole.loaded.contains(name), "{name:?}");
+        }
+        let cut = std::io::BufReader::with_capacity(read_size.max(1), log);
+        assert_eq!(read_watch_log_from(cut).unwrap(), whole);
+    }
+
+    #[test]
+    fn logs_of_any_bytes_read_without_a_panic_and_alike_however_they_are_read() {
+        let (iters, time, seed) = limits(5_000);
+        let start = std::time::Instant::now();
+        let mut seed = seed;
+        let mut ran = 0;
+        while ran < iters && (ran == 0 || start.elapsed() < time) {
+            let mut rng = Rng(seed);
+            let log = if rng.below(4) == 0 {
+                let mut bytes = Vec::new();
+                for _ in 0..rng.below(2048) {
+                    bytes.push(rng.next() as u8);
+                }
+                bytes
+            } else {
+                any_log(&mut rng)
+            };
+            let read_size = 1 + rng.below(64);
+            let case = std::panic::catch_unwind(|| check_log(&log, read_size));
+            if let Err(panic) = case {
+                eprintln!(
+                    "fuzz watch-log: case {ran} failed; replay it with GTP_FUZZ_SEED={seed} \
+                     GTP_FUZZ_ITERS=1"
+                );
+                std::panic::resume_unwind(panic);
+            }
+            ran += 1;
+            seed = Rng(seed).next();
+        }
+        eprintln!("watch log: {ran} cases");
+    }
+
+    #[test]
+    fn a_line_without_end_is_read_in_bounded_memory() {
+        // 64 MiB of one line, never in memory: the line kept stays within its bound.
+        struct Endless(u64);
+        impl std::io::Read for Endless {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(self.0 as usize);
+                buf[..n].fill(b'x');
+                self.0 -= n as u64;
+                Ok(n)
+            }
+        }
+        let mut log = std::io::BufReader::with_capacity(1 << 16, Endless(64 << 20));
+        let mut line = Vec::new();
+        assert!(matches!(
+            read_line_at_most(&mut log, &mut line, LONGEST_LINE).unwrap(),
+            LineRead::TooLong
+        ));
+        assert!(
+            line.capacity() <= 2 * LONGEST_LINE + (1 << 16),
+            "{}",
+            line.capacity()
+        );
+        assert!(matches!(
+            read_line_at_most(&mut log, &mut line, LONGEST_LINE).unwrap(),
+            LineRead::End
+        ));
+    }
+
+    #[test]
+    fn the_lists_stop_at_their_bound() {
+        let mut log = String::from("  1:\ttransferring control: ./t\n");
+        for i in 0..MOST_LIBRARIES + 10 {
+            log.push_str(&format!(
+                "  1:\tfile=libvulkan_{i}.so [0];  generating link map\n"
+            ));
+        }
+        let seen = read_watch_log(&log);
+        assert_eq!(seen.loaded.len(), MOST_LIBRARIES);
+        assert_eq!(seen.unpermitted, seen.loaded);
+        assert!(seen.before_first_permit);
+        let mut merged = seen.clone();
+        merged.merge(read_watch_log(&log.replace("vulkan_", "vulkan_x")));
+        assert_eq!(merged.loaded.len(), MOST_LIBRARIES);
+        assert_eq!(merged.unpermitted, merged.loaded);
     }
 
     #[test]
