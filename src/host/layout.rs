@@ -275,15 +275,21 @@ pub(super) struct Agreed {
 /// Settles the layout of `dir` and leaves `file` locked shared. `want` is written only where
 /// nobody else uses the directory (and, for `auto`, no process of its run has written its
 /// choice), only once [`fd_budget`] allows it, and only where this process may write `file`
-/// (`writable`: another user's layout file is read, never written).
+/// (`writable`: another user's layout file is read, never written). Waits at most
+/// [`LAYOUT_WAIT`], and never longer than `patience` (the pool's deadline for a permit): a
+/// process that keeps the layout file locked, stopped or another user's, holds up no test past
+/// its deadline.
 pub(super) fn agree_on_layout(
     dir: &Path,
     path: &Path,
     file: &File,
     writable: bool,
     want: WantedLayout<'_>,
+    patience: Duration,
 ) -> Result<Agreed, HostError> {
-    let give_up = Instant::now() + LAYOUT_WAIT;
+    // A deadline of nothing (a try) still lets a process laying the directory out finish.
+    let waited = LAYOUT_WAIT.min(patience.max(Duration::from_millis(100)));
+    let give_up = Instant::now() + waited;
     let mut pause = Duration::from_millis(1);
     let wanted = want.layout();
     let run = want.run().map(str::to_string);
@@ -412,11 +418,11 @@ pub(super) fn agree_on_layout(
         }
         if Instant::now() >= give_up {
             return Err(HostError::Directory(format!(
-                "slot directory {}: no agreed layout after {}s; another process keeps {} \
+                "slot directory {}: no agreed layout after {:.1}s; another process keeps {} \
                  locked (it may be stopped while laying out the directory); resume or stop it, \
                  or set GPU_TEST_PERMIT_DIR to another directory",
                 dir.display(),
-                LAYOUT_WAIT.as_secs(),
+                waited.as_secs_f64(),
                 path.display()
             )));
         }

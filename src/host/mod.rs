@@ -345,9 +345,14 @@ impl HostSlots {
     /// Opens (creating if needed) the slots of `dir` for `wanted`, checking the directory
     /// first. The slots opened follow the directory's recorded layout, which is `wanted` unless
     /// another process using the directory set a different one (see [`HostSlots::layout`]).
-    pub(crate) fn open(dir: &Path, wanted: Layout) -> Result<HostSlots, HostError> {
+    /// Waits for the directory's layout at most `patience` (see `agree_on_layout`).
+    pub(crate) fn open(
+        dir: &Path,
+        wanted: Layout,
+        patience: std::time::Duration,
+    ) -> Result<HostSlots, HostError> {
         let opening = HostSlots::begin_open(dir, wanted)?;
-        Ok(HostSlots::finish_open(dir, opening, WantedLayout::Fixed(wanted))?.0)
+        Ok(HostSlots::finish_open(dir, opening, WantedLayout::Fixed(wanted), patience)?.0)
     }
 
     /// Opens the slots of `dir` with the N `auto` chooses for the run whose key (a safe file
@@ -359,6 +364,7 @@ impl HostSlots {
         gpus: usize,
         run: &str,
         choose: impl FnOnce() -> usize,
+        patience: std::time::Duration,
     ) -> Result<(HostSlots, Option<Layout>), HostError> {
         // Until the directory says more, the seed is what the descriptors are counted for.
         let seed = Layout {
@@ -377,7 +383,7 @@ impl HostSlots {
             },
         };
         let want = WantedLayout::Auto { layout, run };
-        let (host, chose) = HostSlots::finish_open(dir, opening, want)?;
+        let (host, chose) = HostSlots::finish_open(dir, opening, want, patience)?;
         let layout = if chose { Some(host.layout) } else { None };
         Ok((host, layout))
     }
@@ -418,6 +424,7 @@ impl HostSlots {
         dir: &Path,
         opening: Opening,
         want: WantedLayout<'_>,
+        patience: std::time::Duration,
     ) -> Result<(HostSlots, bool), HostError> {
         let Opening {
             layout_path,
@@ -431,7 +438,7 @@ impl HostSlots {
             layout,
             chose,
             wrote,
-        } = agree_on_layout(dir, &layout_path, &layout_file, writable, want)?;
+        } = agree_on_layout(dir, &layout_path, &layout_file, writable, want, patience)?;
         fd_budget(dir, layout)?;
         let wanted = want.layout();
         let writer = sys::writer(&layout_file);

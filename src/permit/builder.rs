@@ -352,12 +352,12 @@ impl PoolBuilder {
                 let auto_run = if self.auto { observe::run_id() } else { None };
                 match auto_run {
                     Some(run) => {
-                        let (host, choice) = open_auto(&dir, self.gpus, run)?;
+                        let (host, choice) = open_auto(&dir, self.gpus, run, self.timeout)?;
                         chosen = choice;
                         Some(host)
                     }
                     None => {
-                        let host = HostSlots::open(&dir, wanted)?;
+                        let host = HostSlots::open(&dir, wanted, self.timeout)?;
                         // Under nextest, the run's first process learns the hold times of the
                         // runs before it (`auto` does as it chooses), before any permit.
                         if let Some(run) = observe::run_id() {
@@ -515,15 +515,22 @@ fn open_auto(
     dir: &Path,
     gpus: usize,
     run: &str,
+    patience: std::time::Duration,
 ) -> Result<(HostSlots, Option<crate::tune::Choice>), HostError> {
     let mut choice = None;
     let key = observe::run_key(run);
-    let (host, chose) = HostSlots::open_auto(dir, gpus, &key, || {
-        let c = crate::tune::choose_now(dir, gpus, Some(run));
-        let n = c.per_gpu;
-        choice = Some(c);
-        n
-    })?;
+    let (host, chose) = HostSlots::open_auto(
+        dir,
+        gpus,
+        &key,
+        || {
+            let c = crate::tune::choose_now(dir, gpus, Some(run));
+            let n = c.per_gpu;
+            choice = Some(c);
+            n
+        },
+        patience,
+    )?;
     match (chose, choice) {
         (Some(layout), Some(mut c)) => {
             c.per_gpu = layout.per_gpu;

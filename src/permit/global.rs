@@ -106,7 +106,7 @@ impl PermitPool {
         b.memory_budget = cfg.gpu_memory;
         b.probe_budget = true;
         b.placement = cfg.placement;
-        let host = match HostSlots::open(&dir, layout) {
+        let host = match HostSlots::open(&dir, layout, cfg.timeout) {
             Err(e) => Err(e),
             Ok(host) => {
                 crate::host::let_other_users_probe(&dir);

@@ -272,3 +272,48 @@ fn the_first_test_of_a_run_reads_no_other_users_runs_and_reads_a_run_once() {
         "the third run read {third} bytes: a run that measured to nothing was read again"
     );
 }
+
+/// A process that keeps the layout file locked (another user's `flock`, or one stopped while
+/// laying the directory out) holds a test up to its own deadline at most, not the ten seconds
+/// a layout is waited for otherwise.
+#[test]
+fn a_layout_kept_locked_by_another_user_holds_a_test_up_no_longer_than_its_timeout() {
+    let Some(setpriv) = as_nobody() else {
+        eprintln!("not run: needs root, setpriv and a CLI that user nobody may run");
+        return;
+    };
+    let (_dir, slots) = shared_dir();
+    // The directory laid out by this user first, then locked by the other one.
+    assert!(hold_once(&slots, 1, "10s").status.success());
+    let mut locker = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{setpriv} flock -x \"$SLOTS/gpu0.layout\" sleep 20"))
+        .env("SLOTS", &slots)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Until the lock is taken: `flock -n` fails.
+    let start = std::time::Instant::now();
+    while Command::new("flock")
+        .args(["-n", "-s"])
+        .arg(slots.join("gpu0.layout"))
+        .arg("true")
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(start.elapsed() < LONG, "the other user never locked the layout");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let asked = std::time::Instant::now();
+    let out = hold_once(&slots, 1, "1s");
+    let took = asked.elapsed();
+    let _ = locker.kill();
+    let _ = locker.wait();
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("no agreed layout"), "{}", text(&out));
+    assert!(
+        took < Duration::from_secs(6),
+        "a layout locked by another user held the test up {took:?} with a deadline of 1s"
+    );
+}
