@@ -8,6 +8,7 @@
 //! - A program linked to `libcuda` at build time (`DT_NEEDED`) maps it in every test: reported
 //!   as linked at build time, never as an escape; the same driver `dlopen`ed is one.
 //! - A driver loaded after more than 64 MiB of loader log is still seen.
+//! - A crafted ELF file mapped under a driver's name does not upset the in-process look.
 //! - `report` of a run that was not watched says what it cannot have seen.
 
 use std::ffi::OsStr;
@@ -684,6 +685,58 @@ fn the_in_process_look_counts_a_driver_the_executable_links_as_linked() {
     );
     assert!(
         !shown.contains("loaded a GPU driver without a permit ("),
+        "{shown}"
+    );
+}
+
+#[test]
+fn a_crafted_elf_file_mapped_under_a_drivers_name_reads_without_a_panic() {
+    // The in-process look at the first permit reads the ELF files of what the executable
+    // needs, found among its maps by file name: here `libcuda.so.1`, which the program links,
+    // is also the name of a crafted file it maps, whose string table offset overflows a `u64`
+    // (`tests/data/fuzz/elf/strtab-past-u64.elf`). Before the ELF reader checked its
+    // arithmetic, the first permit of a dev build panicked ("attempt to add with overflow").
+    let work = tempdir();
+    let crafted = work.path().join("libcuda.so.1");
+    std::fs::copy(
+        manifest_dir().join("../tests/data/fuzz/elf/strtab-past-u64.elf"),
+        &crafted,
+    )
+    .unwrap();
+    let mut c = Command::new(linked_permit());
+    clear_permit_env(&mut c);
+    c.arg("map")
+        .arg(&crafted)
+        .arg("twice")
+        .env(gpu_test_permit::config::DIR_VAR, work.path().join("slots"))
+        .env("REALIZAR_GPU_TEST_CONCURRENCY", "1")
+        .env("LD_LIBRARY_PATH", cuda_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    // Bounded: a reader that blocked would hang the test, not end it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the process with the crafted file mapped did not end");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("held a permit") && shown.contains("held a second permit"),
+        "{shown}"
+    );
+    // The permit's observers catch a panic (the permits were granted all the same), and say
+    // so: no such line, and the look went on to its end. The stand-in `libcuda` it found
+    // mapped is not the file the executable's `libcuda.so.1` was found as (the crafted one),
+    // so, outside nextest, the process names it as it exits.
+    assert!(!shown.contains("panicked"), "{shown}");
+    assert!(
+        shown.contains("had a GPU driver loaded before its first permit (libcuda.so.1.0.0)"),
         "{shown}"
     );
 }
