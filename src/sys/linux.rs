@@ -327,20 +327,25 @@ pub(super) fn mapped_files() -> Option<Vec<String>> {
     file.take(MOST_MAPS).read_to_end(&mut maps).ok()?;
     let mut out: Vec<String> = Vec::new();
     // Whole lines only: one cut short at the bound would name a path cut short.
-    'lines: for line in maps.split_inclusive(|&b| b == b'\n') {
-        let Some(line) = line.strip_suffix(b"\n") else {
-            break;
-        };
-        let Some(path) = maps_line_path(line) else {
-            continue;
-        };
-        let path = String::from_utf8_lossy(path);
-        for p in &out {
-            if *p == path {
-                continue 'lines;
+    let (mut start, mut at) = (0, 0);
+    while at < maps.len() {
+        if maps[at] == b'\n' {
+            if let Some(path) = maps_line_path(&maps[start..at]) {
+                let path = String::from_utf8_lossy(path);
+                let mut seen = false;
+                for p in &out {
+                    if *p == path {
+                        seen = true;
+                        break;
+                    }
+                }
+                if !seen {
+                    out.push(path.into_owned());
+                }
             }
+            start = at + 1;
         }
-        out.push(path.into_owned());
+        at += 1;
     }
     Some(out)
 }
