@@ -209,17 +209,21 @@ fn warn(dir: &Path, e: &std::io::Error) {
 }
 
 /// Opens (creating) the run's file; a process that creates it removes all but the newest
-/// [`RUNS_KEPT`] runs' files of this user.
+/// [`RUNS_KEPT`] runs' files of this user. Only its owner may write it: in a shared directory
+/// another user can neither empty nor forge this user's records, and a file another user made
+/// at the run's name is refused (its records are not this user's).
 fn open_run_file(dir: &Path, run: &str) -> std::io::Result<File> {
+    use crate::host::tests_file::open_own_for_writing;
     let path = dir.join(file_name(run));
-    let (file, len) = match sys::open_lock_file_len(&path, sys::is_shared_dir(dir)) {
+    let file = match open_own_for_writing(&path) {
         // A test that skips before any permit is taken may be the first to use the directory.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             sys::prepare_dir(dir).map_err(std::io::Error::other)?;
-            sys::open_lock_file_len(&path, sys::is_shared_dir(dir))?
+            open_own_for_writing(&path)?
         }
         opened => opened?,
     };
+    let len = file.metadata()?.len();
     if len == 0 {
         prune(dir, &path);
     }

@@ -375,11 +375,6 @@ pub(crate) fn writer(file: &File) -> Writer {
     os::writer(file)
 }
 
-/// [`open_lock_file`], with the file's length when it was opened.
-pub(crate) fn open_lock_file_len(path: &Path, shared_dir: bool) -> io::Result<(File, u64)> {
-    os::open_lock_file(path, shared_dir)
-}
-
 /// Opens an existing lock file for locking, without following a symbolic link and without
 /// blocking, refusing anything but a regular file; `NotFound` where nobody has made it.
 pub(crate) fn open_existing_lock_file(path: &Path) -> io::Result<File> {

@@ -179,7 +179,21 @@ fn another_users_run_files_cost_this_user_no_record() {
         assert!(out.status.success(), "{}", text(&out));
     };
     run("run-a");
-    assert!(slots.join("gpu0.run.run-a").exists());
+    let records = slots.join("gpu0.run.run-a");
+    let written = std::fs::metadata(&records).unwrap().len();
+    assert!(written > 0);
+    // Only its owner may write a run's file: the other user can neither empty nor forge it.
+    let emptied = nobody_runs(
+        &setpriv,
+        &slots,
+        r#"truncate -s 0 "$SLOTS/gpu0.run.run-a" 2>&1; echo "{}" >> "$SLOTS/gpu0.run.run-a" 2>&1"#,
+    );
+    assert_eq!(
+        std::fs::metadata(&records).unwrap().len(),
+        written,
+        "another user changed this user's run records: {}",
+        text(&emptied)
+    );
     run("run-b");
     assert!(
         slots.join("gpu0.run.run-a").exists(),
