@@ -331,7 +331,7 @@ struct Watched {
 /// process is watched, every change between none and some is marked in the loader's log.
 /// Unwatched, this is two loads and two branches after the first permit: the uncontended
 /// acquire path pays nothing more.
-pub(crate) fn permit_taken() {
+pub(crate) fn permit_taken(test: Option<&str>) {
     if !EVER.load(Ordering::Relaxed) && !EVER.swap(true, Ordering::AcqRel) {
         first_permit();
     }
@@ -341,14 +341,37 @@ pub(crate) fn permit_taken() {
         if *held == 1 {
             mark(&w.log, HELD_MARK);
         }
+        mark_test(&w.log, GRANTED_MARK, test);
     }
 }
 
+/// The line written into a watched process's loader log at each grant, with the test's name
+/// after a space: what a watch names when the process crashes or hangs (the tests holding
+/// permits then, or last).
+pub const GRANTED_MARK: &str = "gpu-test-permit: granted";
+/// The line written at each release, with the test's name after a space.
+pub const RETURNED_MARK: &str = "gpu-test-permit: returned";
+
+/// Writes `mark` and the test's name (`test`, else the running test's) as one line.
+fn mark_test(file: &std::fs::File, mark: &str, test: Option<&str>) {
+    let name = match test {
+        Some(t) => t.to_string(),
+        None => crate::nextest::current_test_name(),
+    };
+    // One line, whatever the name holds.
+    let name: String = name
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    self::mark(file, &format!("{mark} {name}"));
+}
+
 /// This process returned a permit.
-pub(crate) fn permit_returned() {
+pub(crate) fn permit_returned(test: Option<&str>) {
     if let Some(w) = watched() {
         let mut held = w.held.lock();
         *held = held.saturating_sub(1);
+        mark_test(&w.log, RETURNED_MARK, test);
         if *held == 0 {
             mark(&w.log, FREE_MARK);
         }

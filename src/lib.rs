@@ -261,6 +261,14 @@ pub mod __private {
         })
     }
 
+    /// Records a watched test process's verdict (`gpu-test-permit watch`) in the run's
+    /// records, when this runs under nextest: `fault` is `teardown`, `hang` or `crash`,
+    /// `ended` how the process ended, `failed` whether the watch failed it, `said` the line
+    /// it said. Returns whether a record was written.
+    pub fn record_verdict(pid: u32, fault: &str, ended: &str, failed: bool, said: &str) -> bool {
+        crate::runs::record_verdict(pid, fault, ended, failed, said)
+    }
+
     /// `text` with every control character and non-space whitespace escaped, as a test name is
     /// shown on one line (the command-line tool's timeline).
     pub fn escape_controls(text: &str) -> String {

@@ -7,6 +7,8 @@
 //! - [`junit`]: the tests that skipped at run time marked skipped in nextest's JUnit report;
 //! - [`nextest_config`]: the nextest tool config file, its GPU test group learned from the runs;
 //! - [`watch_log`]: what a watched command's dynamic-loader logs say about GPU drivers;
+//! - [`verdict`]: what a test binary's output and its end say: passed, failed, a teardown
+//!   fault, a crash while tests ran;
 //! - [`records`]: what the slot directory's records say: a nextest run's, the nextest hint's,
 //!   and what the host's hang records say about N.
 //!
@@ -21,4 +23,5 @@ pub mod junit;
 pub mod nextest_config;
 pub mod records;
 pub mod trace;
+pub mod verdict;
 pub mod watch_log;

@@ -16,6 +16,8 @@
 //! | `GPU_TEST_PERMIT_MAX_CONCURRENCY` | the most permits per GPU `auto` may choose | 4 |
 //! | `GPU_TEST_PERMIT_TIMEOUT` | longest wait for a permit: `90`, `90s`, `1500ms`, `10m`, `1h` | 10m |
 //! | `GPU_TEST_PERMIT_HOLD_TIMEOUT` | longest a permit may be held; past it the process prints who holds permits, since when and the N in force, records the hang, and aborts (a wedged driver becomes a failure, not a hung run; `gpu-test-permit run` instead ends its command, then exits with 124); keep it below nextest's `slow-timeout` termination | off |
+//! | `GPU_TEST_PERMIT_TEARDOWN` | what `gpu-test-permit watch`, as cargo's target runner, makes of a test process that crashed, or exited non-zero, after every one of its tests had its result and none failed (a teardown fault; a hang at exit is one): `pass` (said, recorded, and the run passes as its tests did) or `fail` | `pass` |
+//! | `GPU_TEST_PERMIT_EXIT_GRACE` | how long `gpu-test-permit watch` lets a test process take to exit once every test has its result; past it the process hangs at exit: the watch names what its threads wait in, ends it and what it started, and judges a teardown fault | 10s |
 //! | `GPU_TEST_PERMIT_DIR` | absolute path of the host slot directory (share it between users or containers) | `/tmp/gpu-test-permit-<uid>` |
 //! | `GPU_TEST_PERMIT_STATE` | absolute path of the directory for what must outlive a reboot: the records of hangs and contention casualties that rule an N out (a wedged GPU often needs a reboot, which empties `/tmp`) | `$XDG_STATE_HOME/gpu-test-permit` (else `~/.local/state/gpu-test-permit`) with the default slot directory; a `GPU_TEST_PERMIT_DIR` itself |
 //! | `GPU_TEST_PERMIT_TRACE` | file to append wait and hold spans to (Chrome trace events; Perfetto opens it) | off |
@@ -92,8 +94,8 @@ pub use nextest::NextestEnv;
 pub use parse::{RequireError, ValueError};
 pub(crate) use values::format_bytes;
 pub use values::{
-    AdapterName, ConfigWarning, MemoryBudget, Placement, PowerPref, RetryMode, SlotDir, Weights,
-    default_slot_dir,
+    AdapterName, ConfigWarning, MemoryBudget, Placement, PowerPref, RetryMode, SlotDir, Teardown,
+    Weights, default_slot_dir,
 };
 pub use vars::*;
 
@@ -134,6 +136,12 @@ pub struct Config {
     pub timeout: Duration,
     /// Hold deadline, from [`HOLD_TIMEOUT_VAR`]; `None` is off.
     pub hold_timeout: Option<Duration>,
+    /// What a teardown fault makes of a test process under `gpu-test-permit watch`, from
+    /// [`TEARDOWN_VAR`].
+    pub teardown: Teardown,
+    /// How long a test process may take to exit once its tests have their results, from
+    /// [`EXIT_GRACE_VAR`].
+    pub exit_grace: Duration,
     /// Slot directory, from [`DIR_VAR`].
     pub slot_dir: SlotDir,
     /// The state directory [`STATE_VAR`] names, when it is set to an absolute path.
@@ -430,7 +438,10 @@ impl Config {
         let inherited = read::inherited(lookup);
         let (wgpu_adapter, wgpu_power) = read::wgpu(lookup, w);
         let (gpu_memory, weights) = read::memory(lookup, w);
+        let (teardown, exit_grace) = read::verdicts(lookup, w);
         Config {
+            teardown,
+            exit_grace,
             strict,
             gpu_memory,
             weights,

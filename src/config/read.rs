@@ -15,7 +15,7 @@ use super::parse::{
 };
 use super::values::{
     AdapterName, ConfigWarning, Gpus, MemoryBudget, Placement, PowerPref, RetryMode, SlotDir,
-    Weights, warning,
+    Teardown, Weights, warning,
 };
 use super::vars::*;
 
@@ -318,6 +318,24 @@ pub(super) fn retry(lookup: &Lookup<'_>, warnings: &mut Warnings) -> RetryMode {
     }
 }
 
+/// What a teardown fault makes of a test process ([`TEARDOWN_VAR`]), and how long a test
+/// process may take to exit once its tests have their results ([`EXIT_GRACE_VAR`]).
+pub(super) fn verdicts(lookup: &Lookup<'_>, warnings: &mut Warnings) -> (Teardown, Duration) {
+    let teardown = match lookup(TEARDOWN_VAR) {
+        None => Teardown::Pass,
+        Some(raw) => match lower_word(&raw).as_deref() {
+            Some("pass") => Teardown::Pass,
+            Some("fail") => Teardown::Fail,
+            _ => {
+                warnings.push(warning(TEARDOWN_VAR, &raw, &"is not pass or fail", &"pass"));
+                Teardown::Pass
+            }
+        },
+    };
+    let grace = duration_or(lookup, EXIT_GRACE_VAR, DEFAULT_EXIT_GRACE, warnings);
+    (teardown, grace)
+}
+
 /// The GPUs permits span ([`GPUS_VAR`]).
 pub(super) struct GpuChoice {
     /// How many; `None`: as many as the probe finds.
@@ -548,7 +566,14 @@ mod tests {
         let strict = rest.iter().position(|v| *v == STRICT_VAR).expect("strict");
         assert_eq!(
             &rest[strict..],
-            [STRICT_VAR, WGPU_POWER_PREF_VAR, GPU_MEMORY_VAR, WEIGHTS_VAR],
+            [
+                STRICT_VAR,
+                WGPU_POWER_PREF_VAR,
+                GPU_MEMORY_VAR,
+                WEIGHTS_VAR,
+                TEARDOWN_VAR,
+                EXIT_GRACE_VAR
+            ],
             "{vars:?}"
         );
         assert_eq!(cfg.concurrency.get(), 3);

@@ -218,6 +218,24 @@ pub enum RetryMode {
     Same,
 }
 
+/// [`TEARDOWN_VAR`](crate::config::TEARDOWN_VAR): what `gpu-test-permit watch` makes of a test
+/// process that crashed or exited non-zero after every one of its tests had its result and
+/// none failed.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, Teardown};
+///
+/// assert_eq!(Config::from_lookup(|_| None).teardown, Teardown::Pass);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Teardown {
+    /// `pass`: the tests passed; the fault is said and recorded (as nextest's leak result).
+    #[default]
+    Pass,
+    /// `fail`: the process fails as it ended.
+    Fail,
+}
+
 /// [`WEIGHTS_VAR`](crate::config::WEIGHTS_VAR): whose word sets the units of a permit whose
 /// test declares nothing.
 ///

@@ -66,6 +66,33 @@ pub const TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_TIMEOUT";
 /// assert_eq!(Config::from_lookup(|_| None).hold_timeout, None, "off by default");
 /// ```
 pub const HOLD_TIMEOUT_VAR: &str = "GPU_TEST_PERMIT_HOLD_TIMEOUT";
+/// What `gpu-test-permit watch`, as cargo's target runner, makes of a test process that died
+/// or exited non-zero after every one of its tests had a result and none failed (a driver's
+/// teardown that crashed, a process that hung at exit): `pass` (the default: the tests
+/// passed; the fault is said and recorded) or `fail`.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, Teardown, TEARDOWN_VAR};
+///
+/// assert_eq!(Config::from_lookup(|_| None).teardown, Teardown::Pass);
+/// let cfg = Config::from_lookup(|name| (name == TEARDOWN_VAR).then(|| "fail".into()));
+/// assert_eq!(cfg.teardown, Teardown::Fail);
+/// ```
+pub const TEARDOWN_VAR: &str = "GPU_TEST_PERMIT_TEARDOWN";
+/// How long `gpu-test-permit watch` waits, once every test of a test process has its result,
+/// for the process to exit: past it the process hangs at exit, and the watch says what its
+/// threads wait in, ends it (and what it started) and judges it a teardown fault.
+///
+/// ```
+/// use gpu_test_permit::config::{Config, DEFAULT_EXIT_GRACE, EXIT_GRACE_VAR};
+///
+/// assert_eq!(Config::from_lookup(|_| None).exit_grace, DEFAULT_EXIT_GRACE);
+/// let cfg = Config::from_lookup(|name| (name == EXIT_GRACE_VAR).then(|| "3s".into()));
+/// assert_eq!(cfg.exit_grace, std::time::Duration::from_secs(3));
+/// ```
+pub const EXIT_GRACE_VAR: &str = "GPU_TEST_PERMIT_EXIT_GRACE";
+/// [`EXIT_GRACE_VAR`]'s default: well inside nextest's default `slow-timeout` (60 s).
+pub const DEFAULT_EXIT_GRACE: Duration = Duration::from_secs(10);
 /// Directory of the host slot files.
 ///
 /// ```

@@ -324,7 +324,7 @@ impl Observers {
         }
         // Which GPU drivers the process loaded without a permit (looked at once, at its first).
         #[cfg(not(loom))]
-        crate::drivers::permit_taken();
+        crate::drivers::permit_taken(held.names.as_ref().map(|n| n.test.as_str()));
         self.keep().then_some(held)
     }
 
@@ -347,7 +347,11 @@ impl Observers {
         #[cfg(test)]
         panic_here("let go");
         #[cfg(not(loom))]
-        crate::drivers::permit_returned();
+        crate::drivers::permit_returned(
+            held.as_ref()
+                .and_then(|h| h.names.as_ref())
+                .map(|n| n.test.as_str()),
+        );
         if let Some(h) = &held
             && h.watch != 0
         {

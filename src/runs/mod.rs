@@ -80,7 +80,7 @@ pub use read::{RecordedRun, RunsError, first_record_time};
 pub use read::{RunRecords, read_run, recorded_runs};
 pub use record::{ChoiceRecord, ReleaseRecord, RunRecord};
 #[cfg(any(test, feature = "__cli"))]
-pub use record::{DriversRecord, GrantRecord, Outcome, SkipRecord};
+pub use record::{DriversRecord, GrantRecord, Outcome, SkipRecord, VerdictRecord};
 pub(crate) use summary::casualties_of;
 #[cfg(any(test, feature = "__cli"))]
 pub use summary::{
@@ -89,14 +89,14 @@ pub use summary::{
 #[cfg(any(test, feature = "__cli"))]
 pub use trace::casualties_in_trace;
 #[cfg(any(test, feature = "__cli"))]
-pub(crate) use write::record_watched;
-#[cfg(any(test, feature = "__cli"))]
 #[doc(hidden)]
 pub use write::set_command_outcome;
 pub(crate) use write::{
     Granted, append, flush, granted, nextest_run, outcome_now, record_drivers, record_skip,
     released, run_id, traced_attempt,
 };
+#[cfg(any(test, feature = "__cli"))]
+pub(crate) use write::{record_verdict, record_watched};
 
 /// The names of run files start with this.
 pub(crate) const FILE_PREFIX: &str = "gpu0.run.";

@@ -16,9 +16,12 @@ pub enum RunRecord {
     Choice(ChoiceRecord),
     /// A test process loaded GPU drivers (see [`drivers`](crate::__private::drivers)).
     Drivers(DriversRecord),
+    /// A watched test process crashed or hung after (or around) its tests: its verdict
+    /// (`gpu-test-permit watch`).
+    Verdict(VerdictRecord),
 }
 
-/// A line of a run's record file: `{"kind":"<skip|grant|release|choice|drivers>", ...}`,
+/// A line of a run's record file: `{"kind":"<skip|grant|release|choice|drivers|verdict>", ...}`,
 /// the record's fields after the kind, in their order. Fields added after the first release
 /// are left out where they hold their default, and read as it where absent. Unversioned.
 impl json::Write for RunRecord {
@@ -106,6 +109,19 @@ impl RunRecord {
                 .when(!r.linked.is_empty(), "linked", &r.linked)
                 .when(r.started_process, "started_process", true)
                 .finish(),
+            RunRecord::Verdict(r) => Object::new()
+                .field("kind", "verdict")
+                .field("run", &r.run)
+                .field("unix_us", r.unix_us)
+                .field("pid", r.pid)
+                .field("binary", &r.binary)
+                .field("test", &r.test)
+                .field("attempt", r.attempt)
+                .field("fault", &r.fault)
+                .field("ended", &r.ended)
+                .field("failed", r.failed)
+                .field("said", &r.said)
+                .finish(),
         }
     }
 }
@@ -116,12 +132,13 @@ impl Record for RunRecord {
     }
 
     fn read_json(v: &Value) -> Result<RunRecord, String> {
-        const KINDS: [(&str, u8); 5] = [
+        const KINDS: [(&str, u8); 6] = [
             ("skip", 0),
             ("grant", 1),
             ("release", 2),
             ("choice", 3),
             ("drivers", 4),
+            ("verdict", 5),
         ];
         let f = Fields::of(v, "run record")?;
         let kind = f.req_one_of("kind", &KINDS)?;
@@ -173,6 +190,18 @@ impl Record for RunRecord {
                 gpus: r.req("gpus"),
                 gpu: r.req("gpu"),
                 why: r.req("why"),
+            }),
+            5 => RunRecord::Verdict(VerdictRecord {
+                run: r.req("run"),
+                unix_us: r.req("unix_us"),
+                pid: r.req("pid"),
+                binary: r.req("binary"),
+                test: r.req("test"),
+                attempt: r.req("attempt"),
+                fault: r.req("fault"),
+                ended: r.req("ended"),
+                failed: r.req("failed"),
+                said: r.req("said"),
             }),
             _ => RunRecord::Drivers(DriversRecord {
                 run: r.req("run"),
@@ -252,6 +281,7 @@ impl RunRecord {
             RunRecord::Release(r) => &r.run,
             RunRecord::Choice(r) => &r.run,
             RunRecord::Drivers(r) => &r.run,
+            RunRecord::Verdict(r) => &r.run,
         }
     }
 
@@ -263,6 +293,7 @@ impl RunRecord {
             RunRecord::Release(r) => r.unix_us,
             RunRecord::Choice(r) => r.unix_us,
             RunRecord::Drivers(r) => r.unix_us,
+            RunRecord::Verdict(r) => r.unix_us,
         }
     }
 }
@@ -419,6 +450,36 @@ pub struct DriversRecord {
     pub started_process: bool,
 }
 
+/// A watched test process whose process failed after or around its tests
+/// (`gpu-test-permit watch`, see `gpu_test_permit_cli::verdict`): a teardown fault (every
+/// test had its result, then the process crashed, exited non-zero or hung at exit), or a crash
+/// while tests ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VerdictRecord {
+    /// The run id.
+    pub run: String,
+    /// When it was written, microseconds since the Unix epoch.
+    pub unix_us: u64,
+    /// The test's process.
+    pub pid: u32,
+    /// The test binary.
+    pub binary: String,
+    /// The test's name.
+    pub test: String,
+    /// The attempt (1 for the first).
+    pub attempt: u32,
+    /// `teardown` (crashed or exited non-zero after every result), `hang` (hung at exit and
+    /// was ended) or `crash` (died while tests ran).
+    pub fault: String,
+    /// How the process ended: a signal's name (`SIGSEGV`), `exit code 3`.
+    pub ended: String,
+    /// Whether the watch failed the test for it (`GPU_TEST_PERMIT_TEARDOWN=fail`, or a crash).
+    pub failed: bool,
+    /// The line the watch said.
+    pub said: String,
+}
+
 impl DriversRecord {
     /// Whether the process reached a GPU driver without a permit.
     #[cfg(any(test, feature = "__cli"))]
@@ -572,6 +633,20 @@ mod golden {
                 seen: "watched".into(),
                 linked: vec!["/usr/lib/libOpenCL.so.1".into()],
                 started_process: true,
+            }),
+            RunRecord::Verdict(VerdictRecord {
+                run: "run-1".into(),
+                unix_us: 1_764_300_000_000_800,
+                pid: 4248,
+                binary: "suite::gpu".into(),
+                test: "matmul".into(),
+                attempt: 1,
+                fault: "teardown".into(),
+                ended: "SIGSEGV".into(),
+                failed: false,
+                said: "teardown fault: `gpu` died by SIGSEGV after all 1 of its tests had their \
+                       results"
+                    .into(),
             }),
             RunRecord::Drivers(DriversRecord {
                 run: "run-1".into(),

@@ -165,6 +165,9 @@ pub struct RunSummary {
     /// Tests whose processes were watched (`gpu-test-permit watch`): where there are none,
     /// only drivers still mapped when a test looked at itself were seen.
     pub watched_tests: usize,
+    /// Watched test processes that crashed or hung after or around their tests (teardown
+    /// faults, hangs at exit, crashes while tests ran), in the records' order.
+    pub verdicts: Vec<super::record::VerdictRecord>,
 }
 
 /// One permit's life, as the records tell it.
@@ -208,7 +211,7 @@ fn lives(records: &[RunRecord]) -> Lives<'_> {
             }
             RunRecord::Grant(g) => (key_of(&g.binary, &g.test), g.attempt, g.unix_us),
             RunRecord::Skip(k) => (key_of(&k.binary, &k.test), k.attempt, k.unix_us),
-            RunRecord::Drivers(_) | RunRecord::Choice(_) => continue,
+            RunRecord::Drivers(_) | RunRecord::Choice(_) | RunRecord::Verdict(_) => continue,
         };
         attempts.push((key.clone(), attempt));
         starts.push(((key, attempt), at));
@@ -348,6 +351,7 @@ pub fn summarize(run: &RunRecords) -> RunSummary {
                 };
                 skips.push((key, (at, skip)));
             }
+            RunRecord::Verdict(v) => s.verdicts.push(v.clone()),
             RunRecord::Grant(_) | RunRecord::Release(_) => {}
         }
     }

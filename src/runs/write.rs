@@ -5,7 +5,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::record::{DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
+use super::record::{
+    DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord, VerdictRecord,
+};
 use super::{FILE_PREFIX, RUNS_KEPT, file_name, run_files};
 use crate::config::Config;
 use crate::json::Record;
@@ -318,6 +320,33 @@ pub(crate) fn record_watched(mut record: DriversRecord) -> bool {
     }
     record.seen = "watched".into();
     write_drivers(record)
+}
+
+/// Records a watched test process's verdict (see [`crate::__private::record_verdict`]) for
+/// the running test of this nextest run; whether it was written.
+#[cfg(any(test, feature = "__cli"))]
+pub(crate) fn record_verdict(pid: u32, fault: &str, ended: &str, failed: bool, said: &str) -> bool {
+    let Some(run) = nextest_run() else {
+        return false;
+    };
+    let Ok(dir) = Config::global().slot_dir_path() else {
+        return false;
+    };
+    let (binary, test) = current_test();
+    let record = RunRecord::Verdict(VerdictRecord {
+        run: run.to_string(),
+        unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
+        pid,
+        binary,
+        test,
+        attempt: attempts().0,
+        fault: fault.to_string(),
+        ended: ended.to_string(),
+        failed,
+        said: cut(said.to_string()),
+    });
+    append(&dir, record);
+    true
 }
 
 /// Writes `record` for the running test of this nextest run, filling in the run, the time,

@@ -57,6 +57,8 @@ mod trace;
 mod truth;
 mod tune;
 mod util;
+#[cfg(target_os = "linux")]
+mod verdicts;
 mod waiters;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 mod watch;

@@ -301,7 +301,9 @@ fn a_layout_kept_locked_by_another_user_holds_a_test_up_no_longer_than_its_timeo
     assert!(hold_once(&slots, 1, "10s").status.success());
     let mut locker = Command::new("sh")
         .arg("-c")
-        .arg(format!("{setpriv} flock -x \"$SLOTS/gpu0.layout\" sleep 20"))
+        .arg(format!(
+            "{setpriv} flock -x \"$SLOTS/gpu0.layout\" sleep 20"
+        ))
         .env("SLOTS", &slots)
         .stdin(Stdio::null())
         .spawn()
@@ -316,7 +318,10 @@ fn a_layout_kept_locked_by_another_user_holds_a_test_up_no_longer_than_its_timeo
         .unwrap()
         .success()
     {
-        assert!(start.elapsed() < LONG, "the other user never locked the layout");
+        assert!(
+            start.elapsed() < LONG,
+            "the other user never locked the layout"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let asked = std::time::Instant::now();

@@ -147,7 +147,8 @@ static COMMANDS: &[Command] = &[
     Command {
         spec: Spec {
             name: "report",
-            synopsis: "[--run-id ID] [--dir DIR] [--fail-on-casualty] [--fail-on-unpermitted]",
+            synopsis: "[--run-id ID] [--dir DIR] [--fail-on-casualty] [--fail-on-unpermitted] \
+                       [--fail-on-teardown]",
             about: "what the records of a cargo nextest run say: its GPU tests, the tests that loaded\n\
                     a GPU driver without a permit, those that skipped and why, contention casualties\n\
                     (failed while other tests held permits, then passed alone on a retry) with the\n\
@@ -155,8 +156,14 @@ static COMMANDS: &[Command] = &[
                     the last run recorded in the slot directory, or run ID. With --fail-on-casualty,\n\
                     exit 1 when a test passed only alone; with --fail-on-unpermitted, when a test\n\
                     loaded a GPU driver without a permit, or when the run was not watched\n\
-                    (`gpu-test-permit watch` as the target runner), which cannot tell",
-            flags: &["--fail-on-casualty", "--fail-on-unpermitted"],
+                    (`gpu-test-permit watch` as the target runner), which cannot tell; with\n\
+                    --fail-on-teardown, when a watched test process crashed or hung after all\n\
+                    its tests had their results (a teardown fault, which passes by default)",
+            flags: &[
+                "--fail-on-casualty",
+                "--fail-on-unpermitted",
+                "--fail-on-teardown",
+            ],
             options: &["--run-id", "--dir"],
             lists: &[],
             operands: Operands::None,

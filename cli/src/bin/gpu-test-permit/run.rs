@@ -140,6 +140,11 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
 /// [`gpu_test_permit::__private::drivers`]), and end the way it ended. Under nextest the run's records get
 /// what was seen, for `report`; otherwise a command that loaded a driver without a permit is
 /// named on standard error.
+///
+/// A test binary's verdict is judged too (`verdicts`): its output passes through unchanged and
+/// is read for libtest's results, so that a process that crashes or hangs after every test
+/// had its result is a teardown fault (passing as its tests did, `GPU_TEST_PERMIT_TEARDOWN`),
+/// and one that crashes while tests run has its tests without a result run again, each alone.
 pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
     let (program, program_args) = args.operands().split_first().ok_or("no command given")?;
     let cannot_run =
@@ -150,12 +155,17 @@ pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
         return sys::run_in_place(&mut cmd).map_err(cannot_run);
     }
     let watch = Watch::new()?;
+    // In `watch`'s process group, so that a runner that ends the group (nextest past its
+    // `slow-timeout`) ends the command too; a process hung at exit is ended with its
+    // descendants, looked up one by one (`verdicts`).
     let signals = sys::Forwarder::start(false);
     watch.arm(&mut cmd);
-    let ended = signals.run(&mut cmd).map_err(cannot_run)?;
-    let seen = watch.read(ended.pid);
+    let judged = verdicts::run_judged(&signals, &mut cmd, Config::global().exit_grace)
+        .map_err(cannot_run)?;
+    let seen = watch.read(judged.pid);
+    let permits = watch.permits(judged.pid);
     drop(watch);
-    let recorded = seen.record(ended.pid);
+    let recorded = seen.record(judged.pid);
     if !recorded && !seen.unpermitted.is_empty() {
         let names: Vec<&str> = seen
             .unpermitted
@@ -173,7 +183,17 @@ pub(crate) fn watch(args: &Args) -> Result<ExitCode, String> {
             names.join(", ")
         );
     }
-    Ok(exit_like(ended.status))
+    let drivers = verdicts::drivers_named(&seen);
+    Ok(verdicts::conclude(
+        &signals,
+        program,
+        program_args,
+        &judged,
+        &verdicts::Around {
+            drivers,
+            permits: permits.said(),
+        },
+    ))
 }
 
 /// A private directory for the loader's logs of a watched command (`LD_DEBUG=files`, glibc):
@@ -270,6 +290,49 @@ impl Watch {
             );
         }
         seen
+    }
+}
+
+impl Watch {
+    /// What the loader's log of process `pid` says of its permits (the crate's
+    /// [`GRANTED_MARK`](gpu_test_permit::__private::drivers::GRANTED_MARK) and
+    /// [`RETURNED_MARK`](gpu_test_permit::__private::drivers::RETURNED_MARK) lines): the tests
+    /// that held one when it ended, and the last ones granted one.
+    fn permits(&self, pid: u32) -> verdicts::Permits {
+        use gpu_test_permit::__private::drivers::{GRANTED_MARK, RETURNED_MARK};
+        use std::io::{BufRead, Read};
+        let mut permits = verdicts::Permits::default();
+        let path = self.0.path().join(format!("{LOG_PREFIX}.{pid}"));
+        let Ok(file) = std::fs::File::open(&path) else {
+            return permits;
+        };
+        let mut reader = std::io::BufReader::new(file);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            // A line is read to its end, at most 4 KiB of it kept.
+            match (&mut reader).take(4096).read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            if line.last() != Some(&b'\n') {
+                let _ = reader.skip_until(b'\n');
+            }
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end();
+            if let Some(test) = text
+                .strip_prefix(GRANTED_MARK)
+                .and_then(|t| t.strip_prefix(' '))
+            {
+                permits.granted(test);
+            } else if let Some(test) = text
+                .strip_prefix(RETURNED_MARK)
+                .and_then(|t| t.strip_prefix(' '))
+            {
+                permits.returned(test);
+            }
+        }
+        permits
     }
 }
 
@@ -425,6 +488,9 @@ struct Ended {
 #[cfg(unix)]
 #[path = "run/unix.rs"]
 mod sys;
+
+#[path = "run/verdicts.rs"]
+mod verdicts;
 
 #[cfg(not(unix))]
 #[path = "run/other.rs"]

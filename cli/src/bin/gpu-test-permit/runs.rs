@@ -13,7 +13,8 @@ use gpu_test_permit_cli::records::{JustEnded, just_ended};
 use crate::args::Args;
 use crate::report::{printable, printable_path};
 
-/// `report [--run-id ID] [--dir DIR] [--fail-on-casualty] [--fail-on-unpermitted]`.
+/// `report [--run-id ID] [--dir DIR] [--fail-on-casualty] [--fail-on-unpermitted]
+/// [--fail-on-teardown]`.
 pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
     let dir = args.slot_dir()?;
     let records = match args.value("--run-id") {
@@ -65,6 +66,16 @@ pub(crate) fn report(args: &Args) -> Result<ExitCode, String> {
             eprintln!(
                 "gpu-test-permit: {}",
                 unwatched_cannot_tell(&records.run_id)
+            );
+            failed = true;
+        }
+    }
+    if args.flag("--fail-on-teardown") {
+        let faults = s.verdicts.iter().filter(|v| v.fault != "crash").count();
+        if faults > 0 {
+            eprintln!(
+                "gpu-test-permit: {} (--fail-on-teardown)",
+                plural(faults, "teardown fault", "teardown faults")
             );
             failed = true;
         }
@@ -228,6 +239,39 @@ fn render_drivers(s: &RunSummary, out: &mut String) {
 }
 
 /// The report's text.
+/// The test processes that crashed or hung after or around their tests, as their watch judged
+/// them (`gpu-test-permit watch`).
+fn render_verdicts(s: &RunSummary, out: &mut String) {
+    use std::fmt::Write;
+    if s.verdicts.is_empty() {
+        return;
+    }
+    let teardowns = s.verdicts.iter().filter(|v| v.fault != "crash").count();
+    let crashes = s.verdicts.len() - teardowns;
+    let _ = writeln!(
+        out,
+        "\nprocesses that failed after or around their tests: {} (teardown faults and hangs at \
+         exit: every test had its result), {} (crashes while tests ran)",
+        teardowns, crashes
+    );
+    for v in &s.verdicts {
+        let _ = writeln!(
+            out,
+            "  {} ({}): {} ({}){}",
+            printable(&v.test),
+            printable(&v.binary),
+            v.fault,
+            printable(&v.ended),
+            if v.failed {
+                ", failed"
+            } else {
+                ", passed as its tests did"
+            }
+        );
+        let _ = writeln!(out, "    {}", printable(&v.said));
+    }
+}
+
 fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> String {
     use std::fmt::Write;
     let mut out = String::new();
@@ -277,6 +321,7 @@ fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> Stri
             plural(s.unreadable, "line", "lines")
         );
     }
+    render_verdicts(s, &mut out);
     if !s.escaped.is_empty() {
         let _ = writeln!(
             out,

@@ -2,7 +2,8 @@
 //! alone) once the permit is held past the hold deadline.
 
 use std::io;
-use std::process::Command;
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -15,6 +16,10 @@ pub(super) struct Forwarder {
 }
 
 impl Forwarder {
+    pub(super) fn start_grouped(hold_deadline: bool, _group: bool) -> Forwarder {
+        Forwarder::start(hold_deadline)
+    }
+
     pub(super) fn start(hold_deadline: bool) -> Forwarder {
         let late = Arc::new(Mutex::new(None));
         if hold_deadline {
@@ -26,8 +31,24 @@ impl Forwarder {
         Forwarder { late }
     }
 
-    pub(super) fn run(self, cmd: &mut Command) -> io::Result<Ended> {
+    pub(super) fn run(&self, cmd: &mut Command) -> io::Result<Ended> {
+        self.run_with(cmd, |_, _| {})
+    }
+
+    pub(super) fn run_with(
+        &self,
+        cmd: &mut Command,
+        spawned: impl FnOnce(&mut Child, Ender),
+    ) -> io::Result<Ended> {
         let mut child = cmd.spawn()?;
+        let end = Arc::new(AtomicBool::new(false));
+        spawned(
+            &mut child,
+            Ender {
+                end: Arc::clone(&end),
+                pid: child.id(),
+            },
+        );
         let mut killed = false;
         let status = loop {
             if let Some(status) = child.try_wait()? {
@@ -38,6 +59,10 @@ impl Forwarder {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .is_some();
+            if end.load(Ordering::Relaxed) && !killed {
+                killed = true;
+                let _ = child.kill();
+            }
             if late && !killed {
                 killed = true;
                 let _ = child.kill();
@@ -62,4 +87,21 @@ impl Forwarder {
 /// Runs `cmd` and ends as it did.
 pub(super) fn run_in_place(cmd: &mut Command) -> io::Result<std::process::ExitCode> {
     cmd.status().map(super::exit_like)
+}
+
+/// Ends one command of a [`Forwarder`] from another thread, while it runs (at its next poll).
+#[derive(Clone)]
+pub(super) struct Ender {
+    end: Arc<AtomicBool>,
+    pid: u32,
+}
+
+impl Ender {
+    pub(super) fn end(&self) -> bool {
+        !self.end.swap(true, Ordering::Relaxed)
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.pid
+    }
 }

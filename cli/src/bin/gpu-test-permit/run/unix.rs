@@ -127,6 +127,13 @@ impl Forwarder {
     /// later) and starts the thread that takes them. With `hold_deadline`, the command
     /// will be ended when the permit is held past it (see the module docs of `run`).
     pub(super) fn start(hold_deadline: bool) -> Forwarder {
+        Forwarder::start_grouped(hold_deadline, hold_deadline)
+    }
+
+    /// [`start`](Self::start), the command leading a process group of its own where `group`
+    /// asks for one and no terminal is involved (its foreground group gets the terminal's
+    /// signals itself): what is ended with it then takes what it started along.
+    pub(super) fn start_grouped(hold_deadline: bool, group: bool) -> Forwarder {
         let set = forwarded_set();
         // SAFETY: `set` is an initialised signal set; `old_mask` is written by the call
         // (zeroed first, so it is initialised even if the call fails).
@@ -142,7 +149,7 @@ impl Forwarder {
                 killed: false,
             }),
             exited: Condvar::new(),
-            own_group: hold_deadline && !on_terminal(),
+            own_group: group && !on_terminal(),
         });
         let forwarding = Arc::clone(&shared);
         std::thread::Builder::new()
@@ -158,7 +165,17 @@ impl Forwarder {
     }
 
     /// Spawns `cmd`, passes the forwarded signals on to it until it exits, and reaps it.
-    pub(super) fn run(self, cmd: &mut Command) -> io::Result<Ended> {
+    pub(super) fn run(&self, cmd: &mut Command) -> io::Result<Ended> {
+        self.run_with(cmd, |_, _| {})
+    }
+
+    /// [`run`](Self::run), handing the spawned child (its pipes) and an [`Ender`] of it to
+    /// `spawned` before waiting for it.
+    pub(super) fn run_with(
+        &self,
+        cmd: &mut Command,
+        spawned: impl FnOnce(&mut Child, Ender),
+    ) -> io::Result<Ended> {
         use std::os::unix::process::CommandExt;
         let old_mask = self.old_mask;
         if self.shared.own_group {
@@ -187,6 +204,13 @@ impl Forwarder {
             child
         };
         let pid = child.id();
+        spawned(
+            &mut child,
+            Ender {
+                shared: Arc::clone(&self.shared),
+                pid: pid as libc::pid_t,
+            },
+        );
         let waited = wait_without_reaping(pid as libc::pid_t);
         let (late, killed) = {
             let mut state = lock(&self.shared.state);
@@ -208,6 +232,33 @@ impl Forwarder {
             killed,
             own_group: self.shared.own_group,
         })
+    }
+}
+
+/// Ends one command of a [`Forwarder`] from another thread, while it runs.
+#[derive(Clone)]
+pub(super) struct Ender {
+    shared: Arc<Shared>,
+    pid: libc::pid_t,
+}
+
+impl Ender {
+    /// Sends SIGKILL to the command (and the group it leads, where it leads one), where it
+    /// still runs; whether it did.
+    pub(super) fn end(&self) -> bool {
+        let state = lock(&self.shared.state);
+        match state.target {
+            Target::Running(pid) if pid == self.pid => {
+                self.shared.signal(pid, libc::SIGKILL);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The command's process id.
+    pub(super) fn pid(&self) -> u32 {
+        self.pid as u32
     }
 }
 
