@@ -359,6 +359,8 @@ pub(crate) fn open_owner_file(path: &Path, shared_dir: bool) -> io::Result<(File
 
 /// Who may have written a file: what its content can be trusted for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+// Windows has no slot directory other users share: this user wrote everything there.
+#[cfg_attr(windows, allow(dead_code))]
 pub(crate) enum Writer {
     /// This process's user alone (it owns the file, and nobody else may write it).
     ThisUser,

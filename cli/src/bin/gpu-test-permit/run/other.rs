@@ -16,10 +16,6 @@ pub(super) struct Forwarder {
 }
 
 impl Forwarder {
-    pub(super) fn start_grouped(hold_deadline: bool, _group: bool) -> Forwarder {
-        Forwarder::start(hold_deadline)
-    }
-
     pub(super) fn start(hold_deadline: bool) -> Forwarder {
         let late = Arc::new(Mutex::new(None));
         if hold_deadline {
@@ -42,11 +38,12 @@ impl Forwarder {
     ) -> io::Result<Ended> {
         let mut child = cmd.spawn()?;
         let end = Arc::new(AtomicBool::new(false));
+        let pid = child.id();
         spawned(
             &mut child,
             Ender {
                 end: Arc::clone(&end),
-                pid: child.id(),
+                pid,
             },
         );
         let mut killed = false;

@@ -127,13 +127,6 @@ impl Forwarder {
     /// later) and starts the thread that takes them. With `hold_deadline`, the command
     /// will be ended when the permit is held past it (see the module docs of `run`).
     pub(super) fn start(hold_deadline: bool) -> Forwarder {
-        Forwarder::start_grouped(hold_deadline, hold_deadline)
-    }
-
-    /// [`start`](Self::start), the command leading a process group of its own where `group`
-    /// asks for one and no terminal is involved (its foreground group gets the terminal's
-    /// signals itself): what is ended with it then takes what it started along.
-    pub(super) fn start_grouped(hold_deadline: bool, group: bool) -> Forwarder {
         let set = forwarded_set();
         // SAFETY: `set` is an initialised signal set; `old_mask` is written by the call
         // (zeroed first, so it is initialised even if the call fails).
@@ -149,7 +142,7 @@ impl Forwarder {
                 killed: false,
             }),
             exited: Condvar::new(),
-            own_group: group && !on_terminal(),
+            own_group: hold_deadline && !on_terminal(),
         });
         let forwarding = Arc::clone(&shared);
         std::thread::Builder::new()
