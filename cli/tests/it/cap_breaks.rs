@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use gpu_test_permit::__private::host::status;
 use gpu_test_permit::host::Layout;
 
-use crate::util::{Holder, bin, cli, tempdir};
+use crate::util::{Holder, as_nobody, bin, cli, tempdir};
 
 const LONG: Duration = Duration::from_secs(20);
 /// Set for [`break_client`]: what it does.
@@ -313,23 +313,6 @@ fn a_permit_held_at_fork_stays_held_until_the_child_exits() {
         "{out}"
     );
     assert!(out.contains("after the child exited: slot free"), "{out}");
-}
-
-/// `setpriv` to `nobody`, where this test runs as root and `nobody` can run the CLI.
-fn as_nobody() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    let setpriv = "setpriv --reuid=65534 --regid=65534 --clear-groups";
-    let ok = Command::new("sh")
-        .arg("-c")
-        .arg(format!("{setpriv} '{}' help", bin().display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    ok.then(|| setpriv.to_string())
 }
 
 /// Finding 3: a descendant of `run` that changes user shared `run`'s units through a share

@@ -12,42 +12,18 @@ use std::sync::OnceLock;
 
 use gpu_test_permit::probe::{DeviceKind, ProbeOutcome};
 
-use crate::util::{clear_permit_env, manifest_dir, target_tmpdir, tempdir};
+use crate::util::{clear_permit_env, target_tmpdir, tempdir};
 
 /// The fixture's test binary, built once per process (cargo's lock serialises the builds of
 /// concurrent test processes; later ones find it fresh).
 fn fixture() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
-        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        clear_permit_env(&mut c);
-        let out = c
-            .current_dir(manifest_dir())
-            .args([
-                "test",
-                "--offline",
-                "--no-run",
-                "--message-format=json",
-                "-p",
-                "gpu-test-permit-no-features",
-                "--test",
-                "native",
-            ])
-            .arg("--target-dir")
-            .arg(target_tmpdir().join("no-features"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "building fixtures/no-features failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["target"]["name"] == "native")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo names the fixture's test executable")
+        crate::util::test_executable(
+            "gpu-test-permit-no-features",
+            "native",
+            &target_tmpdir().join("no-features"),
+        )
     })
 }
 

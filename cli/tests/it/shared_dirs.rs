@@ -8,26 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::util::{Holder, bin, cli, tempdir};
+use crate::util::{Holder, as_nobody, bin, cli, tempdir};
 
 const LONG: Duration = Duration::from_secs(30);
-
-/// `setpriv` to `nobody`, where this test runs as root and `nobody` can run the CLI.
-fn as_nobody() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return None;
-    }
-    let setpriv = "setpriv --reuid=65534 --regid=65534 --clear-groups";
-    let ok = Command::new("sh")
-        .arg("-c")
-        .arg(format!("{setpriv} '{}' help", bin().display()))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    ok.then(|| setpriv.to_string())
-}
 
 /// A slot directory of mode 1777 in a fresh temporary directory that `nobody` may enter.
 fn shared_dir() -> (tempfile::TempDir, PathBuf) {

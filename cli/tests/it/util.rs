@@ -219,3 +219,55 @@ pub fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
         }
     }
 }
+
+/// `setpriv` to `nobody`, where this test runs as root and `nobody` can run the CLI: the
+/// command prefix that runs a command as another user.
+#[cfg(unix)]
+pub fn as_nobody() -> Option<String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let setpriv = "setpriv --reuid=65534 --regid=65534 --clear-groups";
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!("{setpriv} '{}' help", bin().display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    ok.then(|| setpriv.to_string())
+}
+
+/// The executable of test target `test` of workspace package `package`, built (offline) into
+/// `target_dir`: a fixture's test binary, run directly by the tests.
+pub fn test_executable(package: &str, test: &str, target_dir: &Path) -> PathBuf {
+    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    clear_permit_env(&mut c);
+    let out = c
+        .current_dir(manifest_dir())
+        .args([
+            "test",
+            "--offline",
+            "--no-run",
+            "--message-format=json",
+            "-p",
+            package,
+        ])
+        .args(["--test", test])
+        .arg("--target-dir")
+        .arg(target_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "building {package} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["target"]["name"] == test)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .expect("cargo names the fixture's test executable")
+}

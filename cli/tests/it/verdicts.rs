@@ -15,32 +15,7 @@ use crate::util::{bin, clear_permit_env, manifest_dir, target_tmpdir, tempdir};
 fn suite() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
-        let out = cargo()
-            .args([
-                "test",
-                "--offline",
-                "--no-run",
-                "--message-format=json",
-                "-p",
-                "gpu-test-permit-verdicts",
-                "--test",
-                "suite",
-            ])
-            .arg("--target-dir")
-            .arg(target_dir())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "building fixtures/verdicts failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["target"]["name"] == "suite")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo names the fixture's test executable")
+        crate::util::test_executable("gpu-test-permit-verdicts", "suite", &target_dir())
     })
 }
 
