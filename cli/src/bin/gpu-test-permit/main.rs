@@ -106,7 +106,11 @@ static COMMANDS: &[Command] = &[
                     nextest) it names the tests that reach a GPU without a permit: under nextest the\n\
                     run's records get what it saw (see `report`), otherwise it says so on standard\n\
                     error. Linux with glibc (the loader's LD_DEBUG log). `run --watch` watches the\n\
-                    same way inside run's permit",
+                    same way inside run's permit. A test binary's verdict is judged from its output\n\
+                    (passed through unchanged) and its end: a crash, non-zero exit or hang (past\n\
+                    GPU_TEST_PERMIT_EXIT_GRACE) after every test had its result and none failed is a\n\
+                    teardown fault, said and passed (GPU_TEST_PERMIT_TEARDOWN=fail fails it); a crash\n\
+                    while tests ran has the tests without a result run again, each alone",
             flags: &[],
             options: &[],
             lists: &[],
