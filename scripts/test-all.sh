@@ -61,8 +61,15 @@ cargo run -q --all-features --example wgpu_demo
 n=${GPU_TEST_PERMIT_CONCURRENCY:-${REALIZAR_GPU_TEST_CONCURRENCY:-2}}
 traces=$(mktemp -d)
 trap 'rm -rf "$traces"' EXIT
+# Under `cargo test` each test binary runs under the watch as cargo's target runner: real wgpu
+# work on lavapipe, whose verdict must be a plain pass (a teardown fault would be said).
+cargo build -q --all-features --bin gpu-test-permit
 GPU_TEST_PERMIT_GPU_MEMORY=256MiB GPU_TEST_PERMIT_TRACE="$traces/cargo-test.json" \
-    cargo test -p gpu-test-permit-example-suite --all-features -q
+    env "$runner_var=$PWD/target/debug/gpu-test-permit watch --" \
+    cargo test -p gpu-test-permit-example-suite --all-features -q 2>&1 | tee "$traces/watched.log"
+if grep -q 'gpu-test-permit: \(teardown fault\|crash\)' "$traces/watched.log"; then
+    echo "the example suite on lavapipe had a verdict other than a pass"; exit 1
+fi
 GPU_TEST_PERMIT_GPU_MEMORY=256MiB GPU_TEST_PERMIT_TRACE="$traces/nextest.json" \
     GPU_TEST_PERMIT_SKIP_LOG="$traces/skips.log" \
     cargo nextest run -p gpu-test-permit-example-suite --all-features --status-level fail
