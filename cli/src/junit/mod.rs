@@ -1,5 +1,6 @@
-//! Skips in the JUnit report: a test that skipped at run time becomes a `<testcase>` with a
-//! `<skipped>` child instead of a pass.
+//! Skips and verdicts in the JUnit report: a test that skipped at run time becomes a
+//! `<testcase>` with a `<skipped>` child instead of a pass, and a test whose process crashed or
+//! hung after or around its tests carries that verdict.
 //!
 //! No Rust test runner can mark a test skipped once it runs, so nextest's JUnit report
 //! (`[profile.<p>.junit] path`) shows every GPU test that found no device as passed. The
@@ -9,19 +10,39 @@
 //! - every `<testcase>` whose test the skips name, and that passed (no `<failure>` or
 //!   `<error>` child; a flaky test whose last attempt skipped counts), gets
 //!   `<skipped message="backend=wgpu: no adapter ..."/>` as its first child, where the JUnit
-//!   schema puts it (a self-closing `<testcase/>` is opened and closed around it);
+//!   schema puts it (a self-closing `<testcase/>` is opened and closed around it; after its
+//!   `<properties>`, where it has them);
 //! - the `skipped` count of its `<testsuite>` and of the `<testsuites>` root grows by the
 //!   testcases marked (the attribute is added where absent); `tests` stays, as JUnit's tests
 //!   include the skipped ones;
 //! - a testcase that already has `<skipped>`, or failed, is left as it is;
 //! - every other byte stays as it was: declaration, comments, CDATA, entities, whitespace.
 //!
+//! Under `gpu-test-permit watch`, the verdict on a test process that crashed, exited non-zero
+//! or hung at exit after its tests had their results (a teardown fault), or crashed while they
+//! ran, is recorded too ([`VerdictRecord`]). [`mark`] writes them as well: every testcase
+//! whose test a verdict names, passed or failed, gets
+//!
+//! - `<properties><property name="gpu-test-permit.verdict" value="teardown: SIGSEGV"/></properties>`
+//!   (the [`VERDICT_PROPERTY`]; the verdict's fault and how the process ended) as its first
+//!   child, JUnit's per-testcase properties, or the property added at the end of the
+//!   `<properties>` it has;
+//! - the line the watch said, as `gpu-test-permit: <line>`, appended to its own
+//!   `<system-err>` (after a line break where its text does not end with one), or in a new
+//!   `<system-err>` as its last child.
+//!
+//! A test with several verdicts (one per attempt) gets a property and a line for each. Nothing
+//! else changes: no `<failure>` is added or taken away, and no count changes (a verdict that
+//! failed the test failed its process, which nextest reports). A testcase that has a
+//! `gpu-test-permit.verdict` property already is left as it is, so a report marked twice is
+//! marked once.
+//!
 //! A test is known by the testcase's `classname` (nextest's binary id, the `<testsuite>`'s
 //! name when absent) and `name`, as the records have them. Only the innermost
 //! `<testsuite>` of a testcase is counted.
 //!
 //! The report is streamed, never held in memory: a first pass finds the testcases to mark and
-//! counts them per suite (the counts sit in start tags written before those testcases), a
+//! counts the skips per suite (the counts sit in start tags written before those testcases), a
 //! second copies the report with the changes into a temporary file beside the output, which
 //! is then renamed over it. The output is never half-written: on any error it is untouched
 //! and the temporary file is gone.
@@ -51,10 +72,32 @@
 //! ));
 //! assert!(xml.contains(r#"<testcase name="cpu_only" classname="gpu-suite" time="0.001"/>"#));
 //! ```
+//!
+//! A verdict:
+//!
+//! ```
+//! use gpu_test_permit_cli::junit::{Verdict, mark_in};
+//!
+//! let report = r#"<testsuite name="gpu-suite" tests="1"><testcase name="matmul" classname="gpu-suite"/></testsuite>"#;
+//! let said = "teardown fault: `gpu-suite` died by SIGSEGV after all 1 of its tests had their results";
+//! let verdicts = [Verdict::new("gpu-suite", "matmul", "teardown", "SIGSEGV", said)];
+//! let (xml, marked) = mark_in(report.as_bytes(), &[], &verdicts).unwrap();
+//! assert_eq!(marked.verdict_testcases, 1);
+//! assert_eq!(
+//!     String::from_utf8(xml).unwrap(),
+//!     format!(
+//!         "<testsuite name=\"gpu-suite\" tests=\"1\"><testcase name=\"matmul\" classname=\"gpu-suite\">\
+//!          <properties><property name=\"gpu-test-permit.verdict\" value=\"teardown: SIGSEGV\"/></properties>\
+//!          <system-err>gpu-test-permit: {said}</system-err></testcase></testsuite>"
+//!     )
+//! );
+//! ```
 
 mod error;
 mod file;
 mod tag;
+#[cfg(test)]
+mod verdict_tests;
 mod walk;
 
 use std::fs::{self, File};
@@ -68,8 +111,8 @@ pub use error::{JunitError, JunitErrorKind, Position};
 
 use error::{Failure, io_error};
 use file::{Input, TempFile, read_input, same_file};
-use gpu_test_permit::__private::runs::SkippedTest;
-use walk::{Document, Element, SkipIndex, attribute, plan, rewrite, step};
+use gpu_test_permit::__private::runs::{SkippedTest, VerdictRecord};
+use walk::{Document, Element, Marks, attribute, plan, rewrite, step};
 
 /// A test that skipped at run time, as the report is to say it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -113,17 +156,72 @@ impl From<&SkippedTest> for Skip {
     }
 }
 
-/// Why a skip's testcase was left as it was.
+/// The `name` of the `<property>` a verdict is written as.
+pub const VERDICT_PROPERTY: &str = "gpu-test-permit.verdict";
+
+/// A test process's verdict (`gpu-test-permit watch`): its process crashed, exited non-zero
+/// or hung after or around its tests, as the report is to say it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Verdict {
+    /// The test binary: the testcase's `classname`.
+    pub binary: String,
+    /// The test: the testcase's `name`.
+    pub test: String,
+    /// `teardown`, `hang` or `crash`.
+    pub fault: String,
+    /// How the process ended: `SIGSEGV`, `exit code 3`, `hung at exit`.
+    pub ended: String,
+    /// The line the watch said.
+    pub said: String,
+}
+
+impl Verdict {
+    /// The verdict on `test` in `binary`: `fault`, the process having `ended` so; `said`,
+    /// the line the watch said.
+    pub fn new(
+        binary: impl Into<String>,
+        test: impl Into<String>,
+        fault: impl Into<String>,
+        ended: impl Into<String>,
+        said: impl Into<String>,
+    ) -> Verdict {
+        Verdict {
+            binary: binary.into(),
+            test: test.into(),
+            fault: fault.into(),
+            ended: ended.into(),
+            said: said.into(),
+        }
+    }
+
+    /// The `value` of its `<property>`: `<fault>: <ended>` (`teardown: SIGSEGV`).
+    pub fn value(&self) -> String {
+        format!("{}: {}", self.fault, self.ended)
+    }
+}
+
+impl From<&VerdictRecord> for Verdict {
+    fn from(v: &VerdictRecord) -> Verdict {
+        Verdict::new(&v.binary, &v.test, &v.fault, &v.ended, &v.said)
+    }
+}
+
+/// Why a skip's or a verdict's testcase was left as it was.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Left {
-    /// The report says the test failed (`<failure>` or `<error>`): a failure stays a failure.
+    /// The report says the test failed (`<failure>` or `<error>`): a failure stays a failure
+    /// (skips only; a verdict marks a failed test too).
     Failed,
     /// The testcase already has `<skipped>`.
     AlreadySkipped,
+    /// The testcase already has a [`VERDICT_PROPERTY`] property: the report was marked
+    /// before.
+    AlreadyMarked,
 }
 
-/// What [`mark_skipped`] did.
+/// What [`mark`] (or [`mark_skipped`]) did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Marked {
@@ -135,6 +233,15 @@ pub struct Marked {
     pub left: Vec<(Skip, Left)>,
     /// The skips that name no testcase of the report.
     pub unmatched: Vec<Skip>,
+    /// Testcases that now have their verdicts (a test listed twice is marked twice).
+    pub verdict_testcases: u64,
+    /// The verdicts written into a testcase, in the order given.
+    pub verdicts: Vec<Verdict>,
+    /// The verdicts whose testcases were all left as they were, and why
+    /// ([`Left::AlreadyMarked`]).
+    pub verdicts_left: Vec<(Verdict, Left)>,
+    /// The verdicts that name no testcase of the report.
+    pub verdicts_unmatched: Vec<Verdict>,
     /// Whether the output was written (not when the report is rewritten in place and nothing
     /// is marked: it is left untouched).
     pub written: bool,
@@ -142,7 +249,8 @@ pub struct Marked {
 
 /// Rewrites the JUnit report `report` into `output` (which may be `report`) with every
 /// testcase that `skips` names and that passed marked skipped, and the suites' `skipped`
-/// counts grown to match (see the [module docs](self)).
+/// counts grown to match, and every testcase that `verdicts` names given its verdicts as
+/// properties and lines of its `<system-err>` (see the [module docs](self)).
 ///
 /// The output is written to a temporary file beside it, then renamed over it, keeping the
 /// permissions of the file it replaces. When `output` is `report` and nothing is to be
@@ -154,22 +262,27 @@ pub struct Marked {
 /// not `<testsuites>` or `<testsuite>`), has a `tests` or `skipped` count that is not a
 /// number, or changed while it was read; the output cannot be written. The output is then
 /// as it was, and no temporary file is left.
-pub fn mark_skipped(report: &Path, output: &Path, skips: &[Skip]) -> Result<Marked, JunitError> {
-    let index = SkipIndex::new(skips);
+pub fn mark(
+    report: &Path,
+    output: &Path,
+    skips: &[Skip],
+    verdicts: &[Verdict],
+) -> Result<Marked, JunitError> {
+    let marks = Marks::new(skips, verdicts);
     let open = || File::open(report);
     let located = |f: Failure| f.locate(report, output, open);
     let plan = read_input(open)
-        .and_then(|input| plan(input, &index))
+        .and_then(|input| plan(input, &marks))
         .map_err(located)?;
-    let mut marked = plan.outcome(skips);
-    if plan.total == 0 && same_file(report, output) {
+    let mut marked = plan.outcome(&marks);
+    if !plan.changes() && same_file(report, output) {
         return Ok(marked);
     }
     let tmp = TempFile::beside(output)?;
     let located = |f: Failure| f.locate(report, &tmp.path, open);
     let mut out = BufWriter::with_capacity(1 << 16, tmp.file());
     read_input(open)
-        .and_then(|input| rewrite(input, &mut out, &plan, skips))
+        .and_then(|input| rewrite(input, &mut out, &plan, &marks))
         .map_err(located)?;
     out.flush().map_err(|e| io_error(&tmp.path, "write", e))?;
     drop(out);
@@ -185,27 +298,50 @@ pub fn mark_skipped(report: &Path, output: &Path, skips: &[Skip]) -> Result<Mark
     Ok(marked)
 }
 
-/// [`mark_skipped`] of a report in memory: the rewritten report and what was marked.
+/// [`mark`] of a report in memory: the rewritten report and what was marked.
 ///
 /// # Errors
 ///
-/// As [`mark_skipped`], but for I/O: the report is not XML, is cut short, is not a JUnit
-/// report, or has a count that is not a number. The error's path is `(input)`.
-pub fn mark_skipped_in(report: &[u8], skips: &[Skip]) -> Result<(Vec<u8>, Marked), JunitError> {
+/// As [`mark`], but for I/O: the report is not XML, is cut short, is not a JUnit report, or
+/// has a count that is not a number. The error's path is `(input)`.
+pub fn mark_in(
+    report: &[u8],
+    skips: &[Skip],
+    verdicts: &[Verdict],
+) -> Result<(Vec<u8>, Marked), JunitError> {
     let path = Path::new("(input)");
-    let index = SkipIndex::new(skips);
+    let marks = Marks::new(skips, verdicts);
     let open = || Ok::<_, io::Error>(report);
     let located = |f: Failure| f.locate(path, path, open);
     let plan = read_input(open)
-        .and_then(|input| plan(input, &index))
+        .and_then(|input| plan(input, &marks))
         .map_err(located)?;
-    let mut out = Vec::with_capacity(report.len() + 128 * plan.marked.len());
+    let mut out = Vec::with_capacity(report.len() + 256 * plan.marked.len());
     read_input(open)
-        .and_then(|input| rewrite(input, &mut out, &plan, skips))
+        .and_then(|input| rewrite(input, &mut out, &plan, &marks))
         .map_err(located)?;
-    let mut marked = plan.outcome(skips);
+    let mut marked = plan.outcome(&marks);
     marked.written = true;
     Ok((out, marked))
+}
+
+/// [`mark`] with skips alone: every testcase that `skips` names and that passed marked
+/// skipped.
+///
+/// # Errors
+///
+/// As [`mark`].
+pub fn mark_skipped(report: &Path, output: &Path, skips: &[Skip]) -> Result<Marked, JunitError> {
+    mark(report, output, skips, &[])
+}
+
+/// [`mark_in`] with skips alone.
+///
+/// # Errors
+///
+/// As [`mark_in`].
+pub fn mark_skipped_in(report: &[u8], skips: &[Skip]) -> Result<(Vec<u8>, Marked), JunitError> {
+    mark_in(report, skips, &[])
 }
 
 /// The run id in JUnit report `report`: the `uuid` attribute nextest writes on its

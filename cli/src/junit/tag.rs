@@ -1,9 +1,9 @@
-//! Tags: counts patched in place, `<skipped>` written.
+//! Tags: counts patched in place; `<skipped>`, `<properties>` and `<system-err>` written.
 
 use std::ops::Range;
 
 use super::walk::parse_count;
-use super::{JunitErrorKind, Skip};
+use super::{JunitErrorKind, Skip, VERDICT_PROPERTY, Verdict};
 
 /// The attributes of start tag `tag` (`<name a="1" b='2'>`, or `.../>`), as the byte ranges
 /// of each key and value (between the quotes). The tag has passed quick-xml's checks: a
@@ -86,37 +86,178 @@ pub(super) fn add_skipped(tag: &[u8], added: u64) -> Result<Vec<u8>, JunitErrorK
     Ok(out)
 }
 
-/// Testcase start tag `tag` (element `name`; `empty` when self-closing) followed by its
-/// `<skipped>` child for `skip`, on a line of its own when the testcase has an `indent`.
-pub(super) fn mark(
+/// The indent one step further in than `indent`: a tab where it has tabs, else four spaces.
+pub(super) fn indent_step(indent: &str) -> &'static str {
+    if indent.contains('\t') { "\t" } else { "    " }
+}
+
+/// `indent` one step further in.
+pub(super) fn inner_indent(indent: &str) -> String {
+    format!("{indent}{}", indent_step(indent))
+}
+
+/// A line break and `indent`, where elements are on lines of their own; else nothing.
+pub(super) fn line_break(indent: Option<&str>) -> String {
+    match indent {
+        Some(i) => format!("\n{i}"),
+        None => String::new(),
+    }
+}
+
+/// Self-closing tag `tag` of element `name` opened, with `content` and its end tag after it.
+pub(super) fn close_empty(
     tag: &[u8],
     name: &str,
-    empty: bool,
-    indent: Option<&str>,
-    skip: &Skip,
+    content: &str,
 ) -> Result<Vec<u8>, JunitErrorKind> {
-    let skipped = format!(
+    let open = tag.strip_suffix(b"/>").ok_or(JunitErrorKind::Changed)?;
+    let mut out = Vec::with_capacity(tag.len() + content.len() + name.len() + 4);
+    out.extend_from_slice(open);
+    out.push(b'>');
+    out.extend_from_slice(content.as_bytes());
+    out.extend_from_slice(format!("</{name}>").as_bytes());
+    Ok(out)
+}
+
+/// The `<skipped>` of `skip`.
+pub(super) fn skipped(skip: &Skip) -> String {
+    format!(
         "<skipped message=\"{}\"/>",
         escape_attribute(&skip.message())
-    );
-    let (child, close) = match indent {
-        Some(i) => {
-            let step = if i.contains('\t') { "\t" } else { "    " };
-            (format!("\n{i}{step}"), format!("\n{i}"))
-        }
-        None => (String::new(), String::new()),
-    };
-    let mut out = Vec::with_capacity(tag.len() + skipped.len() + 64);
-    if empty {
-        let open = tag.strip_suffix(b"/>").ok_or(JunitErrorKind::Changed)?;
-        out.extend_from_slice(open);
-        out.push(b'>');
-        out.extend_from_slice(format!("{child}{skipped}{close}</{name}>").as_bytes());
-    } else {
-        out.extend_from_slice(tag);
-        out.extend_from_slice(format!("{child}{skipped}").as_bytes());
+    )
+}
+
+/// The `<property>` of verdict `v`.
+pub(super) fn property(v: &Verdict) -> String {
+    format!(
+        "<property name=\"{VERDICT_PROPERTY}\" value=\"{}\"/>",
+        escape_attribute(&v.value())
+    )
+}
+
+/// The `<property>` of each of `verdicts`, each after a line break and `indent`.
+pub(super) fn property_lines<'v>(
+    indent: Option<&str>,
+    verdicts: impl Iterator<Item = &'v Verdict>,
+) -> String {
+    let mut out = String::new();
+    for v in verdicts {
+        out.push_str(&line_break(indent));
+        out.push_str(&property(v));
     }
-    Ok(out)
+    out
+}
+
+/// `<properties>` (at `indent`) with the `<property>` of each of `verdicts`.
+pub(super) fn properties<'v>(
+    indent: Option<&str>,
+    verdicts: impl Iterator<Item = &'v Verdict>,
+) -> String {
+    let inner = indent.map(inner_indent);
+    format!(
+        "<properties>{}{}</properties>",
+        property_lines(inner.as_deref(), verdicts),
+        line_break(indent)
+    )
+}
+
+/// The lines `verdicts` add to a `<system-err>`: `gpu-test-permit: <said>` each, escaped,
+/// one a line (no line break after the last).
+pub(super) fn system_err_lines<'v>(verdicts: impl Iterator<Item = &'v Verdict>) -> String {
+    let mut out = String::new();
+    for v in verdicts {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str("gpu-test-permit: ");
+        out.push_str(&escape_text(&v.said));
+    }
+    out
+}
+
+/// A `<system-err>` of `lines` (escaped already).
+pub(super) fn system_err(lines: &str) -> String {
+    format!("<system-err>{lines}</system-err>")
+}
+
+/// How the text of a `<system-err>` ends so far, as read from its raw bytes: whether a line
+/// appended to it needs a line break first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Tail {
+    /// No text yet.
+    Empty,
+    /// A line break.
+    Newline,
+    /// Anything else.
+    Other,
+}
+
+impl Tail {
+    /// After text `raw`.
+    pub(super) fn text(&mut self, raw: &[u8]) {
+        if let Some(&last) = raw.last() {
+            *self = if last == b'\n' {
+                Tail::Newline
+            } else {
+                Tail::Other
+            };
+        }
+    }
+
+    /// After CDATA section `raw` (`<![CDATA[...]]>`).
+    pub(super) fn cdata(&mut self, raw: &[u8]) {
+        if let Some(inner) = raw
+            .strip_prefix(b"<![CDATA[")
+            .and_then(|r| r.strip_suffix(b"]]>"))
+        {
+            self.text(inner);
+        }
+    }
+
+    /// After entity or character reference `raw` (`&lt;`, `&#10;`).
+    pub(super) fn reference(&mut self, raw: &[u8]) {
+        let name = raw
+            .strip_prefix(b"&")
+            .and_then(|r| r.strip_suffix(b";"))
+            .unwrap_or(raw);
+        let text = String::from_utf8_lossy(name);
+        let code = match text.strip_prefix("#x").or_else(|| text.strip_prefix("#X")) {
+            Some(hex) => u32::from_str_radix(hex, 16).ok(),
+            None => text.strip_prefix('#').and_then(|d| d.parse().ok()),
+        };
+        *self = if code == Some(10) {
+            Tail::Newline
+        } else {
+            Tail::Other
+        };
+    }
+
+    /// What goes before a line appended: a line break after text that does not end with one.
+    pub(super) fn separator(self) -> &'static str {
+        match self {
+            Tail::Other => "\n",
+            Tail::Empty | Tail::Newline => "",
+        }
+    }
+}
+
+/// `text` as element content: markup escaped, a carriage return as a character reference (a
+/// parser would make a line break of it), and characters XML cannot carry at all written as
+/// Rust escapes (`\u{1b}`), as [`escape_attribute`] does.
+pub(super) fn escape_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\r' => out.push_str("&#13;"),
+            '\t' | '\n' => out.push(c),
+            '\u{0}'..='\u{1f}' | '\u{fffe}' | '\u{ffff}' => out.extend(c.escape_default()),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// `text` as a double-quoted attribute value: markup and quotes escaped, line breaks and

@@ -1,10 +1,12 @@
 //! The two passes over a report.
 //!
 //! [`plan`] walks the report once and decides which testcases (by their number in document
-//! order) get `<skipped>`, and how many each suite (by its number) gains. [`rewrite`] walks it
-//! again, copying the bytes read through unchanged ([`Tee`]) but for the start tags of the
-//! suites that gain and of the marked testcases. Both keep a [`Document`] of where they are,
-//! and check it the same way, so they number the suites and testcases alike.
+//! order) get `<skipped>` or a verdict, and how many each suite (by its number) gains
+//! skipped. [`rewrite`] walks it again, copying the bytes read through unchanged ([`Tee`])
+//! but for the start tags of the suites that gain, and the tags of the marked testcases and
+//! of the children that take a verdict (`<properties>`, `<system-err>`). Both keep a
+//! [`Document`] of where they are, and check it the same way, so they number the suites and
+//! testcases alike.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,8 +18,11 @@ use quick_xml::reader::Reader;
 
 use super::error::{Failure, xml_failure};
 use super::file::{Input, Tee};
-use super::tag::{add_skipped, mark};
-use super::{JunitErrorKind, Left, Marked, Skip};
+use super::tag::{
+    Tail, add_skipped, close_empty, indent_step, inner_indent, line_break, properties, property,
+    property_lines, skipped, system_err, system_err_lines,
+};
+use super::{JunitErrorKind, Left, Marked, Skip, VERDICT_PROPERTY, Verdict};
 
 /// The skips by (binary, test).
 pub(super) struct SkipIndex<'a> {
@@ -41,23 +46,121 @@ impl<'a> SkipIndex<'a> {
     }
 }
 
+/// The verdicts by (binary, test): each test's verdicts (one per attempt that had one) are
+/// a group, in the order given.
+pub(super) struct VerdictIndex<'a> {
+    by_key: HashMap<(&'a str, &'a str), usize>,
+    /// Per group, its verdicts' indexes.
+    pub(super) groups: Vec<Vec<usize>>,
+    /// Per verdict, its group.
+    pub(super) group_of: Vec<usize>,
+}
+
+impl<'a> VerdictIndex<'a> {
+    pub(super) fn new(verdicts: &'a [Verdict]) -> VerdictIndex<'a> {
+        let mut by_key = HashMap::with_capacity(verdicts.len());
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        let mut group_of = Vec::with_capacity(verdicts.len());
+        for (i, v) in verdicts.iter().enumerate() {
+            let g = *by_key
+                .entry((v.binary.as_str(), v.test.as_str()))
+                .or_insert(groups.len());
+            if g == groups.len() {
+                groups.push(Vec::new());
+            }
+            groups[g].push(i);
+            group_of.push(g);
+        }
+        VerdictIndex {
+            by_key,
+            groups,
+            group_of,
+        }
+    }
+
+    pub(super) fn find(&self, binary: &str, test: &str) -> Option<usize> {
+        self.by_key.get(&(binary, test)).copied()
+    }
+}
+
+/// What to write into a report, indexed.
+pub(super) struct Marks<'a> {
+    pub(super) skips: &'a [Skip],
+    pub(super) verdicts: &'a [Verdict],
+    pub(super) skip_index: SkipIndex<'a>,
+    pub(super) verdict_index: VerdictIndex<'a>,
+}
+
+impl<'a> Marks<'a> {
+    pub(super) fn new(skips: &'a [Skip], verdicts: &'a [Verdict]) -> Marks<'a> {
+        Marks {
+            skips,
+            verdicts,
+            skip_index: SkipIndex::new(skips),
+            verdict_index: VerdictIndex::new(verdicts),
+        }
+    }
+
+    /// The verdicts of group `g`.
+    fn group(&self, g: usize) -> impl Iterator<Item = &'a Verdict> + '_ {
+        self.verdict_index.groups[g]
+            .iter()
+            .map(|&i| &self.verdicts[i])
+    }
+
+    /// The test a marked testcase is named for.
+    fn test_of(&self, mark: &CaseMark) -> &'a str {
+        match (mark.skip, mark.verdicts) {
+            (Some(s), _) => &self.skips[s].test,
+            (None, Some(g)) => &self.verdicts[self.verdict_index.groups[g][0]].test,
+            (None, None) => "",
+        }
+    }
+}
+
+/// A testcase the second pass changes, and where its children are.
+#[derive(Debug)]
+pub(super) struct CaseMark {
+    /// Its number in document order.
+    pub(super) number: u64,
+    /// The skip it is marked with.
+    pub(super) skip: Option<usize>,
+    /// The verdict group it is marked with.
+    pub(super) verdicts: Option<usize>,
+    /// Its first `<properties>` child, by its number among the testcase's children.
+    pub(super) properties: Option<u32>,
+    /// Its last `<system-err>` child, likewise.
+    pub(super) system_err: Option<u32>,
+}
+
 /// What the first pass decided.
 #[derive(Debug, Default)]
 pub(super) struct Plan {
-    /// Marked testcases: (testcase number, skip), in document order.
-    pub(super) marked: Vec<(u64, usize)>,
-    /// Testcases marked, per suite number.
+    /// Marked testcases, in document order.
+    pub(super) marked: Vec<CaseMark>,
+    /// Testcases marked skipped, per suite number.
     pub(super) per_suite: Vec<u64>,
-    /// Testcases marked in all.
+    /// Testcases marked skipped in all.
     pub(super) total: u64,
+    /// Testcases marked with a verdict.
+    pub(super) with_verdict: u64,
     /// Per skip: marked, else why left, else unmatched (`None`).
     pub(super) fate: HashMap<usize, Result<(), Left>>,
+    /// Per verdict group, likewise.
+    pub(super) verdict_fate: HashMap<usize, Result<(), Left>>,
 }
 
 impl Plan {
-    pub(super) fn outcome(&self, skips: &[Skip]) -> Marked {
+    /// Whether the report is to change.
+    pub(super) fn changes(&self) -> bool {
+        !self.marked.is_empty()
+    }
+
+    pub(super) fn outcome(&self, marks: &Marks<'_>) -> Marked {
+        let skips = marks.skips;
         let mut m = Marked {
             testcases: self.total,
+            verdict_testcases: self.with_verdict,
             ..Marked::default()
         };
         for (i, s) in skips.iter().enumerate() {
@@ -71,6 +174,13 @@ impl Plan {
                 None => m.unmatched.push(s.clone()),
             }
         }
+        for (i, v) in marks.verdicts.iter().enumerate() {
+            match self.verdict_fate.get(&marks.verdict_index.group_of[i]) {
+                Some(Ok(())) => m.verdicts.push(v.clone()),
+                Some(Err(why)) => m.verdicts_left.push((v.clone(), *why)),
+                None => m.verdicts_unmatched.push(v.clone()),
+            }
+        }
         m
     }
 }
@@ -82,8 +192,17 @@ pub(super) struct Case {
     /// The element depth of its children.
     pub(super) child_depth: usize,
     pub(super) skip: Option<usize>,
+    pub(super) verdicts: Option<usize>,
     pub(super) failed: bool,
     pub(super) skipped: bool,
+    /// It has a `gpu-test-permit.verdict` property already.
+    pub(super) has_verdict: bool,
+    /// Its children so far.
+    pub(super) children: u32,
+    pub(super) properties: Option<u32>,
+    pub(super) system_err: Option<u32>,
+    /// Inside its first `<properties>` child.
+    pub(super) in_properties: bool,
 }
 
 /// Where the walk is: the open elements, the suites, the testcase numbers.
@@ -286,7 +405,7 @@ pub(super) fn step<'b, R: io::BufRead>(
 }
 
 /// The first pass: what to mark.
-pub(super) fn plan<R: Read>(input: Input<R>, skips: &SkipIndex<'_>) -> Result<Plan, Failure> {
+pub(super) fn plan<R: Read>(input: Input<R>, marks: &Marks<'_>) -> Result<Plan, Failure> {
     let mut reader = Reader::from_reader(BufReader::with_capacity(1 << 16, input.rest));
     let mut buf = Vec::new();
     let mut doc = Document::default();
@@ -300,6 +419,8 @@ pub(super) fn plan<R: Read>(input: Input<R>, skips: &SkipIndex<'_>) -> Result<Pl
             (Event::End(_), _) => {
                 if let Some(c) = case.take_if(|c| c.child_depth == depth) {
                     decide(&mut plan, &doc, c);
+                } else if let Some(c) = case.as_mut().filter(|c| c.child_depth + 1 == depth) {
+                    c.in_properties = false;
                 }
             }
             (Event::Start(e) | Event::Empty(e), Some((Element::Case(number), empty)))
@@ -311,12 +432,24 @@ pub(super) fn plan<R: Read>(input: Input<R>, skips: &SkipIndex<'_>) -> Result<Pl
                     None => doc.suites.last().and_then(|(_, name)| name.clone()),
                 };
                 let test = attribute(e, "name", step.start)?;
+                let (skip, verdicts) = match (&binary, &test) {
+                    (Some(b), Some(t)) => {
+                        (marks.skip_index.find(b, t), marks.verdict_index.find(b, t))
+                    }
+                    _ => (None, None),
+                };
                 let c = Case {
                     number,
                     child_depth: depth + 1,
-                    skip: binary.zip(test).and_then(|(b, t)| skips.find(&b, &t)),
+                    skip,
+                    verdicts,
                     failed: false,
                     skipped: false,
+                    has_verdict: false,
+                    children: 0,
+                    properties: None,
+                    system_err: None,
+                    in_properties: false,
                 };
                 if empty {
                     decide(&mut plan, &doc, c);
@@ -324,13 +457,27 @@ pub(super) fn plan<R: Read>(input: Input<R>, skips: &SkipIndex<'_>) -> Result<Pl
                     case = Some(c);
                 }
             }
-            (Event::Start(e) | Event::Empty(e), _) => {
-                if let Some(c) = case.as_mut().filter(|c| c.child_depth == depth) {
+            (Event::Start(e) | Event::Empty(e), Some((_, empty))) => {
+                let Some(c) = case.as_mut() else { continue };
+                if c.child_depth == depth {
+                    let child = c.children;
+                    c.children += 1;
                     match e.local_name().as_ref() {
                         "failure" | "error" => c.failed = true,
                         "skipped" => c.skipped = true,
+                        "properties" if c.properties.is_none() => {
+                            c.properties = Some(child);
+                            c.in_properties = !empty;
+                        }
+                        "system-err" => c.system_err = Some(child),
                         _ => {}
                     }
+                } else if c.in_properties
+                    && c.child_depth + 1 == depth
+                    && e.local_name().as_ref() == "property"
+                    && attribute(e, "name", step.start)?.as_deref() == Some(VERDICT_PROPERTY)
+                {
+                    c.has_verdict = true;
                 }
             }
             _ => {}
@@ -341,27 +488,66 @@ pub(super) fn plan<R: Read>(input: Input<R>, skips: &SkipIndex<'_>) -> Result<Pl
 
 /// Records what becomes of testcase `c`, now that its children are known.
 pub(super) fn decide(plan: &mut Plan, doc: &Document, c: Case) {
-    let Some(skip) = c.skip else { return };
-    let fate = if c.failed {
-        Err(Left::Failed)
-    } else if c.skipped {
-        Err(Left::AlreadySkipped)
-    } else {
-        plan.marked.push((c.number, skip));
-        plan.total += 1;
-        if let Some(&(s, _)) = doc.suites.last() {
-            if plan.per_suite.len() <= s {
-                plan.per_suite.resize(s + 1, 0);
-            }
-            plan.per_suite[s] += 1;
-        }
-        Ok(())
+    let mut mark = CaseMark {
+        number: c.number,
+        skip: None,
+        verdicts: None,
+        properties: c.properties,
+        system_err: c.system_err,
     };
-    // Marked once is marked; else the first reason stands.
-    let entry = plan.fate.entry(skip).or_insert(fate);
+    if let Some(skip) = c.skip {
+        let fate = if c.failed {
+            Err(Left::Failed)
+        } else if c.skipped {
+            Err(Left::AlreadySkipped)
+        } else {
+            mark.skip = Some(skip);
+            plan.total += 1;
+            if let Some(&(s, _)) = doc.suites.last() {
+                if plan.per_suite.len() <= s {
+                    plan.per_suite.resize(s + 1, 0);
+                }
+                plan.per_suite[s] += 1;
+            }
+            Ok(())
+        };
+        settle(&mut plan.fate, skip, fate);
+    }
+    if let Some(group) = c.verdicts {
+        // Failed or passed, a testcase is marked: the marks change neither.
+        let fate = if c.has_verdict {
+            Err(Left::AlreadyMarked)
+        } else {
+            mark.verdicts = Some(group);
+            plan.with_verdict += 1;
+            Ok(())
+        };
+        settle(&mut plan.verdict_fate, group, fate);
+    }
+    if mark.skip.is_some() || mark.verdicts.is_some() {
+        plan.marked.push(mark);
+    }
+}
+
+/// Marked once is marked; else the first reason stands.
+fn settle(fates: &mut HashMap<usize, Result<(), Left>>, key: usize, fate: Result<(), Left>) {
+    let entry = fates.entry(key).or_insert(fate);
     if fate.is_ok() {
         *entry = Ok(());
     }
+}
+
+/// The marked testcase the second pass is inside.
+struct Open<'p> {
+    mark: &'p CaseMark,
+    /// The element depth of its children.
+    child_depth: usize,
+    /// Its children so far.
+    children: u32,
+    /// Inside the `<properties>` child that takes the verdicts.
+    in_properties: bool,
+    /// Inside the `<system-err>` child that takes the verdicts: how its text ends so far.
+    in_system_err: Option<Tail>,
 }
 
 /// The second pass: copies the report to `out` with the changes `plan` decided.
@@ -369,7 +555,7 @@ pub(super) fn rewrite<R: Read, W: Write>(
     input: Input<R>,
     out: &mut W,
     plan: &Plan,
-    skips: &[Skip],
+    marks: &Marks<'_>,
 ) -> Result<(), Failure> {
     out.write_all(&input.bom_bytes).map_err(Failure::write)?;
     let tee = Tee {
@@ -381,13 +567,16 @@ pub(super) fn rewrite<R: Read, W: Write>(
     let mut buf = Vec::new();
     let mut doc = Document::default();
     let mut copied = input.bom;
-    let mut marks = plan.marked.iter().peekable();
-    let mut total = 0;
+    let mut pending = plan.marked.iter().peekable();
+    let mut done = 0;
+    let mut open: Option<Open<'_>> = None;
     // The whitespace before the current tag, after its last line break: its indent.
     let mut indent: Option<String> = None;
     loop {
+        let depth = doc.open.len();
         let (event, step) = step(&mut reader, &mut buf, &mut doc, input.bom)?;
         let tee = reader.get_mut().get_mut();
+        let raw = tee.slice(step.start, step.end);
         let replacement = match (&event, step.element) {
             (Event::Eof, _) => break,
             (Event::Text(t), _) => {
@@ -395,31 +584,122 @@ pub(super) fn rewrite<R: Read, W: Write>(
                 if indent.as_ref().is_some_and(|s| !s.trim().is_empty()) {
                     indent = None;
                 }
+                if let Some(tail) = open.as_mut().and_then(|o| o.in_system_err.as_mut()) {
+                    tail.text(raw);
+                }
+                None
+            }
+            (Event::CData(_), _) => {
+                if let Some(tail) = open.as_mut().and_then(|o| o.in_system_err.as_mut()) {
+                    tail.cdata(raw);
+                }
+                None
+            }
+            (Event::GeneralRef(_), _) => {
+                if let Some(tail) = open.as_mut().and_then(|o| o.in_system_err.as_mut()) {
+                    tail.reference(raw);
+                }
                 None
             }
             (Event::Start(_) | Event::Empty(_), Some((Element::Suites, _))) if plan.total > 0 => {
-                Some(add_skipped(tee.slice(step.start, step.end), plan.total))
+                Some(add_skipped(raw, plan.total))
             }
             (Event::Start(_) | Event::Empty(_), Some((Element::Suite(n), _))) => {
                 match plan.per_suite.get(n).copied().unwrap_or(0) {
                     0 => None,
-                    added => Some(add_skipped(tee.slice(step.start, step.end), added)),
+                    added => Some(add_skipped(raw, added)),
                 }
             }
             (Event::Start(e) | Event::Empty(e), Some((Element::Case(n), empty)))
-                if marks.peek().is_some_and(|(m, _)| *m == n) =>
+                if open.is_none() && pending.peek().is_some_and(|m| m.number == n) =>
             {
-                let (_, skip) = marks.next().expect("peeked");
-                let skip = &skips[*skip];
+                let mark = pending.next().expect("peeked");
                 // The testcase must be the one the first pass saw.
                 let name = attribute(e, "name", step.start)?;
-                if name.as_deref() != Some(skip.test.as_str()) {
+                if name.as_deref() != Some(marks.test_of(mark)) {
                     return Err(Failure::at(JunitErrorKind::Changed, step.start));
                 }
-                total += 1;
-                let tag = tee.slice(step.start, step.end);
-                Some(mark(tag, e.name().as_ref(), empty, indent.as_deref(), skip))
+                done += 1;
+                let element = e.name();
+                let bytes = open_case(raw, element.as_ref(), empty, indent.as_deref(), mark, marks);
+                if !empty {
+                    open = Some(Open {
+                        mark,
+                        child_depth: depth + 1,
+                        children: 0,
+                        in_properties: false,
+                        in_system_err: None,
+                    });
+                }
+                Some(bytes)
             }
+            (Event::Start(_) | Event::Empty(_), Some((_, empty))) => match open.as_mut() {
+                Some(o) if o.child_depth == depth => {
+                    let child = Some(o.children);
+                    o.children += 1;
+                    let ind = indent.as_deref();
+                    if child == o.mark.properties {
+                        if empty {
+                            Some(fill_properties(raw, ind, o.mark, marks))
+                        } else {
+                            o.in_properties = true;
+                            None
+                        }
+                    } else if child == o.mark.system_err && o.mark.verdicts.is_some() {
+                        if empty {
+                            let lines = system_err_lines(marks.group(o.mark.verdicts.unwrap()));
+                            Some(close_empty(raw, "system-err", &lines))
+                        } else {
+                            o.in_system_err = Some(Tail::Empty);
+                            None
+                        }
+                    } else {
+                        None
+                    }
+                }
+                _ => None,
+            },
+            (Event::End(_), _) => match open.as_mut() {
+                // The end of a child of the testcase.
+                Some(o) if o.child_depth + 1 == depth => {
+                    let ind = indent.as_deref();
+                    if std::mem::take(&mut o.in_properties) {
+                        Some(end_properties(raw, ind, o.mark, marks))
+                    } else if let Some(tail) = o.in_system_err.take() {
+                        let lines = system_err_lines(marks.group(o.mark.verdicts.unwrap()));
+                        let mut bytes = tail.separator().as_bytes().to_vec();
+                        bytes.extend_from_slice(lines.as_bytes());
+                        bytes.extend_from_slice(raw);
+                        Some(Ok(bytes))
+                    } else {
+                        None
+                    }
+                }
+                // The end of the testcase.
+                Some(o) if o.child_depth == depth => {
+                    let mark = o.mark;
+                    open = None;
+                    match mark.verdicts {
+                        Some(g) if mark.system_err.is_none() => {
+                            let lines = system_err_lines(marks.group(g));
+                            let mut bytes = match indent.as_deref() {
+                                Some(i) => format!(
+                                    "{}{}{}",
+                                    indent_step(i),
+                                    system_err(&lines),
+                                    line_break(Some(i))
+                                ),
+                                None => system_err(&lines),
+                            }
+                            .into_bytes();
+                            bytes.extend_from_slice(raw);
+                            Some(Ok(bytes))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
             _ => None,
         };
         if !matches!(event, Event::Text(_)) {
@@ -442,10 +722,100 @@ pub(super) fn rewrite<R: Read, W: Write>(
     let end = reader.buffer_position() + input.bom;
     let tee = reader.get_mut().get_mut();
     tee.copy(out, copied, end).map_err(Failure::write)?;
-    if total != plan.total || marks.next().is_some() {
+    if done != plan.marked.len() || pending.next().is_some() {
         return Err(Failure::at(JunitErrorKind::Changed, end));
     }
     Ok(())
+}
+
+/// Start tag `tag` of a marked testcase (element `name`, at `indent`) with what goes first
+/// in it: `<properties>` with the verdicts and `<skipped>`, unless it has `<properties>`
+/// already (they go there, and the skip after it). A self-closing testcase is opened and
+/// closed around them, with its `<system-err>` last.
+fn open_case(
+    tag: &[u8],
+    name: &str,
+    empty: bool,
+    indent: Option<&str>,
+    mark: &CaseMark,
+    marks: &Marks<'_>,
+) -> Result<Vec<u8>, JunitErrorKind> {
+    let children = indent.map(inner_indent);
+    let children = children.as_deref();
+    let mut first = String::new();
+    if mark.properties.is_none() {
+        if let Some(g) = mark.verdicts {
+            first.push_str(&line_break(children));
+            first.push_str(&properties(children, marks.group(g)));
+        }
+        if let Some(s) = mark.skip {
+            first.push_str(&line_break(children));
+            first.push_str(&skipped(&marks.skips[s]));
+        }
+    }
+    if !empty {
+        let mut out = tag.to_vec();
+        out.extend_from_slice(first.as_bytes());
+        return Ok(out);
+    }
+    if let Some(g) = mark.verdicts {
+        first.push_str(&line_break(children));
+        first.push_str(&system_err(&system_err_lines(marks.group(g))));
+    }
+    first.push_str(&line_break(indent));
+    close_empty(tag, name, &first)
+}
+
+/// A self-closing `<properties/>` (at `indent`) of a marked testcase, opened around the
+/// verdicts, and followed by the skip.
+fn fill_properties(
+    tag: &[u8],
+    indent: Option<&str>,
+    mark: &CaseMark,
+    marks: &Marks<'_>,
+) -> Result<Vec<u8>, JunitErrorKind> {
+    let mut out = match mark.verdicts {
+        Some(g) => {
+            let inner = indent.map(inner_indent);
+            let mut lines = property_lines(inner.as_deref(), marks.group(g));
+            lines.push_str(&line_break(indent));
+            close_empty(tag, "properties", &lines)?
+        }
+        None => tag.to_vec(),
+    };
+    if let Some(s) = mark.skip {
+        out.extend_from_slice(line_break(indent).as_bytes());
+        out.extend_from_slice(skipped(&marks.skips[s]).as_bytes());
+    }
+    Ok(out)
+}
+
+/// End tag `tag` of the `<properties>` of a marked testcase, the end tag at `indent`, with
+/// the verdicts before it and the skip after it.
+fn end_properties(
+    tag: &[u8],
+    indent: Option<&str>,
+    mark: &CaseMark,
+    marks: &Marks<'_>,
+) -> Result<Vec<u8>, JunitErrorKind> {
+    let mut out = Vec::new();
+    if let Some(g) = mark.verdicts {
+        // The line break before the end tag is there: each property goes before it, one step
+        // further in, and is followed by the line break and indent again.
+        for v in marks.group(g) {
+            let line = match indent {
+                Some(i) => format!("{}{}\n{i}", indent_step(i), property(v)),
+                None => property(v),
+            };
+            out.extend_from_slice(line.as_bytes());
+        }
+    }
+    out.extend_from_slice(tag);
+    if let Some(s) = mark.skip {
+        out.extend_from_slice(line_break(indent).as_bytes());
+        out.extend_from_slice(skipped(&marks.skips[s]).as_bytes());
+    }
+    Ok(out)
 }
 
 /// The value of attribute `name` of `e` (at byte `at`), entities resolved.

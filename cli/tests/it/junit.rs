@@ -1,5 +1,5 @@
 //! The `junit` command: a nextest JUnit report rewritten from the run's records in the slot
-//! directory, checked by parsing the XML it writes.
+//! directory (skips, and the verdicts of `watch`), checked by parsing the XML it writes.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -25,6 +25,32 @@ fn record_skips(dir: &Path, run: &str, skips: &[(&str, &str, &str)]) {
         writeln!(text, "{line}").unwrap();
     }
     std::fs::write(dir.join(format!("gpu0.run.{run}")), text).unwrap();
+}
+
+/// A verdict record line, as the library writes it (`RunRecord::Verdict`; the golden file
+/// tests/data/run-records/records has one).
+struct VerdictLine<'a> {
+    binary: &'a str,
+    test: &'a str,
+    fault: &'a str,
+    ended: &'a str,
+    failed: bool,
+    said: &'a str,
+}
+
+/// Appends run `run`'s verdict records to its record file in `dir`.
+fn record_verdicts(dir: &Path, run: &str, verdicts: &[VerdictLine<'_>]) {
+    let path = dir.join(format!("gpu0.run.{run}"));
+    let mut text = std::fs::read_to_string(&path).unwrap_or_default();
+    for (i, v) in verdicts.iter().enumerate() {
+        let line = serde_json::json!({
+            "kind": "verdict", "run": run, "unix_us": 1_000 + i as u64, "pid": 4248 + i as u32,
+            "binary": v.binary, "test": v.test, "attempt": 1, "fault": v.fault,
+            "ended": v.ended, "failed": v.failed, "said": v.said,
+        });
+        writeln!(text, "{line}").unwrap();
+    }
+    std::fs::write(path, text).unwrap();
 }
 
 /// A nextest-style report of `suites` (binary id, its test names); `uuid` on the root. A test
@@ -85,6 +111,14 @@ pub(crate) struct Parsed {
     /// The testcases with `<skipped>`, by (classname, name), with its message.
     pub(crate) skipped: BTreeMap<(String, String), String>,
     pub(crate) testcases: usize,
+    /// The testcases with `gpu-test-permit.verdict` properties, with their values.
+    pub(crate) verdicts: BTreeMap<(String, String), Vec<String>>,
+    /// The text of each testcase's own `<system-err>`, entities resolved.
+    pub(crate) system_err: BTreeMap<(String, String), String>,
+    /// The first child element of each testcase that has children.
+    pub(crate) first_child: BTreeMap<(String, String), String>,
+    /// The testcases with `<failure>`.
+    pub(crate) failed: BTreeSet<(String, String)>,
 }
 
 pub(crate) fn parse(xml: &str) -> Parsed {
@@ -99,8 +133,31 @@ pub(crate) fn parse(xml: &str) -> Parsed {
         })
     };
     let num = |v: Option<String>| v.map(|v| v.parse::<u64>().unwrap());
+    // The open elements' depth, and where the testcase and its <system-err> are.
+    let mut depth = 0;
+    let mut case_depth = 0;
+    let mut err: Option<String> = None;
     loop {
         let event = reader.read_event().unwrap();
+        if let (Event::Start(e) | Event::Empty(e), Some(key)) = (&event, &case)
+            && depth == case_depth + 1
+        {
+            let name = e.name().as_ref().to_string();
+            p.first_child.entry(key.clone()).or_insert(name.clone());
+            match name.as_str() {
+                "failure" => {
+                    p.failed.insert(key.clone());
+                }
+                "system-err" => {
+                    if matches!(event, Event::Start(_)) {
+                        err = Some(String::new());
+                    } else {
+                        p.system_err.insert(key.clone(), String::new());
+                    }
+                }
+                _ => {}
+            }
+        }
         match &event {
             Event::Start(e) | Event::Empty(e) => match e.name().as_ref() {
                 "testsuites" => p.root = (num(attr(e, "skipped")), num(attr(e, "tests"))),
@@ -115,16 +172,52 @@ pub(crate) fn parse(xml: &str) -> Parsed {
                     let key = (attr(e, "classname").unwrap(), attr(e, "name").unwrap());
                     if matches!(event, Event::Start(_)) {
                         case = Some(key);
+                        case_depth = depth;
                     }
                 }
                 "skipped" => {
                     let key = case.clone().expect("<skipped> inside a testcase");
                     p.skipped.insert(key, attr(e, "message").unwrap());
                 }
+                "property" if attr(e, "name").as_deref() == Some("gpu-test-permit.verdict") => {
+                    let key = case.clone().expect("<property> inside a testcase");
+                    let value = attr(e, "value").unwrap();
+                    p.verdicts.entry(key).or_default().push(value);
+                }
                 _ => {}
             },
+            Event::Text(t) => {
+                if let Some(text) = err.as_mut() {
+                    text.push_str(t);
+                }
+            }
+            Event::CData(t) => {
+                if let Some(text) = err.as_mut() {
+                    text.push_str(t);
+                }
+            }
+            Event::GeneralRef(r) => {
+                if let Some(text) = err.as_mut() {
+                    match r.resolve_char_ref().unwrap() {
+                        Some(c) => text.push(c),
+                        None => {
+                            text.push_str(quick_xml::escape::resolve_predefined_entity(r).unwrap())
+                        }
+                    }
+                }
+            }
             Event::End(e) if e.name().as_ref() == "testcase" => case = None,
+            Event::End(e) if e.name().as_ref() == "system-err" => {
+                if let (Some(text), Some(key)) = (err.take(), &case) {
+                    p.system_err.insert(key.clone(), text);
+                }
+            }
             Event::Eof => return p,
+            _ => {}
+        }
+        match event {
+            Event::Start(_) => depth += 1,
+            Event::End(_) => depth -= 1,
             _ => {}
         }
     }
@@ -202,8 +295,9 @@ fn junit_marks_the_runs_skips_in_place_and_the_counts_agree() {
     let out = junit(dir.path(), &[path.to_str().unwrap()], &[]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        out.stderr
-            .contains(&format!("junit.xml: 3 tests marked skipped (run {RUN})")),
+        out.stderr.contains(&format!(
+            "junit.xml: 3 tests marked skipped, 0 tests marked with a verdict (run {RUN})"
+        )),
         "{}",
         out.stderr
     );
@@ -258,6 +352,164 @@ fn junit_marks_the_runs_skips_in_place_and_the_counts_agree() {
         out.stderr
     );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+}
+
+const TEARDOWN_SAID: &str = "teardown fault: `gpu-suite` died by SIGSEGV after all 1 of its \
+                             tests had their results <libcuda.so.1 & \"nvidia\">";
+const CRASH_SAID: &str = "crash: `gpu-suite` died by SIGABRT while failing_cuda_capture ran";
+
+#[test]
+fn junit_marks_the_runs_verdicts_and_leaves_pass_and_failure_as_they_were() {
+    let (dir, path) = setup(&report(Some(RUN), SUITES));
+    let target = dir.path().join("marked.xml");
+    record_skips(
+        dir.path(),
+        RUN,
+        &[("gpu-suite::matmul", "cuda_matmul", "cuda")],
+    );
+    record_verdicts(
+        dir.path(),
+        RUN,
+        &[
+            VerdictLine {
+                binary: "gpu-suite::matmul",
+                test: "cpu_reference",
+                fault: "teardown",
+                ended: "SIGSEGV",
+                failed: false,
+                said: TEARDOWN_SAID,
+            },
+            VerdictLine {
+                binary: "gpu-suite::graphs",
+                test: "failing_cuda_capture",
+                fault: "crash",
+                ended: "SIGABRT",
+                failed: true,
+                said: CRASH_SAID,
+            },
+            VerdictLine {
+                binary: "gpu-suite::gone",
+                test: "not_in_the_report",
+                fault: "hang",
+                ended: "hung at exit",
+                failed: false,
+                said: "hung",
+            },
+        ],
+    );
+    let out = junit(
+        dir.path(),
+        &[path.to_str().unwrap(), "-o", target.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "junit.xml: 1 test marked skipped, 2 tests marked with a verdict (run {RUN}), \
+             written to"
+        )),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "note: 1 test that the records of run {RUN} give a verdict matches no testcase of"
+        )) && out.stderr.contains("gpu-suite::gone not_in_the_report"),
+        "{}",
+        out.stderr
+    );
+
+    let before = parse(&std::fs::read_to_string(&path).unwrap());
+    let p = parse(&std::fs::read_to_string(&target).unwrap());
+    let teardown = key("gpu-suite::matmul", "cpu_reference");
+    let crash = key("gpu-suite::graphs", "failing_cuda_capture");
+    assert_eq!(
+        p.verdicts,
+        BTreeMap::from([
+            (crash.clone(), vec!["crash: SIGABRT".to_string()]),
+            (teardown.clone(), vec!["teardown: SIGSEGV".to_string()]),
+        ])
+    );
+    assert_eq!(
+        p.system_err,
+        BTreeMap::from([
+            (crash.clone(), format!("gpu-test-permit: {CRASH_SAID}")),
+            (
+                teardown.clone(),
+                format!("gpu-test-permit: {TEARDOWN_SAID}")
+            ),
+        ])
+    );
+    // Properties first in each marked testcase.
+    assert_eq!(p.first_child[&teardown], "properties");
+    assert_eq!(p.first_child[&crash], "properties");
+    // What passed passed and what failed failed; the counts are the skips'.
+    assert_eq!(p.failed, before.failed);
+    assert_eq!(p.failed, BTreeSet::from([crash.clone()]));
+    assert!(!p.skipped.contains_key(&teardown) && !p.skipped.contains_key(&crash));
+    assert_eq!(p.root, (Some(1), Some(6)));
+    assert_eq!(
+        p.skipped.keys().cloned().collect::<Vec<_>>(),
+        [key("gpu-suite::matmul", "cuda_matmul")]
+    );
+    assert_eq!(p.testcases, before.testcases);
+    // The other testcases are as they were.
+    assert_eq!(p.first_child.len(), before.first_child.len() + 2);
+    for k in before.first_child.keys().filter(|k| **k != crash) {
+        assert_eq!(p.first_child[k], before.first_child[k], "{k:?}");
+    }
+}
+
+#[test]
+fn junit_marks_a_run_with_verdicts_alone_once() {
+    let xml = report(Some(RUN), SUITES);
+    let (dir, path) = setup(&xml);
+    record_verdicts(
+        dir.path(),
+        RUN,
+        &[VerdictLine {
+            binary: "gpu-suite::matmul",
+            test: "flaky_upload",
+            fault: "hang",
+            ended: "hung at exit",
+            failed: false,
+            said: "hang at exit: `gpu-suite` still ran 10s after its last result",
+        }],
+    );
+    let out = junit(dir.path(), &[path.to_str().unwrap(), "--fail-on-skip"], &[]);
+    // A verdict is no skip: --fail-on-skip does not fail on it.
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("0 tests marked skipped, 1 test marked with a verdict"),
+        "{}",
+        out.stderr
+    );
+    let once = std::fs::read_to_string(&path).unwrap();
+    let p = parse(&once);
+    let flaky = key("gpu-suite::matmul", "flaky_upload");
+    assert_eq!(p.verdicts[&flaky], ["hang: hung at exit"]);
+    assert_eq!(
+        p.system_err[&flaky],
+        "gpu-test-permit: hang at exit: `gpu-suite` still ran 10s after its last result"
+    );
+    assert_eq!(p.root, (Some(0), Some(6)));
+    assert_eq!(files(dir.path()), BTreeSet::from(["junit.xml".to_string()]));
+
+    // Marked once, marked: a second rewrite adds nothing, and says so.
+    let out = junit(dir.path(), &[path.to_str().unwrap()], &[]);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("0 tests marked skipped, 0 tests marked with a verdict")
+            && out.stderr.contains(
+                "note: 1 test already has a verdict in the report: \
+                 gpu-suite::matmul flaky_upload"
+            ),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), once);
 }
 
 #[test]
@@ -387,7 +639,8 @@ fn junit_leaves_a_report_without_records_of_its_run_unchanged() {
     let out = junit(dir.path(), &[path.to_str().unwrap()], &[]);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
-        out.stderr.contains("recorded no skips; left unchanged"),
+        out.stderr
+            .contains("recorded no skips and no verdicts; left unchanged"),
         "{}",
         out.stderr
     );
@@ -442,9 +695,9 @@ fn junit_without_a_uuid_takes_the_run_id_or_the_last_run() {
     assert!(
         out.stderr
             .contains("names no run (no uuid on <testsuites>): taking the last run recorded in")
-            && out
-                .stderr
-                .contains(&format!("1 test marked skipped (run {OTHER_RUN})")),
+            && out.stderr.contains(&format!(
+                "1 test marked skipped, 0 tests marked with a verdict (run {OTHER_RUN})"
+            )),
         "{}",
         out.stderr
     );

@@ -1,4 +1,4 @@
-//! `junit`: the skips of a nextest run written into its JUnit report.
+//! `junit`: the skips and the verdicts of a nextest run written into its JUnit report.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use gpu_test_permit::__private::runs::{RunRecords, read_run, summarize};
 use gpu_test_permit::config::{Config, REQUIRE_VAR};
 use gpu_test_permit::probe::Backend;
-use gpu_test_permit_cli::junit::{Left, Marked, Skip, mark_skipped, report_run_id};
+use gpu_test_permit_cli::junit::{Left, Marked, Skip, Verdict, mark, mark_skipped, report_run_id};
 use gpu_test_permit_cli::records::last_run;
 
 use crate::args::Args;
@@ -36,15 +36,18 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
     let run = printable(&records.run_id);
     let summary = summarize(&records);
     let skips: Vec<Skip> = summary.skipped.iter().map(Skip::from).collect();
-    if skips.is_empty() {
+    let verdicts: Vec<Verdict> = summary.verdicts.iter().map(Verdict::from).collect();
+    if skips.is_empty() && verdicts.is_empty() {
         let unchanged = unchanged(report, &output)?;
         if let Some(taken) = taken {
             eprintln!("{taken}");
         }
-        eprintln!("gpu-test-permit: {file}: run {run} recorded no skips; {unchanged}");
+        eprintln!(
+            "gpu-test-permit: {file}: run {run} recorded no skips and no verdicts; {unchanged}"
+        );
         return Ok(ExitCode::SUCCESS);
     }
-    let marked = mark_skipped(report, &output, &skips).map_err(|e| e.to_string())?;
+    let marked = mark(report, &output, &skips, &verdicts).map_err(|e| e.to_string())?;
     // Said once the report is known to be one.
     if let Some(taken) = taken {
         eprintln!("{taken}");
@@ -55,10 +58,12 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
         format!(", written to {}", printable_path(&output))
     };
     eprintln!(
-        "gpu-test-permit: {file}: {} marked skipped (run {run}){into}",
-        plural(marked.testcases, "test", "tests")
+        "gpu-test-permit: {file}: {} marked skipped, {} marked with a verdict (run {run}){into}",
+        plural(marked.testcases, "test", "tests"),
+        plural(marked.verdict_testcases, "test", "tests")
     );
     notes(&marked, &file, &run);
+    verdict_notes(&marked, &file, &run);
     if records.truncated {
         eprintln!(
             "gpu-test-permit: {} is larger than the most that is read; its end was left out",
@@ -177,6 +182,42 @@ fn notes(marked: &Marked, file: &str, run: &str) {
                 listed(&names)
             );
         }
+    }
+}
+
+/// Notes on the verdicts that marked nothing: tests the report does not have, and testcases
+/// marked before.
+fn verdict_notes(marked: &Marked, file: &str, run: &str) {
+    let names = |verdicts: &mut dyn Iterator<Item = &Verdict>| {
+        let mut names: Vec<String> = Vec::new();
+        for v in verdicts {
+            let name = format!("{} {}", v.binary, v.test);
+            // A test's attempts are one test.
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    };
+    let unmatched = names(&mut marked.verdicts_unmatched.iter());
+    if !unmatched.is_empty() {
+        let one = unmatched.len() == 1;
+        eprintln!(
+            "gpu-test-permit: note: {} that the records of run {run} give a verdict {} no \
+             testcase of {file}: {}",
+            plural(unmatched.len() as u64, "test", "tests"),
+            if one { "matches" } else { "match" },
+            listed(&unmatched)
+        );
+    }
+    let left = names(&mut marked.verdicts_left.iter().map(|(v, _)| v));
+    if !left.is_empty() {
+        eprintln!(
+            "gpu-test-permit: note: {} already {} a verdict in the report: {}",
+            plural(left.len() as u64, "test", "tests"),
+            if left.len() == 1 { "has" } else { "have" },
+            listed(&left)
+        );
     }
 }
 

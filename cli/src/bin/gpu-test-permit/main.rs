@@ -181,12 +181,15 @@ static COMMANDS: &[Command] = &[
             synopsis: "FILE [-o OUT] [--fail-on-skip] [--run-id ID] [--dir DIR]",
             about: "rewrite nextest's JUnit report FILE (in place, or into OUT) so that each test\n\
                     that skipped at run time is a <testcase> with <skipped message=\"backend=...\">\n\
-                    and the skipped counts of its <testsuite> and of <testsuites> agree; the skips\n\
-                    are the records of the run in the slot directory (or DIR): the run of the\n\
-                    report's uuid, else run ID, else the last run recorded. A report with no\n\
-                    records or no skips is left unchanged. Exits 1 when a marked test's backend is\n\
-                    required by GPU_TEST_PERMIT_REQUIRE, and with --fail-on-skip when any test is\n\
-                    marked",
+                    and the skipped counts of its <testsuite> and of <testsuites> agree, and each\n\
+                    test whose process had a verdict under `watch` (teardown fault, hang at exit,\n\
+                    crash) has <property name=\"gpu-test-permit.verdict\" value=\"teardown: SIGSEGV\">\n\
+                    first and the verdict's line in its <system-err>, passed or failed as it was;\n\
+                    the skips and verdicts are the records of the run in the slot directory (or\n\
+                    DIR): the run of the report's uuid, else run ID, else the last run recorded. A\n\
+                    report with no records, skips or verdicts is left unchanged. Exits 1 when a\n\
+                    marked test's backend is required by GPU_TEST_PERMIT_REQUIRE, and with\n\
+                    --fail-on-skip when any test is marked skipped",
             flags: &["--fail-on-skip"],
             options: &["-o", "--run-id", "--dir"],
             lists: &[],
