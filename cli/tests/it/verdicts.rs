@@ -281,6 +281,16 @@ fn under_cargo_test_the_runner_gives_each_binary_its_verdict() {
     let out = run(true, &crash_at_exit);
     assert!(out.status.success(), "{}", shown(&out));
     assert!(stderr(&out).contains("teardown fault"), "{}", shown(&out));
+    let out = run(true, &[("VERDICTS_AT_EXIT", "tls-spin")]);
+    assert!(out.status.success(), "{}", shown(&out));
+    assert!(stderr(&out).contains("hung at exit"), "{}", shown(&out));
+    let out = run(true, &[("VERDICTS_BESIDE", "1")]);
+    assert!(out.status.success(), "{}", shown(&out));
+    assert!(
+        stderr(&out).contains("contention casualty"),
+        "{}",
+        shown(&out)
+    );
     let out = run(true, &[("VERDICTS_ALWAYS", "1")]);
     assert!(!out.status.success(), "{}", shown(&out));
     assert!(
@@ -305,7 +315,7 @@ fn under_nextest_a_teardown_fault_passes_and_report_lists_it() {
     );
     let runner = format!("{} watch --", bin().display());
     let slots = tempdir();
-    let run = |asks: &[(&str, &str)]| {
+    let run_in = |slots: &Path, asks: &[(&str, &str)]| {
         let mut c = cargo();
         c.args([
             "nextest",
@@ -322,9 +332,14 @@ fn under_nextest_a_teardown_fault_passes_and_report_lists_it() {
         .arg("--target-dir")
         .arg(target_dir())
         .env(&runner_var, &runner);
-        env(&mut c, slots.path(), asks);
+        env(&mut c, slots, asks);
         c.stdin(Stdio::null()).output().unwrap()
     };
+    let run = |asks: &[(&str, &str)]| run_in(slots.path(), asks);
+    // A hang at exit, ended after the grace: passes too.
+    let hung = tempdir();
+    let out = run_in(hung.path(), &[("VERDICTS_AT_EXIT", "tls-spin")]);
+    assert!(out.status.success(), "{}", shown(&out));
     let out = run(&[("VERDICTS_AT_EXIT", "segv")]);
     assert!(out.status.success(), "{}", shown(&out));
     let report = |flags: &[&str]| {
