@@ -279,6 +279,28 @@ fn unwatched_a_test_that_keeps_its_driver_loaded_is_still_named() {
     }
 }
 
+/// README's self dev-dependency keeps the crate's default features off: `cargo test
+/// --no-default-features` tests the crate without them, `cargo test` with them, and the
+/// permits are on either way.
+#[test]
+fn the_self_dev_dependency_leaves_the_default_features_to_the_command_line() {
+    for (flags, asked) in [(&["--no-default-features"][..], "off"), (&[][..], "on")] {
+        let mut c = cargo();
+        c.args(["test", "--offline", "-p", ADOPTER, "--lib", "--target-dir"])
+            .arg(target())
+            .args(flags)
+            .args(["--", "default_features_follow_the_command_line"])
+            .env("ADOPTER_DEFAULTS", asked);
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{asked}: {}", text(&out));
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "{asked}: {}",
+            text(&out)
+        );
+    }
+}
+
 #[test]
 fn cargo_test_names_the_binary_that_loaded_a_driver_before_its_first_permit() {
     gpu_test_permit::require_backend!(Backend::Wgpu);
