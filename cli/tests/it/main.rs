@@ -16,6 +16,7 @@ mod decision;
 mod devices;
 mod dirs;
 mod doc_examples;
+mod ephemeral;
 #[cfg(target_os = "linux")]
 mod find_cap;
 mod fixture;
