@@ -8,6 +8,8 @@ mod cap;
 mod cap_breaks;
 #[cfg(feature = "cuda")]
 mod capture;
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+mod ci;
 mod cli;
 #[cfg(target_os = "linux")]
 mod clocks;

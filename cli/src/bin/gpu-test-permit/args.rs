@@ -54,6 +54,8 @@ pub(crate) struct Args {
     /// Options with their values, in the order given.
     values: Vec<(&'static str, OsString)>,
     operands: Vec<OsString>,
+    /// Whether `--` ended the options.
+    dash_dash: bool,
 }
 
 impl Spec {
@@ -87,6 +89,7 @@ impl Spec {
             flags: Vec::new(),
             values: Vec::new(),
             operands: Vec::new(),
+            dash_dash: false,
         };
         let mut options_ended = false;
         let mut it = args.iter();
@@ -99,6 +102,7 @@ impl Spec {
             }
             if bytes == b"--" {
                 options_ended = true;
+                parsed.dash_dash = true;
                 continue;
             }
             let (name, inline) = split_option(arg);
@@ -179,6 +183,11 @@ fn split_option(arg: &OsStr) -> (OsString, Option<OsString>) {
 }
 
 impl Args {
+    /// Whether `--` ended the options (`ci` asks for it before the command).
+    pub(crate) fn dash_dash(&self) -> bool {
+        self.dash_dash
+    }
+
     /// Whether the flag `name` was given.
     pub(crate) fn flag(&self, name: &str) -> bool {
         self.flags.contains(&name)

@@ -8,6 +8,7 @@ use gpu_test_permit::config::Config;
 use crate::args::{Args, Operands, Parsed, Spec};
 
 mod args;
+mod ci;
 mod config;
 mod find;
 mod history;
@@ -117,6 +118,42 @@ static COMMANDS: &[Command] = &[
             operands: Operands::CommandLine,
         },
         run: run::watch,
+        checks_config: true,
+    },
+    Command {
+        spec: Spec {
+            name: "ci",
+            synopsis: "[--no-junit] [--allow-unpermitted] [--allow-teardown | --fail-on-teardown] \
+                       [--fail-on-casualty] [--dry-run] -- COMMAND [ARGS...]",
+            about: "a CI step in one command: run COMMAND (cargo nextest run ..., cargo test ...) with\n\
+                    cargo's target runner (CARGO_TARGET_<TRIPLE>_RUNNER; the triple of --target in\n\
+                    COMMAND, else the host's) set to this executable's `watch --` and the\n\
+                    configuration's slot directory, its standard error passed through unchanged and\n\
+                    read for nextest's run id (`Nextest run ID <uuid>`); then mark the JUnit report\n\
+                    its nextest profile writes ([profile.<name>.junit] path) as `junit` does (not\n\
+                    with --no-junit), and print the run's report (as `report --run-id`) and how many\n\
+                    test processes were watched. A runner set already is refused, unless it is a\n\
+                    `watch --`. Exits with COMMAND's code when it failed; else 1, one line each\n\
+                    saying why, when a test loaded a GPU driver without a permit or the run was not\n\
+                    watched (--allow-unpermitted passes them), on a teardown fault with\n\
+                    --fail-on-teardown or GPU_TEST_PERMIT_TEARDOWN=fail (either flag is passed on\n\
+                    to the watch; --allow-teardown passes them), on a contention casualty with\n\
+                    --fail-on-casualty. A cargo test run has no run records (only nextest runs do):\n\
+                    ci reads what the watch said on standard error instead. `--` is required;\n\
+                    --dry-run prints what would run and which JUnit report would be marked",
+            flags: &[
+                "--no-junit",
+                "--allow-unpermitted",
+                "--allow-teardown",
+                "--fail-on-teardown",
+                "--fail-on-casualty",
+                "--dry-run",
+            ],
+            options: &[],
+            lists: &[],
+            operands: Operands::CommandLine,
+        },
+        run: ci::main,
         checks_config: true,
     },
     Command {

@@ -272,7 +272,7 @@ fn render_verdicts(s: &RunSummary, out: &mut String) {
     }
 }
 
-fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> String {
+pub(crate) fn render(s: &RunSummary, dir: &std::path::Path, path: &std::path::Path) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let secs = s
