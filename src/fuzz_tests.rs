@@ -118,6 +118,12 @@ struct Limits {
     seed: u64,
 }
 
+/// Whether `GTP_FUZZ_KEEP` asks the tests to write their kept inputs anew instead of checking
+/// them (`GTP_FUZZ_KEEP=1 cargo test the_file_whose_string`).
+pub(crate) fn keep() -> bool {
+    std::env::var_os("GTP_FUZZ_KEEP").is_some()
+}
+
 /// [`Limits`] from the environment, over `default_iters` cases and two seconds.
 fn limits(default_iters: u64) -> Limits {
     let var = |name: &str| -> Option<u64> {

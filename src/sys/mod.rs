@@ -932,6 +932,26 @@ pub(crate) fn exit_signal(status: &ExitStatus) -> Option<i32> {
 }
 
 /// The status of a process that exited with `code`.
+/// Makes a FIFO at `path`, for tests of readers that must not wait on one; whether it could
+/// (Unix only).
+#[cfg(test)]
+pub(crate) fn make_fifo(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: a valid NUL-terminated path.
+        unsafe { libc::mkfifo(c.as_ptr(), 0o600) == 0 }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        false
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn exit_status(code: i32) -> ExitStatus {
     os::exit_status(code)
