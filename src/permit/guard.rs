@@ -150,12 +150,18 @@ impl GpuTestPermit {
         let seat = self.seat();
         let units = seat.units.load(Ordering::Relaxed);
         // Without the directory's other units it holds besides, in a layout another user set
-        // higher than this process's N (`PoolInner::pad`).
-        let pad = self.pool().pad;
-        if pad == 0 || seat.exclusive.load(Ordering::Relaxed) {
+        // higher than this process's N (`PoolInner::pad`): an exclusive permit is this
+        // process's N on every GPU, as it counts them.
+        let pool = self.pool();
+        if pool.pad == 0 {
             return units;
         }
-        units - pad * seat.gpus.load(Ordering::Relaxed).max(1)
+        let gpus = if seat.exclusive.load(Ordering::Relaxed) {
+            pool.gpus
+        } else {
+            seat.gpus.load(Ordering::Relaxed).max(1)
+        };
+        units - pool.pad * gpus
     }
 
     /// The GPU memory the permit's request declared, in bytes

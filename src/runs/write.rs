@@ -5,9 +5,7 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::record::{
-    DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord, VerdictRecord,
-};
+use super::record::{DriversRecord, GrantRecord, Outcome, ReleaseRecord, RunRecord, SkipRecord};
 use super::{FILE_PREFIX, RUNS_KEPT, file_name, run_files};
 use crate::config::Config;
 use crate::json::Record;
@@ -333,7 +331,7 @@ pub(crate) fn record_verdict(pid: u32, fault: &str, ended: &str, failed: bool, s
         return false;
     };
     let (binary, test) = current_test();
-    let record = RunRecord::Verdict(VerdictRecord {
+    let record = RunRecord::Verdict(super::record::VerdictRecord {
         run: run.to_string(),
         unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
         pid,
