@@ -505,7 +505,14 @@ fn rerun_without_result(
             }
         };
         match judged.verdict() {
-            Verdict::Passed | Verdict::Teardown { .. } => alone.passed.push(name),
+            Verdict::Passed => alone.passed.push(name),
+            // Alone as in the run: a teardown fault passes or fails by the policy.
+            Verdict::Teardown { ended } => match Config::global().teardown {
+                Teardown::Pass => alone.passed.push(name),
+                Teardown::Fail => alone
+                    .failed
+                    .push(format!("{name} (a teardown fault: {ended})")),
+            },
             Verdict::Failed => alone.failed.push(name),
             Verdict::Crashed { ended, .. } => {
                 let how = match judged.hung {
