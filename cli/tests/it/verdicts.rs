@@ -224,6 +224,31 @@ fn a_crash_while_tests_run_reruns_the_tests_without_a_result_alone() {
     assert!(err.contains("contention"), "{}", shown(&beside));
     assert!(err.contains("beside_others"), "{}", shown(&beside));
 
+    // Alone, each test's process still fails at exit: under the failing policy that fails the
+    // run, as it would have failed a run without the crash.
+    let slots = tempdir();
+    let mut c = Command::new(bin());
+    clear_permit_env(&mut c);
+    c.args(["watch", "--"])
+        .arg(suite())
+        .args(["--test-threads", "5"]);
+    env(
+        &mut c,
+        slots.path(),
+        &[("VERDICTS_BESIDE", "1"), ("VERDICTS_AT_EXIT", "segv")],
+    );
+    let strict = c
+        .env("GPU_TEST_PERMIT_TEARDOWN", "fail")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(strict.status.code(), Some(101), "{}", shown(&strict));
+    assert!(
+        stderr(&strict).contains("a teardown fault: SIGSEGV"),
+        "{}",
+        shown(&strict)
+    );
+
     for args in [&[][..], &["-q"][..]] {
         let always = watched(args, &[("VERDICTS_ALWAYS", "1")]);
         let err = stderr(&always);
