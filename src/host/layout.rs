@@ -354,7 +354,11 @@ pub(super) fn agree_on_layout(
                     let written = match fd_budget(dir, wanted) {
                         Ok(()) => {
                             match sys::write_at(file, &wanted.encode_for(run.as_deref()), 0) {
-                                Ok(()) => Ok(()),
+                                Ok(()) => {
+                                    // Written whole by this user: only its owner writes it on.
+                                    sys::restrict_to_owner(file);
+                                    Ok(())
+                                }
                                 Err(e) => Err(io_err(path, e)),
                             }
                         }

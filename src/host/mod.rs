@@ -184,6 +184,8 @@ struct Opening {
     layout_file: File,
     /// Whether this process may write the layout file (another user's is read only).
     writable: bool,
+    /// Who may have written the layout file.
+    writer: sys::Writer,
     /// Whether the directory is shared by several users (the mode new files get).
     shared: bool,
 }
@@ -374,7 +376,7 @@ impl HostSlots {
         let opening = HostSlots::begin_open(dir, seed)?;
         // A choice another user may have written is no choice of this run's: this process
         // chooses its own, which bounds what it adopts (`declined`).
-        let theirs_trusted = sys::writer(&opening.layout_file) == sys::Writer::ThisUser;
+        let theirs_trusted = opening.writer == sys::Writer::ThisUser;
         let layout = match peek(&opening.layout_file) {
             Some((layout, Some(theirs))) if theirs == run && theirs_trusted => layout,
             _ => Layout {
@@ -407,12 +409,13 @@ impl HostSlots {
         // Only its owner may write the layout: what another user may write can raise nobody's
         // N (docs/protocol.md, "Who may write what").
         let layout_path = dir.join("gpu0.layout");
-        let (layout_file, writable) =
+        let (layout_file, writable, writer) =
             slot::open_owner_counted(dir, expected, &layout_path, shared)?;
         Ok(Opening {
             layout_path,
             layout_file,
             writable,
+            writer,
             shared,
         })
     }
@@ -430,6 +433,7 @@ impl HostSlots {
             layout_path,
             layout_file,
             writable,
+            writer,
             shared,
         } = opening;
         // The descriptor budget is checked before any slot file is made: a layout that cannot
@@ -441,7 +445,6 @@ impl HostSlots {
         } = agree_on_layout(dir, &layout_path, &layout_file, writable, want, patience)?;
         fd_budget(dir, layout)?;
         let wanted = want.layout();
-        let writer = sys::writer(&layout_file);
         if layout != wanted
             && (matches!(want, WantedLayout::Fixed(_)) || writer != sys::Writer::ThisUser)
         {

@@ -112,14 +112,15 @@ pub(super) fn open_owner_counted(
     layout: Layout,
     path: &Path,
     shared: bool,
-) -> Result<(File, bool), HostError> {
-    let writable = std::cell::Cell::new(true);
+) -> Result<(File, bool, sys::Writer), HostError> {
+    let opened = std::cell::Cell::new((true, sys::Writer::Unknown));
     let file = counted(dir, layout, path, &|| {
-        let (file, w) = sys::open_owner_file(path, shared)?;
-        writable.set(w);
+        let (file, writable, writer) = sys::open_owner_file(path, shared)?;
+        opened.set((writable, writer));
         Ok(file)
     })?;
-    Ok((file, writable.get()))
+    let (writable, writer) = opened.get();
+    Ok((file, writable, writer))
 }
 
 /// Opens a lock file of `dir` that another process made, as [`counted`] does out of

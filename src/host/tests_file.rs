@@ -22,7 +22,16 @@ pub(crate) const TESTS_FILE: &str = "gpu0.tests";
 /// state directory), this user's own file, `NAME-UID`, so that what another user writes can
 /// neither change nor truncate what this user learned, nor teach it anything.
 pub(crate) fn state_path(state: &Path, name: &str) -> PathBuf {
-    if sys::is_shared_dir(state) {
+    // Asked once a process for its state directory (one `stat`), as every test process of a
+    // nextest run asks at its first permit.
+    static SEEN: std::sync::OnceLock<(PathBuf, bool)> = std::sync::OnceLock::new();
+    let (seen, shared) = SEEN.get_or_init(|| (state.to_path_buf(), sys::is_shared_dir(state)));
+    let shared = if seen == state {
+        *shared
+    } else {
+        sys::is_shared_dir(state)
+    };
+    if shared {
         state.join(sys::per_user_name(name))
     } else {
         state.join(name)
@@ -32,17 +41,15 @@ pub(crate) fn state_path(state: &Path, name: &str) -> PathBuf {
 /// The state file at `path` ([`state_path`]), opened for reading where it is a regular file of
 /// this user's: never through a link, nor from a FIFO, nor one another user made at its name.
 pub(crate) fn open_own(path: &Path) -> Option<File> {
-    let file = sys::open_regular_for_reading(path).ok()?;
-    let meta = file.metadata().ok()?;
-    sys::owned_by_this_user(&meta).then_some(file)
+    sys::open_own_regular(path).ok()
 }
 
 /// The state file at `path` ([`state_path`]), opened (made if missing) for writing where it is
 /// this user's and nobody else may write it.
 pub(crate) fn open_own_for_writing(path: &Path) -> std::io::Result<File> {
     let shared = path.parent().is_some_and(sys::is_shared_dir);
-    let (file, writable) = sys::open_owner_file(path, shared)?;
-    if !writable || sys::writer(&file) != sys::Writer::ThisUser {
+    let (file, writable, writer) = sys::open_owner_file(path, shared)?;
+    if !writable || writer != sys::Writer::ThisUser {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             format!(

@@ -352,9 +352,22 @@ pub(crate) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<File> 
 /// or state directory other users may share (`gpu0.layout`): made without write bits for
 /// the group and others (a file of this user's that has them loses them), opened for reading
 /// only where another user owns it. Its lock works either way. Returns the file and whether
-/// this process may write it.
-pub(crate) fn open_owner_file(path: &Path, shared_dir: bool) -> io::Result<(File, bool)> {
+/// this process may write it, and who may have written it (as [`writer`] tells, without
+/// another `fstat`).
+pub(crate) fn open_owner_file(path: &Path, shared_dir: bool) -> io::Result<(File, bool, Writer)> {
     os::open_owner_file(path, shared_dir)
+}
+
+/// Takes the write bits of the group and others away from `file`, which this process owns and
+/// has just written whole (a layout): from now on only its owner writes it.
+pub(crate) fn restrict_to_owner(file: &File) {
+    os::restrict_to_owner(file);
+}
+
+/// Opens `path` for reading where it is a regular file of this user's: never through a link,
+/// nor from a FIFO, nor a file another user made at its name.
+pub(crate) fn open_own_regular(path: &Path) -> io::Result<File> {
+    os::open_own_regular(path)
 }
 
 /// Who may have written a file: what its content can be trusted for.

@@ -182,9 +182,15 @@ pub(super) fn open_lock_file(path: &Path, shared_dir: bool) -> io::Result<(File,
 /// made without write bits for the group and others, given that mode where this user owns it,
 /// and opened for reading only where another user owns it. Returns the file and whether this
 /// process may write it.
-pub(super) fn open_owner_file(path: &Path, shared_dir: bool) -> io::Result<(File, bool)> {
-    let (file, _, writable) = open_lock_file_as(path, shared_dir, true)?;
-    Ok((file, writable))
+pub(super) fn open_owner_file(
+    path: &Path,
+    shared_dir: bool,
+) -> io::Result<(File, bool, super::Writer)> {
+    let (file, meta, writable) = open_lock_file_as(path, shared_dir, true)?;
+    // As it was found: a file of this user's that others may write (an earlier version made
+    // them so) says nothing this user alone wrote until this user rewrites it
+    // ([`super::restrict_to_owner`]).
+    Ok((file, writable, writer_of(meta.uid(), meta.mode())))
 }
 
 fn open_lock_file_as(
@@ -240,7 +246,16 @@ fn open_lock_file_as(
     if !meta.file_type().is_file() {
         return Err(super::not_a_regular_file(&meta));
     }
-    if shared_dir || owner_writes {
+    // A private directory's files are this user's and made without others' write bits. A file
+    // only its owner writes gets the read bits it lacks (a umask such as 077 took them) but
+    // keeps any write bits others have: its content may then be another user's until its
+    // owner rewrites it, and the mode says so (`restrict_to_owner`).
+    if shared_dir {
+        let mode = if owner_writes {
+            mode | (meta.mode() & 0o022)
+        } else {
+            mode
+        };
         share_with_group(&file, &meta, path, mode);
     }
     Ok((file, meta, writable))
@@ -249,17 +264,50 @@ fn open_lock_file_as(
 /// Who may have written the open file `file` ([`super::Writer`]): its owner alone, or any
 /// user its mode lets write it.
 pub(super) fn writer(file: &File) -> super::Writer {
-    let Ok(meta) = file.metadata() else {
-        return super::Writer::Unknown;
-    };
-    if meta.mode() & 0o022 != 0 {
-        return super::Writer::Others { owner: meta.uid() };
+    match file.metadata() {
+        Ok(meta) => writer_of(meta.uid(), meta.mode()),
+        Err(_) => super::Writer::Unknown,
     }
-    if meta.uid() == effective_uid() {
+}
+
+/// Takes the write bits of the group and others away from `file`, which this process has just
+/// written whole, where it owns it: from now on only its owner writes it.
+pub(super) fn restrict_to_owner(file: &File) {
+    let Ok(meta) = file.metadata() else { return };
+    if meta.uid() == effective_uid() && meta.mode() & 0o022 != 0 {
+        let _ = file.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o755));
+    }
+}
+
+/// Who may have written a file owned by `uid` of mode `mode`.
+fn writer_of(uid: u32, mode: u32) -> super::Writer {
+    if mode & 0o022 != 0 {
+        return super::Writer::Others { owner: uid };
+    }
+    if uid == effective_uid() {
         super::Writer::ThisUser
     } else {
-        super::Writer::User(meta.uid())
+        super::Writer::User(uid)
     }
+}
+
+/// Opens `path` for reading where it is a regular file of this user's, one `fstat` for both.
+pub(super) fn open_own_regular(path: &Path) -> io::Result<File> {
+    let mut opts = OpenOptions::new();
+    opts.read(true);
+    no_follow_no_block(&mut opts);
+    let file = opts.open(path).map_err(|e| explain_open_error(path, e))?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(super::not_a_regular_file(&meta));
+    }
+    if meta.uid() != effective_uid() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "another user's file",
+        ));
+    }
+    Ok(file)
 }
 
 /// The mode of a lock file in a shared directory: read and write for whoever may write the

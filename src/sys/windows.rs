@@ -42,9 +42,19 @@ pub(super) fn open_lock_file(path: &Path, _shared_dir: bool) -> io::Result<(File
     Ok((file, len))
 }
 
-pub(super) fn open_owner_file(path: &Path, shared_dir: bool) -> io::Result<(File, bool)> {
+pub(super) fn open_owner_file(
+    path: &Path,
+    shared_dir: bool,
+) -> io::Result<(File, bool, super::Writer)> {
     let (file, _) = open_lock_file(path, shared_dir)?;
-    Ok((file, true))
+    Ok((file, true, super::Writer::ThisUser))
+}
+
+pub(super) fn restrict_to_owner(_file: &File) {}
+
+/// No other user shares a directory here: every regular file is this user's.
+pub(super) fn open_own_regular(path: &Path) -> io::Result<File> {
+    super::open_regular_for_reading(path)
 }
 
 /// No other user shares a slot directory here (none is shared: [`is_shared_dir`]).
