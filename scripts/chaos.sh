@@ -35,6 +35,8 @@ drive() { "$bin/chaos" --cli "$bin/gpu-test-permit" --client "$bin/chaos-client"
 # bd56f07 find-gpu-tests' permits outside the host's cap, a head delayed by a request let past
 # it on a holder's grant time an hour ahead, a waiter whose wait-file name was taken never
 # listed, and watched tests' driver loads named wrongly (docs/adversary.md).
+# Whenever the driver changes, run the set against builds of those commits too and record what
+# it still finds (docs/adversary.md, "The CI set against the commits before each round's fixes").
 CI_SEEDS=(1 2 3)
 CI_SCENARIOS=8
 # And single scenarios of other seeds whose attack is a timeout storm (a timed-out wait's
