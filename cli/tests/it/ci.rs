@@ -518,3 +518,59 @@ fn the_example_workflow_runs_ci_with_a_profile_that_writes_a_junit_report() {
         shown(&out)
     );
 }
+
+/// `--group-file`: the run's GPU tests that the committed group file does not name are said,
+/// and fail the step with `--fail-on-drift`; a file that names them all says so.
+#[test]
+fn ci_says_when_the_committed_gpu_test_group_no_longer_names_every_gpu_test() {
+    if !have_nextest() {
+        return;
+    }
+    let work = tempdir();
+    let slots = work.path().join("slots");
+    let (command, _) = verdicts_nextest(work.path());
+    // Every test of the suite takes a permit: a group naming four of its five.
+    let names = ["always_crashes", "beside_others", "one", "three", "two"];
+    let group = |tests: &[&str]| {
+        let file = work.path().join(format!("group-{}.toml", tests.len()));
+        let filter: Vec<String> = tests.iter().map(|t| format!("test(={t})")).collect();
+        std::fs::write(
+            &file,
+            format!(
+                "[[profile.default.overrides]]\nfilter = '''\n\
+                 (binary_id(=gpu-test-permit-verdicts::suite) & ({}))\n'''\n\
+                 test-group = '@tool:gpu-test-permit:gpu'\n",
+                filter.join(" | ")
+            ),
+        )
+        .unwrap();
+        file
+    };
+    let stale = group(&names[..4]);
+    let flags = ["--group-file", stale.to_str().unwrap()];
+    let out = ci(&flags, &command, &slots, &[]);
+    assert!(out.status.success(), "{}", shown(&out));
+    assert!(
+        stderr(&out).contains("does not name 1 test this run saw use the GPU")
+            && stderr(&out).contains("gpu-test-permit-verdicts::suite two"),
+        "{}",
+        shown(&out)
+    );
+    let flags = ["--group-file", stale.to_str().unwrap(), "--fail-on-drift"];
+    let out = ci(&flags, &command, &slots, &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", shown(&out));
+    assert!(
+        stderr(&out).contains("(--fail-on-drift)"),
+        "{}",
+        shown(&out)
+    );
+    let whole = group(&names);
+    let flags = ["--group-file", whole.to_str().unwrap(), "--fail-on-drift"];
+    let out = ci(&flags, &command, &slots, &[]);
+    assert!(out.status.success(), "{}", shown(&out));
+    assert!(
+        stdout(&out).contains("names every one of this run's 5 GPU tests"),
+        "{}",
+        shown(&out)
+    );
+}

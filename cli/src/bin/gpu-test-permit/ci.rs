@@ -73,6 +73,13 @@ pub(crate) fn main(args: &Args) -> Result<ExitCode, String> {
         nextest_run(&plan, &policy, &said, started, &mut failures);
     } else {
         cargo_test_run(&policy, &said, &mut failures);
+        if let Some(file) = &policy.group_file {
+            eprintln!(
+                "gpu-test-permit: ci: the GPU test group in {} is judged against a nextest \
+                 run's records, which a cargo test run has none of: not judged",
+                printable_path(file)
+            );
+        }
     }
     for why in &failures {
         eprintln!("gpu-test-permit: ci failed: {why}");
@@ -113,6 +120,10 @@ struct Policy {
     teardown_env: Option<&'static str>,
     casualty: bool,
     junit: bool,
+    /// The committed GPU test group (`--group-file`): a run's GPU tests it does not name are
+    /// said, and fail the step with `--fail-on-drift`.
+    group_file: Option<PathBuf>,
+    drift: bool,
 }
 
 impl Policy {
@@ -133,6 +144,11 @@ impl Policy {
                 _ => (Teardown::Pass, "GPU_TEST_PERMIT_TEARDOWN=pass", None),
             },
         };
+        if args.flag("--fail-on-drift") && args.value("--group-file").is_none() {
+            return Err(
+                args.error("--fail-on-drift judges the group file --group-file names; give it one")
+            );
+        }
         Ok(Policy {
             unpermitted: !args.flag("--allow-unpermitted"),
             teardown,
@@ -140,6 +156,8 @@ impl Policy {
             teardown_env,
             casualty: args.flag("--fail-on-casualty"),
             junit: !args.flag("--no-junit"),
+            group_file: args.value("--group-file").map(PathBuf::from),
+            drift: args.flag("--fail-on-drift"),
         })
     }
 }
@@ -712,6 +730,72 @@ fn nextest_run(
         );
     }
     judge(policy, &s, failures);
+    if let Some(file) = &policy.group_file {
+        drift(file, &records, policy.drift, failures);
+    }
+}
+
+/// The GPU tests of `records` (those that took a permit, or loaded a GPU driver, watched) that
+/// the committed group file `file` does not name: said, and a failure with `fail`. A test is
+/// named where the file has both its `binary_id(=BINARY)` and its `test(=NAME)`, as
+/// `nextest-snippet` writes them.
+fn drift(file: &Path, records: &RunRecords, fail: bool, failures: &mut Vec<String>) {
+    use gpu_test_permit::__private::runs::RunRecord;
+    use gpu_test_permit_cli::nextest_config::filter_name;
+    let text = match std::fs::File::open(file).and_then(|f| {
+        let mut text = String::new();
+        f.take(4 << 20).read_to_string(&mut text).map(|_| text)
+    }) {
+        Ok(text) => text,
+        Err(e) => {
+            failures.push(format!(
+                "the GPU test group file {} cannot be read ({e})",
+                printable_path(file)
+            ));
+            return;
+        }
+    };
+    let mut seen: Vec<(String, String)> = Vec::new();
+    for r in &records.records {
+        let key = match r {
+            RunRecord::Grant(g) => (g.binary.clone(), g.test.clone()),
+            RunRecord::Drivers(d) if !d.drivers.is_empty() || !d.unpermitted.is_empty() => {
+                (d.binary.clone(), d.test.clone())
+            }
+            _ => continue,
+        };
+        if !seen.contains(&key) {
+            seen.push(key);
+        }
+    }
+    let mut missing: Vec<String> = Vec::new();
+    for (binary, test) in &seen {
+        let named = text.contains(&format!("binary_id(={})", filter_name(binary)))
+            && text.contains(&format!("test(={})", filter_name(test)));
+        if !named {
+            missing.push(format!("{binary} {test}"));
+        }
+    }
+    if missing.is_empty() {
+        println!(
+            "the GPU test group in {} names every one of this run's {}",
+            printable_path(file),
+            plural(seen.len(), "GPU test", "GPU tests")
+        );
+        return;
+    }
+    let why = format!(
+        "the GPU test group in {} does not name {} this run saw use the GPU: {}; print it anew \
+         with `gpu-test-permit nextest-snippet` and commit it",
+        printable_path(file),
+        plural(missing.len(), "test", "tests"),
+        listed(&missing)
+    );
+    if fail {
+        failures.push(format!("{why} (--fail-on-drift)"));
+    } else {
+        eprintln!("gpu-test-permit: ci: {why}");
+    }
 }
 
 /// The checks of a run's records, each failure a line in `failures`.

@@ -124,7 +124,8 @@ static COMMANDS: &[Command] = &[
         spec: Spec {
             name: "ci",
             synopsis: "[--no-junit] [--allow-unpermitted] [--allow-teardown | --fail-on-teardown] \
-                       [--fail-on-casualty] [--dry-run] -- COMMAND [ARGS...]",
+                       [--fail-on-casualty] [--group-file FILE [--fail-on-drift]] [--dry-run] -- \
+                       COMMAND [ARGS...]",
             about: "a CI step in one command: run COMMAND (cargo nextest run ..., cargo test ...) with\n\
                     cargo's target runner (CARGO_TARGET_<TRIPLE>_RUNNER; the triple of --target in\n\
                     COMMAND, else the host's) set to this executable's `watch --` and the\n\
@@ -139,7 +140,9 @@ static COMMANDS: &[Command] = &[
                     --fail-on-teardown or GPU_TEST_PERMIT_TEARDOWN=fail (either flag is passed on\n\
                     to the watch; --allow-teardown passes them), on a contention casualty with\n\
                     --fail-on-casualty. A cargo test run has no run records (only nextest runs do):\n\
-                    ci reads what the watch said on standard error instead. `--` is required;\n\
+                    ci reads what the watch said on standard error instead. With --group-file FILE\n\
+                    (the committed output of `nextest-snippet`), the nextest run's GPU tests that\n\
+                    FILE does not name are said, and fail with --fail-on-drift. `--` is required;\n\
                     --dry-run prints what would run and which JUnit report would be marked",
             flags: &[
                 "--no-junit",
@@ -147,9 +150,10 @@ static COMMANDS: &[Command] = &[
                 "--allow-teardown",
                 "--fail-on-teardown",
                 "--fail-on-casualty",
+                "--fail-on-drift",
                 "--dry-run",
             ],
-            options: &[],
+            options: &["--group-file"],
             lists: &[],
             operands: Operands::CommandLine,
         },
