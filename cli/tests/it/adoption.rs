@@ -14,7 +14,7 @@ use gpu_test_permit::probe::Backend;
 use gpu_test_permit_cli::records::last_run;
 
 use crate::recipes::have_nextest;
-use crate::util::{bin, clear_permit_env, tempdir};
+use crate::util::{bin, clear_permit_env, runner_var, tempdir};
 
 const ADOPTER: &str = "gpu-test-permit-adopter";
 const UNIT: &str = "gpu-test-permit-adopter";
@@ -51,19 +51,6 @@ fn cargo() -> Command {
     c.current_dir(crate::util::workspace_root())
         .env("CARGO_PROFILE_DEV_DEBUG", "0");
     c
-}
-
-/// cargo's target runner variable for this host.
-fn runner_var() -> String {
-    let out = Command::new("rustc").arg("-vV").output().unwrap();
-    let host = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
-        .unwrap();
-    format!(
-        "CARGO_TARGET_{}_RUNNER",
-        host.to_ascii_uppercase().replace('-', "_")
-    )
 }
 
 fn text(out: &Output) -> String {

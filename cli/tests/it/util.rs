@@ -271,3 +271,16 @@ pub fn test_executable(package: &str, test: &str, target_dir: &Path) -> PathBuf 
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
         .expect("cargo names the fixture's test executable")
 }
+
+/// cargo's target runner variable for this host (`CARGO_TARGET_<TRIPLE>_RUNNER`).
+pub fn runner_var() -> String {
+    let out = Command::new("rustc").arg("-vV").output().unwrap();
+    let host = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
+        .expect("rustc -vV names the host");
+    format!(
+        "CARGO_TARGET_{}_RUNNER",
+        host.to_ascii_uppercase().replace('-', "_")
+    )
+}

@@ -275,11 +275,7 @@ fn a_crash_while_tests_run_reruns_the_tests_without_a_result_alone() {
 /// without the runner), a test that always crashes fails and is named.
 #[test]
 fn under_cargo_test_the_runner_gives_each_binary_its_verdict() {
-    let host = host_triple();
-    let runner_var = format!(
-        "CARGO_TARGET_{}_RUNNER",
-        host.to_uppercase().replace('-', "_")
-    );
+    let runner_var = crate::util::runner_var();
     let runner = format!("{} watch --", bin().display());
     let run = |with_runner: bool, asks: &[(&str, &str)]| {
         let slots = tempdir();
@@ -333,11 +329,7 @@ fn under_nextest_a_teardown_fault_passes_and_report_lists_it() {
     if !crate::recipes::have_nextest() {
         return;
     }
-    let host = host_triple();
-    let runner_var = format!(
-        "CARGO_TARGET_{}_RUNNER",
-        host.to_uppercase().replace('-', "_")
-    );
+    let runner_var = crate::util::runner_var();
     let runner = format!("{} watch --", bin().display());
     let slots = tempdir();
     let run_in = |slots: &Path, asks: &[(&str, &str)]| {
@@ -395,12 +387,4 @@ fn under_nextest_a_teardown_fault_passes_and_report_lists_it() {
 
     let out = run(&[("VERDICTS_ALWAYS", "1")]);
     assert!(!out.status.success(), "{}", shown(&out));
-}
-
-fn host_triple() -> String {
-    let out = Command::new("rustc").arg("-vV").output().unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|l| l.strip_prefix("host: ").map(str::to_string))
-        .expect("rustc -vV names the host")
 }
