@@ -479,9 +479,7 @@ mod tests {
         assert_eq!(read_small(&at), None, "not UTF-8");
         // A FIFO among the manifests: skipped at once.
         let fifo = dir.path().join("fifo.json");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(crate::sys::make_fifo(&fifo));
         assert_eq!(read_small(&fifo), None);
         let found = installed(|name| (name == "VK_DRIVER_FILES").then(|| fifo.clone().into()));
         // Nothing more than the machine's own manifests name.

@@ -135,8 +135,20 @@ fn safe_bytes(run: &str) -> bool {
     true
 }
 
-/// The run files in `dir`, when each was last written, and their lengths.
-pub(crate) fn run_files(dir: &Path) -> Vec<(PathBuf, SystemTime, u64)> {
+/// A run file of a slot directory, as [`run_files`] lists it.
+pub(crate) struct RunFile {
+    pub(crate) path: PathBuf,
+    /// When it was last written.
+    pub(crate) modified: SystemTime,
+    pub(crate) len: u64,
+    /// Whether it belongs to this process's user (in a shared directory, other users' runs
+    /// are there too).
+    pub(crate) mine: bool,
+}
+
+/// The run files in `dir` (regular files, never followed through a link), each with what one
+/// `lstat` tells of it.
+pub(crate) fn run_files(dir: &Path) -> Vec<RunFile> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
@@ -152,8 +164,12 @@ pub(crate) fn run_files(dir: &Path) -> Vec<(PathBuf, SystemTime, u64)> {
             continue;
         };
         if meta.is_file() {
-            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            files.push((e.path(), modified, meta.len()));
+            files.push(RunFile {
+                path: e.path(),
+                modified: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                len: meta.len(),
+                mine: crate::sys::owned_by_this_user(&meta),
+            });
         }
     }
     files

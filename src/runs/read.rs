@@ -148,23 +148,19 @@ pub struct RecordedRun {
 /// file name is listed under the name its file has.
 pub fn recorded_runs(dir: &Path) -> Vec<RecordedRun> {
     let mut runs: Vec<RecordedRun> = Vec::new();
-    for (path, modified, len) in run_files(dir) {
-        let Some(name) = path.file_name() else {
+    for f in run_files(dir) {
+        let Some(name) = f.path.file_name() else {
             continue;
         };
         let name = name.to_string_lossy();
         let Some(key) = name.strip_prefix(super::FILE_PREFIX) else {
             continue;
         };
-        let mine = match std::fs::symlink_metadata(&path) {
-            Ok(m) => sys::owned_by_this_user(&m),
-            Err(_) => false,
-        };
         runs.push(RecordedRun {
             run_id: key.to_string(),
-            modified,
-            len,
-            mine,
+            modified: f.modified,
+            len: f.len,
+            mine: f.mine,
         });
     }
     crate::order::sort_by(&mut runs, |a, b| a.modified.cmp(&b.modified));

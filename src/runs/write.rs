@@ -239,16 +239,13 @@ fn prune(dir: &Path, keep: &Path) {
     }
     // Only this user's files count towards those kept: in a shared directory, other users'
     // (which this user may not remove) must not push this user's records out.
-    files.retain(|(path, _, _)| match std::fs::symlink_metadata(path) {
-        Ok(meta) => crate::sys::owned_by_this_user(&meta),
-        Err(_) => false,
-    });
+    files.retain(|f| f.mine);
     if files.len() <= RUNS_KEPT {
         return;
     }
     // Newest first.
-    crate::order::sort_by(&mut files, |a, b| b.1.cmp(&a.1));
-    for (path, _, _) in files.split_off(RUNS_KEPT) {
+    crate::order::sort_by(&mut files, |a, b| b.modified.cmp(&a.modified));
+    for super::RunFile { path, .. } in files.split_off(RUNS_KEPT) {
         if path != keep
             && let Some(name) = path.file_name()
             && name.to_string_lossy().starts_with(FILE_PREFIX)

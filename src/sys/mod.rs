@@ -367,7 +367,17 @@ pub(crate) fn restrict_to_owner(file: &File) {
 /// Opens `path` for reading where it is a regular file of this user's: never through a link,
 /// nor from a FIFO, nor a file another user made at its name.
 pub(crate) fn open_own_regular(path: &Path) -> io::Result<File> {
-    os::open_own_regular(path)
+    let mut opts = OpenOptions::new();
+    opts.read(true);
+    // One `fstat` for the kind and the owner.
+    let (file, meta) = open_regular_no_follow_meta(opts, path)?;
+    if !owned_by_this_user(&meta) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "another user's file",
+        ));
+    }
+    Ok(file)
 }
 
 /// Who may have written a file: what its content can be trusted for.
@@ -409,7 +419,15 @@ pub(crate) fn open_regular_for_reading(path: &Path) -> io::Result<File> {
 
 /// Opens `path` with `opts` without following a symbolic link and without blocking, refusing
 /// anything but a regular file.
-fn open_regular_no_follow(mut opts: OpenOptions, path: &Path) -> io::Result<File> {
+fn open_regular_no_follow(opts: OpenOptions, path: &Path) -> io::Result<File> {
+    Ok(open_regular_no_follow_meta(opts, path)?.0)
+}
+
+/// [`open_regular_no_follow`], with the opened file's metadata.
+fn open_regular_no_follow_meta(
+    mut opts: OpenOptions,
+    path: &Path,
+) -> io::Result<(File, std::fs::Metadata)> {
     os::no_follow_no_block(&mut opts);
     let file = match opts.open(path) {
         Ok(file) => file,
@@ -419,7 +437,7 @@ fn open_regular_no_follow(mut opts: OpenOptions, path: &Path) -> io::Result<File
     if !meta.file_type().is_file() {
         return Err(not_a_regular_file(&meta));
     }
-    Ok(file)
+    Ok((file, meta))
 }
 
 /// The files this process has mapped now (its executable, libraries, mapped data), by path;
@@ -1113,13 +1131,9 @@ mod look_tests {
         assert_eq!(read_looked_at(&mut f, 0, 100).unwrap(), b"0123456789");
         assert!(open_to_look(dir.path()).is_err(), "a directory");
         assert!(open_to_look(&dir.path().join("none")).is_err());
-        #[cfg(unix)]
-        {
-            // A FIFO with no writer: refused at once, not waited on.
-            let fifo = dir.path().join("fifo");
-            let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-            // SAFETY: a valid NUL-terminated path.
-            assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // A FIFO with no writer: refused at once, not waited on.
+        let fifo = dir.path().join("fifo");
+        if make_fifo(&fifo) {
             assert!(open_to_look(&fifo).is_err());
             assert!(open_to_look(Path::new("/dev/null")).is_err());
         }

@@ -291,25 +291,6 @@ fn writer_of(uid: u32, mode: u32) -> super::Writer {
     }
 }
 
-/// Opens `path` for reading where it is a regular file of this user's, one `fstat` for both.
-pub(super) fn open_own_regular(path: &Path) -> io::Result<File> {
-    let mut opts = OpenOptions::new();
-    opts.read(true);
-    no_follow_no_block(&mut opts);
-    let file = opts.open(path).map_err(|e| explain_open_error(path, e))?;
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(super::not_a_regular_file(&meta));
-    }
-    if meta.uid() != effective_uid() {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            "another user's file",
-        ));
-    }
-    Ok(file)
-}
-
 /// The mode of a lock file in a shared directory: read and write for whoever may write the
 /// directory (its group, and everyone in a world-writable sticky one).
 fn shared_file_mode(path: &Path) -> u32 {

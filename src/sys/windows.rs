@@ -52,11 +52,6 @@ pub(super) fn open_owner_file(
 
 pub(super) fn restrict_to_owner(_file: &File) {}
 
-/// No other user shares a directory here: every regular file is this user's.
-pub(super) fn open_own_regular(path: &Path) -> io::Result<File> {
-    super::open_regular_for_reading(path)
-}
-
 /// No other user shares a slot directory here (none is shared: [`is_shared_dir`]).
 pub(super) fn writer(_file: &File) -> super::Writer {
     super::Writer::ThisUser
