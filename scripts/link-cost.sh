@@ -9,7 +9,7 @@
 #             (`gpu_test_permit::acquire()`, N = 8, a slot directory of its own, in a nextest
 #             test group);
 #   now-opt1  `now` with this crate optimised in the dev profile
-#             (`[profile.dev.package.gpu-test-permit] opt-level = 1`, as docs/guide.md
+#             (`[profile.dev.package.gpu-test-permit] opt-level = 1`, as docs/guide/faq.md
 #             suggests; `LINK_COST_OPT_LEVEL=3` for another level), the rest of the build as is;
 #   now-cpu   `now` as a binary of CPU tests: neither test takes a permit, so none reaches
 #             `acquire()` (its `takes_a_permit` row is a second `takes_none`): what a test binary

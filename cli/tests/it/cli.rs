@@ -1134,12 +1134,7 @@ fn a_repeated_option_is_refused_by_name() {
 #[cfg(unix)]
 #[test]
 fn the_readme_says_what_the_slot_directory_symlink_check_covers() {
-    let root = crate::util::workspace_root();
-    let readme = ["README.md", "docs/guide.md"]
-        .iter()
-        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
-        .collect::<Vec<_>>()
-        .join("\n");
+    let readme = crate::util::readme_and_guide();
     assert!(
         !readme.contains("reached through a symlink"),
         "README.md or the guide still says a directory reached through a symlink is refused"

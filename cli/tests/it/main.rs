@@ -18,6 +18,7 @@ mod decision;
 mod devices;
 mod dirs;
 mod doc_examples;
+mod docs;
 mod ephemeral;
 #[cfg(target_os = "linux")]
 mod find_cap;

@@ -402,14 +402,9 @@ fn the_readme_shows_the_snippets_the_tool_prints() {
     }
 }
 
-/// README.md and the guide it links to (docs/guide.md), where the recipes are in full.
+/// README.md and the guide it links to (docs/guide/), where the recipes are in full.
 fn readme() -> String {
-    let root = crate::util::workspace_root();
-    ["README.md", "docs/guide.md"]
-        .iter()
-        .map(|f| std::fs::read_to_string(root.join(f)).unwrap())
-        .collect::<Vec<_>>()
-        .join("\n")
+    crate::util::readme_and_guide()
 }
 
 /// The example suite's own target directory: the one of the `cargo test` running this is

@@ -284,3 +284,22 @@ pub fn runner_var() -> String {
         host.to_ascii_uppercase().replace('-', "_")
     )
 }
+
+/// README.md and every page of the guide (`docs/guide/`), joined: where a recipe or a promise
+/// is written down for users.
+pub fn readme_and_guide() -> String {
+    let root = workspace_root();
+    let mut files = vec![root.join("README.md")];
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(root.join("docs/guide"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    files.extend(pages);
+    files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
