@@ -40,6 +40,11 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libvulkan\.so\.1' || ! ls /usr/share/vul
 fi
 
 cargo test --workspace --all-features
+# The docs (README.md, the guide's pages under docs/guide/, the other Markdown files), named on
+# their own: each parsed as CommonMark, every relative link and anchor resolved, each page of
+# the guide under 1,500 words, the path to a green CI run under 3,000, the pictures of real runs
+# what the command draws from their traces. Already built above, so this only runs them.
+cargo test --workspace --all-features --test it -- docs::
 # The doctests again, all in one process, as a target runner (qemu, a device runner) runs them:
 # an example must not depend on being the first to set up the global pool. Default features, so
 # that the build for an explicit target stays small; no backend is built then, so none can be
