@@ -476,6 +476,20 @@ fn the_example_workflow_runs_ci_with_a_profile_that_writes_a_junit_report() {
         .map(|l| format!("{}\n", l.trim_start_matches('#').trim()))
         .collect();
     assert!(snippet.contains("[profile.ci.junit]"), "{snippet}");
+    // The slot directory is the one the cache carries from job to job.
+    let dir = yml
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_prefix("GPU_TEST_PERMIT_DIR: ${{ github.workspace }}/")
+        })
+        .expect("GPU_TEST_PERMIT_DIR in the workspace");
+    let cached = yml
+        .lines()
+        .skip_while(|l| !l.contains("uses: actions/cache@"))
+        .find_map(|l| l.trim().strip_prefix("path: "))
+        .expect("a cache step");
+    assert_eq!(cached, dir);
 
     let project = tempdir();
     let root = project.path();
@@ -506,6 +520,7 @@ fn the_example_workflow_runs_ci_with_a_profile_that_writes_a_junit_report() {
     let root = root.canonicalize().unwrap();
     let published = yml
         .lines()
+        .skip_while(|l| !l.contains("uses: actions/upload-artifact@"))
         .find_map(|l| l.trim().strip_prefix("path: "))
         .expect("the step that publishes the report");
     assert_eq!(published, "target/nextest/ci/junit.xml");
