@@ -371,18 +371,15 @@ impl Observers {
     /// The permit's slots are free: its release goes to the run records (where its slots went
     /// back to the host) and its hold to the trace.
     pub(super) fn released(&self, r: Releasing, rel: Release<'_>) {
-        let (Some(_), Some(_)) = (&r.held, r.at) else {
-            return;
-        };
-        contained("returned", || (), || self.released_now(r, rel))
-    }
-
-    fn released_now(&self, r: Releasing, rel: Release<'_>) {
-        #[cfg(test)]
-        panic_here("returned");
         let (Some(held), Some(at)) = (&r.held, r.at) else {
             return;
         };
+        contained("returned", || (), || self.released_now(held, at, rel))
+    }
+
+    fn released_now(&self, held: &Held, at: SystemTime, rel: Release<'_>) {
+        #[cfg(test)]
+        panic_here("returned");
         if let Some(dir) = rel.slot_dir
             && rel.returned
             && held.run_hold != 0

@@ -321,6 +321,47 @@ pub(crate) fn record_watched(mut record: DriversRecord) -> bool {
 /// the running test of this nextest run; whether it was written.
 #[cfg(any(test, feature = "__cli"))]
 pub(crate) fn record_verdict(pid: u32, fault: &str, ended: &str, failed: bool, said: &str) -> bool {
+    append_for_running_test(|t| {
+        RunRecord::Verdict(super::record::VerdictRecord {
+            run: t.run,
+            unix_us: t.unix_us,
+            pid,
+            binary: t.binary,
+            test: t.test,
+            attempt: t.attempt,
+            fault: fault.to_string(),
+            ended: ended.to_string(),
+            failed,
+            said: cut(said.to_string()),
+        })
+    })
+}
+
+/// Writes `record` for the running test of this nextest run, filling in the run, the time,
+/// the test and its attempt; whether it was written.
+fn write_drivers(mut record: DriversRecord) -> bool {
+    append_for_running_test(|t| {
+        record.run = t.run;
+        record.unix_us = t.unix_us;
+        (record.binary, record.test) = (t.binary, t.test);
+        record.attempt = t.attempt;
+        RunRecord::Drivers(record)
+    })
+}
+
+/// The running test of this nextest run, as its records name it, at the time of the record.
+struct RunningTest {
+    run: String,
+    unix_us: u64,
+    binary: String,
+    test: String,
+    attempt: u32,
+}
+
+/// Appends the record `make` builds for the running test of this nextest run to the run's file
+/// in the configuration's slot directory; whether it was written (not outside nextest, nor
+/// where the slot directory cannot be named).
+fn append_for_running_test(make: impl FnOnce(RunningTest) -> RunRecord) -> bool {
     let Some(run) = nextest_run() else {
         return false;
     };
@@ -328,36 +369,14 @@ pub(crate) fn record_verdict(pid: u32, fault: &str, ended: &str, failed: bool, s
         return false;
     };
     let (binary, test) = current_test();
-    let record = RunRecord::Verdict(super::record::VerdictRecord {
+    let test = RunningTest {
         run: run.to_string(),
         unix_us: crate::clock::unix_micros(std::time::SystemTime::now()),
-        pid,
         binary,
         test,
         attempt: attempts().0,
-        fault: fault.to_string(),
-        ended: ended.to_string(),
-        failed,
-        said: cut(said.to_string()),
-    });
-    append(&dir, record);
-    true
-}
-
-/// Writes `record` for the running test of this nextest run, filling in the run, the time,
-/// the test and its attempt; whether it was written.
-fn write_drivers(mut record: DriversRecord) -> bool {
-    let Some(run) = nextest_run() else {
-        return false;
     };
-    let Ok(dir) = Config::global().slot_dir_path() else {
-        return false;
-    };
-    (record.binary, record.test) = current_test();
-    record.run = run.to_string();
-    record.unix_us = crate::clock::unix_micros(std::time::SystemTime::now());
-    record.attempt = attempts().0;
-    append(&dir, RunRecord::Drivers(record));
+    append(&dir, make(test));
     true
 }
 
