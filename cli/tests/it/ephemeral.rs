@@ -100,10 +100,10 @@ fn first_run(slots: &Path, trace: &Path, wait: Duration) -> (bool, Vec<String>) 
     assert!(h1.held_within(LONG), "the heavy holder");
     let h2 = holder(slots, "run-2", "heavy", &["--units", "5"], trace);
     let end = Instant::now() + LONG;
-    while !status(slots)
+    while status(slots)
         .unwrap()
         .head
-        .is_some_and(|head| head.request.pid == h2.child.id())
+        .is_none_or(|head| head.request.pid != h2.child.id())
     {
         assert!(Instant::now() < end, "the second heavy test never waited");
         std::thread::sleep(Duration::from_millis(5));

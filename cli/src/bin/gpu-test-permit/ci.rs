@@ -516,15 +516,42 @@ struct Said {
     /// cargo's `Running` lines: test binaries run (under `cargo test`, each through the watch).
     binaries: usize,
     /// The watch's lines (under `cargo test`) on tests that loaded a driver without a permit.
-    escapes: Vec<String>,
+    escapes: Kept,
     /// On teardown faults.
-    teardowns: Vec<String>,
+    teardowns: Kept,
     /// On crashes while tests ran.
-    crashes: Vec<String>,
+    crashes: Kept,
     /// On contention casualties.
-    casualties: Vec<String>,
+    casualties: Kept,
     /// Whether the watch said a loader kept no log (its loads were not seen).
     unwatched: bool,
+}
+
+/// Lines of one kind the command said, counted all and kept up to [`Kept::MOST`]: a test that
+/// floods standard error with them (each up to 64 KiB) costs `ci` no more memory than that.
+#[derive(Debug, Default)]
+struct Kept {
+    lines: Vec<String>,
+    count: usize,
+}
+
+impl Kept {
+    const MOST: usize = 256;
+
+    fn push(&mut self, line: String) {
+        self.count += 1;
+        if self.lines.len() < Self::MOST {
+            self.lines.push(line);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.count
+    }
+
+    fn is_empty(&self) -> bool {
+        self.count == 0
+    }
 }
 
 impl Said {
@@ -591,8 +618,12 @@ fn strip_ansi(text: &str) -> String {
 
 /// Passes `pipe` on to standard error as it comes, unchanged, reading its lines into `said`.
 fn relay(pipe: &mut impl Read, said: &mut Said) {
+    relay_to(pipe, &mut std::io::stderr(), said);
+}
+
+/// [`relay`] to `err`.
+fn relay_to(pipe: &mut impl Read, err: &mut impl Write, said: &mut Said) {
     const LONGEST: usize = 64 << 10;
-    let mut err = std::io::stderr();
     let mut writable = true;
     let mut buf = [0u8; 8192];
     let mut line: Vec<u8> = Vec::new();
@@ -926,8 +957,11 @@ fn cargo_test_run(policy: &Policy, said: &Said, failures: &mut Vec<String>) {
         ("contention casualties", &said.casualties),
     ] {
         println!("{what}: {}", lines.len());
-        for l in lines.iter() {
+        for l in &lines.lines {
             println!("  {}", printable(l));
+        }
+        if lines.len() > lines.lines.len() {
+            println!("  ... and {} more", lines.len() - lines.lines.len());
         }
     }
     if policy.unpermitted {
@@ -1320,5 +1354,20 @@ dir = "out/nextest"
         assert_eq!(said.binaries, 1);
         assert_eq!(said.teardowns.len(), 1);
         assert_eq!(said.escapes.len(), 1);
+    }
+
+    /// A command that floods standard error with the watch's lines: every one counts, and
+    /// what is kept of them is bounded.
+    #[test]
+    fn a_flood_of_the_watch_s_lines_is_counted_whole_and_kept_bounded() {
+        let mut said = Said::default();
+        let long = format!(
+            "gpu-test-permit: `a` loaded a GPU driver while it held no permit: {}",
+            "x".repeat(60 << 10)
+        );
+        let mut pipe = std::io::Cursor::new(format!("{long}\n").repeat(600).into_bytes());
+        relay_to(&mut pipe, &mut std::io::sink(), &mut said);
+        assert_eq!(said.escapes.len(), 600);
+        assert_eq!(said.escapes.lines.len(), Kept::MOST);
     }
 }
