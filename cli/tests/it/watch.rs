@@ -220,6 +220,13 @@ fn a_driver_loaded_by_a_process_the_test_started_is_the_tests_escape() {
         "{shown}"
     );
     assert!(!shown.contains("not watched"), "{shown}");
+    assert!(
+        shown.contains(
+            "watched 1 test process (each under `gpu-test-permit watch`, cargo's target \
+             runner): 1 test loaded a GPU driver without a permit"
+        ),
+        "{shown}"
+    );
     let out = report(&slots, &run, true);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
 
@@ -274,6 +281,15 @@ fn a_tool_a_test_runs_inside_its_permit_is_no_escape() {
     assert_eq!(records[0].drivers, ["libcuda.so.1"], "{records:?}");
     let out = report(&slots, &run, true);
     assert!(out.status.success(), "{}", text(&out));
+    // A watched run without escapes says it was watched, and that none escaped.
+    assert!(
+        text(&out).contains(
+            "watched 1 test process (each under `gpu-test-permit watch`, cargo's target \
+             runner): none loaded a GPU driver without a permit"
+        ),
+        "{}",
+        text(&out)
+    );
 
     // The same tool run beside the permit, not inside it, escapes; named as loaded by a
     // process the test started.

@@ -749,11 +749,8 @@ fn nextest_run(
         return;
     };
     let s = summarize(&records);
+    // The report says how many test processes were watched, as `report` does.
     print!("{}", crate::runs::render(&s, &plan.slot_dir, &records.path));
-    println!(
-        "\nwatched {} (each under `gpu-test-permit watch`, cargo's target runner)",
-        plural(s.watched_tests, "test process", "test processes")
-    );
     if records.truncated {
         eprintln!(
             "gpu-test-permit: {} is larger than the most that is read; its end was left out",

@@ -221,6 +221,21 @@ fn render_drivers(s: &RunSummary, out: &mut String) {
             );
         }
     }
+    if s.watched_tests > 0 {
+        let _ = writeln!(
+            out,
+            "\nwatched {} (each under `gpu-test-permit watch`, cargo's target runner): {}",
+            plural(s.watched_tests, "test process", "test processes"),
+            if s.escaped.is_empty() {
+                "none loaded a GPU driver without a permit".to_string()
+            } else {
+                format!(
+                    "{} loaded a GPU driver without a permit",
+                    plural(s.escaped.len(), "test", "tests")
+                )
+            }
+        );
+    }
     if s.watched_tests == 0 && s.gpu_tests + s.escaped.len() + s.linked_drivers.len() > 0 {
         let _ = writeln!(
             out,
