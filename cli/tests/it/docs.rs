@@ -136,7 +136,7 @@ fn every_link_and_anchor_in_the_docs_resolves() {
         }
     }
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
-    assert!(checked > 200, "only {checked} links checked");
+    assert!(checked > 100, "only {checked} links checked");
 }
 
 fn guide() -> PathBuf {
