@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use gpu_test_permit::__private::host::status;
 
-use crate::util::{Holder, cli, signal, tempdir};
+use crate::util::{Holder, cli, release, signal, tempdir};
 
 const LONG: Duration = Duration::from_secs(20);
 /// Long enough for a process that could take its permit to have taken it.
@@ -106,19 +106,7 @@ impl Suite {
 
     /// Waits until `h` heads the queue (holds the gate with its record).
     fn wait_for_head(&self, h: &Holder) {
-        let pid = h.child.id();
-        let end = std::time::Instant::now() + LONG;
-        loop {
-            let s = status(&self.slots()).unwrap();
-            if s.head.as_ref().is_some_and(|head| head.request.pid == pid) {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < end,
-                "{pid} never headed the queue: {s:?}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        crate::util::wait_for_head(&self.slots(), h.child.id(), LONG);
     }
 }
 
@@ -144,11 +132,6 @@ impl Suite {
             );
         }
     }
-}
-
-fn release(h: Holder) {
-    let (status, err) = h.release();
-    assert!(status.success(), "{status}: {err}");
 }
 
 /// A heavy holder of 5 units of 8 and a heavy head waiting for 5: the three units the head

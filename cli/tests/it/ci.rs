@@ -11,11 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use crate::recipes::have_nextest;
-use crate::util::{bin, clear_permit_env, target_tmpdir, tempdir, workspace_root};
-
-fn cargo_program() -> OsString {
-    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
-}
+use crate::util::{
+    bin, cargo_program, clear_permit_env, shown, stderr, stdout, target_tmpdir, tempdir,
+    workspace_root,
+};
 
 /// `gpu-test-permit ci FLAGS -- COMMAND` in the workspace, with slot directory `slots` and
 /// `env`.
@@ -100,23 +99,6 @@ fn verdicts_cargo_test() -> Vec<OsString> {
     ]));
     command.push(target_tmpdir().join("verdicts").into());
     command
-}
-
-fn shown(o: &Output) -> String {
-    format!(
-        "{:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// A clean run passes and says it was watched; a failing test fails `ci` with the command's

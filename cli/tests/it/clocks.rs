@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use gpu_test_permit::__private::host::status;
 
 use crate::backfill::{pairs, wall_clock_off};
-use crate::util::{Holder, cli, tempdir};
+use crate::util::{Holder, cli, release, tempdir};
 
 const LONG: Duration = Duration::from_secs(20);
 
@@ -23,11 +23,6 @@ fn hold(dir: &Path, env: &[(&str, &str)]) -> Holder {
         c.env(k, v);
     }
     Holder::spawn(c)
-}
-
-fn release(h: Holder) {
-    let (status, err) = h.release();
-    assert!(status.success(), "{status}: {err}");
 }
 
 /// Waits, at most [`LONG`], until `f` holds.

@@ -6,11 +6,9 @@
 //! the tests before it.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use gpu_test_permit::__private::host::status;
-
-use crate::util::{Holder, cli, stdout_of, tempdir};
+use crate::util::{Holder, cli, release, stdout_of, tempdir, wait_for_head};
 
 const LONG: Duration = Duration::from_secs(20);
 /// Long enough for a process that could take its permit to have taken it.
@@ -86,11 +84,6 @@ fn holder(slots: &Path, run: &str, name: &str, args: &[&str], trace: &Path) -> H
     Holder::spawn(c)
 }
 
-fn release(h: Holder) {
-    let (status, err) = h.release();
-    assert!(status.success(), "{status}: {err}");
-}
-
 /// The first run on a fresh runner, in `slots`: a heavy test holds 5 units of 8, a second
 /// waits for 5, and a light test asks for one. Returns whether the light one got its unit
 /// while the heavy head waited (waiting `wait` for it), and the trace's hold events of the
@@ -99,15 +92,7 @@ fn first_run(slots: &Path, trace: &Path, wait: Duration) -> (bool, Vec<String>) 
     let h1 = holder(slots, "run-2", "heavy", &["--units", "5"], trace);
     assert!(h1.held_within(LONG), "the heavy holder");
     let h2 = holder(slots, "run-2", "heavy", &["--units", "5"], trace);
-    let end = Instant::now() + LONG;
-    while status(slots)
-        .unwrap()
-        .head
-        .is_none_or(|head| head.request.pid != h2.child.id())
-    {
-        assert!(Instant::now() < end, "the second heavy test never waited");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_for_head(slots, h2.child.id(), LONG);
     let light = holder(slots, "run-2", "light", &[], trace);
     let backfilled = light.held_within(wait);
     release(h1);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::util::{Holder, as_nobody, bin, cli, tempdir};
+use crate::util::{Holder, as_nobody, bin, cli, shown, tempdir};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -44,15 +44,6 @@ fn hold_once(slots: &Path, n: usize, timeout: &str) -> Output {
         .unwrap()
 }
 
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// Finding 1: the layout file was writable by everyone, and one plain write of
 /// `{"v":1,"per_gpu":3,"gpus":1}` over its start made the next process configured with N = 1
 /// adopt N = 3 and take a second slot beside the first holder's.
@@ -82,13 +73,13 @@ fn another_users_write_over_the_layout_raises_nobodys_n() {
         !second.status.success(),
         "a process at N = 1 was granted beside the first holder after another user wrote the \
          layout (the write: {})\n{}",
-        text(&wrote),
-        text(&second)
+        shown(&wrote),
+        shown(&second)
     );
     assert!(
         String::from_utf8_lossy(&second.stderr).contains("gave up"),
         "{}",
-        text(&second)
+        shown(&second)
     );
 }
 
@@ -122,7 +113,7 @@ fn a_layout_another_user_set_higher_holds_this_users_processes_to_their_own_n() 
         std::thread::sleep(Duration::from_millis(10));
     }
     let mine = hold_once(&slots, 1, "1s");
-    let mine_text = text(&mine);
+    let mine_text = shown(&mine);
     let two = hold_once(&slots, 2, "10s");
     theirs.wait().unwrap();
     assert!(
@@ -132,7 +123,7 @@ fn a_layout_another_user_set_higher_holds_this_users_processes_to_their_own_n() 
     assert!(mine_text.contains("uid 65534"), "{mine_text}");
     assert!(mine_text.contains("declines"), "{mine_text}");
     // At N = 2 it is granted beside the other user's one unit: 2 units held, its own N.
-    assert!(two.status.success(), "{}", text(&two));
+    assert!(two.status.success(), "{}", shown(&two));
 }
 
 /// Finding 3: pruning counted every user's run files towards the 32 it keeps but could remove
@@ -150,7 +141,7 @@ fn another_users_run_files_cost_this_user_no_record() {
         &slots,
         r#"i=0; while [ $i -lt 40 ]; do echo x > "$SLOTS/gpu0.run.theirs$i"; touch -d "+1 day" "$SLOTS/gpu0.run.theirs$i"; i=$((i+1)); done"#,
     );
-    assert!(flood.status.success(), "{}", text(&flood));
+    assert!(flood.status.success(), "{}", shown(&flood));
     let run = |id: &str| {
         let out = cli(&slots, 2)
             .env("NEXTEST_EXECUTION_MODE", "process-per-test")
@@ -159,7 +150,7 @@ fn another_users_run_files_cost_this_user_no_record() {
             .stdin(Stdio::null())
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", text(&out));
+        assert!(out.status.success(), "{}", shown(&out));
     };
     run("run-a");
     let records = slots.join("gpu0.run.run-a");
@@ -175,7 +166,7 @@ fn another_users_run_files_cost_this_user_no_record() {
         std::fs::metadata(&records).unwrap().len(),
         written,
         "another user changed this user's run records: {}",
-        text(&emptied)
+        shown(&emptied)
     );
     run("run-b");
     assert!(
@@ -186,7 +177,7 @@ fn another_users_run_files_cost_this_user_no_record() {
         .args(["report", "--run-id", "run-a"])
         .output()
         .unwrap();
-    assert!(report.status.success(), "{}", text(&report));
+    assert!(report.status.success(), "{}", shown(&report));
     // The other user's files are still theirs and all there.
     let theirs = std::fs::read_dir(&slots)
         .unwrap()
@@ -248,7 +239,7 @@ fn the_first_test_of_a_run_reads_no_other_users_runs_and_reads_a_run_once() {
         &slots,
         r#"for i in 1 2 3 4; do head -c 16777216 /dev/zero | tr "\0" "x" > "$SLOTS/gpu0.run.big$i"; done"#,
     );
-    assert!(flood.status.success(), "{}", text(&flood));
+    assert!(flood.status.success(), "{}", shown(&flood));
     let first = first_process_reads(&slots, "run-1");
     assert!(
         first < 8 * MIB,
@@ -312,8 +303,8 @@ fn a_layout_kept_locked_by_another_user_holds_a_test_up_no_longer_than_its_timeo
     let took = asked.elapsed();
     let _ = locker.kill();
     let _ = locker.wait();
-    assert!(!out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("no agreed layout"), "{}", text(&out));
+    assert!(!out.status.success(), "{}", shown(&out));
+    assert!(shown(&out).contains("no agreed layout"), "{}", shown(&out));
     assert!(
         took < Duration::from_secs(6),
         "a layout locked by another user held the test up {took:?} with a deadline of 1s"

@@ -1,8 +1,9 @@
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpu_test_permit::PermitPool;
 
@@ -302,4 +303,49 @@ pub fn readme_and_guide() -> String {
         .map(|f| std::fs::read_to_string(f).unwrap())
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The cargo running these tests (`CARGO`), else `cargo` from `PATH`.
+pub fn cargo_program() -> OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// A finished command's standard output, as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A finished command's standard error, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A finished command's status and both outputs, for an assertion's message.
+pub fn shown(o: &Output) -> String {
+    format!(
+        "{:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    )
+}
+
+/// Lets `h` go (closes its standard input) and asserts that it exited successfully.
+pub fn release(h: Holder) {
+    let (status, err) = h.release();
+    assert!(status.success(), "{status}: {err}");
+}
+
+/// Waits until the request of process `pid` heads the queue of slot directory `slots` (holds
+/// the gate with its record), `within` at most.
+pub fn wait_for_head(slots: &Path, pid: u32, within: Duration) {
+    let end = Instant::now() + within;
+    loop {
+        let s = gpu_test_permit::__private::host::status(slots).unwrap();
+        if s.head.as_ref().is_some_and(|head| head.request.pid == pid) {
+            return;
+        }
+        assert!(Instant::now() < end, "{pid} never headed the queue: {s:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use crate::util::{bin, clear_permit_env, manifest_dir, target_tmpdir, tempdir};
+use crate::util::{
+    bin, cargo_program, clear_permit_env, manifest_dir, shown, stderr, stdout, target_tmpdir,
+    tempdir,
+};
 
 /// The fixture's test binary, built once per process.
 fn suite() -> &'static Path {
@@ -24,7 +27,7 @@ fn target_dir() -> PathBuf {
 }
 
 fn cargo() -> Command {
-    let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    let mut c = Command::new(cargo_program());
     clear_permit_env(&mut c);
     c.current_dir(manifest_dir());
     c
@@ -76,23 +79,6 @@ fn unwatched(args: &[&str], asks: &[(&str, &str)]) -> Output {
     c.args(args);
     env(&mut c, slots.path(), asks);
     c.stdin(Stdio::null()).output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn shown(o: &Output) -> String {
-    format!(
-        "{:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        stdout(o),
-        stderr(o)
-    )
 }
 
 fn signal_of(o: &Output) -> Option<i32> {
