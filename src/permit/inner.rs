@@ -75,12 +75,18 @@ impl PoolInner {
         }
     }
 
+    /// This process's own N: the directory's N per GPU less the units each permit holds
+    /// besides its own where another user set the directory's layout higher (`pad`).
+    pub(super) fn own_per_gpu(&self) -> usize {
+        self.per_gpu - self.pad
+    }
+
     /// Units of one GPU as N counts them; inside an inherited permit, N of the parent's slot
     /// directory (memory is converted with it).
     pub(super) fn units_per_gpu(&self) -> usize {
         match &self.inherited {
             Some(inherited) => inherited.permit.per_gpu,
-            None => self.per_gpu - self.pad,
+            None => self.own_per_gpu(),
         }
     }
 
@@ -93,7 +99,7 @@ impl PoolInner {
                 (inherited.permit.slots.len() / inherited.gpus(), true)
             }
             Some(inherited) => (inherited.permit.per_gpu, true),
-            None => (self.per_gpu - self.pad, false),
+            None => (self.own_per_gpu(), false),
         }
     }
 

@@ -130,8 +130,7 @@ impl PermitPool {
     /// # Ok::<(), gpu_test_permit::host::HostError>(())
     /// ```
     pub fn concurrency(&self) -> usize {
-        let inner = self.inner();
-        inner.per_gpu - inner.pad
+        self.inner().own_per_gpu()
     }
 
     /// GPUs the pool spans (inside a permit inherited from `gpu-test-permit run`, the GPUs
@@ -428,7 +427,7 @@ impl PermitPool {
             && ((want.units == 1 && !(want.exclusive && inner.inherited.is_some()))
                 || (!want.exclusive
                     && inner.inherited.is_none()
-                    && want.units <= inner.per_gpu - inner.pad))
+                    && want.units <= inner.own_per_gpu()))
         {
             want
         } else if let Some(units) = inner.inline_memory_units(want) {
