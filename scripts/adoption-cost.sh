@@ -56,23 +56,8 @@ printf '%s\n' '[package]' 'name = "fetch"' 'version = "0.0.0"' 'edition = "2021"
 src=$(find "${CARGO_HOME:-$HOME/.cargo}/registry/src" -maxdepth 2 -type d -name "$name-$version" |
     head -n 1)
 
-# The wrapper: runs rustc and appends `<crate> <lib|test> <user> <sys>` to $ADOPTION_COST_LOG.
-cat >"$work/wrap.sh" <<'EOF'
-#!/usr/bin/env bash
-crate=? kind=lib prev=
-for a in "$@"; do
-    [ "$prev" = --crate-name ] && crate=$a
-    [ "$a" = --test ] && kind=test
-    prev=$a
-done
-TIMEFORMAT='%U %S'
-exec 3>&2 4>&1
-t=$({ time "$@" 1>&4 2>&3; } 2>&1)
-rc=$?
-echo "$crate $kind $(printf '%s\n' "$t" | tail -n 1)" >>"$ADOPTION_COST_LOG"
-exit $rc
-EOF
-chmod +x "$work/wrap.sh"
+# The wrapper that times each rustc: scripts/rustc-timed.sh (`<crate> <lib|test> <user> <sys>`).
+wrap=$root/scripts/rustc-timed.sh
 
 # Recipe `$1`'s copy of the crate, in $work/$1.
 make_crate() {
@@ -111,7 +96,7 @@ build() {
     shift
     : >"$work/log"
     TIMEFORMAT='%U %S %R'
-    t=$({ time (cd "$work/$r" && ADOPTION_COST_LOG=$work/log RUSTC_WRAPPER=$work/wrap.sh \
+    t=$({ time (cd "$work/$r" && RUSTC_TIMED_LOG=$work/log RUSTC_WRAPPER=$wrap \
         cargo test --offline --no-run --features "$features" "$@" >"$work/out" 2>&1); } 2>&1) || {
         echo "adoption-cost: the build of $r failed:" >&2
         cat "$work/out" >&2

@@ -24,26 +24,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 rounds=${ROUNDS:-3}
 
-# The wrapper: runs rustc and appends `<crate> <user> <sys>` to $BUILD_COST_LOG.
-cat >"$work/wrap.sh" <<'EOF'
-#!/usr/bin/env bash
-crate=?
-prev=
-for a in "$@"; do
-    [ "$prev" = --crate-name ] && crate=$a
-    prev=$a
-done
-TIMEFORMAT='%U %S'
-exec 3>&2 4>&1
-# rustc's own output goes where cargo reads it; only `time`'s line is captured.
-t=$({ time "$@" 1>&4 2>&3; } 2>&1)
-rc=$?
-# `time` prints after the command; its line is the last of what was captured.
-t=$(printf '%s\n' "$t" | tail -n 1)
-echo "$crate $t" >>"$BUILD_COST_LOG"
-exit $rc
-EOF
-chmod +x "$work/wrap.sh"
+# The wrapper that times each rustc: scripts/rustc-timed.sh (`<crate> <lib|test> <user> <sys>`).
+wrap=$root/scripts/rustc-timed.sh
 
 # The user crate in `$1`, depending on the library at `$2`, with lock file `$3`.
 make_crate() {
@@ -88,7 +70,7 @@ build_once() {
     : >"$log"
     start=$(date +%s.%N)
     TIMEFORMAT='%U %S'
-    t=$({ time (cd "$dir" && BUILD_COST_LOG=$log RUSTC_WRAPPER=$work/wrap.sh \
+    t=$({ time (cd "$dir" && RUSTC_TIMED_LOG=$log RUSTC_WRAPPER=$wrap \
         CARGO_INCREMENTAL=0 cargo test -q --offline --no-run >/dev/null 2>"$work/err"); } 2>&1) || {
         echo "build-cost: the build of $1 failed:" >&2
         cat "$work/err" >&2
@@ -96,7 +78,7 @@ build_once() {
     }
     end=$(date +%s.%N)
     awk -v t="$t" -v s="$start" -v e="$end" '
-        $1 == "gpu_test_permit" { lib += $2 + $3 }
+        $1 == "gpu_test_permit" { lib += $3 + $4 }
         END { split(t, a, " "); printf "%.2f %.2f %.2f\n", a[1] + a[2], lib, e - s }' "$log"
 }
 
@@ -130,6 +112,6 @@ fi
 echo
 echo "CPU by crate, the last round (seconds, the largest first):"
 for label in "${labels[@]}"; do
-    echo "  $label: $(awk '{ c[$1] += $2 + $3 } END { for (k in c) printf "%s %.2f\n", k, c[k] }' \
+    echo "  $label: $(awk '{ c[$1] += $3 + $4 } END { for (k in c) printf "%s %.2f\n", k, c[k] }' \
         "$work/log-$label-$rounds" | sort -k2 -rn | head -n 12 | tr '\n' ' ')"
 done
